@@ -1,0 +1,60 @@
+import * as vscode from 'vscode';
+import { DEBUG_TYPE, ENTRY_PREFIX } from './constants';
+import { rankPickItems } from './common/quickPickItems';
+import { AttachService } from './attachService';
+import { RegistryWatcher } from './registryWatcher';
+
+/** "Attach to Rank…", "Attach to All Ranks" and the vscode://rtdebug.rtdebug-vscode/attach URI. */
+export class AttachCommands {
+  constructor(private attach: AttachService, private registry: RegistryWatcher) {}
+
+  /** args (optional, e.g. from a keybinding or the URI handler): { session?: string, rank?: number } */
+  async attachToRank(args?: { session?: string; rank?: number }): Promise<void> {
+    let session = args?.session;
+    let rank = args?.rank;
+    if (rank === undefined) {
+      const items = rankPickItems(this.registry.refresh().filter((s) => !session || s.entry.session_id === session));
+      if (!items.length) return void vscode.window.showWarningMessage(`rtdebug: no live ranks in ${this.registry.dir}. Start a job with \`rtdebug torchrun …\` first.`);
+      const pick = await vscode.window.showQuickPick(items, { title: 'rtdebug: attach to rank', placeHolder: 'rank · host:port · state', matchOnDetail: true });
+      if (!pick) return;
+      session = pick.session;
+      rank = pick.rank;
+    }
+    await this.run(() => this.attach.attach(session, Number(rank)));
+  }
+
+  /** One parent session for the whole rtdebug session; it attaches every ready rank, now and later. */
+  async attachToAllRanks(args?: { session?: string; ranks?: number[] }): Promise<void> {
+    let session = args?.session;
+    if (!session) {
+      const sessions = this.registry.refresh();
+      if (!sessions.length) return void vscode.window.showWarningMessage(`rtdebug: no live rtdebug session in ${this.registry.dir}. Start a job with \`rtdebug torchrun …\` first.`);
+      if (sessions.length > 1) {
+        const pick = await vscode.window.showQuickPick(sessions.map((s) => ({
+          label: s.entry.session_id, description: `${s.entry.mode} ${s.entry.script}`, detail: `${s.ranks.length} live rank(s)`,
+        })), { title: 'rtdebug: attach to all ranks of…' });
+        if (!pick) return;
+        session = pick.label;
+      } else session = sessions[0].entry.session_id;
+    }
+    const folder = vscode.workspace.workspaceFolders?.[0];
+    await this.run(async () => {
+      const ok = await vscode.debug.startDebugging(folder, { type: DEBUG_TYPE, request: 'attach', name: `${ENTRY_PREFIX}all ranks (${session})`, session, ranks: args?.ranks });
+      if (!ok) throw new Error('VS Code did not start the debug session');
+    });
+  }
+
+  async handleUri(uri: vscode.Uri): Promise<void> {
+    const q = new URLSearchParams(uri.query);
+    const session = q.get('session') ?? undefined;
+    const rank = q.get('rank');
+    if (uri.path.replace(/^\//, '') !== 'attach') return void vscode.window.showErrorMessage(`rtdebug: unknown link ${uri.toString()}`);
+    if (rank === null || rank === 'all') return this.attachToAllRanks({ session });
+    if (!/^\d+$/.test(rank)) return void vscode.window.showErrorMessage(`rtdebug: bad rank "${rank}" in ${uri.toString()}`);
+    return this.attachToRank({ session, rank: Number(rank) });
+  }
+
+  private async run(f: () => Promise<void>): Promise<void> {
+    try { await f(); } catch (e) { void vscode.window.showErrorMessage(`rtdebug: ${(e as Error).message}`); }
+  }
+}

@@ -1,0 +1,38 @@
+import { DEBUG_TYPE, DEBUGPY_TYPE, ENTRY_PREFIX } from '../constants';
+import { AttachInfo } from './harnessCli';
+
+/**
+ * The one place that turns the harness's attach configuration (`attach --json`, the source of truth for its
+ * shape) into the configuration of the debug session the extension starts. With the Python Debugger
+ * installed it stays a stock `debugpy` attach; without it the type becomes ours, and our descriptor factory
+ * answers `DebugAdapterServer(port, host)` for it (the debugpy endpoint speaks DAP itself).
+ */
+export interface RankRef { session: string; rank: number }
+
+export interface RankDebugConfig extends Record<string, unknown> {
+  type: string; request: 'attach'; name: string; connect: { host: string; port: number }; rtdebugRank: RankRef;
+}
+
+export function rankSessionName(session: string, rank: number): string {
+  return `${ENTRY_PREFIX}rank ${rank} (${session})`;
+}
+
+export function toRankDebugConfig(info: AttachInfo, useDebugpy: boolean): RankDebugConfig {
+  const base = info.configuration;
+  const connect = (base.connect as { host?: string; port?: number } | undefined) ?? {};
+  return {
+    ...base,
+    type: useDebugpy ? DEBUGPY_TYPE : DEBUG_TYPE,
+    request: 'attach',
+    name: rankSessionName(info.session_id, info.rank),
+    connect: { host: connect.host ?? info.host, port: connect.port ?? info.port },
+    rtdebugRank: { session: info.session_id, rank: info.rank },
+  };
+}
+
+/** The endpoint our fallback adapter connects to, or undefined if this is not a single-rank config. */
+export function rankEndpoint(config: Record<string, unknown>): { host: string; port: number } | undefined {
+  const c = config.connect as { host?: unknown; port?: unknown } | undefined;
+  if (!c || typeof c.port !== 'number') return undefined;
+  return { host: typeof c.host === 'string' && c.host ? c.host : '127.0.0.1', port: c.port };
+}

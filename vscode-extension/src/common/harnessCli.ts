@@ -1,0 +1,73 @@
+import { execFile } from 'child_process';
+import { GeneratedConfigs, parseGenerated } from './launchFiles';
+
+/** Runs `<python> -m <module> <args>` and turns its failures into one clear sentence. */
+export class HarnessCliError extends Error {}
+
+export interface HarnessCommand { python: string; module: string; cwd?: string; env?: NodeJS.ProcessEnv }
+
+export interface GenerateOptions {
+  script: string; mode: 'run' | 'torchrun'; nprocPerNode?: number; nnodes?: number; hosts?: string[];
+  portBase?: number; wait?: string; python?: string;
+}
+
+/** What `attach --json` prints. */
+export interface AttachInfo {
+  session_id: string; rank: number; host: string; port: number; configuration: Record<string, unknown>;
+}
+
+export function runHarness(cmd: HarnessCommand, args: string[], timeoutMs = 60000): Promise<string> {
+  return new Promise((resolve, reject) => {
+    execFile(cmd.python, ['-m', cmd.module, ...args], { cwd: cmd.cwd, env: cmd.env ?? process.env, timeout: timeoutMs, maxBuffer: 8 << 20 },
+      (err, stdout, stderr) => {
+        if (!err) return resolve(stdout);
+        reject(new HarnessCliError(describeFailure(cmd, args, err, stderr)));
+      });
+  });
+}
+
+export function describeFailure(cmd: HarnessCommand, args: string[], err: { code?: string | number | null; killed?: boolean; message: string }, stderr: string): string {
+  const what = `${cmd.python} -m ${cmd.module} ${args[0] ?? ''}`.trim();
+  if (err.code === 'ENOENT') return `Python interpreter not found: ${cmd.python}. Set "rtdebug.pythonPath" or select an interpreter.`;
+  if (/No module named/.test(stderr) && stderr.includes(cmd.module)) {
+    return `The rtdebug harness is not installed in ${cmd.python} (no module "${cmd.module}"). Install it with: ${cmd.python} -m pip install -e <rtdebug checkout>`;
+  }
+  if (err.killed) return `${what} timed out`;
+  const lines = stderr.trim().split('\n').filter((l) => l.trim());
+  const msg = lines.find((l) => l.startsWith('rtdebug:')) ?? lines[lines.length - 1] ?? err.message;
+  return `${what} failed: ${msg.trim()}`;
+}
+
+export function generateArgs(o: GenerateOptions): string[] {
+  const a = ['vscode', '--script', o.script, '--mode', o.mode];
+  if (o.mode === 'torchrun') {
+    if (o.nprocPerNode !== undefined) a.push('--nproc-per-node', String(o.nprocPerNode));
+    if (o.nnodes !== undefined) a.push('--nnodes', String(o.nnodes));
+    if (o.hosts?.length) a.push('--hosts', o.hosts.join(','));
+  }
+  if (o.portBase !== undefined) a.push('--port-base', String(o.portBase));
+  if (o.wait) a.push('--wait', o.wait);
+  if (o.python) a.push('--python', o.python);
+  a.push('--json');
+  return a;
+}
+
+export async function generateConfigs(cmd: HarnessCommand, o: GenerateOptions): Promise<GeneratedConfigs> {
+  return parseGenerated(await runHarness(cmd, generateArgs(o)));
+}
+
+export function attachArgs(rank: number, session?: string, timeoutS?: number): string[] {
+  const a = ['attach', '--rank', String(rank)];
+  if (session) a.push('--session', session);
+  if (timeoutS !== undefined) a.push('--timeout', String(timeoutS));
+  a.push('--json');
+  return a;
+}
+
+export async function attachInfo(cmd: HarnessCommand, rank: number, session?: string, timeoutS = 10): Promise<AttachInfo> {
+  const out = await runHarness(cmd, attachArgs(rank, session, timeoutS), (timeoutS + 30) * 1000);
+  let v: AttachInfo;
+  try { v = JSON.parse(out); } catch { throw new HarnessCliError(`attach printed no JSON: ${out.slice(0, 200)}`); }
+  if (typeof v.port !== 'number' || typeof v.configuration !== 'object') throw new HarnessCliError('attach --json: missing port/configuration');
+  return v;
+}
