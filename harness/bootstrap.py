@@ -1,0 +1,150 @@
+"""Per-rank entry point: ``python -m harness.bootstrap [-m] target [args]``.
+
+torchrun starts this in every rank. It reads torchrun's variables, opens the
+rank's debug endpoint on ``base + RANK``, registers the rank, arms the
+local-mode fixes, optionally waits for a client, then runs the user's program
+as ``__main__`` exactly as ``python script.py`` would (script dir on sys.path,
+sys.argv as the script expects). ``rtdebug run`` uses the same path for rank 0.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import signal
+import sys
+import time
+import traceback
+from typing import Any
+
+from harness import localmode, postmortem, runtime
+from harness.config import RankConfig, Target
+from harness.endpoint import Endpoint
+from harness.errors import HarnessError
+from harness.ports import port_for_rank
+from harness.registry import SCHEMA_VERSION, Registry, process_create_time
+
+
+def execute(target: Target) -> int:
+    """Run the user's program as __main__; return its exit code (exceptions propagate)."""
+    if target.module:
+        sys.argv = [target.target, *target.args]
+        sys.path.insert(0, os.getcwd())
+        runner = lambda: runpy.run_module(target.target, run_name="__main__", alter_sys=True)  # noqa: E731
+    else:
+        path = os.path.abspath(target.target)
+        sys.argv = [target.target, *target.args]
+        sys.path.insert(0, os.path.dirname(path))
+        runner = lambda: runpy.run_path(path, run_name="__main__")  # noqa: E731
+    try:
+        runner()
+    except SystemExit as exc:
+        code = exc.code
+        if code is None:
+            return 0
+        if isinstance(code, int):
+            return code
+        print(code, file=sys.stderr)
+        return 1
+    return 0
+
+
+class RankRecord:
+    """This rank's registry entry, kept current as its state changes."""
+
+    def __init__(self, registry: Registry, fields: dict[str, Any]) -> None:
+        self.registry = registry
+        now = time.time()
+        pid = os.getpid()
+        self.entry = {
+            "schema_version": SCHEMA_VERSION, "kind": "rank", "pid": pid,
+            "create_time": process_create_time(pid) or now, "state": "starting",
+            "attach_count": 0, "started_at": now, "updated_at": now,
+            "exit_code": None, "error": None, **fields,
+        }
+        registry.write_rank(self.entry)
+
+    def set(self, **fields: Any) -> None:
+        self.entry.update(fields, updated_at=time.time())
+        try:
+            self.registry.write_rank(self.entry)
+        except OSError:
+            pass  # the session dir was removed by `stop`; nothing left to record
+
+
+def serve_and_run(target: Target, record: RankRecord, endpoint: Endpoint | None, *,
+                  eager: bool, wait: bool, post_mortem: bool, post_mortem_wait_s: float,
+                  rank: int) -> int:
+    """Shared by ranks and `rtdebug run`: open the endpoint, maybe wait, run, record the end."""
+    if endpoint is not None:
+        def on_state(state: str) -> None:
+            record.set(state=state, lazy=endpoint.lazy, attach_count=endpoint.attach_count)
+
+        endpoint.on_state = on_state
+        endpoint.start(eager=eager or wait)
+        runtime.endpoint = endpoint
+        record.set(state="ready", lazy=endpoint.lazy)
+        if wait:
+            print(f"rtdebug: rank {rank} waiting for a debugger on {endpoint.host}:{endpoint.port}",
+                  file=sys.stderr, flush=True)
+            endpoint.wait_for_client()
+    else:
+        record.set(state="ready")
+    try:
+        code = execute(target)
+    except BaseException as exc:  # the user's program failed: report it like python would
+        message = localmode.explain(exc)
+        if message is not None:
+            print(f"rtdebug: rank {rank}: {message}", file=sys.stderr, flush=True)
+        else:
+            traceback.print_exception(type(exc), exc, exc.__traceback__)
+        record.set(state="failed", exit_code=1, error=message or f"{type(exc).__name__}: {exc}")
+        if post_mortem and not isinstance(exc, KeyboardInterrupt):
+            postmortem.handle(endpoint, exc, post_mortem_wait_s, rank)
+        return 130 if isinstance(exc, KeyboardInterrupt) else 1
+    record.set(state="exited" if code == 0 else "failed", exit_code=code)
+    return code
+
+
+def _on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        cfg = RankConfig.from_env()
+        module = bool(argv) and argv[0] == "-m"
+        if module:
+            argv = argv[1:]
+        if not argv:
+            raise HarnessError("harness.bootstrap needs a script or -m module", 2)
+        target = Target(argv[0], argv[1:], module=module)
+        rank = int(os.environ["RANK"])
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        port = port_for_rank(cfg.port_base, rank)
+        os.environ.update(localmode.ray_env(os.environ))
+        localmode.install(cfg.pg_timeout_s)
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        record = RankRecord(Registry(cfg.registry_dir), {
+            "session_id": cfg.session_id, "rank": rank, "local_rank": local_rank,
+            "node_rank": rank // max(local_world, 1), "world_size": world,
+            "host": cfg.host, "port": port, "lazy": True, "wait": cfg.waits(rank),
+            "script": target.display, "cwd": os.getcwd(),
+        })
+        endpoint = Endpoint(cfg.host, port)
+        return serve_and_run(target, record, endpoint, eager=cfg.eager, wait=cfg.waits(rank),
+                             post_mortem=cfg.post_mortem, post_mortem_wait_s=cfg.post_mortem_wait_s,
+                             rank=rank)
+    except HarnessError as exc:
+        print(f"rtdebug: rank {os.environ.get('RANK', '?')}: {exc.message}", file=sys.stderr, flush=True)
+        return exc.exit_code
+    except KeyError as exc:
+        print(f"rtdebug: harness.bootstrap must run under torchrun ({exc.args[0]} is not set)", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

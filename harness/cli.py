@@ -1,0 +1,199 @@
+"""``rtdebug`` command line: one ``_add_<cmd>`` / ``_cmd_<cmd>`` pair per subcommand.
+
+``main(argv) -> int`` never lets a user mistake become a traceback: a
+``HarnessError`` becomes ``rtdebug: <message>`` and its exit code (2 = usage).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+
+from harness import commands
+from harness.config import DEFAULT_POST_MORTEM_WAIT_S
+from harness.errors import HarnessError
+from harness.localmode import DEFAULT_PG_TIMEOUT_S
+from harness.ports import DEFAULT_PORT_BASE
+
+
+def _debug_options(p: argparse.ArgumentParser, port_flag: str, host_flag: str) -> None:
+    g = p.add_argument_group("debug harness")
+    g.add_argument(port_flag, type=int, default=DEFAULT_PORT_BASE, dest="port",
+                   help=f"debug port (torchrun: base; rank N listens on base + N). Default {DEFAULT_PORT_BASE}")
+    g.add_argument(host_flag, default="127.0.0.1", dest="host",
+                   help="address debug endpoints bind (default 127.0.0.1; others print a warning)")
+    g.add_argument("--eager", action="store_true", help="start debugpy at once instead of on first attach")
+    g.add_argument("--post-mortem", action="store_true",
+                   help="keep a rank that raised alive and stop the debugger at the raise site")
+    g.add_argument("--post-mortem-wait", type=float, default=DEFAULT_POST_MORTEM_WAIT_S, metavar="S",
+                   help=f"seconds a failed rank waits for a client (default {DEFAULT_POST_MORTEM_WAIT_S:g})")
+    g.add_argument("--pg-timeout", type=float, default=DEFAULT_PG_TIMEOUT_S, metavar="S",
+                   help=f"default torch.distributed process-group timeout (default {DEFAULT_PG_TIMEOUT_S:g}s), "
+                        "so peers of a paused rank do not time out")
+
+
+def _add_run(sub) -> None:
+    p = sub.add_parser("run", help="run a single-process (local mode) script under the debugger",
+                       description="Run a script (or -m module) in this process with a debug endpoint.")
+    _debug_options(p, "--port", "--host")
+    p.add_argument("--wait", action="store_true", help="block before the script until a client attaches")
+    p.add_argument("-m", dest="module", action="store_true", help="run the target as a module")
+    p.add_argument("target", help="script path (or module name with -m)")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+
+
+def _cmd_run(args) -> int:
+    return commands.run_single(args)
+
+
+def torchrun_parser() -> argparse.ArgumentParser:
+    """torchrun's own parser plus the harness group, so torchrun errors read exactly as torchrun's."""
+    from torch.distributed.run import get_args_parser
+
+    p = get_args_parser()
+    p.prog = "rtdebug torchrun"
+    p.description = ("Start the real torchrun with a debug endpoint in every rank (port = base + RANK). "
+                     "Harness options go before torchrun's; every torchrun option passes through.")
+    _debug_options(p, "--debug-port-base", "--debug-host")
+    p.add_argument("--wait", dest="wait_ranks", default="none", metavar="none|all|RANKS",
+                   help="ranks that block before user code until a client attaches, e.g. 0 or 0,2-3")
+    return p
+
+
+HARNESS_FLAGS = {"--debug-port-base": 1, "--debug-host": 1, "--eager": 0, "--post-mortem": 0,
+                 "--post-mortem-wait": 1, "--pg-timeout": 1, "--wait": 1}
+
+
+def split_harness_options(tokens: list[str]) -> tuple[list[str], list[str]]:
+    """Leading harness options vs. the rest (torchrun options, script, script args)."""
+    i = 0
+    ours: list[str] = []
+    while i < len(tokens):
+        name = tokens[i].split("=", 1)[0]
+        if name not in HARNESS_FLAGS:
+            break
+        n = 0 if "=" in tokens[i] else HARNESS_FLAGS[name]
+        ours += tokens[i:i + 1 + n]
+        i += 1 + n
+    return ours, tokens[i:]
+
+
+def _add_torchrun(sub) -> None:
+    sub.add_parser("torchrun", add_help=False, help="run a job under real torchrun, one debug port per rank",
+                   prefix_chars="\0").add_argument("rest", nargs=argparse.REMAINDER)
+
+
+def _cmd_torchrun(args) -> int:
+    tokens = args.rest
+    if not tokens or tokens[0] in ("-h", "--help"):
+        torchrun_parser().print_help()
+        return 0 if tokens else 2
+    ours, rest = split_harness_options(tokens)
+    parser = torchrun_parser()
+    parsed = parser.parse_args(ours + rest)
+    misplaced = [t for t in rest[:len(rest) - len(parsed.training_script_args) - 1]
+                 if t.split("=", 1)[0] in HARNESS_FLAGS]
+    if misplaced:
+        parser.error(f"harness option {misplaced[0]} must come before torchrun options")
+    return commands.run_torchrun(parsed, rest)
+
+
+def _add_ps(sub) -> None:
+    p = sub.add_parser("ps", help="list live sessions and their ranks", description="List live sessions.")
+    p.add_argument("--json", action="store_true", help="machine-readable output (the registry schema)")
+
+
+def _cmd_ps(args) -> int:
+    return commands.ps(args.json)
+
+
+def _add_attach(sub) -> None:
+    p = sub.add_parser("attach", help="wait for rank N and print what a client needs to attach",
+                       description="Wait until a rank is ready, then print host:port and a debugpy attach config.")
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--session", help="session id (default: the newest live session)")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="seconds to wait (default 60)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--vscode", action="store_true", help="hand off to VS Code (rtdebug extension) via a vscode:// URI")
+
+
+def _cmd_attach(args) -> int:
+    return commands.attach(args.rank, args.session, args.timeout, args.json, args.vscode)
+
+
+def _add_stop(sub) -> None:
+    p = sub.add_parser("stop", help="stop a session's whole process tree",
+                       description="Stop a session: launcher, torchrun, ranks; then check its ports are free.")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--session", help="session id (default: the only live session)")
+    g.add_argument("--all", action="store_true", help="stop every live session")
+
+
+def _cmd_stop(args) -> int:
+    return commands.stop(args.session, args.all)
+
+
+def _add_vscode(sub) -> None:
+    p = sub.add_parser("vscode", help="print VS Code launch/task configurations as JSON",
+                       description="Print the configurations, compounds, tasks and inputs for one script.")
+    p.add_argument("--script", required=True)
+    p.add_argument("--mode", choices=["run", "torchrun"], default="torchrun")
+    p.add_argument("--nproc-per-node", type=int, default=2)
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--hosts", help="comma-separated host of each node (default 127.0.0.1)")
+    p.add_argument("--port-base", type=int, default=DEFAULT_PORT_BASE)
+    p.add_argument("--wait", default="none")
+    p.add_argument("--python", default="${command:python.interpreterPath}")
+    p.add_argument("--json", action="store_true", help="accepted for symmetry; output is always JSON")
+
+
+def _cmd_vscode(args) -> int:
+    from harness import vscode
+    from harness.errors import usage
+    from harness.ports import parse_rank_list
+
+    if args.nproc_per_node < 1 or args.nnodes < 1:
+        raise usage("--nproc-per-node and --nnodes must be >= 1")
+    hosts = args.hosts.split(",") if args.hosts else None
+    if hosts is not None and len(hosts) != args.nnodes:
+        raise usage(f"--hosts lists {len(hosts)} hosts for --nnodes {args.nnodes}")
+    parse_rank_list(args.wait, args.nproc_per_node * args.nnodes)
+    out = vscode.generate(args.script, args.mode, args.nproc_per_node, args.nnodes, hosts,
+                          args.port_base, args.wait, args.python)
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+COMMANDS = {"run": (_add_run, _cmd_run), "torchrun": (_add_torchrun, _cmd_torchrun), "ps": (_add_ps, _cmd_ps),
+            "attach": (_add_attach, _cmd_attach), "stop": (_add_stop, _cmd_stop),
+            "vscode": (_add_vscode, _cmd_vscode)}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rtdebug", description="Debug Ray Train local-mode and torchrun jobs: one debug port per rank.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for add, _ in COMMANDS.values():
+        add(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    warnings.formatwarning = lambda msg, cat, *a, **k: f"rtdebug: warning: {msg}\n"
+    try:
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command][1](args)
+    except HarnessError as exc:
+        print(f"rtdebug: error: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+    except SystemExit as exc:  # argparse: usage errors exit 2 with their own message
+        return exc.code if isinstance(exc.code, int) else 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""Validated configs for each stage; the launcher hands RankConfig to ranks via env vars.
+
+Checks live in ``__post_init__`` so a bad value fails before anything starts,
+with the same one-line message whether it came from a flag or the environment.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from harness.errors import usage
+from harness.localmode import DEFAULT_PG_TIMEOUT_S
+from harness.ports import DEFAULT_PORT_BASE, MAX_PORT, parse_rank_list
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+DEFAULT_POST_MORTEM_WAIT_S = 600.0
+
+
+def check_host(host: str) -> None:
+    if host not in LOOPBACK:
+        warnings.warn(
+            f"debug endpoints bind {host}: anyone who can reach these ports can run code in the ranks",
+            stacklevel=3,
+        )
+
+
+@dataclass
+class RankConfig:
+    """What every rank's bootstrap needs; round-trips through ``RTDEBUG_*`` variables."""
+
+    session_id: str
+    port_base: int = DEFAULT_PORT_BASE
+    host: str = "127.0.0.1"
+    wait: str = "none"
+    eager: bool = False
+    post_mortem: bool = False
+    post_mortem_wait_s: float = DEFAULT_POST_MORTEM_WAIT_S
+    pg_timeout_s: float = DEFAULT_PG_TIMEOUT_S
+    registry_dir: str | None = None
+    wait_ranks: frozenset[int] | None = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.port_base <= MAX_PORT:
+            raise usage(f"--debug-port-base {self.port_base} must be within 1-{MAX_PORT}")
+        if self.pg_timeout_s <= 0:
+            raise usage(f"--pg-timeout must be > 0 seconds, got {self.pg_timeout_s:g}")
+        if self.post_mortem_wait_s < 0:
+            raise usage("--post-mortem-wait must be >= 0 seconds")
+        self.wait_ranks = parse_rank_list(self.wait)
+
+    def waits(self, rank: int) -> bool:
+        return self.wait_ranks is None or rank in self.wait_ranks
+
+    def to_env(self) -> dict[str, str]:
+        env = {
+            "RTDEBUG_SESSION": self.session_id,
+            "RTDEBUG_PORT_BASE": str(self.port_base),
+            "RTDEBUG_HOST": self.host,
+            "RTDEBUG_WAIT": self.wait,
+            "RTDEBUG_EAGER": "1" if self.eager else "0",
+            "RTDEBUG_POST_MORTEM": "1" if self.post_mortem else "0",
+            "RTDEBUG_POST_MORTEM_WAIT": repr(self.post_mortem_wait_s),
+            "RTDEBUG_PG_TIMEOUT": repr(self.pg_timeout_s),
+        }
+        if self.registry_dir:
+            env["RTDEBUG_REGISTRY_DIR"] = self.registry_dir
+        return env
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "RankConfig":
+        env = os.environ if env is None else env
+        if "RTDEBUG_SESSION" not in env:
+            raise usage("harness.bootstrap runs inside `rtdebug torchrun`; RTDEBUG_SESSION is not set")
+        try:
+            return cls(
+                session_id=env["RTDEBUG_SESSION"],
+                port_base=int(env.get("RTDEBUG_PORT_BASE", DEFAULT_PORT_BASE)),
+                host=env.get("RTDEBUG_HOST", "127.0.0.1"),
+                wait=env.get("RTDEBUG_WAIT", "none"),
+                eager=env.get("RTDEBUG_EAGER") == "1",
+                post_mortem=env.get("RTDEBUG_POST_MORTEM") == "1",
+                post_mortem_wait_s=float(env.get("RTDEBUG_POST_MORTEM_WAIT", DEFAULT_POST_MORTEM_WAIT_S)),
+                pg_timeout_s=float(env.get("RTDEBUG_PG_TIMEOUT", DEFAULT_PG_TIMEOUT_S)),
+                registry_dir=env.get("RTDEBUG_REGISTRY_DIR"),
+            )
+        except ValueError as exc:
+            raise usage(f"bad RTDEBUG_* setting: {exc}") from None
+
+
+@dataclass
+class Target:
+    """The user's program: a script path or ``-m module``, and its argv."""
+
+    target: str
+    args: list[str] = field(default_factory=list)
+    module: bool = False
+
+    def __post_init__(self) -> None:
+        if self.module:
+            if not self.target or self.target.startswith("-"):
+                raise usage(f"invalid module name {self.target!r}")
+            return
+        if not os.path.isfile(self.target):
+            raise usage(f"script not found: {self.target}")
+        if not os.access(self.target, os.R_OK):
+            raise usage(f"script not readable: {self.target}")
+
+    @property
+    def display(self) -> str:
+        return f"-m {self.target}" if self.module else self.target

@@ -1,0 +1,168 @@
+"""A rank's debug endpoint: ready to attach on ``host:port`` at near-zero cost.
+
+Plain ``debugpy.listen()`` in every rank slows a Python-heavy loop (~0.72x) and
+doubles ``import ray.train`` time even with no client attached. So the rank owns
+its port with a plain socket; debugpy is imported and started only when the first
+client connects (or at once with ``eager``), on an ephemeral loopback port with
+pydevd's in-process adapter, and bytes are relayed both ways. The client sees an
+ordinary DAP server, so stock ``"type": "debugpy"`` attach configs work.
+
+Why the in-process adapter: no adapter process can outlive the rank and keep a
+port bound, and there is one hop fewer. Its cost: no automatic debugging of the
+rank's own subprocesses (e.g. DataLoader workers), which ranks rarely need.
+
+The accept and relay threads are marked ``pydev_do_not_trace`` and
+``is_pydev_daemon_thread`` before they start, or a breakpoint that suspends the
+process would freeze the relay that carries the client's ``continue``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+from typing import Callable
+
+from harness.errors import HarnessError
+from harness.ports import port_holder
+
+StateCallback = Callable[[str], None]
+
+
+def _daemon_thread(target, name: str, *args) -> threading.Thread:
+    t = threading.Thread(target=target, name=name, args=args, daemon=True)
+    t.pydev_do_not_trace = True  # type: ignore[attr-defined]
+    t.is_pydev_daemon_thread = True  # type: ignore[attr-defined]
+    t.start()
+    return t
+
+
+def _pump(src: socket.socket, dst: socket.socket) -> None:
+    try:
+        while True:
+            data = src.recv(65536)
+            if not data:
+                break
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def debugger_active() -> bool:
+    """True if this process already runs under a debugger (e.g. VS Code launched it)."""
+    pydevd = sys.modules.get("pydevd")
+    return pydevd is not None and getattr(pydevd, "GetGlobalDebugger", lambda: None)() is not None
+
+
+class Endpoint:
+    def __init__(self, host: str, port: int, on_state: StateCallback | None = None) -> None:
+        self.host = host
+        self.port = port
+        self.on_state = on_state or (lambda state: None)
+        self.attach_count = 0
+        self._clients = 0
+        self._lock = threading.Lock()
+        self._inner: tuple[str, int] | None = None
+        self._sock: socket.socket | None = None
+
+    @property
+    def lazy(self) -> bool:
+        return self._inner is None
+
+    def start(self, eager: bool = False) -> None:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind((self.host, self.port))
+        except OSError:
+            s.close()
+            holder = port_holder(self.port) or "another process"
+            raise HarnessError(
+                f"debug port {self.port} is already in use by {holder}; "
+                f"pick another range with --debug-port-base"
+            ) from None
+        s.listen(8)
+        self._sock = s
+        if eager:
+            self.start_debugpy()
+        _daemon_thread(self._accept_loop, f"rtdebug-accept-{self.port}")
+
+    def start_debugpy(self) -> tuple[str, int]:
+        """Import and start debugpy once (idempotent); return its loopback address."""
+        with self._lock:
+            if self._inner is None:
+                os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+                import debugpy
+
+                self._inner = debugpy.listen(("127.0.0.1", 0), in_process_debug_adapter=True)
+            return self._inner
+
+    def _accept_loop(self) -> None:
+        assert self._sock is not None
+        while True:
+            try:
+                client, _ = self._sock.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.start_debugpy(), timeout=30)
+                upstream.settimeout(None)
+            except Exception as exc:  # debugpy failed to start: tell the client by closing
+                print(f"rtdebug: could not start debugpy on port {self.port}: {exc}", file=sys.stderr)
+                client.close()
+                continue
+            with self._lock:
+                self._clients += 1
+                self.attach_count += 1
+            self.on_state("attached")
+            _daemon_thread(self._relay, f"rtdebug-relay-{self.port}", client, upstream)
+
+    def _relay(self, client: socket.socket, upstream: socket.socket) -> None:
+        back = _daemon_thread(_pump, f"rtdebug-relay-up-{self.port}", upstream, client)
+        _pump(client, upstream)
+        back.join()
+        client.close()
+        upstream.close()
+        with self._lock:
+            self._clients -= 1
+            left = self._clients
+        if left == 0:
+            self.on_state("ready")
+
+    def client_connected(self) -> bool:
+        if self._inner is None:
+            return False
+        import debugpy
+
+        return debugpy.is_client_connected()
+
+    def wait_for_client(self, timeout: float | None = None) -> bool:
+        """Block until a client has attached and finished configuration (breakpoints set)."""
+        self.start_debugpy()
+        import debugpy
+
+        timer = None
+        if timeout is not None:
+            timer = threading.Timer(timeout, lambda: debugpy.wait_for_client.cancel())
+            timer.daemon = True
+            timer.start()
+        try:
+            debugpy.wait_for_client()
+        finally:
+            if timer is not None:
+                timer.cancel()
+        return debugpy.is_client_connected()
+
+    def close(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+            self._sock = None

@@ -1,0 +1,25 @@
+"""The one error type the CLI turns into a one-line message and an exit code.
+
+Everything a user can get wrong (bad flags, busy ports, missing sessions) raises
+``HarnessError``; the CLI prints ``rtdebug: <message>`` and returns ``exit_code``
+instead of a traceback. Exit code 2 marks usage errors, 1 runtime failures.
+"""
+
+from __future__ import annotations
+
+USAGE = 2
+RUNTIME = 1
+
+
+class HarnessError(Exception):
+    def __init__(self, message: str, exit_code: int = RUNTIME) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def usage(message: str) -> HarnessError:
+    return HarnessError(message, USAGE)

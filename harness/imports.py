@@ -1,0 +1,54 @@
+"""Post-import hooks: run a fix the moment a module is first imported.
+
+The harness must patch torch's default process-group timeout and check Ray's V2
+switch, but importing torch or ray itself in a lazy rank would cost seconds the
+user's script may pay later anyway. A meta-path finder runs the callback right
+after the module executes, or at once if it is already imported.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+from typing import Callable
+
+_hooks: dict[str, list[Callable]] = {}
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in _hooks:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        original = loader.exec_module
+
+        def exec_module(module, _original=original, _name=fullname):
+            _original(module)
+            for cb in _hooks.pop(_name, []):
+                cb(module)
+
+        loader.exec_module = exec_module  # per-spec loader instance for source/extension modules
+        return spec
+
+
+_finder = _Finder()
+
+
+def when_imported(name: str, callback: Callable) -> None:
+    if name in sys.modules:
+        callback(sys.modules[name])
+        return
+    _hooks.setdefault(name, []).append(callback)
+    if _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)

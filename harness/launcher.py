@@ -1,0 +1,197 @@
+"""``rtdebug torchrun``: the real torchrun with the harness bootstrap in every rank.
+
+Every torchrun flag passes through untouched; the harness only swaps the
+training script for ``-m harness.bootstrap <script>``. Before starting, it
+reserves the ports of this node's ranks in the registry (under its lock) and
+checks that they are free. torchrun runs in its own process group so that the
+launcher alone decides teardown: Ctrl-C or SIGTERM -> SIGTERM to torchrun
+(which stops its workers) -> SIGKILL to whatever is left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from harness import localmode, processes
+from harness.config import RankConfig, Target, check_host
+from harness.errors import HarnessError, usage
+from harness.ports import check_ports_free, ports_for_ranks
+from harness.registry import SCHEMA_VERSION, Registry, new_session_id, process_create_time
+
+READY_LINE = "rtdebug: all {n} local ranks ready (session {sid})"
+START_LINE = "rtdebug: session {sid} starting"
+
+
+@dataclass
+class TorchrunPlan:
+    """What the launcher will start: torchrun's own options, the user's target, this node's ranks."""
+
+    torchrun_options: list[str]
+    target: Target
+    nnodes: str
+    nproc_per_node: int
+    node_rank: int | None
+    local_ranks: list[int]  # global ranks whose ports this node must own
+
+    def command(self) -> list[str]:
+        inner = ["-m", "harness.bootstrap"] + (["-m"] if self.target.module else [])
+        return [sys.executable, "-m", "torch.distributed.run", *self.torchrun_options,
+                *inner, self.target.target, *self.target.args]
+
+
+def local_global_ranks(nproc: int, nnodes: str, node_rank: int, static: bool) -> tuple[list[int], int | None]:
+    """Global ranks this node may run. Static rendezvous fixes them by node rank; dynamic
+    rendezvous (c10d, etcd) assigns node ranks at run time, so reserve the whole range."""
+    from torch.distributed.run import parse_min_max_nnodes
+
+    _, max_nodes = parse_min_max_nnodes(nnodes)
+    if static or max_nodes == 1:
+        nr = node_rank if max_nodes > 1 else 0
+        return list(range(nr * nproc, (nr + 1) * nproc)), nr
+    return list(range(max_nodes * nproc)), None
+
+
+def plan_torchrun(parsed: argparse.Namespace, tokens: list[str]) -> TorchrunPlan:
+    """Split ``tokens`` (everything after our own options) into torchrun's part and the target."""
+    from torch.distributed.run import determine_local_world_size
+
+    if parsed.no_python:
+        raise usage("--no-python is not supported: the harness runs the rank's Python program itself")
+    script_idx = len(tokens) - len(parsed.training_script_args) - 1
+    options = [t for t in tokens[:script_idx] if t not in ("-m", "--module")]
+    target = Target(parsed.training_script, list(parsed.training_script_args), module=parsed.module)
+    try:
+        nproc = determine_local_world_size(parsed.nproc_per_node)
+    except ValueError as exc:
+        raise usage(f"--nproc-per-node {parsed.nproc_per_node}: {exc}") from None
+    static = parsed.rdzv_backend == "static" and not parsed.standalone
+    ranks, node_rank = local_global_ranks(nproc, parsed.nnodes, parsed.node_rank, static)
+    return TorchrunPlan(options, target, parsed.nnodes, nproc, node_rank, ranks)
+
+
+class Launcher:
+    def __init__(self, plan: TorchrunPlan, cfg: RankConfig, registry: Registry) -> None:
+        self.plan, self.cfg, self.registry = plan, cfg, registry
+        self.proc: subprocess.Popen | None = None
+        self._stopping = threading.Event()
+
+    def _session_entry(self, ports: list[int]) -> dict[str, Any]:
+        now = time.time()
+        return {
+            "schema_version": SCHEMA_VERSION, "kind": "session", "session_id": self.cfg.session_id,
+            "mode": "torchrun", "launcher_pid": os.getpid(),
+            "launcher_create_time": process_create_time(os.getpid()) or now,
+            "command": ["rtdebug", "torchrun", *sys.argv[2:]] if sys.argv[1:2] == ["torchrun"] else sys.argv,
+            "cwd": os.getcwd(), "script": self.plan.target.display, "nnodes": self.plan.nnodes,
+            "nproc_per_node": self.plan.nproc_per_node, "node_rank": self.plan.node_rank,
+            "host": self.cfg.host, "port_base": self.cfg.port_base, "ports": ports,
+            "wait": self.cfg.wait, "started_at": now, "updated_at": now, "ended_at": None,
+            "exit_code": None, "state": "starting",
+        }
+
+    def environment(self) -> dict[str, str]:
+        import torch
+
+        env = dict(os.environ)
+        env.pop("DEBUGPY_RUNNING", None)  # or ranks under a debugged launcher skip their own listen
+        env.update(localmode.ray_env(env))
+        env.update(localmode.nccl_env(self.cfg.pg_timeout_s, torch.cuda.is_available(), env))
+        env.update(self.cfg.to_env())
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        return env
+
+    def run(self) -> int:
+        check_host(self.cfg.host)
+        ports = ports_for_ranks(self.cfg.port_base, self.plan.local_ranks)
+        env = self.environment()  # raises before anything is reserved
+        self.registry.ensure()
+        env["RTDEBUG_REGISTRY_DIR"] = str(self.registry.root)
+        check_ports_free(ports, self.cfg.host)
+        self.registry.create_session(self._session_entry(ports))
+        sid = self.cfg.session_id
+        print(START_LINE.format(sid=sid) + f" ({len(self.plan.local_ranks)} local ranks, "
+              f"debug ports {ports[0]}-{ports[-1]} on {self.cfg.host})", flush=True)
+        if "RAY_TRAIN_V2_ENABLED" not in os.environ:
+            print("rtdebug: set RAY_TRAIN_V2_ENABLED=1 for the ranks (Ray Train local mode needs V2)", flush=True)
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        code = 1
+        try:
+            self.proc = subprocess.Popen(self.plan.command(), env=env, start_new_session=True)
+            self.registry.update_session(sid, state="running")
+            threading.Thread(target=self._announce_ready, daemon=True).start()
+            code = self.proc.wait()
+        finally:
+            self._teardown()
+            for s, h in old.items():
+                signal.signal(s, h)
+            state = "stopped" if self._stopping.is_set() else ("exited" if code == 0 else "failed")
+            self.registry.update_session(sid, state=state, exit_code=code, ended_at=time.time())
+        return code
+
+    def _on_signal(self, signum, frame) -> None:
+        self._stopping.set()
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.proc.send_signal(signal.SIGTERM)
+            except OSError:
+                pass
+
+    def _teardown(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                pass
+        left = processes.tree([self.proc.pid]) + processes.group_members(self.proc.pid)
+        if left:
+            processes.terminate(left, grace_s=5)
+        for r in self.registry.ranks(self.cfg.session_id):
+            if r["state"] in ("starting", "ready", "attached"):
+                self.registry.write_rank(dict(r, state="exited", updated_at=time.time()))
+
+    def _announce_ready(self) -> None:
+        want = set(self.plan.local_ranks) if self.plan.node_rank is not None else None
+        n_local = self.plan.nproc_per_node
+        while self.proc is not None and self.proc.poll() is None:
+            ranks = [r for r in self.registry.ranks(self.cfg.session_id) if r["state"] in ("ready", "attached")]
+            mine = [r for r in ranks if want is None or r["rank"] in want]
+            if len(mine) >= n_local:
+                print(format_table(mine, self.cfg.session_id), flush=True)
+                print(READY_LINE.format(n=len(mine), sid=self.cfg.session_id), flush=True)
+                return
+            time.sleep(0.1)
+
+
+def rank_state(r: dict[str, Any]) -> str:
+    s = r["state"]
+    if s == "ready" and r.get("wait") and r.get("attach_count", 0) == 0:
+        return "ready (waiting)"
+    if s == "ready" and r.get("attach_count", 0) > 0:
+        return "ready (detached)"
+    return s
+
+
+def format_table(ranks: list[dict[str, Any]], session_id: str) -> str:
+    rows = [("RANK", "LOCAL", "PID", "ENDPOINT", "STATE", "ATTACH")]
+    for r in sorted(ranks, key=lambda r: r["rank"]):
+        rows.append((str(r["rank"]), str(r["local_rank"]), str(r["pid"]), f"{r['host']}:{r['port']}",
+                     rank_state(r), f"rtdebug attach --session {session_id} --rank {r['rank']}"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def new_config(**kwargs: Any) -> RankConfig:
+    return RankConfig(session_id=new_session_id(), **kwargs)
+
+
+__all__ = ["HarnessError", "Launcher", "TorchrunPlan", "plan_torchrun", "format_table", "new_config"]

@@ -1,0 +1,86 @@
+"""Builders for VS Code debug configurations: the one source of their shape.
+
+``rtdebug attach`` and ``rtdebug vscode`` print these, and the VS Code
+extension calls ``python -m harness vscode --json`` instead of keeping its own
+copy. Everything here is stock ``"type": "debugpy"`` (runs with only the Python
+Debugger installed) except "Attach to rank…", which needs the rtdebug extension
+to turn the picked rank into host:port from the registry.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.ports import DEFAULT_PORT_BASE, ports_for_ranks
+
+PREFIX = "rtdebug: "
+BEGIN_PATTERN = r"^rtdebug: session \S+ starting"
+END_PATTERN = r"^rtdebug: all \d+ local ranks ready"
+
+
+def attach_config(name: str, host: str, port: int, remote_root: str = "${workspaceFolder}",
+                  just_my_code: bool = True) -> dict[str, Any]:
+    return {
+        "name": name, "type": "debugpy", "request": "attach",
+        "connect": {"host": host, "port": port},
+        "pathMappings": [{"localRoot": "${workspaceFolder}", "remoteRoot": remote_root}],
+        "justMyCode": just_my_code,
+    }
+
+
+def single_process(script: str, port: int | None = None) -> dict[str, Any]:
+    """F5 through the harness: VS Code's debugpy launches it, the harness sees the debugger and just runs."""
+    return {
+        "name": f"{PREFIX}{script} (single process)", "type": "debugpy", "request": "launch",
+        "module": "harness", "args": ["run", script], "cwd": "${workspaceFolder}",
+        "console": "integratedTerminal", "justMyCode": True,
+    }
+
+
+def torchrun_task(script: str, python: str, nproc: int, nnodes: int, port_base: int, wait: str) -> dict[str, Any]:
+    args = ["-m", "harness", "torchrun", "--debug-port-base", str(port_base), "--wait", wait,
+            "--nproc-per-node", str(nproc)]
+    if nnodes > 1:
+        args += ["--nnodes", str(nnodes)]
+    return {
+        "label": f"{PREFIX}torchrun {script}", "type": "process", "command": python,
+        "args": [*args, script], "isBackground": True, "options": {"cwd": "${workspaceFolder}"},
+        "problemMatcher": {
+            "owner": "rtdebug", "source": "rtdebug",
+            "pattern": {"regexp": r"^rtdebug: (?:rank \d+: )?(error: .*)$", "message": 1},
+            "background": {"activeBegin": True, "beginsPattern": BEGIN_PATTERN, "endsPattern": END_PATTERN},
+        },
+    }
+
+
+def generate(script: str, mode: str = "torchrun", nproc: int = 2, nnodes: int = 1,
+             hosts: list[str] | None = None, port_base: int = DEFAULT_PORT_BASE, wait: str = "none",
+             python: str = "${command:python.interpreterPath}") -> dict[str, list[dict[str, Any]]]:
+    """The configurations, compounds, tasks and inputs ``rtdebug: `` owns for one script."""
+    out: dict[str, list[dict[str, Any]]] = {"configurations": [], "compounds": [], "tasks": [], "inputs": []}
+    if mode == "run":
+        out["configurations"].append(single_process(script))
+        return out
+    hosts = hosts or ["127.0.0.1"] * nnodes
+    world = nproc * nnodes
+    ports = ports_for_ranks(port_base, range(world))
+    names = []
+    for rank, port in enumerate(ports):
+        name = f"{PREFIX}attach rank {rank}"
+        names.append(name)
+        out["configurations"].append(attach_config(name, hosts[rank // nproc], port))
+    out["configurations"].append({
+        "name": f"{PREFIX}attach to rank…", "type": "rtdebug", "request": "attach",
+        "rank": "${input:rtdebugRank}",
+    })
+    task = torchrun_task(script, python, nproc, nnodes, port_base, wait)
+    out["tasks"].append(task)
+    out["compounds"].append({
+        "name": f"{PREFIX}all ranks ({script})", "configurations": names,
+        "preLaunchTask": task["label"], "stopAll": True,
+    })
+    out["inputs"].append({
+        "id": "rtdebugRank", "type": "promptString", "description": f"Rank to attach to (0-{world - 1})",
+        "default": "0",
+    })
+    return out
