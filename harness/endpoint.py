@@ -78,6 +78,8 @@ class Endpoint:
 
     def start(self, eager: bool = False) -> None:
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # Without SO_REUSEADDR a restarted rank could not rebind while old connections sit in TIME_WAIT.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((self.host, self.port))
         except OSError:

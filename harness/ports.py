@@ -35,8 +35,9 @@ def ports_for_ranks(base: int, ranks: Iterable[int]) -> list[int]:
 
 
 def is_port_free(port: int, host: str = "127.0.0.1") -> bool:
-    """True if nothing listens on ``host:port`` (we can bind it ourselves)."""
+    """True if nothing is bound to ``host:port`` (TIME_WAIT leftovers do not count: servers reuse those)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:

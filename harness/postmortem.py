@@ -13,23 +13,29 @@ from types import TracebackType
 
 
 def _stop_at_raise(exc_type, exc: BaseException, tb: TracebackType | None) -> bool:
+    """Stop on the deepest user frame of ``tb`` (pdb.post_mortem-like), whatever the client's filters."""
     import pydevd
-    from _pydevd_bundle.pydevd_breakpoints import stop_on_unhandled_exception
 
     py_db = pydevd.get_global_debugger()
     if py_db is None or tb is None:
         return False
-    if not py_db.break_on_uncaught_exceptions:
-        # The client did not enable "Uncaught Exceptions"; post-mortem was asked for explicitly.
-        py_db.add_break_on_exception(
-            "BaseException", condition=None, expression=None, notify_on_handled_exceptions=False,
-            notify_on_unhandled_exceptions=True, notify_on_user_unhandled_exceptions=False,
-            notify_on_first_raise_only=False, ignore_libraries=False,
-        )
-        py_db.on_breakpoints_changed()
+    if hasattr(py_db, "trigger_exception_handler"):  # debugpy >= 1.8.19
+        py_db.trigger_exception_handler((exc_type, exc, tb), as_uncaught=False)
+        return True
+    user_frame = None
+    while tb is not None:
+        if py_db.get_file_type(tb.tb_frame) != py_db.PYDEV_FILE:
+            user_frame = tb.tb_frame
+        tb = tb.tb_next
+    if user_frame is None:
+        return False
     thread = threading.current_thread()
     info = py_db.set_additional_thread_info(thread)
-    stop_on_unhandled_exception(py_db, thread, info, (exc_type, exc, tb))
+    info.is_tracing += 1  # no re-entrant tracing of our own wait loop while stopped
+    try:
+        py_db.do_stop_on_unhandled_exception(thread, user_frame, None, (exc_type, exc, exc.__traceback__))
+    finally:
+        info.is_tracing -= 1
     return True
 
 

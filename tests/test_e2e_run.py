@@ -1,0 +1,100 @@
+"""End to end, single process and the in-rank features: run, --wait/stop, breakpoint(), post-mortem."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+
+import pytest
+
+from conftest import EXAMPLES, SCRIPTS, alive, marker_line, port_free, read_ranks, rtdebug, wait_ranks
+from dap import DAPClient
+
+pytestmark = pytest.mark.e2e
+
+
+def test_run_single_process_breakpoint_and_result(job, registry_dir, port_base):
+    script = EXAMPLES / "local_linear.py"
+    line = marker_line(script, "local step")
+    j = job("run", "--port", str(port_base), "--wait", str(script), "--epochs", "5")
+    sid = j.session_id()
+    wait_ranks(registry_dir, sid, 1)
+    c = DAPClient("127.0.0.1", port_base)
+    c.attach({str(script): [line]})
+    stopped = c.wait_stopped(120)
+    frame = c.top_frame(stopped["threadId"])
+    assert frame["line"] == line and frame["name"] == "train_func"
+    assert c.evaluate("epoch", frame["id"]) == "0"
+    assert c.evaluate("__import__('os').environ['RAY_TRAIN_V2_ENABLED']", frame["id"]) == "'1'"
+    c.request("setBreakpoints", source={"path": str(script)}, breakpoints=[])
+    c.continue_(stopped["threadId"])
+    c.disconnect()
+    assert j.wait(120) == 0, j.output()[-3000:]
+    metrics = ast.literal_eval(re.search(r"final metrics: (\{.*\})", j.output()).group(1))
+    assert metrics["epoch"] == 4 and 0 < metrics["loss"] < 30  # 5 SGD steps from ~29
+    assert port_free(port_base)
+
+
+def test_wait_rank0_blocks_rank1_runs_then_stop_cleans_up(job, registry_dir, port_base):
+    j = job("torchrun", "--debug-port-base", str(port_base), "--wait", "0", "--nproc-per-node", "2",
+            str(EXAMPLES / "plain_ddp.py"), "--epochs", "1000")
+    sid = j.session_id()
+    ranks = wait_ranks(registry_dir, sid, 2)
+    assert ranks[0]["wait"] is True and ranks[1]["wait"] is False
+    assert ranks[0]["lazy"] is False and ranks[1]["lazy"] is True
+    out = j.wait_output("rtdebug: all 2 local ranks ready")
+    assert "ready (waiting)" in out
+    # rank 1 is in user code (blocked in the first collective, since rank 0 has not started)
+    assert "rank 0 epoch" not in j.output()
+    pids = [r["pid"] for r in ranks.values()] + [p.pid for p in j.descendants()]
+    r = rtdebug("stop", "--session", sid)
+    assert r.returncode == 0, r.stderr
+    assert f"stopped session {sid}" in r.stdout
+    j.wait(60)
+    assert alive(pids) == []
+    assert port_free(port_base) and port_free(port_base + 1)
+    ps = json.loads(rtdebug("ps", "--json").stdout)
+    assert all(s["session_id"] != sid for s in ps["sessions"])
+
+
+def test_user_breakpoint_stops_only_named_rank(job, registry_dir, port_base):
+    script = SCRIPTS / "user_breakpoint.py"
+    j = job("torchrun", "--debug-port-base", str(port_base), "--nproc-per-node", "2", str(script))
+    sid = j.session_id()
+    wait_ranks(registry_dir, sid, 2)
+    c = DAPClient("127.0.0.1", port_base + 1)
+    c.attach()
+    stopped = c.wait_stopped(60)
+    frame = c.top_frame(stopped["threadId"])
+    assert frame["name"] == "<module>" and c.evaluate("value", frame["id"]) == "10"
+    assert "rank 0 breakpoint returned False" in j.wait_output("rank 0 breakpoint returned False")
+    c.continue_(stopped["threadId"])
+    j.wait_output("rank 1 breakpoint returned True")
+    c.disconnect()
+    assert j.wait(60) == 0
+
+
+def test_post_mortem_keeps_failed_rank_attachable(job, registry_dir, port_base):
+    script = SCRIPTS / "crash_rank1.py"
+    raise_line = next(i for i, text in enumerate(script.read_text().splitlines(), 1) if "RAISE SITE" in text)
+    j = job("torchrun", "--debug-port-base", str(port_base), "--post-mortem", "--post-mortem-wait", "60",
+            "--nproc-per-node", "2", str(script))
+    sid = j.session_id()
+    j.wait_output("rank 1 failed; post-mortem: attach to")
+    ranks = read_ranks(registry_dir, sid)
+    assert ranks[1]["state"] == "failed" and "ZeroDivisionError" in ranks[1]["error"]
+    ps = json.loads(rtdebug("ps", "--json").stdout)
+    live = {r["rank"]: r["state"] for s in ps["sessions"] if s["session_id"] == sid for r in s["ranks"]}
+    assert live[1] == "failed"
+    c = DAPClient("127.0.0.1", port_base + 1)
+    c.attach()
+    stopped = c.wait_stopped(60)
+    assert stopped["reason"] == "exception"
+    frame = c.top_frame(stopped["threadId"])
+    assert frame["line"] == raise_line and frame["name"] == "step"
+    assert c.evaluate("batch", frame["id"]) == "0"
+    c.continue_(stopped["threadId"])
+    c.disconnect()
+    code = j.wait(120)
+    assert code != 0

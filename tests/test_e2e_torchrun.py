@@ -1,0 +1,72 @@
+"""End to end: real torchrun, real Ray local mode, real debugpy, a real DAP client per rank."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import EXAMPLES, alive, marker_line, port_free, wait_ranks
+from dap import DAPClient
+
+pytestmark = pytest.mark.e2e
+
+CASES = {
+    "ddp_fashion": ("ddp step", "ray.train.get_context().get_world_rank()", ["--epochs", "1", "--samples", "128"]),
+    "plain_ddp": ("plain step", "dist.get_rank()", ["--epochs", "1", "--samples", "64"]),
+}
+
+
+@pytest.mark.parametrize("example", sorted(CASES))
+def test_breakpoint_stops_in_each_rank(example, job, registry_dir, port_base):
+    marker, expr, extra = CASES[example]
+    script = EXAMPLES / f"{example}.py"
+    line = marker_line(script, marker)
+    j = job("torchrun", "--debug-port-base", str(port_base), "--wait", "all",
+            "--nproc-per-node", "2", str(script), *extra)
+    sid = j.session_id()
+    ranks = wait_ranks(registry_dir, sid, 2)
+    j.wait_output("rtdebug: all 2 local ranks ready")
+    assert {r["port"] for r in ranks.values()} == {port_base, port_base + 1}
+    pids = [r["pid"] for r in ranks.values()] + [p.pid for p in j.descendants()]
+
+    clients = {}
+    for rank in (0, 1):
+        c = DAPClient("127.0.0.1", port_base + rank)
+        verified = c.attach({str(script): [line]})
+        assert verified[str(script)]["breakpoints"][0]["verified"] is True
+        clients[rank] = c
+    for rank, c in clients.items():
+        stopped = c.wait_stopped(120)
+        assert stopped["reason"] == "breakpoint"
+        frame = c.top_frame(stopped["threadId"])
+        assert frame["line"] == line
+        assert c.evaluate(expr, frame["id"]) == str(rank)
+        c.request("setBreakpoints", source={"path": str(script)}, breakpoints=[])
+        c.continue_(stopped["threadId"])
+    for c in clients.values():
+        c.disconnect()
+
+    assert j.wait(180) == 0, j.output()[-3000:]
+    assert alive(pids) == []
+    assert port_free(port_base) and port_free(port_base + 1)
+
+
+def test_lazy_rank_attaches_mid_run(job, registry_dir, port_base):
+    """No --wait: both ranks run at once; attaching later still stops at the breakpoint."""
+    script = EXAMPLES / "plain_ddp.py"
+    line = marker_line(script, "plain step")
+    j = job("torchrun", "--debug-port-base", str(port_base), "--nproc-per-node", "2",
+            str(script), "--epochs", "400", "--samples", "64")
+    sid = j.session_id()
+    ranks = wait_ranks(registry_dir, sid, 2)
+    assert all(r["lazy"] for r in ranks.values())
+    j.wait_output("rank 1 epoch 0")  # user code runs before anyone attached
+    c = DAPClient("127.0.0.1", port_base + 1)
+    c.attach({str(script): [line]})
+    stopped = c.wait_stopped(60)
+    frame = c.top_frame(stopped["threadId"])
+    assert c.evaluate("dist.get_rank()", frame["id"]) == "1"
+    state = wait_ranks(registry_dir, sid, 1, states=("attached",))[1]
+    assert state["lazy"] is False and state["attach_count"] == 1
+    c.request("setBreakpoints", source={"path": str(script)}, breakpoints=[])
+    c.continue_(stopped["threadId"])
+    c.disconnect()
