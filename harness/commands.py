@@ -15,8 +15,8 @@ from harness import bootstrap, localmode, processes, vscode
 from harness.config import RankConfig, Target, check_host
 from harness.endpoint import Endpoint, debugger_active
 from harness.errors import HarnessError, usage
-from harness.launcher import Launcher, format_table, plan_torchrun, rank_state
-from harness.ports import check_ports_free, is_port_free, port_for_rank, port_holder
+from harness.launcher import Launcher, format_table, max_nodes_of, plan_torchrun
+from harness.ports import check_ports_free, is_port_free, parse_rank_list, port_for_rank, port_holder
 from harness.registry import SCHEMA_VERSION, Registry, new_session_id, process_create_time
 
 URI = "vscode://rtdebug.rtdebug-vscode/attach?session={sid}&rank={rank}"
@@ -81,12 +81,7 @@ def run_torchrun(parsed, tokens: list[str]) -> int:
     cfg = RankConfig(session_id=new_session_id(), port_base=parsed.port, host=parsed.host,
                      wait=parsed.wait_ranks, eager=parsed.eager, post_mortem=parsed.post_mortem,
                      post_mortem_wait_s=parsed.post_mortem_wait, pg_timeout_s=parsed.pg_timeout)
-    from torch.distributed.run import parse_min_max_nnodes
-
-    world = parse_min_max_nnodes(plan.nnodes)[1] * plan.nproc_per_node
-    from harness.ports import parse_rank_list
-
-    parse_rank_list(cfg.wait, world)
+    parse_rank_list(cfg.wait, plan.max_world_size)
     return Launcher(plan, cfg, Registry()).run()
 
 
@@ -110,9 +105,7 @@ def ps(as_json: bool) -> int:
 def _world_size(session: dict[str, Any]) -> int:
     for r in session["ranks"]:
         return int(r["world_size"])
-    from torch.distributed.run import parse_min_max_nnodes
-
-    return parse_min_max_nnodes(session["nnodes"])[1] * int(session["nproc_per_node"])
+    return max_nodes_of(session["nnodes"]) * int(session["nproc_per_node"])
 
 
 def attach(rank: int, session_id: str | None, timeout: float, as_json: bool, to_vscode: bool) -> int:

@@ -41,18 +41,30 @@ class TorchrunPlan:
     node_rank: int | None
     local_ranks: list[int]  # global ranks whose ports this node must own
 
+    @property
+    def max_world_size(self) -> int:
+        return max_nodes_of(self.nnodes) * self.nproc_per_node
+
     def command(self) -> list[str]:
         inner = ["-m", "harness.bootstrap"] + (["-m"] if self.target.module else [])
         return [sys.executable, "-m", "torch.distributed.run", *self.torchrun_options,
                 *inner, self.target.target, *self.target.args]
 
 
+def max_nodes_of(nnodes: str) -> int:
+    """torchrun's --nnodes (``N`` or ``MIN:MAX``) -> MAX, as torchrun itself reads it."""
+    from torch.distributed.run import parse_min_max_nnodes
+
+    try:
+        return parse_min_max_nnodes(nnodes)[1]
+    except (RuntimeError, ValueError) as exc:
+        raise usage(f"argument --nnodes: {exc}") from None
+
+
 def local_global_ranks(nproc: int, nnodes: str, node_rank: int, static: bool) -> tuple[list[int], int | None]:
     """Global ranks this node may run. Static rendezvous fixes them by node rank; dynamic
     rendezvous (c10d, etcd) assigns node ranks at run time, so reserve the whole range."""
-    from torch.distributed.run import parse_min_max_nnodes
-
-    _, max_nodes = parse_min_max_nnodes(nnodes)
+    max_nodes = max_nodes_of(nnodes)
     if static or max_nodes == 1:
         nr = node_rank if max_nodes > 1 else 0
         return list(range(nr * nproc, (nr + 1) * nproc)), nr
