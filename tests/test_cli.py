@@ -1,0 +1,78 @@
+import json
+
+import pytest
+
+from harness import cli
+from harness.launcher import local_global_ranks, plan_torchrun
+
+
+def parse(tokens):
+    ours, rest = cli.split_harness_options(tokens)
+    return cli.torchrun_parser().parse_args(ours + rest), rest
+
+
+def test_split_harness_options_keeps_torchrun_flags_untouched():
+    ours, rest = cli.split_harness_options(["--wait", "0", "--eager", "--pg-timeout=5", "--nproc-per-node", "2",
+                                            "--tee", "3", "train.py", "--wait", "x"])
+    assert ours == ["--wait", "0", "--eager", "--pg-timeout=5"]
+    assert rest == ["--nproc-per-node", "2", "--tee", "3", "train.py", "--wait", "x"]
+
+
+def test_plan_passes_torchrun_options_and_script_args(tmp_path):
+    script = tmp_path / "t.py"
+    script.write_text("")
+    ns, rest = parse(["--debug-port-base", "7000", "--nproc-per-node", "3", "--master-port", "29999",
+                      "--local-ranks-filter", "0", str(script), "--lr", "1"])
+    plan = plan_torchrun(ns, rest)
+    assert plan.torchrun_options == ["--nproc-per-node", "3", "--master-port", "29999", "--local-ranks-filter", "0"]
+    assert plan.command()[-5:] == ["-m", "harness.bootstrap", str(script), "--lr", "1"]
+    assert plan.local_ranks == [0, 1, 2] and ns.port == 7000
+
+
+def test_plan_module_mode():
+    ns, rest = parse(["--nproc-per-node", "2", "-m", "json.tool", "x"])
+    plan = plan_torchrun(ns, rest)
+    assert "-m" not in plan.torchrun_options
+    assert plan.command()[-5:] == ["-m", "harness.bootstrap", "-m", "json.tool", "x"]
+
+
+def test_no_python_rejected(tmp_path):
+    ns, rest = parse(["--no-python", "--nproc-per-node", "2", "echo"])
+    with pytest.raises(Exception, match="--no-python is not supported"):
+        plan_torchrun(ns, rest)
+
+
+@pytest.mark.parametrize("nnodes, node_rank, static, expect", [
+    ("1", 0, True, ([0, 1], 0)), ("2", 1, True, ([2, 3], 1)),
+    ("2", 0, False, ([0, 1, 2, 3], None)), ("1:3", 0, False, ([0, 1, 2, 3, 4, 5], None)),
+])
+def test_local_global_ranks(nnodes, node_rank, static, expect):
+    assert local_global_ranks(2, nnodes, node_rank, static) == expect
+
+
+def test_vscode_command_prints_configs(capsys):
+    assert cli.main(["vscode", "--script", "examples/plain_ddp.py", "--nproc-per-node", "2", "--port-base", "6000"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    names = [c["name"] for c in out["configurations"]]
+    assert names[:2] == ["rtdebug: attach rank 0", "rtdebug: attach rank 1"]
+    assert out["configurations"][1]["connect"] == {"host": "127.0.0.1", "port": 6001}
+    assert out["compounds"][0]["preLaunchTask"] == out["tasks"][0]["label"]
+
+
+def test_vscode_multinode_hosts(capsys):
+    assert cli.main(["vscode", "--script", "t.py", "--nproc-per-node", "2", "--nnodes", "2", "--hosts", "a,b"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [c["connect"]["host"] for c in out["configurations"][:4]] == ["a", "a", "b", "b"]
+    assert cli.main(["vscode", "--script", "t.py", "--nnodes", "2", "--hosts", "a"]) == 2
+    assert "--hosts lists 1 hosts for --nnodes 2" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("cmd", ["run", "torchrun", "ps", "attach", "stop", "vscode"])
+def test_every_command_has_help(cmd, capsys):
+    assert cli.main([cmd, "--help"]) == 0
+    assert "usage:" in capsys.readouterr().out
+
+
+def test_usage_error_exit_code(capsys):
+    assert cli.main(["attach"]) == 2
+    assert "the following arguments are required: --rank" in capsys.readouterr().err

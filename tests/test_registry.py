@@ -1,0 +1,109 @@
+import json
+import os
+import subprocess
+import sys
+import time
+
+import jsonschema
+import pytest
+
+from harness.errors import HarnessError
+from harness.registry import SCHEMA_PATH, Registry, is_alive, process_create_time
+
+SCHEMA = json.loads(SCHEMA_PATH.read_text())
+
+
+def session(sid="s1", pid=None, ports=(6000, 6001), host="127.0.0.1"):
+    pid = pid or os.getpid()
+    now = time.time()
+    return {"schema_version": 1, "kind": "session", "session_id": sid, "mode": "torchrun", "launcher_pid": pid,
+            "launcher_create_time": process_create_time(pid), "command": ["rtdebug"], "cwd": "/", "script": "t.py",
+            "nnodes": "1", "nproc_per_node": 2, "node_rank": 0, "host": host, "port_base": ports[0],
+            "ports": list(ports), "wait": "none", "started_at": now, "updated_at": now, "ended_at": None,
+            "exit_code": None, "state": "running"}
+
+
+def rank(sid="s1", r=0, pid=None, state="ready"):
+    pid = pid or os.getpid()
+    now = time.time()
+    return {"schema_version": 1, "kind": "rank", "session_id": sid, "rank": r, "local_rank": r, "node_rank": 0,
+            "world_size": 2, "host": "127.0.0.1", "port": 6000 + r, "pid": pid,
+            "create_time": process_create_time(pid), "state": state, "lazy": True, "wait": False,
+            "attach_count": 0, "script": "t.py", "cwd": "/", "started_at": now, "updated_at": now,
+            "exit_code": None, "error": None}
+
+
+def test_entries_validate_against_schema(tmp_path):
+    reg = Registry(tmp_path)
+    reg.ensure()
+    reg.create_session(session())
+    reg.write_rank(rank())
+    for p in tmp_path.rglob("*.json"):
+        jsonschema.validate(json.loads(p.read_text()), SCHEMA)
+    bad = dict(rank(), state="sleeping")
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, SCHEMA)
+
+
+def test_permissions(tmp_path):
+    reg = Registry(tmp_path / "r")
+    reg.ensure()
+    reg.create_session(session())
+    assert oct((tmp_path / "r").stat().st_mode & 0o777) == "0o700"
+    assert oct((tmp_path / "r" / "s1" / "session.json").stat().st_mode & 0o777) == "0o600"
+
+
+def test_overlapping_ports_refused(tmp_path):
+    reg = Registry(tmp_path)
+    reg.create_session(session("a", ports=(6000, 6001)))
+    with pytest.raises(HarnessError) as e:
+        reg.create_session(session("b", ports=(6001, 6002)))
+    assert "debug port 6001 is reserved by session a" in str(e.value)
+    reg.create_session(session("c", ports=(6002, 6003)))  # disjoint is fine
+    assert [s["session_id"] for s in reg.live()] == ["a", "c"]
+
+
+def dead_pid():
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_stale_session_pruned_when_launcher_gone(tmp_path):
+    reg = Registry(tmp_path)
+    pid = dead_pid()
+    entry = session("gone")
+    entry["launcher_pid"] = pid
+    reg.create_session(entry)
+    assert reg.live() == []
+    assert not (tmp_path / "gone").exists()
+
+
+def test_reused_pid_is_not_alive(tmp_path):
+    ct = process_create_time(os.getpid())
+    assert is_alive(os.getpid(), ct)
+    assert not is_alive(os.getpid(), ct - 100)  # same pid, different process start: reused
+    reg = Registry(tmp_path)
+    entry = session("reused")
+    entry["launcher_create_time"] = ct - 100
+    reg.create_session(entry)
+    assert reg.live() == []
+
+
+def test_stale_rank_pruned_but_ended_rank_kept(tmp_path):
+    reg = Registry(tmp_path)
+    reg.create_session(session())
+    reg.write_rank(rank(r=0, pid=dead_pid(), state="ready"))
+    reg.write_rank(rank(r=1, pid=dead_pid(), state="exited"))
+    live = reg.live()
+    assert [r["rank"] for r in live[0]["ranks"]] == [1]
+
+
+def test_find_session_errors(tmp_path):
+    reg = Registry(tmp_path)
+    with pytest.raises(HarnessError, match="no live rtdebug session"):
+        reg.find_session(None)
+    reg.create_session(session("a"))
+    with pytest.raises(HarnessError, match="no live session 'b'"):
+        reg.find_session("b")
+    assert reg.find_session(None)["session_id"] == "a"
