@@ -3,6 +3,7 @@ import * as path from 'path';
 import * as vscode from 'vscode';
 import { DEBUG_TYPE, ENTRY_PREFIX } from './constants';
 import { rankEndpoint } from './common/attachConfig';
+import { AttachService } from './attachService';
 import { checkHarnessInstalled } from './harnessCheck';
 import { resolvePython } from './interpreter';
 import { harnessEnv, readSettings } from './settings';
@@ -13,6 +14,8 @@ import { harnessEnv, readSettings } from './settings';
  * error message instead of a session, so nothing is started that would then be orphaned.
  */
 export class RtdebugConfigurationProvider implements vscode.DebugConfigurationProvider {
+  constructor(private attach: AttachService) {}
+
   provideDebugConfigurations(): vscode.DebugConfiguration[] {
     return [
       { type: DEBUG_TYPE, request: 'launch', name: `${ENTRY_PREFIX}torchrun current file`, mode: 'torchrun', script: '${file}', nprocPerNode: 2 },
@@ -34,6 +37,16 @@ export class RtdebugConfigurationProvider implements vscode.DebugConfigurationPr
 
   async resolveDebugConfigurationWithSubstitutedVariables(folder: vscode.WorkspaceFolder | undefined, config: vscode.DebugConfiguration): Promise<vscode.DebugConfiguration | undefined> {
     if (rankEndpoint(config)) return config; // one rank: nothing to start
+    if (config.request === 'attach' && config.rank !== undefined && config.rank !== '') {
+      // "rtdebug: attach to rank…" (generated with "rank": "${input:rtdebugRank}"): one rank from the registry.
+      const rank = Number(String(config.rank).trim());
+      if (!Number.isInteger(rank) || rank < 0) return fail(`"${config.rank}" is not a rank number.`);
+      try {
+        return { ...(await this.attach.configFor(config.session, rank)), ...(config.justMyCode !== undefined ? { justMyCode: config.justMyCode } : {}) };
+      } catch (e) {
+        return fail((e as Error).message);
+      }
+    }
     const s = readSettings(folder?.uri);
     config.portBase ??= s.portBase;
     config.wait ??= s.wait;

@@ -19,7 +19,7 @@ export function registerAll(context: vscode.ExtensionContext): void {
     return { python: await resolvePython(folder?.uri), module: s.harnessModule, cwd: folder?.uri.fsPath, env: harnessEnv(s) };
   });
   const commands = new AttachCommands(attach, registry);
-  const provider = new RtdebugConfigurationProvider();
+  const provider = new RtdebugConfigurationProvider(attach);
   context.subscriptions.push(
     registry,
     attach,

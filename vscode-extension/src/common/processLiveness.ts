@@ -29,10 +29,18 @@ export function linuxCreateTime(pid: number): number | undefined {
   } catch { return undefined; }
 }
 
+function isZombie(pid: number): boolean {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) === 'Z';
+  } catch { return false; }
+}
+
 export const isProcessLive: LivenessCheck = (pid, createTime) => {
   try { process.kill(pid, 0); } catch (e) {
     if ((e as NodeJS.ErrnoException).code !== 'EPERM') return false;
   }
+  if (isZombie(pid)) return false;
   if (createTime === undefined) return true;
   const actual = linuxCreateTime(pid);
   return actual === undefined || Math.abs(actual - createTime) < 2;
