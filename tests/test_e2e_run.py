@@ -98,3 +98,9 @@ def test_post_mortem_keeps_failed_rank_attachable(job, registry_dir, port_base):
     c.disconnect()
     code = j.wait(120)
     assert code != 0
+
+
+def test_ray_data_single_process_works(job, registry_dir, port_base):
+    j = job("run", "--port", str(port_base), str(SCRIPTS / "ray_data_single.py"))
+    assert j.wait(300) == 0, j.output()[-3000:]
+    assert "ray data total 45" in j.output()
