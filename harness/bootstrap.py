@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import runpy
-import signal
 import sys
 import time
 import traceback
@@ -106,10 +105,6 @@ def serve_and_run(target: Target, record: RankRecord, endpoint: Endpoint | None,
     return code
 
 
-def _on_sigterm(signum, frame):
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -127,17 +122,21 @@ def main(argv: list[str] | None = None) -> int:
         port = port_for_rank(cfg.port_base, rank)
         os.environ.update(localmode.ray_env(os.environ))
         localmode.install(cfg.pg_timeout_s)
-        signal.signal(signal.SIGTERM, _on_sigterm)
+        # SIGTERM keeps its default action: a rank blocked inside a C++ collective could not run a
+        # Python handler, and the launcher marks the ranks' entries ended after teardown anyway.
         record = RankRecord(Registry(cfg.registry_dir), {
             "session_id": cfg.session_id, "rank": rank, "local_rank": local_rank,
             "node_rank": rank // max(local_world, 1), "world_size": world,
             "host": cfg.host, "port": port, "lazy": True, "wait": cfg.waits(rank),
             "script": target.display, "cwd": os.getcwd(),
         })
-        endpoint = Endpoint(cfg.host, port)
-        return serve_and_run(target, record, endpoint, eager=cfg.eager, wait=cfg.waits(rank),
-                             post_mortem=cfg.post_mortem, post_mortem_wait_s=cfg.post_mortem_wait_s,
-                             rank=rank)
+        try:
+            return serve_and_run(target, record, Endpoint(cfg.host, port), eager=cfg.eager,
+                                 wait=cfg.waits(rank), post_mortem=cfg.post_mortem,
+                                 post_mortem_wait_s=cfg.post_mortem_wait_s, rank=rank)
+        except HarnessError as exc:  # e.g. the port was taken between the launcher's check and now
+            record.set(state="failed", exit_code=exc.exit_code, error=exc.message)
+            raise
     except HarnessError as exc:
         print(f"rtdebug: rank {os.environ.get('RANK', '?')}: {exc.message}", file=sys.stderr, flush=True)
         return exc.exit_code

@@ -70,3 +70,32 @@ def test_lazy_rank_attaches_mid_run(job, registry_dir, port_base):
     c.request("setBreakpoints", source={"path": str(script)}, breakpoints=[])
     c.continue_(stopped["threadId"])
     c.disconnect()
+
+
+def test_two_nodes_static_rendezvous_ports_follow_global_rank(job, registry_dir, port_base):
+    """Two 'nodes' on one machine (--node-rank 0/1): each reserves only its own ranks' ports."""
+    import random
+
+    script = EXAMPLES / "plain_ddp.py"
+    line = marker_line(script, "plain step")
+    master = str(random.randrange(41000, 49000))
+    common = ["--debug-port-base", str(port_base), "--wait", "all", "--nnodes", "2", "--nproc-per-node", "1",
+              "--master-addr", "127.0.0.1", "--master-port", master]
+    nodes = [job("torchrun", *common, "--node-rank", str(n), str(script), "--epochs", "1", "--samples", "32")
+             for n in (0, 1)]
+    sids = [j.session_id() for j in nodes]
+    for n, sid in enumerate(sids):
+        ranks = wait_ranks(registry_dir, sid, 1)
+        assert list(ranks) == [n] and ranks[n]["port"] == port_base + n and ranks[n]["node_rank"] == n
+    clients = [DAPClient("127.0.0.1", port_base + n) for n in (0, 1)]
+    for c in clients:
+        c.attach({str(script): [line]})
+    for n, c in enumerate(clients):
+        stopped = c.wait_stopped(120)
+        frame = c.top_frame(stopped["threadId"])
+        assert c.evaluate("dist.get_rank()", frame["id"]) == str(n)
+        c.request("setBreakpoints", source={"path": str(script)}, breakpoints=[])
+        c.continue_(stopped["threadId"])
+    for c in clients:
+        c.disconnect()
+    assert [j.wait(120) for j in nodes] == [0, 0]
