@@ -99,3 +99,30 @@ def test_two_nodes_static_rendezvous_ports_follow_global_rank(job, registry_dir,
     for c in clients:
         c.disconnect()
     assert [j.wait(120) for j in nodes] == [0, 0]
+
+
+def test_breakpoint_in_preimported_torch_module(job, registry_dir, port_base):
+    """--wait ranks import torch before debugpy starts; a justMyCode=false breakpoint in torch still hits."""
+    import inspect
+
+    import torch.nn.functional as F
+
+    lines, start = inspect.getsourcelines(F.mse_loss)
+    body = start + next(i for i, text in enumerate(lines) if text.strip().startswith("if has_torch_function"))
+    torch_file = inspect.getsourcefile(F)
+    j = job("torchrun", "--debug-port-base", str(port_base), "--wait", "all", "--nproc-per-node", "2",
+            str(EXAMPLES / "plain_ddp.py"), "--epochs", "1", "--samples", "32")
+    wait_ranks(registry_dir, j.session_id(), 2)
+    clients = [DAPClient("127.0.0.1", port_base + r) for r in (0, 1)]
+    for c in clients:
+        v = c.attach({torch_file: [body]}, just_my_code=False)
+        assert v[torch_file]["breakpoints"][0]["verified"] is True
+    for c in clients:
+        stopped = c.wait_stopped(120)
+        frame = c.top_frame(stopped["threadId"])
+        assert frame["name"] == "mse_loss" and frame["line"] == body
+        c.request("setBreakpoints", source={"path": torch_file}, breakpoints=[])
+        c.continue_(stopped["threadId"])
+    for c in clients:
+        c.disconnect()
+    assert j.wait(120) == 0
