@@ -104,3 +104,40 @@ def test_ray_data_single_process_works(job, registry_dir, port_base):
     j = job("run", "--port", str(port_base), str(SCRIPTS / "ray_data_single.py"))
     assert j.wait(300) == 0, j.output()[-3000:]
     assert "ray data total 45" in j.output()
+
+
+def test_run_under_existing_debugger_starts_no_second_listener(tmp_path, registry_dir, port_base):
+    """The F5 path: VS Code's debugpy launches `python -m harness run`; breakpoints come from that debugger."""
+    import os
+    import subprocess
+    import sys
+
+    script = EXAMPLES / "local_linear.py"
+    line = marker_line(script, "local step")
+    log = open(tmp_path / "f5.log", "w+")
+    p = subprocess.Popen([sys.executable, "-m", "debugpy", "--listen", f"127.0.0.1:{port_base}", "--wait-for-client",
+                          "-m", "harness", "run", "--port", str(port_base + 1), str(script), "--epochs", "3"],
+                         stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYDEVD_DISABLE_FILE_VALIDATION="1"))
+    try:
+        c = DAPClient("127.0.0.1", port_base)
+        c.attach({str(script): [line]})
+        stopped = c.wait_stopped(120)
+        frame = c.top_frame(stopped["threadId"])
+        assert frame["line"] == line and c.evaluate("epoch", frame["id"]) == "0"
+        assert port_free(port_base + 1)  # no second listener
+        c.request("setBreakpoints", source={"path": str(script)}, breakpoints=[])
+        c.continue_(stopped["threadId"])
+        c.disconnect()
+        assert p.wait(120) == 0
+    finally:
+        p.kill()
+    log.seek(0)
+    out = log.read()
+    assert "already under a debugger; running the script without a second listener" in out
+    assert "final metrics: {'epoch': 2" in out
+
+
+def test_run_module_target(job, port_base):
+    j = job("run", "--port", str(port_base), "-m", "platform")
+    assert j.wait(60) == 0
+    assert "Linux" in j.output()
