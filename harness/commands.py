@@ -118,13 +118,15 @@ def attach(rank: int, session_id: str | None, timeout: float, as_json: bool, to_
     deadline = time.monotonic() + timeout
     while True:
         entry = next((r for r in reg.ranks(sid) if r["rank"] == rank), None)
-        if entry is not None and entry["state"] in ("ready", "attached"):
-            break
-        if entry is not None and entry["state"] in ("exited", "failed") and entry["pid"] and \
-                not reg.live_rank(entry):
-            raise HarnessError(f"rank {rank} of session {sid} has {entry['state']} "
-                               f"(exit code {entry['exit_code']})")
-        if reg.read_session(sid) is None or reg.read_session(sid)["state"] not in ("starting", "running"):
+        if entry is not None:
+            # a failed rank that is still alive is waiting for a post-mortem client
+            if entry["state"] in ("ready", "attached") or (entry["state"] == "failed" and reg.live_rank(entry)):
+                break
+            if entry["state"] in ("exited", "failed"):
+                raise HarnessError(f"rank {rank} of session {sid} has {entry['state']} "
+                                   f"(exit code {entry['exit_code']})")
+        current = reg.read_session(sid)
+        if current is None or current["state"] not in ("starting", "running"):
             raise HarnessError(f"session {sid} has ended")
         if time.monotonic() > deadline:
             raise HarnessError(f"timed out after {timeout:g}s waiting for rank {rank} of session {sid}")

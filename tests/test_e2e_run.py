@@ -87,6 +87,8 @@ def test_post_mortem_keeps_failed_rank_attachable(job, registry_dir, port_base):
     ps = json.loads(rtdebug("ps", "--json").stdout)
     live = {r["rank"]: r["state"] for s in ps["sessions"] if s["session_id"] == sid for r in s["ranks"]}
     assert live[1] == "failed"
+    r = rtdebug("attach", "--rank", "1", "--session", sid, "--json")  # failed but alive: attachable
+    assert r.returncode == 0 and json.loads(r.stdout)["port"] == port_base + 1, r.stderr
     c = DAPClient("127.0.0.1", port_base + 1)
     c.attach()
     stopped = c.wait_stopped(60)

@@ -107,3 +107,12 @@ def test_find_session_errors(tmp_path):
     with pytest.raises(HarnessError, match="no live session 'b'"):
         reg.find_session("b")
     assert reg.find_session(None)["session_id"] == "a"
+
+
+def test_attach_times_out_for_a_rank_that_never_registers(tmp_path, monkeypatch, capsys):
+    from harness import cli
+
+    monkeypatch.setenv("RTDEBUG_REGISTRY_DIR", str(tmp_path))
+    Registry(tmp_path).create_session(session("s1"))
+    assert cli.main(["attach", "--rank", "0", "--session", "s1", "--timeout", "0.3"]) == 1
+    assert capsys.readouterr().err.strip() == "rtdebug: error: timed out after 0.3s waiting for rank 0 of session s1"
