@@ -76,3 +76,16 @@ def test_every_command_has_help(cmd, capsys):
 def test_usage_error_exit_code(capsys):
     assert cli.main(["attach"]) == 2
     assert "the following arguments are required: --rank" in capsys.readouterr().err
+
+
+def test_rank_table_states():
+    from harness.launcher import format_table, rank_state
+
+    base = {"rank": 0, "local_rank": 0, "pid": 1, "host": "127.0.0.1", "port": 5678, "attach_count": 0, "wait": False}
+    assert rank_state(dict(base, state="ready")) == "ready"
+    assert rank_state(dict(base, state="ready", wait=True)) == "ready (waiting)"
+    assert rank_state(dict(base, state="ready", attach_count=2)) == "ready (detached)"
+    assert rank_state(dict(base, state="attached", attach_count=1)) == "attached"
+    table = format_table([dict(base, state="ready")], "sid")
+    assert table.splitlines()[1].split() == ["0", "0", "1", "127.0.0.1:5678", "ready", "rtdebug", "attach",
+                                             "--session", "sid", "--rank", "0"]

@@ -143,3 +143,20 @@ def test_run_module_target(job, port_base):
     j = job("run", "--port", str(port_base), "-m", "platform")
     assert j.wait(60) == 0
     assert "Linux" in j.output()
+
+
+def test_ctrl_c_stops_everything(job, registry_dir, port_base):
+    import signal
+
+    j = job("torchrun", "--debug-port-base", str(port_base), "--nproc-per-node", "2",
+            str(EXAMPLES / "plain_ddp.py"), "--epochs", "1000")
+    sid = j.session_id()
+    ranks = wait_ranks(registry_dir, sid, 2)
+    pids = [r["pid"] for r in ranks.values()] + [p.pid for p in j.descendants()]
+    j.proc.send_signal(signal.SIGINT)
+    assert j.wait(60) != 0
+    assert alive(pids) == []
+    assert port_free(port_base) and port_free(port_base + 1)
+    session = json.loads((registry_dir / sid / "session.json").read_text())
+    assert session["state"] == "stopped"
+    assert {r["state"] for r in read_ranks(registry_dir, sid).values()} == {"exited"}
