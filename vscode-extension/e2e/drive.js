@@ -1,0 +1,93 @@
+// The real-VS-Code e2e flow (see run.sh): generate configs through the prompts, start a 2-rank job,
+// "Attach to All Ranks", check both ranks stopped at the breakpoint with their own world rank.
+const { spawn } = require('child_process');
+const fs = require('fs');
+const path = require('path');
+const wb = require('./workbench');
+
+const arg = (name) => { const i = process.argv.indexOf(`--${name}`); return i > 0 ? process.argv[i + 1] : undefined; };
+const url = arg('url'), run = arg('run'), python = arg('python'), script = arg('script'), line = Number(arg('line')), art = arg('artifacts');
+const ws = path.join(run, 'ws');
+const trace = process.env.RTDEBUG_E2E_TRACE;
+const t0 = Date.now();
+const step = (m) => console.log(`[vscode-e2e +${((Date.now() - t0) / 1000).toFixed(1)}s] ${m}`);
+const check = (ok, what) => { if (!ok) throw new Error(`CHECK FAILED: ${what}`); step(`ok: ${what}`); };
+const traceLines = () => (fs.existsSync(trace) ? fs.readFileSync(trace, 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l)) : []);
+const readJsonc = (f) => JSON.parse(fs.readFileSync(f, 'utf8').replace(/^\s*\/\/.*$/gm, '').replace(/,(\s*[\]}])/g, '$1'));
+
+async function generate(page, portBase) {
+  await wb.runCommand(page, 'rtdebug: Generate Launch Configurations');
+  await wb.pick(page, '(1/5)', 'examples/ddp_fashion.py');
+  await wb.pick(page, '(2/5)', 'torchrun');
+  await wb.answer(page, '--nproc-per-node', 2);
+  await wb.answer(page, '--nnodes', 1);
+  await wb.answer(page, 'debug port base', portBase);
+  await wb.answer(page, 'wait policy', 'all');
+  const launchFile = path.join(ws, '.vscode', 'launch.json');
+  await wb.waitFor('launch.json with rtdebug entries', () => fs.readFileSync(launchFile, 'utf8').includes('rtdebug: attach rank 1'), 60000);
+  await new Promise((r) => setTimeout(r, 1000));
+  const text = fs.readFileSync(launchFile, 'utf8');
+  check(text.includes("// the user's own comment: must survive the generator"), 'launch.json keeps the user comment');
+  const launch = readJsonc(launchFile);
+  const names = launch.configurations.map((c) => c.name);
+  check(names[0] === 'My own config', 'the user config is still first');
+  const r0 = launch.configurations.find((c) => c.name === 'rtdebug: attach rank 0');
+  const r1 = launch.configurations.find((c) => c.name === 'rtdebug: attach rank 1');
+  check(r0 && r0.type === 'debugpy' && r0.connect.port === portBase && r1.connect.port === portBase + 1, 'one debugpy attach per rank at base + rank');
+  check(launch.compounds.length === 1 && launch.compounds[0].configurations.length === 2, 'an "all ranks" compound');
+  const tasks = readJsonc(path.join(ws, '.vscode', 'tasks.json'));
+  const task = tasks.tasks.find((t) => t.label === launch.compounds[0].preLaunchTask);
+  check(task && task.isBackground && task.args.includes('torchrun') && task.args.includes('all'), 'its background preLaunchTask runs rtdebug torchrun --wait all');
+}
+
+function startJob(portBase) {
+  const job = spawn(python, ['-m', 'harness', 'torchrun', '--debug-port-base', String(portBase), '--wait', 'all', '--nproc-per-node', '2',
+    script, '--epochs', '1', '--samples', '128'], { cwd: ws, env: process.env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+  const out = [];
+  for (const s of [job.stdout, job.stderr]) s.on('data', (d) => out.push(...d.toString().split('\n')));
+  const exited = new Promise((r) => job.on('exit', (code) => r(code)));
+  return { job, out, exited };
+}
+
+(async () => {
+  const portBase = 24000 + (process.pid % 500) * 4;
+  const { page, close } = await wb.openWorkbench(url);
+  let job;
+  try {
+    step('workbench loaded');
+    await generate(page, portBase);
+    job = startJob(portBase);
+    await wb.waitFor('rtdebug: all 2 local ranks ready', () => job.out.some((l) => l.startsWith('rtdebug: all 2 local ranks ready')), 180000);
+    step('job ready');
+    await wb.runCommand(page, 'rtdebug: Attach to All Ranks');
+    const stops = await wb.waitFor('both ranks stopped', () => {
+      const s = traceLines().filter((e) => e.kind === 'stopped');
+      return new Set(s.map((e) => e.rank)).size >= 2 ? s : undefined;
+    }, 180000);
+    for (const rank of [0, 1]) {
+      const e = stops.find((x) => x.rank === rank);
+      check(e.reason === 'breakpoint' && e.line === line && String(e.source).endsWith('ddp_fashion.py'), `rank ${rank} stopped at the breakpoint (line ${line})`);
+      check(e.eval === String(rank), `rank ${rank}: get_world_rank() evaluates to ${rank}`);
+      check(e.type === 'rtdebug' && /^rtdebug: all ranks/.test(e.parent), `rank ${rank} session is type rtdebug (DebugAdapterServer fallback), under the "all ranks" parent`);
+    }
+    await page.waitForTimeout(1500);
+    const sb = await wb.statusBarText(page);
+    check(sb.includes('rtdebug 2/2'), `status bar shows 2 attached / 2 live ranks (${sb.replace(/\s+/g, ' ').slice(0, 120)})`);
+    await page.screenshot({ path: path.join(art, 'vscode-e2e-both-ranks-stopped.png') });
+    await wb.runCommand(page, 'rtdebug e2e: Remove Breakpoints and Continue All');
+    const code = await Promise.race([job.exited, new Promise((r) => setTimeout(() => r('timeout'), 120000))]);
+    check(code === 0, `the job exits 0 after continuing (got ${code})`);
+    await wb.waitFor('the parent session to end', () => traceLines().some((e) => e.kind === 'session-end' && /^rtdebug: all ranks/.test(e.name)), 30000);
+    step('ok: the "all ranks" parent session ended with the job');
+    await page.screenshot({ path: path.join(art, 'vscode-e2e-done.png') });
+    console.log('VSCODE E2E PASSED');
+  } catch (e) {
+    console.error(`VSCODE E2E FAILED: ${e.message}`);
+    if (job) console.error('--- job output (tail)\n' + job.out.slice(-20).join('\n'));
+    await page.screenshot({ path: path.join(art, 'vscode-e2e-failure.png') }).catch(() => {});
+    process.exitCode = 1;
+  } finally {
+    if (job && job.exitCode === null) { try { process.kill(-job.job.pid, 'SIGTERM'); } catch { /* gone */ } }
+    await close();
+  }
+})();

