@@ -89,3 +89,20 @@ def test_rank_table_states():
     table = format_table([dict(base, state="ready")], "sid")
     assert table.splitlines()[1].split() == ["0", "0", "1", "127.0.0.1:5678", "ready", "rtdebug", "attach",
                                              "--session", "sid", "--rank", "0"]
+
+
+def test_nproc_gpu_without_cuda_is_a_usage_error(tmp_path):
+    import torch
+
+    from harness.errors import HarnessError
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    script = tmp_path / "t.py"
+    script.write_text("")
+    ns, rest = parse(["--nproc-per-node", "gpu", str(script)])
+    with pytest.raises(HarnessError) as e:
+        plan_torchrun(ns, rest)
+    assert str(e.value) == "--nproc-per-node gpu: Cuda is not available." and e.value.exit_code == 2
+    ns, rest = parse(["--nproc-per-node", "cpu", str(script)])
+    assert plan_torchrun(ns, rest).nproc_per_node == torch._utils.cpu_count()
