@@ -6,6 +6,7 @@ const path = require('path');
 const wb = require('./workbench');
 
 const arg = (name) => { const i = process.argv.indexOf(`--${name}`); return i > 0 ? process.argv[i + 1] : undefined; };
+const plainLine = Number(arg('plain-line'));
 const url = arg('url'), run = arg('run'), python = arg('python'), script = arg('script'), line = Number(arg('line')), art = arg('artifacts');
 const ws = path.join(run, 'ws');
 const trace = process.env.RTDEBUG_E2E_TRACE;
@@ -40,6 +41,33 @@ async function generate(page, portBase) {
   check(task && task.isBackground && task.args.includes('torchrun') && task.args.includes('all'), 'its background preLaunchTask runs rtdebug torchrun --wait all');
 }
 
+const alive = (pid) => { try { process.kill(pid, 0); return true; } catch { return false; } };
+
+/** F5 on a `"type": "rtdebug"` launch config: the extension starts the job, attaches both ranks; stop ends the job. */
+async function f5Launch(page) {
+  await wb.runCommand(page, 'Debug: Select and Start Debugging');
+  await wb.pick(page, 'F5 plain_ddp', 'F5 plain_ddp (rtdebug)');
+  const stops = await wb.waitFor('both plain_ddp ranks stopped', () => {
+    const s = traceLines().filter((e) => e.kind === 'stopped' && String(e.source).endsWith('plain_ddp.py'));
+    return new Set(s.map((e) => e.rank)).size >= 2 ? s : undefined;
+  }, 180000);
+  for (const rank of [0, 1]) {
+    const e = stops.find((x) => x.rank === rank);
+    check(e.reason === 'breakpoint' && e.line === plainLine && e.eval === String(rank) && e.parent === 'F5 plain_ddp (rtdebug)',
+      `F5: rank ${rank} stopped at plain_ddp.py:${plainLine} under the F5 session, dist.get_rank() == ${rank}`);
+  }
+  const reg = process.env.RTDEBUG_REGISTRY_DIR;
+  const sid = fs.readdirSync(reg).find((d) => { try { return fs.readFileSync(path.join(reg, d, 'session.json'), 'utf8').includes('plain_ddp.py'); } catch { return false; } });
+  const entries = fs.readdirSync(path.join(reg, sid)).map((f) => JSON.parse(fs.readFileSync(path.join(reg, sid, f), 'utf8')));
+  const pids = entries.map((e) => e.launcher_pid || e.pid);
+  check(pids.length === 3 && pids.every(alive), `F5 started session ${sid}: launcher + 2 ranks alive`);
+  await page.screenshot({ path: path.join(art, 'vscode-e2e-f5-both-ranks-stopped.png') });
+  await wb.runCommand(page, 'rtdebug e2e: Stop rtdebug Parent Sessions');
+  await wb.waitFor('the F5 session to end', () => traceLines().some((e) => e.kind === 'session-end' && e.name === 'F5 plain_ddp (rtdebug)'), 60000);
+  await wb.waitFor('the F5 job processes to be gone', () => !pids.some(alive), 30000);
+  step('ok: stopping the F5 session ended the job: launcher and both ranks are gone (no orphans)');
+}
+
 function startJob(portBase) {
   const job = spawn(python, ['-m', 'harness', 'torchrun', '--debug-port-base', String(portBase), '--wait', 'all', '--nproc-per-node', '2',
     script, '--epochs', '1', '--samples', '128'], { cwd: ws, env: process.env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
@@ -61,7 +89,7 @@ function startJob(portBase) {
     step('job ready');
     await wb.runCommand(page, 'rtdebug: Attach to All Ranks');
     const stops = await wb.waitFor('both ranks stopped', () => {
-      const s = traceLines().filter((e) => e.kind === 'stopped');
+      const s = traceLines().filter((e) => e.kind === 'stopped' && String(e.source).endsWith('ddp_fashion.py'));
       return new Set(s.map((e) => e.rank)).size >= 2 ? s : undefined;
     }, 180000);
     for (const rank of [0, 1]) {
@@ -79,6 +107,7 @@ function startJob(portBase) {
     check(code === 0, `the job exits 0 after continuing (got ${code})`);
     await wb.waitFor('the parent session to end', () => traceLines().some((e) => e.kind === 'session-end' && /^rtdebug: all ranks/.test(e.name)), 30000);
     step('ok: the "all ranks" parent session ended with the job');
+    await f5Launch(page);
     await page.screenshot({ path: path.join(art, 'vscode-e2e-done.png') });
     console.log('VSCODE E2E PASSED');
   } catch (e) {

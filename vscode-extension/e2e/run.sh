@@ -41,20 +41,27 @@ cat > "$RUN/ws/.vscode/launch.json" <<'JSON'
   // the user's own comment: must survive the generator
   "version": "0.2.0",
   "configurations": [
-    { "name": "My own config", "type": "node", "request": "launch", "program": "${file}" }
+    { "name": "My own config", "type": "node", "request": "launch", "program": "${file}" },
+    // F5 on our own debug type: starts the job, waits for the ranks, attaches all, ends the job on stop
+    { "name": "F5 plain_ddp (rtdebug)", "type": "rtdebug", "request": "launch", "mode": "torchrun",
+      "script": "${workspaceFolder}/examples/plain_ddp.py", "args": ["--epochs", "1", "--samples", "64"],
+      "nprocPerNode": 2, "portBase": F5_PORT_BASE, "wait": "all" }
   ]
 }
 JSON
 
 ( cd "$HERE/tracer-extension" && "$EXT/node_modules/.bin/vsce" package --no-dependencies -o "$RUN/tracer.vsix" >/dev/null )
-$CS $CSARGS --install-extension "$VSIX" >/dev/null
-$CS $CSARGS --install-extension "$RUN/tracer.vsix" >/dev/null
+$CS $CSARGS --install-extension "$VSIX" --install-extension "$RUN/tracer.vsix" >/dev/null
 $CS $CSARGS --list-extensions --show-versions
 
 SCRIPT=$RUN/ws/examples/ddp_fashion.py
 LINE=$(grep -n '# BREAKPOINT: ddp step' "$SCRIPT" | cut -d: -f1)
-export RTDEBUG_REGISTRY_DIR=$RUN/registry RTDEBUG_E2E_TRACE=$RUN/trace.jsonl RTDEBUG_E2E_BREAKPOINT=$SCRIPT:$LINE \
-  RTDEBUG_E2E_EVAL='ray.train.get_context().get_world_rank()'
+PLAIN=$RUN/ws/examples/plain_ddp.py
+PLAIN_LINE=$(grep -n '# BREAKPOINT: plain step' "$PLAIN" | cut -d: -f1)
+F5_PORT_BASE=$((30000 + RANDOM % 2000 * 2))
+sed -i "s/F5_PORT_BASE/$F5_PORT_BASE/" "$RUN/ws/.vscode/launch.json"
+export RTDEBUG_REGISTRY_DIR=$RUN/registry RTDEBUG_E2E_TRACE=$RUN/trace.jsonl RTDEBUG_E2E_BREAKPOINTS="$SCRIPT:$LINE;$PLAIN:$PLAIN_LINE" \
+  RTDEBUG_E2E_EVAL='{"ddp_fashion.py": "ray.train.get_context().get_world_rank()", "plain_ddp.py": "dist.get_rank()"}'
 setsid $CS $CSARGS "$RUN/ws" > "$RUN/code-server.log" 2>&1 &
 CSPID=$!
 cleanup() { kill -- -"$CSPID" 2>/dev/null || true; }
@@ -62,6 +69,6 @@ trap cleanup EXIT
 URL="http://127.0.0.1:$PORT/?folder=$RUN/ws"
 for _ in $(seq 1 120); do [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL")" = 200 ] && break; sleep 0.5; done
 
-E2E_ROOT=$R node "$HERE/drive.js" --url "$URL" --run "$RUN" --python "$PY" --script "$SCRIPT" --line "$LINE" --artifacts "$ART" \
+E2E_ROOT=$R node "$HERE/drive.js" --url "$URL" --run "$RUN" --python "$PY" --script "$SCRIPT" --line "$LINE" --plain-line "$PLAIN_LINE" --artifacts "$ART" \
   || { echo "--- code-server log (tail)"; tail -30 "$RUN/code-server.log"; echo "--- trace"; cat "$RUN/trace.jsonl" 2>/dev/null; exit 1; }
 rm -rf "$RUN"
