@@ -24,7 +24,7 @@ export async function generateLaunchConfigurations(args?: Partial<GenerateOption
     const launchUri = vscode.Uri.joinPath(dir, 'launch.json');
     const tasksUri = vscode.Uri.joinPath(dir, 'tasks.json');
     const [launch, tasks] = await Promise.all([readText(launchUri), readText(tasksUri)]);
-    const out = applyGenerated(launch, tasks, gen);
+    const out = applyGenerated(launch, tasks, gen, opts.script);
     await vscode.workspace.fs.createDirectory(dir);
     if (out.launch !== launch) await vscode.workspace.fs.writeFile(launchUri, Buffer.from(out.launch));
     if (out.tasks !== tasks) await vscode.workspace.fs.writeFile(tasksUri, Buffer.from(out.tasks));

@@ -1,4 +1,5 @@
 import { ENTRY_PREFIX } from '../constants';
+import * as jsonc from 'jsonc-parser';
 import { mergeNamedEntries } from './jsoncMerge';
 
 /** What `python -m harness vscode ... --json` prints: the one source of truth for generated entries. */
@@ -12,9 +13,20 @@ export interface GeneratedConfigs {
 export const EMPTY_LAUNCH = '{\n\t"version": "0.2.0",\n\t"configurations": []\n}\n';
 export const EMPTY_TASKS = '{\n\t"version": "2.0.0",\n\t"tasks": []\n}\n';
 
-const owned = (name: string) => name.startsWith(ENTRY_PREFIX);
-/** Inputs have ids, not names; the harness names them rtdebug… too. */
-const ownedInput = (id: string) => owned(id) || /^rtdebug/i.test(id);
+/**
+ * Which entries a run for `script` may remove when it no longer generates them: ours (prefix), and either
+ * naming this script or script-independent (the per-rank attach configs) — never another script's compound
+ * or task, and never a config a remaining compound still lists, so generating for a second script keeps
+ * the first one working.
+ */
+export function removablePolicy(script: string, keptCompoundRefs: Set<string>): (name: string) => boolean {
+  return (name) => name.startsWith(ENTRY_PREFIX) && !keptCompoundRefs.has(name) && (name.includes(script) || !/\.py\b/.test(name));
+}
+
+function compoundRefs(launch: string): Set<string> {
+  const v = (jsonc.parse(launch) ?? {}) as { compounds?: { configurations?: unknown[] }[] };
+  return new Set((v.compounds ?? []).flatMap((c) => (c.configurations ?? []).map((x) => (typeof x === 'string' ? x : String((x as { name?: string }).name)))));
+}
 
 export function parseGenerated(stdout: string): GeneratedConfigs {
   let v: Record<string, unknown>;
@@ -27,15 +39,19 @@ export function parseGenerated(stdout: string): GeneratedConfigs {
   return { configurations: list('configurations'), compounds: list('compounds'), tasks: list('tasks'), inputs: list('inputs') };
 }
 
-/** Merges the generated entries into launch.json / tasks.json text (empty text = file does not exist yet). */
-export function applyGenerated(launchText: string, tasksText: string, gen: GeneratedConfigs): { launch: string; tasks: string } {
+/**
+ * Merges the generated entries for `script` into launch.json / tasks.json text (empty text = no file yet).
+ * Inputs (ids, not names) are added or replaced but never removed: other configs may use them.
+ */
+export function applyGenerated(launchText: string, tasksText: string, gen: GeneratedConfigs, script: string): { launch: string; tasks: string } {
   let launch = launchText.trim() ? launchText : EMPTY_LAUNCH;
-  launch = mergeNamedEntries(launch, { key: 'configurations', nameKey: 'name', entries: gen.configurations, owned }, 'launch.json');
-  launch = mergeNamedEntries(launch, { key: 'compounds', nameKey: 'name', entries: gen.compounds, owned }, 'launch.json');
-  launch = mergeNamedEntries(launch, { key: 'inputs', nameKey: 'id', entries: gen.inputs, owned: ownedInput }, 'launch.json');
+  launch = mergeNamedEntries(launch, { key: 'compounds', nameKey: 'name', entries: gen.compounds, owned: removablePolicy(script, new Set()) }, 'launch.json');
+  const refs = compoundRefs(launch);
+  launch = mergeNamedEntries(launch, { key: 'configurations', nameKey: 'name', entries: gen.configurations, owned: removablePolicy(script, refs) }, 'launch.json');
+  launch = mergeNamedEntries(launch, { key: 'inputs', nameKey: 'id', entries: gen.inputs, owned: () => false }, 'launch.json');
   let tasks = tasksText;
   if (gen.tasks.length || tasksText.trim()) {
-    tasks = mergeNamedEntries(tasksText.trim() ? tasksText : EMPTY_TASKS, { key: 'tasks', nameKey: 'label', entries: gen.tasks, owned }, 'tasks.json');
+    tasks = mergeNamedEntries(tasksText.trim() ? tasksText : EMPTY_TASKS, { key: 'tasks', nameKey: 'label', entries: gen.tasks, owned: removablePolicy(script, new Set()) }, 'tasks.json');
   }
   return { launch, tasks };
 }

@@ -60,12 +60,12 @@ const py = harnessPython();
 test('real harness: `vscode --json` output merges into launch/tasks and is idempotent', { skip: !py && 'no harness interpreter' }, async () => {
   const out = await generateConfigs({ python: py!, module: 'harness' }, { script: 'examples/plain_ddp.py', mode: 'torchrun', nprocPerNode: 2, wait: 'all', python: py! });
   assert.ok(out.configurations.every((c) => String(c.name).startsWith('rtdebug: ')));
-  const files = applyGenerated('// mine\n{"version": "0.2.0", "configurations": [{"name": "x"}]}', '', out);
+  const files = applyGenerated('// mine\n{"version": "0.2.0", "configurations": [{"name": "x"}]}', '', out, 'examples/plain_ddp.py');
   const launch = jsonc.parse(files.launch);
   assert.ok(files.launch.startsWith('// mine\n'));
   assert.equal(launch.configurations[0].name, 'x');
   assert.ok(launch.configurations.some((c: { type: string; connect?: { port: number } }) => c.type === 'debugpy' && c.connect?.port === 5679));
   assert.equal(launch.compounds.length, 1);
   assert.equal(jsonc.parse(files.tasks).tasks.length, 1);
-  assert.deepEqual(applyGenerated(files.launch, files.tasks, out), files);
+  assert.deepEqual(applyGenerated(files.launch, files.tasks, out, 'examples/plain_ddp.py'), files);
 });

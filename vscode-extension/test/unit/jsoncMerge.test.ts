@@ -23,17 +23,17 @@ const USER_LAUNCH = `{
 }
 `;
 
-const gen = (ranks: number): GeneratedConfigs => ({
+const gen = (ranks: number, script = 'train.py'): GeneratedConfigs => ({
   configurations: Array.from({ length: ranks }, (_, r) => ({
     name: `rtdebug: attach rank ${r}`, type: 'debugpy', request: 'attach', connect: { host: '127.0.0.1', port: 5678 + r },
   })),
-  compounds: [{ name: 'rtdebug: all ranks (train.py)', configurations: Array.from({ length: ranks }, (_, r) => `rtdebug: attach rank ${r}`), preLaunchTask: 'rtdebug: torchrun train.py' }],
-  tasks: [{ label: 'rtdebug: torchrun train.py', type: 'process', command: 'python', args: ['-m', 'harness', 'torchrun', 'train.py'], isBackground: true }],
+  compounds: [{ name: `rtdebug: all ranks (${script})`, configurations: Array.from({ length: ranks }, (_, r) => `rtdebug: attach rank ${r}`), preLaunchTask: `rtdebug: torchrun ${script}` }],
+  tasks: [{ label: `rtdebug: torchrun ${script}`, type: 'process', command: 'python', args: ['-m', 'harness', 'torchrun', script], isBackground: true }],
   inputs: [{ id: 'rtdebugRank', type: 'promptString', description: 'Rank', default: '0' }],
 });
 
 test('merge keeps the user comments and entries byte for byte', () => {
-  const { launch } = applyGenerated(USER_LAUNCH, '', gen(2));
+  const { launch } = applyGenerated(USER_LAUNCH, '', gen(2), 'train.py');
   for (const kept of ['// my own comment, keep me', '/* a block comment before my config */', '"name": "My app",   // trailing comment', '"program": "${file}",']) {
     assert.ok(launch.includes(kept), `lost: ${kept}`);
   }
@@ -46,19 +46,19 @@ test('merge keeps the user comments and entries byte for byte', () => {
 });
 
 test('merge is idempotent', () => {
-  const once = applyGenerated(USER_LAUNCH, '', gen(2));
-  const twice = applyGenerated(once.launch, once.tasks, gen(2));
+  const once = applyGenerated(USER_LAUNCH, '', gen(2), 'train.py');
+  const twice = applyGenerated(once.launch, once.tasks, gen(2), 'train.py');
   assert.equal(twice.launch, once.launch);
   assert.equal(twice.tasks, once.tasks);
 });
 
 test('re-running with other options updates owned entries instead of duplicating', () => {
-  const two = applyGenerated(USER_LAUNCH, '', gen(2));
-  const three = applyGenerated(two.launch, two.tasks, gen(3));
+  const two = applyGenerated(USER_LAUNCH, '', gen(2), 'train.py');
+  const three = applyGenerated(two.launch, two.tasks, gen(3), 'train.py');
   const parsed = jsonc.parse(three.launch);
   assert.deepEqual(parsed.configurations.map((c: { name: string }) => c.name), ['My app', 'rtdebug: attach rank 0', 'rtdebug: attach rank 1', 'rtdebug: attach rank 2']);
   assert.equal(parsed.compounds[0].configurations.length, 3);
-  const one = applyGenerated(three.launch, three.tasks, gen(1));
+  const one = applyGenerated(three.launch, three.tasks, gen(1), 'train.py');
   assert.deepEqual(jsonc.parse(one.launch).configurations.map((c: { name: string }) => c.name), ['My app', 'rtdebug: attach rank 0']);
   assert.ok(one.launch.includes('// my own comment, keep me'));
 });
@@ -70,26 +70,37 @@ test('an owned entry the user edited is replaced in place, keeping its position'
 });
 
 test('missing files are created with a version field', () => {
-  const out = applyGenerated('', '', gen(1));
+  const out = applyGenerated('', '', gen(1), 'train.py');
   assert.equal(jsonc.parse(out.launch).version, '0.2.0');
   assert.equal(jsonc.parse(out.tasks).version, '2.0.0');
   assert.equal(jsonc.parse(out.tasks).tasks[0].label, 'rtdebug: torchrun train.py');
 });
 
 test('no tasks and no tasks.json: tasks.json stays absent', () => {
-  const out = applyGenerated(EMPTY_LAUNCH, '', { configurations: [{ name: 'rtdebug: x', type: 'debugpy' }], compounds: [], tasks: [], inputs: [] });
+  const out = applyGenerated(EMPTY_LAUNCH, '', { configurations: [{ name: 'rtdebug: x', type: 'debugpy' }], compounds: [], tasks: [], inputs: [] }, 'x.py');
   assert.equal(out.tasks, '');
   assert.equal(jsonc.parse(out.launch).compounds, undefined);
 });
 
 test('a launch.json with a syntax error is refused, not overwritten', () => {
-  assert.throws(() => applyGenerated('{ "configurations": [ { "name": } ] }', '', gen(1)), JsoncSyntaxError);
-  assert.throws(() => applyGenerated('{ "configurations": {} }', '', gen(1)), /not an array/);
+  assert.throws(() => applyGenerated('{ "configurations": [ { "name": } ] }', '', gen(1), 'train.py'), JsoncSyntaxError);
+  assert.throws(() => applyGenerated('{ "configurations": {} }', '', gen(1), 'train.py'), /not an array/);
 });
 
 test('formatting follows the file: tabs or spaces', () => {
   assert.equal(detectFormatting('{\n\t"a": 1\n}').insertSpaces, false);
   assert.deepEqual(detectFormatting('{\n  "a": 1\n}'), { insertSpaces: true, tabSize: 2, eol: '\n' });
-  const out = applyGenerated(USER_LAUNCH, '', gen(1)).launch;
+  const out = applyGenerated(USER_LAUNCH, '', gen(1), 'train.py').launch;
   assert.ok(out.includes('\n    {\n      "name": "rtdebug: attach rank 0"'), out);
+});
+
+test('generating for a second script keeps the first one working', () => {
+  const a = applyGenerated(USER_LAUNCH, '', gen(3, 'a.py'), 'a.py');
+  const b = applyGenerated(a.launch, a.tasks, gen(2, 'b.py'), 'b.py');
+  const launch = jsonc.parse(b.launch);
+  assert.deepEqual(launch.compounds.map((c: { name: string }) => c.name), ['rtdebug: all ranks (a.py)', 'rtdebug: all ranks (b.py)']);
+  assert.ok(launch.configurations.some((c: { name: string }) => c.name === 'rtdebug: attach rank 2'), 'a.py compound still lists rank 2');
+  assert.equal(launch.configurations.filter((c: { name: string }) => c.name === 'rtdebug: attach rank 5').length, 0, 'unreferenced stale rank config removed');
+  assert.deepEqual(jsonc.parse(b.tasks).tasks.map((t: { label: string }) => t.label), ['rtdebug: torchrun a.py', 'rtdebug: torchrun b.py']);
+  assert.deepEqual(applyGenerated(b.launch, b.tasks, gen(2, 'b.py'), 'b.py'), b, 'idempotent');
 });
