@@ -17,10 +17,12 @@ export const EMPTY_TASKS = '{\n\t"version": "2.0.0",\n\t"tasks": []\n}\n';
  * Which entries a run for `script` may remove when it no longer generates them: ours (prefix), and either
  * naming this script or script-independent (the per-rank attach configs) — never another script's compound
  * or task, and never a config a remaining compound still lists, so generating for a second script keeps
- * the first one working.
+ * the first one working. Script-independent entries are only removed by a run that generates some itself
+ * (torchrun), not by a single-process one.
  */
-export function removablePolicy(script: string, keptCompoundRefs: Set<string>): (name: string) => boolean {
-  return (name) => name.startsWith(ENTRY_PREFIX) && !keptCompoundRefs.has(name) && (name.includes(script) || !/\.py\b/.test(name));
+export function removablePolicy(script: string, keptCompoundRefs: Set<string>, sharedToo = true): (name: string) => boolean {
+  const perScript = (name: string) => /\.py\b/.test(name);
+  return (name) => name.startsWith(ENTRY_PREFIX) && !keptCompoundRefs.has(name) && (perScript(name) ? name.includes(script) : sharedToo);
 }
 
 function compoundRefs(launch: string): Set<string> {
@@ -47,7 +49,8 @@ export function applyGenerated(launchText: string, tasksText: string, gen: Gener
   let launch = launchText.trim() ? launchText : EMPTY_LAUNCH;
   launch = mergeNamedEntries(launch, { key: 'compounds', nameKey: 'name', entries: gen.compounds, owned: removablePolicy(script, new Set()) }, 'launch.json');
   const refs = compoundRefs(launch);
-  launch = mergeNamedEntries(launch, { key: 'configurations', nameKey: 'name', entries: gen.configurations, owned: removablePolicy(script, refs) }, 'launch.json');
+  const shared = gen.configurations.some((c) => !/\.py\b/.test(String(c.name)));
+  launch = mergeNamedEntries(launch, { key: 'configurations', nameKey: 'name', entries: gen.configurations, owned: removablePolicy(script, refs, shared) }, 'launch.json');
   launch = mergeNamedEntries(launch, { key: 'inputs', nameKey: 'id', entries: gen.inputs, owned: () => false }, 'launch.json');
   let tasks = tasksText;
   if (gen.tasks.length || tasksText.trim()) {

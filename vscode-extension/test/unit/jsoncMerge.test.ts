@@ -104,3 +104,11 @@ test('generating for a second script keeps the first one working', () => {
   assert.deepEqual(jsonc.parse(b.tasks).tasks.map((t: { label: string }) => t.label), ['rtdebug: torchrun a.py', 'rtdebug: torchrun b.py']);
   assert.deepEqual(applyGenerated(b.launch, b.tasks, gen(2, 'b.py'), 'b.py'), b, 'idempotent');
 });
+
+test('a single-process run keeps the shared per-rank configs', () => {
+  const a = applyGenerated(EMPTY_LAUNCH, '', gen(2, 'a.py'), 'a.py');
+  const withPicker = applyGenerated(a.launch, a.tasks, { ...gen(2, 'a.py'), configurations: [...gen(2, 'a.py').configurations, { name: 'rtdebug: attach to rank…', type: 'rtdebug' }] }, 'a.py');
+  const run = applyGenerated(withPicker.launch, withPicker.tasks, { configurations: [{ name: 'rtdebug: l.py (single process)', type: 'debugpy' }], compounds: [], tasks: [], inputs: [] }, 'l.py');
+  assert.deepEqual(jsonc.parse(run.launch).configurations.map((c: { name: string }) => c.name),
+    ['rtdebug: attach rank 0', 'rtdebug: attach rank 1', 'rtdebug: attach to rank…', 'rtdebug: l.py (single process)']);
+});
