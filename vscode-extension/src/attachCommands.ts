@@ -1,5 +1,6 @@
 import * as vscode from 'vscode';
 import { DEBUG_TYPE, ENTRY_PREFIX } from './constants';
+import { parseAttachUri } from './common/attachUri';
 import { rankPickItems } from './common/quickPickItems';
 import { AttachService } from './attachService';
 import { RegistryWatcher } from './registryWatcher';
@@ -45,13 +46,11 @@ export class AttachCommands {
   }
 
   async handleUri(uri: vscode.Uri): Promise<void> {
-    const q = new URLSearchParams(uri.query);
-    const session = q.get('session') ?? undefined;
-    const rank = q.get('rank');
-    if (uri.path.replace(/^\//, '') !== 'attach') return void vscode.window.showErrorMessage(`rtdebug: unknown link ${uri.toString()}`);
-    if (rank === null || rank === 'all') return this.attachToAllRanks({ session });
-    if (!/^\d+$/.test(rank)) return void vscode.window.showErrorMessage(`rtdebug: bad rank "${rank}" in ${uri.toString()}`);
-    return this.attachToRank({ session, rank: Number(rank) });
+    let req;
+    try { req = parseAttachUri(uri.path, uri.query); } catch (e) {
+      return void vscode.window.showErrorMessage(`rtdebug: ${(e as Error).message} in ${uri.toString()}`);
+    }
+    return req.kind === 'all' ? this.attachToAllRanks({ session: req.session }) : this.attachToRank({ session: req.session, rank: req.rank });
   }
 
   private async run(f: () => Promise<void>): Promise<void> {
