@@ -146,6 +146,7 @@ class Launcher:
                 signal.signal(s, h)
             state = "stopped" if self._stopping.is_set() else ("exited" if code == 0 else "failed")
             self.registry.update_session(sid, state=state, exit_code=code, ended_at=time.time())
+            print(f"rtdebug: session {sid} {state} (exit code {code})", flush=True)
         return code
 
     def _on_signal(self, signum, frame) -> None:

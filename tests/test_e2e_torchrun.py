@@ -46,6 +46,7 @@ def test_breakpoint_stops_in_each_rank(example, job, registry_dir, port_base):
         c.disconnect()
 
     assert j.wait(180) == 0, j.output()[-3000:]
+    assert f"rtdebug: session {sid} exited (exit code 0)" in j.output()
     assert alive(pids) == []
     assert port_free(port_base) and port_free(port_base + 1)
 
