@@ -102,11 +102,16 @@ function startJob(portBase) {
     const sb = await wb.statusBarText(page);
     check(sb.includes('rtdebug 2/2'), `status bar shows 2 attached / 2 live ranks (${sb.replace(/\s+/g, ' ').slice(0, 120)})`);
     await page.screenshot({ path: path.join(art, 'vscode-e2e-both-ranks-stopped.png') });
-    await wb.runCommand(page, 'rtdebug e2e: Remove Breakpoints and Continue All');
-    const code = await Promise.race([job.exited, new Promise((r) => setTimeout(() => r('timeout'), 120000))]);
-    check(code === 0, `the job exits 0 after continuing (got ${code})`);
-    await wb.waitFor('the parent session to end', () => traceLines().some((e) => e.kind === 'session-end' && /^rtdebug: all ranks/.test(e.name)), 30000);
-    step('ok: the "all ranks" parent session ended with the job');
+    // Stop the parent: both rank sessions end, the ranks are only detached (they resume and finish).
+    await wb.runCommand(page, 'rtdebug e2e: Stop rtdebug Parent Sessions');
+    await wb.waitFor('parent and both rank sessions to end', () => {
+      const ended = traceLines().filter((e) => e.kind === 'session-end' && (/^rtdebug: all ranks/.test(e.name) || /^rtdebug: all ranks/.test(e.parent)));
+      return ended.length >= 3;
+    }, 30000);
+    step('ok: stopping the "all ranks" parent ended both rank sessions');
+    check(job.job.exitCode === null, 'the attached job was detached, not killed');
+    const code = await wb.withTimeout(job.exited, 120000, 'timeout');
+    check(code === 0, `the detached ranks resume and the job exits 0 (got ${code})`);
     await f5Launch(page);
     await page.screenshot({ path: path.join(art, 'vscode-e2e-done.png') });
     console.log('VSCODE E2E PASSED');
@@ -117,6 +122,7 @@ function startJob(portBase) {
     process.exitCode = 1;
   } finally {
     if (job && job.exitCode === null) { try { process.kill(-job.job.pid, 'SIGTERM'); } catch { /* gone */ } }
-    await close();
+    await wb.withTimeout(close(), 15000, undefined);
   }
+  process.exit(process.exitCode || 0);
 })();

@@ -77,4 +77,10 @@ async function waitFor(what, f, timeout, interval = 500) {
   }
 }
 
-module.exports = { openWorkbench, runCommand, pick, answer, waitQuickInput, statusBarText, waitFor };
+/** `p`, or `fallback` after `ms`; the timer is cleared so it never keeps the process alive. */
+async function withTimeout(p, ms, fallback) {
+  let timer;
+  try { return await Promise.race([p, new Promise((r) => { timer = setTimeout(() => r(fallback), ms); })]); } finally { clearTimeout(timer); }
+}
+
+module.exports = { withTimeout, openWorkbench, runCommand, pick, answer, waitQuickInput, statusBarText, waitFor };

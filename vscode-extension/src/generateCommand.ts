@@ -1,5 +1,6 @@
 import * as path from 'path';
 import * as vscode from 'vscode';
+import { PYTHON_EXTENSION_ID } from './constants';
 import { applyGenerated } from './common/launchFiles';
 import { generateConfigs, GenerateOptions } from './common/harnessCli';
 import { checkGenerateOptions, splitHosts, validateHosts, validatePort, validatePositiveInt, validateWait } from './common/generateInputs';
@@ -19,7 +20,10 @@ export async function generateLaunchConfigurations(args?: Partial<GenerateOption
     if (!opts) return;
     const s = readSettings(folder.uri);
     const python = await resolvePython(folder.uri);
-    const gen = await generateConfigs({ python, module: s.harnessModule, cwd: folder.uri.fsPath, env: harnessEnv(s) }, { python, ...opts });
+    // With the Python extension the task keeps the harness default `${command:python.interpreterPath}`
+    // (portable); without it (code-server, VSCodium) that command does not exist, so write the path.
+    const taskPython = vscode.extensions.getExtension(PYTHON_EXTENSION_ID) ? undefined : python;
+    const gen = await generateConfigs({ python, module: s.harnessModule, cwd: folder.uri.fsPath, env: harnessEnv(s) }, { ...opts, python: taskPython });
     const dir = vscode.Uri.joinPath(folder.uri, '.vscode');
     const launchUri = vscode.Uri.joinPath(dir, 'launch.json');
     const tasksUri = vscode.Uri.joinPath(dir, 'tasks.json');

@@ -2,15 +2,13 @@
 // RTDEBUG_E2E_BREAKPOINTS ("file:line;file:line"); a debug adapter tracker on every session appends what it
 // saw to the JSON-lines file RTDEBUG_E2E_TRACE: session starts/ends and, for each stop, the top frame and
 // the value of the expression RTDEBUG_E2E_EVAL (JSON: script basename -> expression) gives for that file.
-// "Remove Breakpoints and Continue All" lets the job finish; "Stop rtdebug Parent Sessions" does what the
-// Stop button on the parent session does (vscode.debug.stopDebugging).
+// "Stop rtdebug Parent Sessions" does what the Stop button on a parent session does (vscode.debug.stopDebugging).
 const vscode = require('vscode');
 const fs = require('fs');
 
 const TRACE = process.env.RTDEBUG_E2E_TRACE;
 const EVAL = JSON.parse(process.env.RTDEBUG_E2E_EVAL || '{}');
 const exprFor = (source) => EVAL[String(source).split(/[\\/]/).pop()] || '1';
-const stoppedThreads = new Map(); // session id -> { session, threadId }
 const sessionsSeen = new Map(); // session id -> live vscode.DebugSession
 
 function record(obj) {
@@ -42,7 +40,6 @@ exports.activate = (context) => {
             const st = await session.customRequest('stackTrace', { threadId, startFrame: 0, levels: 1 });
             const top = st.stackFrames[0];
             const source = top.source && (top.source.path || top.source.name);
-            stoppedThreads.set(session.id, { session, threadId, file: String(source).split(/[\\/]/).pop() });
             const ev = await session.customRequest('evaluate', { expression: exprFor(source), frameId: top.id, context: 'repl' });
             record({ kind: 'stopped', ...describe(session), reason: m.body.reason, line: top.line, source, eval: ev.result });
           } catch (e) {
@@ -51,16 +48,6 @@ exports.activate = (context) => {
         },
         onError: (e) => record({ kind: 'adapter-error', ...describe(session), error: String(e && e.message) }),
       }),
-    }),
-    vscode.commands.registerCommand('rtdebugE2e.continueAll', async () => {
-      const files = new Set([...stoppedThreads.values()].map((x) => x.file));
-      vscode.debug.removeBreakpoints(vscode.debug.breakpoints.filter((b) => b.location && files.has(b.location.uri.fsPath.split(/[\\/]/).pop())));
-      await new Promise((r) => setTimeout(r, 500));
-      for (const { session, threadId } of stoppedThreads.values()) {
-        try { await session.customRequest('continue', { threadId }); } catch (e) { record({ kind: 'continue-error', error: String(e && e.message) }); }
-      }
-      record({ kind: 'continued', sessions: stoppedThreads.size });
-      stoppedThreads.clear();
     }),
     vscode.commands.registerCommand('rtdebugE2e.stopParents', async () => {
       const parents = [];
