@@ -68,6 +68,28 @@ async function f5Launch(page) {
   step('ok: stopping the F5 session ended the job: launcher and both ranks are gone (no orphans)');
 }
 
+/** The three ways F5 can go wrong: one clear message each, and no process left behind. */
+async function errorPaths(page) {
+  const cases = [
+    ['E2E missing script', 'script not found'],
+    ['E2E no harness', 'harness is not installed'],
+    ['E2E never ready', 'ranks never became ready within 8 s'],
+  ];
+  for (const [name, text] of cases) {
+    await wb.runCommand(page, 'Debug: Select and Start Debugging');
+    await wb.pick(page, name, name);
+    const shown = await wb.waitFor(`the "${text}" message`, async () => (await wb.notificationsText(page)).includes(text), 60000);
+    check(shown, `${name}: VS Code shows "rtdebug: …${text}…"`);
+    await wb.runCommand(page, 'Notifications: Clear All Notifications');
+  }
+  const reg = process.env.RTDEBUG_REGISTRY_DIR;
+  const never = fs.readdirSync(reg).map((d) => { try { return JSON.parse(fs.readFileSync(path.join(reg, d, 'session.json'), 'utf8')); } catch { return undefined; } })
+    .filter((e) => e && e.command.includes('--nnodes'));
+  check(never.length === 1, 'the never-ready job had started a session');
+  await wb.waitFor('the never-ready job to be stopped', () => !alive(never[0].launcher_pid), 30000);
+  step('ok: the never-ready job was stopped (no orphan)');
+}
+
 function startJob(portBase) {
   const job = spawn(python, ['-m', 'harness', 'torchrun', '--debug-port-base', String(portBase), '--wait', 'all', '--nproc-per-node', '2',
     script, '--epochs', '1', '--samples', '128'], { cwd: ws, env: process.env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
@@ -113,6 +135,7 @@ function startJob(portBase) {
     const code = await wb.withTimeout(job.exited, 120000, 'timeout');
     check(code === 0, `the detached ranks resume and the job exits 0 (got ${code})`);
     await f5Launch(page);
+    await errorPaths(page);
     await page.screenshot({ path: path.join(art, 'vscode-e2e-done.png') });
     console.log('VSCODE E2E PASSED');
   } catch (e) {

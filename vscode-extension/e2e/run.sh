@@ -45,7 +45,14 @@ cat > "$RUN/ws/.vscode/launch.json" <<'JSON'
     // F5 on our own debug type: starts the job, waits for the ranks, attaches all, ends the job on stop
     { "name": "F5 plain_ddp (rtdebug)", "type": "rtdebug", "request": "launch", "mode": "torchrun",
       "script": "${workspaceFolder}/examples/plain_ddp.py", "args": ["--epochs", "1", "--samples", "64"],
-      "nprocPerNode": 2, "portBase": F5_PORT_BASE, "wait": "all" }
+      "nprocPerNode": 2, "portBase": F5_PORT_BASE, "wait": "all" },
+    // error paths: each must end in one clear message and leave no job behind
+    { "name": "E2E missing script", "type": "rtdebug", "request": "launch", "script": "${workspaceFolder}/examples/nope.py" },
+    { "name": "E2E no harness", "type": "rtdebug", "request": "launch", "script": "${workspaceFolder}/examples/plain_ddp.py",
+      "harnessModule": "no_such_harness_module" },
+    { "name": "E2E never ready", "type": "rtdebug", "request": "launch", "script": "${workspaceFolder}/examples/plain_ddp.py",
+      "nprocPerNode": 1, "torchrunArgs": ["--nnodes", "2", "--master-port", "NEVER_MASTER_PORT"], "portBase": NEVER_PORT_BASE,
+      "readyTimeoutSeconds": 8 }
   ]
 }
 JSON
@@ -59,7 +66,8 @@ LINE=$(grep -n '# BREAKPOINT: ddp step' "$SCRIPT" | cut -d: -f1)
 PLAIN=$RUN/ws/examples/plain_ddp.py
 PLAIN_LINE=$(grep -n '# BREAKPOINT: plain step' "$PLAIN" | cut -d: -f1)
 F5_PORT_BASE=$((30000 + RANDOM % 2000 * 2))
-sed -i "s/F5_PORT_BASE/$F5_PORT_BASE/" "$RUN/ws/.vscode/launch.json"
+sed -i -e "s/F5_PORT_BASE/$F5_PORT_BASE/" -e "s/NEVER_PORT_BASE/$((F5_PORT_BASE + 10))/" \
+  -e "s/NEVER_MASTER_PORT/$((F5_PORT_BASE + 20))/" "$RUN/ws/.vscode/launch.json"
 export RTDEBUG_REGISTRY_DIR=$RUN/registry RTDEBUG_E2E_TRACE=$RUN/trace.jsonl RTDEBUG_E2E_BREAKPOINTS="$SCRIPT:$LINE;$PLAIN:$PLAIN_LINE" \
   RTDEBUG_E2E_EVAL='{"ddp_fashion.py": "ray.train.get_context().get_world_rank()", "plain_ddp.py": "dist.get_rank()"}'
 setsid $CS $CSARGS "$RUN/ws" > "$RUN/code-server.log" 2>&1 &

@@ -63,6 +63,11 @@ async function answer(page, promptText, value) {
   await page.waitForTimeout(400);
 }
 
+async function notificationsText(page) {
+  const t = page.locator('.notifications-toasts');
+  return (await t.count()) ? t.innerText() : '';
+}
+
 async function statusBarText(page) {
   return page.locator('.statusbar').innerText();
 }
@@ -83,4 +88,4 @@ async function withTimeout(p, ms, fallback) {
   try { return await Promise.race([p, new Promise((r) => { timer = setTimeout(() => r(fallback), ms); })]); } finally { clearTimeout(timer); }
 }
 
-module.exports = { withTimeout, openWorkbench, runCommand, pick, answer, waitQuickInput, statusBarText, waitFor };
+module.exports = { withTimeout, notificationsText, openWorkbench, runCommand, pick, answer, waitQuickInput, statusBarText, waitFor };
