@@ -68,6 +68,24 @@ async function f5Launch(page) {
   step('ok: stopping the F5 session ended the job: launcher and both ranks are gone (no orphans)');
 }
 
+/** The generated "rtdebug: attach to rank…" config: asks for a rank, resolves it through the registry. */
+async function attachOneRank(page) {
+  const job = startJob(26000 + (process.pid % 500) * 4, ['--nproc-per-node', '1'], path.join(ws, 'examples', 'plain_ddp.py'));
+  try {
+    await wb.waitFor('rtdebug: all 1 local ranks ready', () => job.out.some((l) => l.startsWith('rtdebug: all 1 local ranks ready')), 120000);
+    const before = traceLines().length;
+    await wb.runCommand(page, 'Debug: Select and Start Debugging');
+    await wb.pick(page, 'rtdebug: attach to rank', 'rtdebug: attach to rank…');
+    await wb.answer(page, 'Rank to attach to', 0);
+    const e = await wb.waitFor('rank 0 stopped', () => traceLines().slice(before).find((x) => x.kind === 'stopped' && String(x.source).endsWith('plain_ddp.py')), 120000);
+    check(e.rank === 0 && e.parent === null && e.eval === '0' && e.line === plainLine, '"rtdebug: attach to rank…" with input 0 attached rank 0 and stopped at the breakpoint');
+    await wb.runCommand(page, 'Debug: Stop');
+    check(await wb.withTimeout(job.exited, 120000, 'timeout') === 0, 'after Debug: Stop (detach) the 1-rank job finishes with exit 0');
+  } finally {
+    if (job.job.exitCode === null) { try { process.kill(-job.job.pid, 'SIGTERM'); } catch { /* gone */ } }
+  }
+}
+
 /** The three ways F5 can go wrong: one clear message each, and no process left behind. */
 async function errorPaths(page) {
   const cases = [
@@ -90,9 +108,9 @@ async function errorPaths(page) {
   step('ok: the never-ready job was stopped (no orphan)');
 }
 
-function startJob(portBase) {
-  const job = spawn(python, ['-m', 'harness', 'torchrun', '--debug-port-base', String(portBase), '--wait', 'all', '--nproc-per-node', '2',
-    script, '--epochs', '1', '--samples', '128'], { cwd: ws, env: process.env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+function startJob(portBase, torchrunArgs = ['--nproc-per-node', '2'], target = script) {
+  const job = spawn(python, ['-m', 'harness', 'torchrun', '--debug-port-base', String(portBase), '--wait', 'all', ...torchrunArgs,
+    target, '--epochs', '1', '--samples', '128'], { cwd: ws, env: process.env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
   const out = [];
   for (const s of [job.stdout, job.stderr]) s.on('data', (d) => out.push(...d.toString().split('\n')));
   const exited = new Promise((r) => job.on('exit', (code) => r(code)));
@@ -135,6 +153,7 @@ function startJob(portBase) {
     const code = await wb.withTimeout(job.exited, 120000, 'timeout');
     check(code === 0, `the detached ranks resume and the job exits 0 (got ${code})`);
     await f5Launch(page);
+    await attachOneRank(page);
     await errorPaths(page);
     await page.screenshot({ path: path.join(art, 'vscode-e2e-done.png') });
     console.log('VSCODE E2E PASSED');
