@@ -17,6 +17,7 @@ ART=$REPO/test-artifacts
 bash "$HERE/setup.sh"
 [ -f "$VSIX" ] || (cd "$EXT" && npm run package >/dev/null)
 
+find "$R" -maxdepth 1 -name 'run-*' -mmin +120 -exec rm -rf {} + 2>/dev/null || true   # failed runs kept a while for inspection
 RUN=$(mktemp -d "$R/run-XXXXXX")
 export XDG_CONFIG_HOME=$RUN/xdg/config XDG_DATA_HOME=$RUN/xdg/data XDG_CACHE_HOME=$RUN/xdg/cache
 mkdir -p "$XDG_CONFIG_HOME" "$XDG_DATA_HOME" "$XDG_CACHE_HOME" "$RUN/cs/user/User" "$RUN/cs/ext" "$RUN/ws/.vscode" "$RUN/registry" "$ART"

@@ -95,7 +95,6 @@ export class RankGroup {
     }
   }
 
-  forget(rank: number, pid: number): void { this.attached.delete(`${rank}:${pid}`); }
 
   private end(reason: string): void {
     if (this.stopped) return;
