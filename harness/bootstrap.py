@@ -78,15 +78,17 @@ def preimport(target: Target) -> list[str]:
 class RankRecord:
     """This rank's registry entry, kept current as its state changes."""
 
-    def __init__(self, registry: Registry, fields: dict[str, Any]) -> None:
+    def __init__(self, registry: Registry, session_id: str, rank: int, host: str, port: int, wait: bool,
+                 script: str, local_rank: int = 0, node_rank: int = 0, world_size: int = 1) -> None:
         self.registry = registry
         now = time.time()
         pid = os.getpid()
         self.entry = {
-            "schema_version": SCHEMA_VERSION, "kind": "rank", "pid": pid,
-            "create_time": process_create_time(pid) or now, "state": "starting",
-            "attach_count": 0, "started_at": now, "updated_at": now,
-            "exit_code": None, "error": None, **fields,
+            "schema_version": SCHEMA_VERSION, "kind": "rank", "session_id": session_id, "rank": rank,
+            "local_rank": local_rank, "node_rank": node_rank, "world_size": world_size, "host": host,
+            "port": port, "pid": pid, "create_time": process_create_time(pid) or now, "state": "starting",
+            "lazy": True, "wait": wait, "attach_count": 0, "script": script, "cwd": os.getcwd(),
+            "started_at": now, "updated_at": now, "exit_code": None, "error": None,
         }
         registry.write_rank(self.entry)
 
@@ -153,12 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         localmode.install(cfg.pg_timeout_s)
         # SIGTERM keeps its default action: a rank blocked inside a C++ collective could not run a
         # Python handler, and the launcher marks the ranks' entries ended after teardown anyway.
-        record = RankRecord(Registry(cfg.registry_dir), {
-            "session_id": cfg.session_id, "rank": rank, "local_rank": local_rank,
-            "node_rank": rank // max(local_world, 1), "world_size": world,
-            "host": cfg.host, "port": port, "lazy": True, "wait": cfg.waits(rank),
-            "script": target.display, "cwd": os.getcwd(),
-        })
+        record = RankRecord(Registry(cfg.registry_dir), cfg.session_id, rank, cfg.host, port, cfg.waits(rank),
+                            target.display, local_rank=local_rank, node_rank=rank // max(local_world, 1),
+                            world_size=world)
         try:
             return serve_and_run(target, record, Endpoint(cfg.host, port), eager=cfg.eager,
                                  wait=cfg.waits(rank), post_mortem=cfg.post_mortem,

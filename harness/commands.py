@@ -17,16 +17,9 @@ from harness.endpoint import Endpoint, debugger_active
 from harness.errors import HarnessError, usage
 from harness.launcher import Launcher, format_table, max_nodes_of, plan_torchrun
 from harness.ports import check_ports_free, is_port_free, parse_rank_list, port_for_rank, port_holder
-from harness.registry import SCHEMA_VERSION, Registry, new_session_id, process_create_time
+from harness.registry import SCHEMA_VERSION, Registry, new_session_id, session_entry
 
 URI = "vscode://rtdebug.rtdebug-vscode/attach?session={sid}&rank={rank}"
-
-
-class _NoRecord:
-    entry: dict[str, Any] = {}
-
-    def set(self, **fields: Any) -> None:
-        pass
 
 
 def run_single(args) -> int:
@@ -40,36 +33,28 @@ def run_single(args) -> int:
     localmode.install(cfg.pg_timeout_s)
     if added:
         print("rtdebug: set RAY_TRAIN_V2_ENABLED=1 (Ray Train local mode needs V2)", file=sys.stderr)
-    common = dict(post_mortem=cfg.post_mortem, post_mortem_wait_s=cfg.post_mortem_wait_s, rank=0)
     if debugger_active():
+        # F5 through the harness: VS Code's debugpy owns breakpoints and uncaught exceptions, so the
+        # script's exceptions propagate to it untouched.
         print("rtdebug: already under a debugger; running the script without a second listener", file=sys.stderr)
-        return bootstrap.serve_and_run(target, _NoRecord(), None, eager=False, wait=False, **common)
+        return bootstrap.execute(target)
     check_host(cfg.host)
     port = port_for_rank(cfg.port_base, 0)
     check_ports_free([port], cfg.host)
     reg = Registry()
     reg.ensure()
-    now = time.time()
-    reg.create_session({
-        "schema_version": SCHEMA_VERSION, "kind": "session", "session_id": cfg.session_id, "mode": "run",
-        "launcher_pid": os.getpid(), "launcher_create_time": process_create_time(os.getpid()) or now,
-        "command": ["rtdebug", *sys.argv[1:]], "cwd": os.getcwd(), "script": target.display, "nnodes": "1",
-        "nproc_per_node": 1, "node_rank": 0, "host": cfg.host, "port_base": port, "ports": [port],
-        "wait": cfg.wait, "started_at": now, "updated_at": now, "ended_at": None, "exit_code": None,
-        "state": "running",
-    })
+    reg.create_session(session_entry(
+        cfg.session_id, "run", state="running", script=target.display, nnodes="1", nproc_per_node=1, node_rank=0,
+        host=cfg.host, port_base=port, ports=[port], wait=cfg.wait))
     signal.signal(signal.SIGTERM, lambda s, f: sys.exit(128 + s))
     code = 1
     try:
-        record = bootstrap.RankRecord(reg, {
-            "session_id": cfg.session_id, "rank": 0, "local_rank": 0, "node_rank": 0, "world_size": 1,
-            "host": cfg.host, "port": port, "lazy": True, "wait": args.wait, "script": target.display,
-            "cwd": os.getcwd(),
-        })
+        record = bootstrap.RankRecord(reg, cfg.session_id, 0, cfg.host, port, args.wait, target.display)
         print(f"rtdebug: session {cfg.session_id}: debug endpoint {cfg.host}:{port} "
               f"(attach: rtdebug attach --session {cfg.session_id} --rank 0)", file=sys.stderr, flush=True)
         code = bootstrap.serve_and_run(target, record, Endpoint(cfg.host, port), eager=cfg.eager,
-                                       wait=args.wait, **common)
+                                       wait=args.wait, post_mortem=cfg.post_mortem,
+                                       post_mortem_wait_s=cfg.post_mortem_wait_s, rank=0)
     finally:
         reg.update_session(cfg.session_id, state="exited" if code == 0 else "failed", exit_code=code,
                            ended_at=time.time())

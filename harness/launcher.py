@@ -22,9 +22,9 @@ from typing import Any
 
 from harness import localmode, processes
 from harness.config import RankConfig, Target, check_host
-from harness.errors import HarnessError, usage
+from harness.errors import usage
 from harness.ports import check_ports_free, ports_for_ranks
-from harness.registry import SCHEMA_VERSION, Registry, new_session_id, process_create_time
+from harness.registry import Registry, session_entry
 
 READY_LINE = "rtdebug: all {n} local ranks ready (session {sid})"
 START_LINE = "rtdebug: session {sid} starting"
@@ -96,18 +96,10 @@ class Launcher:
         self._stopping = threading.Event()
 
     def _session_entry(self, ports: list[int]) -> dict[str, Any]:
-        now = time.time()
-        return {
-            "schema_version": SCHEMA_VERSION, "kind": "session", "session_id": self.cfg.session_id,
-            "mode": "torchrun", "launcher_pid": os.getpid(),
-            "launcher_create_time": process_create_time(os.getpid()) or now,
-            "command": ["rtdebug", "torchrun", *sys.argv[2:]] if sys.argv[1:2] == ["torchrun"] else sys.argv,
-            "cwd": os.getcwd(), "script": self.plan.target.display, "nnodes": self.plan.nnodes,
-            "nproc_per_node": self.plan.nproc_per_node, "node_rank": self.plan.node_rank,
-            "host": self.cfg.host, "port_base": self.cfg.port_base, "ports": ports,
-            "wait": self.cfg.wait, "started_at": now, "updated_at": now, "ended_at": None,
-            "exit_code": None, "state": "starting",
-        }
+        return session_entry(
+            self.cfg.session_id, "torchrun", script=self.plan.target.display, nnodes=self.plan.nnodes,
+            nproc_per_node=self.plan.nproc_per_node, node_rank=self.plan.node_rank, host=self.cfg.host,
+            port_base=self.cfg.port_base, ports=ports, wait=self.cfg.wait)
 
     def environment(self) -> dict[str, str]:
         import torch
@@ -201,10 +193,3 @@ def format_table(ranks: list[dict[str, Any]], session_id: str) -> str:
                      rank_state(r), f"rtdebug attach --session {session_id} --rank {r['rank']}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
-
-
-def new_config(**kwargs: Any) -> RankConfig:
-    return RankConfig(session_id=new_session_id(), **kwargs)
-
-
-__all__ = ["HarnessError", "Launcher", "TorchrunPlan", "plan_torchrun", "format_table", "new_config"]

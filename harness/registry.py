@@ -17,6 +17,7 @@ import json
 import os
 import secrets
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -62,6 +63,18 @@ def is_alive(pid: int, create_time: float) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def session_entry(session_id: str, mode: str, **fields: Any) -> dict[str, Any]:
+    """A new session entry for this (launcher) process; ``fields`` add the mode-specific parts."""
+    now = time.time()
+    pid = os.getpid()
+    return {
+        "schema_version": SCHEMA_VERSION, "kind": "session", "session_id": session_id, "mode": mode,
+        "launcher_pid": pid, "launcher_create_time": process_create_time(pid) or now,
+        "command": ["rtdebug", *sys.argv[1:]], "cwd": os.getcwd(), "started_at": now, "updated_at": now,
+        "ended_at": None, "exit_code": None, "state": "starting", **fields,
+    }
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
