@@ -16,7 +16,8 @@ export const Commands = {
 } as const;
 
 /** Lines the harness prints (its background-task problemMatcher uses the same ones). */
-export const SESSION_STARTING_RE = /^rtdebug: session (\S+) starting/;
+// torchrun prints "rtdebug: session <ID> starting …", run prints "rtdebug: session <ID>: debug endpoint …".
+export const SESSION_STARTING_RE = /^rtdebug: session ([A-Za-z0-9_.-]+)(?: starting|:)/;
 export const ALL_READY_RE = /^rtdebug: all (\d+) local ranks ready \(session (\S+)\)/;
 
 export const DEFAULT_PORT_BASE = 5678;

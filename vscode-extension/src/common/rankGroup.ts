@@ -39,9 +39,14 @@ export class RankGroup {
   /** Resolves once the first set of ranks is attached; throws GroupError with a user-facing message. */
   async start(): Promise<void> {
     const poll = this.opts.pollMs ?? 500;
+    const deadline = Date.now() + this.opts.readyTimeoutMs;
     if (this.deps.startJob) {
       this.job = this.deps.startJob();
-      const id = await Promise.race([this.job.sessionId, this.job.exited.then((c) => ({ exit: c }))]);
+      let timer: NodeJS.Timeout | undefined;
+      const id = await Promise.race([this.job.sessionId, this.job.exited.then((c) => ({ exit: c })),
+        new Promise<{ timeout: true }>((r) => { timer = setTimeout(() => r({ timeout: true }), this.opts.readyTimeoutMs); })]);
+      clearTimeout(timer);
+      if (typeof id !== 'string' && 'timeout' in id) throw new GroupError(`the job printed no "rtdebug: session …" line within ${Math.round(this.opts.readyTimeoutMs / 1000)} s:\n${this.job.lastLines().join('\n')}`);
       if (typeof id !== 'string') throw new GroupError(`the job exited (code ${id.exit}) before it started a session:\n${this.job.lastLines().join('\n')}`);
       this.sessionId = id;
       this.job.exited.then((c) => this.end(`job exited with code ${c}`));
@@ -50,7 +55,6 @@ export class RankGroup {
       if (!s) throw new GroupError(this.opts.session ? `no live rtdebug session "${this.opts.session}"` : 'no live rtdebug session: start one with `rtdebug torchrun …` first');
       this.sessionId = s.entry.session_id;
     }
-    const deadline = Date.now() + this.opts.readyTimeoutMs;
     let ready: RankEntry[] = [];
     for (;;) {
       if (this.stopped) return;

@@ -18,14 +18,15 @@ import { attachWithBreakpoint, freePortBase, markerLine, substitute, topFrame, w
  */
 const python = harnessPython();
 
-interface Case { script: string; tag: string; worldRankExpr: string; args: string[] }
+interface Case { script: string; tag: string; worldRankExpr: string; args: string[]; mode: 'run' | 'torchrun'; ranks: number[] }
 const CASES: Case[] = [
-  { script: 'ddp_fashion.py', tag: 'ddp step', worldRankExpr: 'ray.train.get_context().get_world_rank()', args: ['--epochs', '1', '--samples', '128'] },
-  { script: 'plain_ddp.py', tag: 'plain step', worldRankExpr: 'dist.get_rank()', args: ['--epochs', '1', '--samples', '64'] },
+  { script: 'ddp_fashion.py', mode: 'torchrun', ranks: [0, 1], tag: 'ddp step', worldRankExpr: 'ray.train.get_context().get_world_rank()', args: ['--epochs', '1', '--samples', '128'] },
+  { script: 'plain_ddp.py', mode: 'torchrun', ranks: [0, 1], tag: 'plain step', worldRankExpr: 'dist.get_rank()', args: ['--epochs', '1', '--samples', '64'] },
+  { script: 'local_linear.py', mode: 'run', ranks: [0], tag: 'local step', worldRankExpr: 'ray.train.get_context().get_world_rank()', args: ['--epochs', '2'] },
 ];
 
 for (const c of CASES) {
-  test(`2-rank torchrun ${c.script}: each rank stops at the breakpoint and evaluates its own rank`, { skip: !python && 'no harness interpreter', timeout: 300000 }, async () => {
+  test(`${c.mode === 'run' ? 'single-process run' : '2-rank torchrun'} ${c.script}: each rank stops at the breakpoint and evaluates its own rank`, { skip: !python && 'no harness interpreter', timeout: 300000 }, async () => {
     const file = path.join(REPO_ROOT, 'examples', c.script);
     const line = markerLine(file, c.tag);
     const registry = tmpDir('rtdebug-dap-reg-');
@@ -38,7 +39,7 @@ for (const c of CASES) {
     const step = (m: string) => console.error(`[dap-e2e ${c.script} +${((Date.now() - t0) / 1000).toFixed(1)}s] ${m}`);
     const group = new RankGroup({
       readSession: (id) => findSession(readRegistry(registry).sessions, id),
-      startJob: () => new JobProcess({ python: python!, module: 'harness', mode: 'torchrun', script: file, args: c.args, cwd: REPO_ROOT, env, portBase, host: '127.0.0.1', wait: 'all', nprocPerNode: 2 }, (l) => { log.push(l); if (process.env.RTDEBUG_TEST_VERBOSE) step(l); }),
+      startJob: () => new JobProcess({ python: python!, module: 'harness', mode: c.mode, script: file, args: c.args, cwd: REPO_ROOT, env, portBase, host: '127.0.0.1', wait: 'all', nprocPerNode: 2 }, (l) => { log.push(l); if (process.env.RTDEBUG_TEST_VERBOSE) step(l); }),
       attach: async (sid, r) => {
         step(`attaching rank ${r.rank}`);
         const info = await attachInfo({ python: python!, module: 'harness', cwd: REPO_ROOT, env }, r.rank, sid);
@@ -57,8 +58,8 @@ for (const c of CASES) {
     }, { readyTimeoutMs: 180000, pollMs: 200 });
     try {
       await group.start();
-      assert.deepEqual([...clients.keys()].sort(), [0, 1]);
-      for (const rank of [0, 1]) {
+      assert.deepEqual([...clients.keys()].sort(), c.ranks);
+      for (const rank of c.ranks) {
         const dc = clients.get(rank)!;
         const ev = await stopped.get(rank)!;
         step(`rank ${rank} stopped: ${ev.body.reason}`);
@@ -74,7 +75,7 @@ for (const c of CASES) {
         const ev = await stopped.get(rank)!;
         await dc.continueRequest({ threadId: ev.body.threadId! });
       }
-      step('continued both ranks');
+      step('continued every rank');
       void group.ended.then((why) => step(`group ended: ${why}`));
       const code = await withTimeout(group.ended, 180000, 'timeout');
       assert.equal(code, 'job exited with code 0', log.slice(-15).join('\n'));

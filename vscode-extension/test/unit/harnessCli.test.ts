@@ -8,6 +8,7 @@ import { applyGenerated } from '../../src/common/launchFiles';
 import { JobProcess, jobArgs, JobSpec } from '../../src/common/jobProcess';
 import { harnessPython, tmpDir } from './helpers';
 import { isProcessLive } from '../../src/common/processLiveness';
+import { SESSION_STARTING_RE } from '../../src/constants';
 
 test('generate args map the prompts to `harness vscode` flags', () => {
   assert.deepEqual(generateArgs({ script: 't.py', mode: 'torchrun', nprocPerNode: 4, nnodes: 2, hosts: ['a', 'b'], portBase: 6000, wait: '0', python: '/py' }),
@@ -22,6 +23,12 @@ test('job args: torchrun flags after the harness options, run mode', () => {
   assert.deepEqual(jobArgs({ ...base, torchrunArgs: ['--nproc-per-node=3'] }).slice(9), ['--nproc-per-node=3', 't.py', '--lr', '1']);
   assert.deepEqual(jobArgs({ ...base, mode: 'run', wait: 'none' }), ['-m', 'harness', 'run', '--port', '5678', '--host', '127.0.0.1', 't.py', '--lr', '1']);
   assert.deepEqual(jobArgs({ ...base, mode: 'run' }).slice(7, 8), ['--wait']);
+});
+
+test('the session line of both launchers is recognised', () => {
+  assert.equal(SESSION_STARTING_RE.exec('rtdebug: session 20261202-1-ab starting (2 local ranks, debug ports 5678-5679 on 127.0.0.1)')?.[1], '20261202-1-ab');
+  assert.equal(SESSION_STARTING_RE.exec('rtdebug: session 20261202-1-ab: debug endpoint 127.0.0.1:5678 (attach: …)')?.[1], '20261202-1-ab');
+  assert.equal(SESSION_STARTING_RE.exec('rtdebug: session s stopped (exit code 0)'), null);
 });
 
 test('failures become one clear sentence', () => {

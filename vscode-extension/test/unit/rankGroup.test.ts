@@ -125,3 +125,11 @@ test('group adapter: a failed start shows one error line and terminates', async 
   assert.equal(seen.filter((m) => m.event === 'terminated').length, 1, 'terminated only once');
   assert.ok(seen.some((m) => m.command === 'disconnect' && m.success));
 });
+
+test('launch mode: a job that never prints its session line times out (and is stopped by the caller)', async () => {
+  const job = { ...fakeJob(), sessionId: new Promise<string>(() => {}) };
+  const { d } = deps({}, job);
+  const g = new RankGroup(d, { readyTimeoutMs: 50, pollMs: 10 });
+  await assert.rejects(g.start(), /printed no "rtdebug: session …" line within 0 s:\nlast line/);
+  await g.stop();
+});
