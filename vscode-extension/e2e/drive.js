@@ -7,6 +7,7 @@ const wb = require('./workbench');
 
 const arg = (name) => { const i = process.argv.indexOf(`--${name}`); return i > 0 ? process.argv[i + 1] : undefined; };
 const plainLine = Number(arg('plain-line'));
+const localLine = Number(arg('local-line'));
 const url = arg('url'), run = arg('run'), python = arg('python'), script = arg('script'), line = Number(arg('line')), art = arg('artifacts');
 const ws = path.join(run, 'ws');
 const trace = process.env.RTDEBUG_E2E_TRACE;
@@ -43,29 +44,30 @@ async function generate(page, portBase) {
 
 const alive = (pid) => { try { process.kill(pid, 0); return true; } catch { return false; } };
 
-/** F5 on a `"type": "rtdebug"` launch config: the extension starts the job, attaches both ranks; stop ends the job. */
-async function f5Launch(page) {
+/** F5 on a `"type": "rtdebug"` launch config: the extension starts the job, attaches every rank; stop ends the job. */
+async function f5Launch(page, name, script, line, ranks) {
+  const before = traceLines().length;
   await wb.runCommand(page, 'Debug: Select and Start Debugging');
-  await wb.pick(page, 'F5 plain_ddp', 'F5 plain_ddp (rtdebug)');
-  const stops = await wb.waitFor('both plain_ddp ranks stopped', () => {
-    const s = traceLines().filter((e) => e.kind === 'stopped' && String(e.source).endsWith('plain_ddp.py'));
-    return new Set(s.map((e) => e.rank)).size >= 2 ? s : undefined;
+  await wb.pick(page, name, name);
+  const stops = await wb.waitFor(`${name}: ${ranks.length} rank(s) stopped`, () => {
+    const s = traceLines().slice(before).filter((e) => e.kind === 'stopped' && String(e.source).endsWith(script));
+    return new Set(s.map((e) => e.rank)).size >= ranks.length ? s : undefined;
   }, 180000);
-  for (const rank of [0, 1]) {
+  for (const rank of ranks) {
     const e = stops.find((x) => x.rank === rank);
-    check(e.reason === 'breakpoint' && e.line === plainLine && e.eval === String(rank) && e.parent === 'F5 plain_ddp (rtdebug)',
-      `F5: rank ${rank} stopped at plain_ddp.py:${plainLine} under the F5 session, dist.get_rank() == ${rank}`);
+    check(e.reason === 'breakpoint' && e.line === line && e.eval === String(rank) && e.parent === name,
+      `${name}: rank ${rank} stopped at ${script}:${line} under the F5 session, its world rank evaluates to ${rank}`);
   }
   const reg = process.env.RTDEBUG_REGISTRY_DIR;
-  const sid = fs.readdirSync(reg).find((d) => { try { return fs.readFileSync(path.join(reg, d, 'session.json'), 'utf8').includes('plain_ddp.py'); } catch { return false; } });
+  const sid = fs.readdirSync(reg).find((d) => { try { return fs.readFileSync(path.join(reg, d, 'session.json'), 'utf8').includes(script); } catch { return false; } });
   const entries = fs.readdirSync(path.join(reg, sid)).map((f) => JSON.parse(fs.readFileSync(path.join(reg, sid, f), 'utf8')));
   const pids = entries.map((e) => e.launcher_pid || e.pid);
-  check(pids.length === 3 && pids.every(alive), `F5 started session ${sid}: launcher + 2 ranks alive`);
-  await page.screenshot({ path: path.join(art, 'vscode-e2e-f5-both-ranks-stopped.png') });
+  check(pids.length === ranks.length + 1 && pids.every(alive), `${name} started session ${sid}: launcher + ${ranks.length} rank(s) alive`);
+  await page.screenshot({ path: path.join(art, `vscode-e2e-f5-${script.replace('.py', '')}-stopped.png`) });
   await wb.runCommand(page, 'rtdebug e2e: Stop rtdebug Parent Sessions');
-  await wb.waitFor('the F5 session to end', () => traceLines().some((e) => e.kind === 'session-end' && e.name === 'F5 plain_ddp (rtdebug)'), 60000);
-  await wb.waitFor('the F5 job processes to be gone', () => !pids.some(alive), 30000);
-  step('ok: stopping the F5 session ended the job: launcher and both ranks are gone (no orphans)');
+  await wb.waitFor(`the ${name} session to end`, () => traceLines().slice(before).some((e) => e.kind === 'session-end' && e.name === name), 60000);
+  await wb.waitFor(`the ${name} job processes to be gone`, () => !pids.some(alive), 30000);
+  step(`ok: stopping ${name} ended the job: launcher and rank(s) are gone (no orphans)`);
 }
 
 /** The generated "rtdebug: attach to rank…" config: asks for a rank, resolves it through the registry. */
@@ -152,7 +154,8 @@ function startJob(portBase, torchrunArgs = ['--nproc-per-node', '2'], target = s
     check(job.job.exitCode === null, 'the attached job was detached, not killed');
     const code = await wb.withTimeout(job.exited, 120000, 'timeout');
     check(code === 0, `the detached ranks resume and the job exits 0 (got ${code})`);
-    await f5Launch(page);
+    await f5Launch(page, 'F5 plain_ddp (rtdebug)', 'plain_ddp.py', plainLine, [0, 1]);
+    await f5Launch(page, 'F5 local_linear (rtdebug run)', 'local_linear.py', localLine, [0]);
     await attachOneRank(page);
     await errorPaths(page);
     await page.screenshot({ path: path.join(art, 'vscode-e2e-done.png') });

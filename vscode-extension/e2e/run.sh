@@ -4,7 +4,7 @@
 # examples, runs "Generate Launch Configurations" through its prompts, starts a 2-rank job, runs
 # "Attach to All Ranks" and checks (from the tracer's JSON-lines file) that both ranks stopped at the
 # breakpoint with the right world rank. Screenshots go to <repo>/test-artifacts/.
-# Usage: bash e2e/run.sh   (env: RTDEBUG_PYTHON, VSIX, E2E_ROOT)
+# Usage: bash e2e/run.sh   (env: RTDEBUG_PYTHON, VSIX (default: package the tree now), E2E_ROOT)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 EXT=$(cd "$HERE/.." && pwd)
@@ -12,10 +12,11 @@ REPO=$(cd "$EXT/.." && pwd)
 R=${E2E_ROOT:-$REPO/.e2e}
 PY=${RTDEBUG_PYTHON:-$REPO/.venv/bin/python}
 PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")
-VSIX=${VSIX:-$EXT/rtdebug-vscode.vsix}
+if [ -z "${VSIX:-}" ]; then   # no .vsix given: package the current tree (a stale one would test old code)
+  ( cd "$EXT" && npm run --silent package >/dev/null ) && VSIX=$EXT/rtdebug-vscode.vsix
+fi
 ART=$REPO/test-artifacts
 bash "$HERE/setup.sh"
-[ -f "$VSIX" ] || (cd "$EXT" && npm run package >/dev/null)
 
 find "$R" -maxdepth 1 -name 'run-*' -mmin +120 -exec rm -rf {} + 2>/dev/null || true   # failed runs kept a while for inspection
 RUN=$(mktemp -d "$R/run-XXXXXX")
@@ -47,6 +48,8 @@ cat > "$RUN/ws/.vscode/launch.json" <<'JSON'
     { "name": "F5 plain_ddp (rtdebug)", "type": "rtdebug", "request": "launch", "mode": "torchrun",
       "script": "${workspaceFolder}/examples/plain_ddp.py", "args": ["--epochs", "1", "--samples", "64"],
       "nprocPerNode": 2, "portBase": F5_PORT_BASE, "wait": "all" },
+    { "name": "F5 local_linear (rtdebug run)", "type": "rtdebug", "request": "launch", "mode": "run",
+      "script": "${workspaceFolder}/examples/local_linear.py", "args": ["--epochs", "3"], "portBase": LOCAL_PORT_BASE },
     // error paths: each must end in one clear message and leave no job behind
     { "name": "E2E missing script", "type": "rtdebug", "request": "launch", "script": "${workspaceFolder}/examples/nope.py" },
     { "name": "E2E no harness", "type": "rtdebug", "request": "launch", "script": "${workspaceFolder}/examples/plain_ddp.py",
@@ -66,11 +69,13 @@ SCRIPT=$RUN/ws/examples/ddp_fashion.py
 LINE=$(grep -n '# BREAKPOINT: ddp step' "$SCRIPT" | cut -d: -f1)
 PLAIN=$RUN/ws/examples/plain_ddp.py
 PLAIN_LINE=$(grep -n '# BREAKPOINT: plain step' "$PLAIN" | cut -d: -f1)
+LOCAL=$RUN/ws/examples/local_linear.py
+LOCAL_LINE=$(grep -n '# BREAKPOINT: local step' "$LOCAL" | cut -d: -f1)
 F5_PORT_BASE=$((30000 + RANDOM % 2000 * 2))
 sed -i -e "s/F5_PORT_BASE/$F5_PORT_BASE/" -e "s/NEVER_PORT_BASE/$((F5_PORT_BASE + 10))/" \
-  -e "s/NEVER_MASTER_PORT/$((F5_PORT_BASE + 20))/" "$RUN/ws/.vscode/launch.json"
-export RTDEBUG_REGISTRY_DIR=$RUN/registry RTDEBUG_E2E_TRACE=$RUN/trace.jsonl RTDEBUG_E2E_BREAKPOINTS="$SCRIPT:$LINE;$PLAIN:$PLAIN_LINE" \
-  RTDEBUG_E2E_EVAL='{"ddp_fashion.py": "ray.train.get_context().get_world_rank()", "plain_ddp.py": "dist.get_rank()"}'
+  -e "s/NEVER_MASTER_PORT/$((F5_PORT_BASE + 20))/" -e "s/LOCAL_PORT_BASE/$((F5_PORT_BASE + 30))/" "$RUN/ws/.vscode/launch.json"
+export RTDEBUG_REGISTRY_DIR=$RUN/registry RTDEBUG_E2E_TRACE=$RUN/trace.jsonl RTDEBUG_E2E_BREAKPOINTS="$SCRIPT:$LINE;$PLAIN:$PLAIN_LINE;$LOCAL:$LOCAL_LINE" \
+  RTDEBUG_E2E_EVAL='{"ddp_fashion.py": "ray.train.get_context().get_world_rank()", "plain_ddp.py": "dist.get_rank()", "local_linear.py": "ray.train.get_context().get_world_rank()"}'
 setsid $CS $CSARGS "$RUN/ws" > "$RUN/code-server.log" 2>&1 &
 CSPID=$!
 cleanup() { kill -- -"$CSPID" 2>/dev/null || true; }
@@ -78,6 +83,6 @@ trap cleanup EXIT
 URL="http://127.0.0.1:$PORT/?folder=$RUN/ws"
 for _ in $(seq 1 120); do [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL")" = 200 ] && break; sleep 0.5; done
 
-E2E_ROOT=$R node "$HERE/drive.js" --url "$URL" --run "$RUN" --python "$PY" --script "$SCRIPT" --line "$LINE" --plain-line "$PLAIN_LINE" --artifacts "$ART" \
+E2E_ROOT=$R node "$HERE/drive.js" --url "$URL" --run "$RUN" --python "$PY" --script "$SCRIPT" --line "$LINE"  --plain-line "$PLAIN_LINE" --local-line "$LOCAL_LINE" --artifacts "$ART" \
   || { echo "--- code-server log (tail)"; tail -30 "$RUN/code-server.log"; echo "--- trace"; cat "$RUN/trace.jsonl" 2>/dev/null; exit 1; }
 rm -rf "$RUN"
