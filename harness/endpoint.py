@@ -96,13 +96,24 @@ class Endpoint:
         _daemon_thread(self._accept_loop, f"rtdebug-accept-{self.port}")
 
     def start_debugpy(self) -> tuple[str, int]:
-        """Import and start debugpy once (idempotent); return its loopback address."""
+        """Import and start debugpy once (idempotent); return its loopback address.
+
+        On first attach this runs in the accept thread while the main thread may be busy in
+        pure Python. Importing debugpy makes hundreds of file syscalls, each dropping the GIL
+        and then waiting a whole switch interval (5 ms) to get it back: a first attach took
+        up to 90 s that way on 3.11 under load. A short interval while starting avoids it.
+        """
         with self._lock:
             if self._inner is None:
                 os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
-                import debugpy
+                interval = sys.getswitchinterval()
+                sys.setswitchinterval(min(interval, 0.0002))
+                try:
+                    import debugpy
 
-                self._inner = debugpy.listen(("127.0.0.1", 0), in_process_debug_adapter=True)
+                    self._inner = debugpy.listen(("127.0.0.1", 0), in_process_debug_adapter=True)
+                finally:
+                    sys.setswitchinterval(interval)
             return self._inner
 
     def _accept_loop(self) -> None:
