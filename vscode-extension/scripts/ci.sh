@@ -24,7 +24,7 @@ stage "build" npm run --silent build || { echo "FAIL: vscode-extension CI (build
 stage "unit tests" node --test out/test/unit/
 rm -f rtdebug-vscode.vsix
 stage "package .vsix" npm run --silent package
-stage "DAP e2e (real torchrun, 2 ranks)" node --test --test-timeout=300000 out/test/dap/
+stage "DAP e2e (real 2-rank torchrun jobs, single process)" node --test --test-timeout=300000 out/test/dap/
 if [ -f rtdebug-vscode.vsix ]; then
   stage "real VS Code e2e (code-server)" env VSIX="$EXT/rtdebug-vscode.vsix" bash e2e/run.sh
 else
