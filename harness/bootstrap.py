@@ -174,4 +174,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Re-enter as module harness.bootstrap, not __main__, so the attach configs' rule
+    # {"module": "harness", "include": false} hides these frames from the user's call stack.
+    from harness.bootstrap import main as _main
+
+    sys.exit(_main())

@@ -50,8 +50,8 @@ def run_single(args) -> int:
     code = 1
     try:
         record = bootstrap.RankRecord(reg, cfg.session_id, 0, cfg.host, port, args.wait, target.display)
-        print(f"rtdebug: session {cfg.session_id}: debug endpoint {cfg.host}:{port} "
-              f"(attach: rtdebug attach --session {cfg.session_id} --rank 0)", file=sys.stderr, flush=True)
+        print(f"rtdebug: session {cfg.session_id} starting (1 rank, debug endpoint {cfg.host}:{port}; "
+              f"attach: rtdebug attach --session {cfg.session_id} --rank 0)", file=sys.stderr, flush=True)
         code = bootstrap.serve_and_run(target, record, Endpoint(cfg.host, port), eager=cfg.eager,
                                        wait=args.wait, post_mortem=cfg.post_mortem,
                                        post_mortem_wait_s=cfg.post_mortem_wait_s, rank=0)

@@ -18,14 +18,27 @@ BEGIN_PATTERN = r"^rtdebug: session \S+ starting"
 END_PATTERN = r"^rtdebug: all \d+ local ranks ready"
 
 
+# Keep the harness's own frames (bootstrap, runpy glue) out of call stacks and stepping, even when it is
+# installed inside the workspace (editable install), where justMyCode alone would show them.
+HIDE_HARNESS = [{"module": "harness", "include": False}]
+
+
 def attach_config(name: str, host: str, port: int, remote_root: str = "${workspaceFolder}",
                   just_my_code: bool = True) -> dict[str, Any]:
     return {
         "name": name, "type": "debugpy", "request": "attach",
         "connect": {"host": host, "port": port},
         "pathMappings": [{"localRoot": "${workspaceFolder}", "remoteRoot": remote_root}],
-        "justMyCode": just_my_code,
+        "justMyCode": just_my_code, "rules": HIDE_HARNESS,
     }
+
+
+def rank_config_name(rank: int, host: str, port: int) -> str:
+    """Unique per endpoint, so configs generated for several scripts never overwrite each other's
+    ports; the common case (loopback, default base) keeps the short name."""
+    if host == "127.0.0.1" and port == DEFAULT_PORT_BASE + rank:
+        return f"{PREFIX}attach rank {rank}"
+    return f"{PREFIX}attach rank {rank} ({host}:{port})"
 
 
 def single_process(script: str, port: int | None = None) -> dict[str, Any]:
@@ -33,7 +46,7 @@ def single_process(script: str, port: int | None = None) -> dict[str, Any]:
     return {
         "name": f"{PREFIX}{script} (single process)", "type": "debugpy", "request": "launch",
         "module": "harness", "args": ["run", script], "cwd": "${workspaceFolder}",
-        "console": "integratedTerminal", "justMyCode": True,
+        "console": "integratedTerminal", "justMyCode": True, "rules": HIDE_HARNESS,
     }
 
 
@@ -66,9 +79,10 @@ def generate(script: str, mode: str = "torchrun", nproc: int = 2, nnodes: int = 
     ports = ports_for_ranks(port_base, range(world))
     names = []
     for rank, port in enumerate(ports):
-        name = f"{PREFIX}attach rank {rank}"
+        host = hosts[rank // nproc]
+        name = rank_config_name(rank, host, port)
         names.append(name)
-        out["configurations"].append(attach_config(name, hosts[rank // nproc], port))
+        out["configurations"].append(attach_config(name, host, port))
     out["configurations"].append({
         "name": f"{PREFIX}attach to rank…", "type": "rtdebug", "request": "attach",
         "rank": "${input:rtdebugRank}",

@@ -100,14 +100,14 @@ class DAPClient:
 
     # -- the attach sequence debugpy expects --------------------------------
     def attach(self, breakpoints: dict[str, list[int]] | None = None, just_my_code: bool = True,
-               exception_filters: list[str] | None = None) -> dict[str, dict]:
+               exception_filters: list[str] | None = None, **config: Any) -> dict[str, dict]:
         """initialize -> attach -> initialized -> setBreakpoints -> configurationDone.
 
         Returns the setBreakpoints bodies per file (their ``verified`` flags).
         """
         self.request("initialize", adapterID="debugpy", clientID="rtdebug-tests",
                      pathFormat="path", linesStartAt1=True, columnsStartAt1=True)
-        attach_seq = self.send("attach", justMyCode=just_my_code, name="test attach")
+        attach_seq = self.send("attach", justMyCode=just_my_code, name="test attach", **config)
         self.event("initialized")
         verified = {}
         for path, lines in (breakpoints or {}).items():
@@ -120,6 +120,9 @@ class DAPClient:
 
     def wait_stopped(self, timeout: float | None = None) -> dict[str, Any]:
         return self.event("stopped", timeout)
+
+    def frames(self, thread_id: int) -> list[dict[str, Any]]:
+        return self.request("stackTrace", threadId=thread_id)["stackFrames"]
 
     def top_frame(self, thread_id: int) -> dict[str, Any]:
         return self.request("stackTrace", threadId=thread_id, startFrame=0, levels=1)["stackFrames"][0]

@@ -54,7 +54,7 @@ def test_vscode_command_prints_configs(capsys):
     assert cli.main(["vscode", "--script", "examples/plain_ddp.py", "--nproc-per-node", "2", "--port-base", "6000"]) == 0
     out = json.loads(capsys.readouterr().out)
     names = [c["name"] for c in out["configurations"]]
-    assert names[:2] == ["rtdebug: attach rank 0", "rtdebug: attach rank 1"]
+    assert names[:2] == ["rtdebug: attach rank 0 (127.0.0.1:6000)", "rtdebug: attach rank 1 (127.0.0.1:6001)"]
     assert out["configurations"][1]["connect"] == {"host": "127.0.0.1", "port": 6001}
     assert out["compounds"][0]["preLaunchTask"] == out["tasks"][0]["label"]
 
@@ -63,6 +63,11 @@ def test_vscode_multinode_hosts(capsys):
     assert cli.main(["vscode", "--script", "t.py", "--nproc-per-node", "2", "--nnodes", "2", "--hosts", "a,b"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [c["connect"]["host"] for c in out["configurations"][:4]] == ["a", "a", "b", "b"]
+    assert out["configurations"][3]["name"] == "rtdebug: attach rank 3 (b:5681)"
+    assert cli.main(["vscode", "--script", "t.py"]) == 0
+    default = json.loads(capsys.readouterr().out)["configurations"]
+    assert [c["name"] for c in default[:2]] == ["rtdebug: attach rank 0", "rtdebug: attach rank 1"]
+    assert default[0]["rules"] == [{"module": "harness", "include": False}]
     assert cli.main(["vscode", "--script", "t.py", "--nnodes", "2", "--hosts", "a"]) == 2
     assert "--hosts lists 1 hosts for --nnodes 2" in capsys.readouterr().err
 

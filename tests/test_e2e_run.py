@@ -90,9 +90,13 @@ def test_post_mortem_keeps_failed_rank_attachable(job, registry_dir, port_base):
     r = rtdebug("attach", "--rank", "1", "--session", sid, "--json")  # failed but alive: attachable
     assert r.returncode == 0 and json.loads(r.stdout)["port"] == port_base + 1, r.stderr
     c = DAPClient("127.0.0.1", port_base + 1)
-    c.attach()
+    config = json.loads(r.stdout)["configuration"]  # exactly what `rtdebug attach` hands a client
+    c.attach(just_my_code=config["justMyCode"], rules=config["rules"])
     stopped = c.wait_stopped(60)
     assert stopped["reason"] == "exception"
+    paths = [f.get("source", {}).get("path", "") for f in c.frames(stopped["threadId"])]
+    # harness frames hidden, but the process's outermost frame (bootstrap run as __main__)
+    assert paths[0] == str(script) and not [p for p in paths[:-1] if "/harness/" in p], paths
     frame = c.top_frame(stopped["threadId"])
     assert frame["line"] == raise_line and frame["name"] == "step"
     assert c.evaluate("batch", frame["id"]) == "0"
