@@ -33,8 +33,10 @@ async function generate(page, portBase) {
   const launch = readJsonc(launchFile);
   const names = launch.configurations.map((c) => c.name);
   check(names[0] === 'My own config', 'the user config is still first');
-  const r0 = launch.configurations.find((c) => c.name === 'rtdebug: attach rank 0');
-  const r1 = launch.configurations.find((c) => c.name === 'rtdebug: attach rank 1');
+  // names carry host:port unless loopback + default base (the harness's rank_config_name)
+  const rankCfg = (r) => launch.configurations.find((c) => new RegExp(`^rtdebug: attach rank ${r}( \\(|$)`).test(c.name));
+  const r0 = rankCfg(0);
+  const r1 = rankCfg(1);
   check(r0 && r0.type === 'debugpy' && r0.connect.port === portBase && r1.connect.port === portBase + 1, 'one debugpy attach per rank at base + rank');
   check(launch.compounds.length === 1 && launch.compounds[0].configurations.length === 2, 'an "all ranks" compound');
   const tasks = readJsonc(path.join(ws, '.vscode', 'tasks.json'));
