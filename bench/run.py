@@ -29,7 +29,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -50,6 +49,7 @@ PY = sys.executable
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 from dap import DAPClient  # noqa: E402  (the tests' real DAP client)
+from harness.ports import is_port_free  # noqa: E402
 
 HOST = "127.0.0.1"
 READY = "local ranks ready (session"
@@ -79,22 +79,12 @@ def fmt(s: dict[str, Any], digits: int = 2, unit: str = "") -> str:
 _used: set[int] = set()
 
 
-def port_free(port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
 def free_range(n: int) -> int:
     """A base with n free ports, in 41000-59000 (away from 5678 and torchrun's 29500)."""
     base = 41000
     while base < 59000:
         span = range(base, base + n)
-        if not (_used & set(span)) and all(port_free(p) for p in span):
+        if not (_used & set(span)) and all(is_port_free(p, HOST) for p in span):
             _used.update(span)
             return base
         base += n + 7
