@@ -78,7 +78,9 @@ export RTDEBUG_REGISTRY_DIR=$RUN/registry RTDEBUG_E2E_TRACE=$RUN/trace.jsonl RTD
   RTDEBUG_E2E_EVAL='{"ddp_fashion.py": "ray.train.get_context().get_world_rank()", "plain_ddp.py": "dist.get_rank()", "local_linear.py": "ray.train.get_context().get_world_rank()"}'
 setsid $CS $CSARGS "$RUN/ws" > "$RUN/code-server.log" 2>&1 &
 CSPID=$!
-cleanup() { kill -- -"$CSPID" 2>/dev/null || true; }
+# Also end any job the workbench started (jobs run in their own process groups): a failed check must not
+# leave ranks running.
+cleanup() { kill -- -"$CSPID" 2>/dev/null || true; RTDEBUG_REGISTRY_DIR=$RUN/registry "$PY" -m harness stop --all >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 URL="http://127.0.0.1:$PORT/?folder=$RUN/ws"
 for _ in $(seq 1 120); do [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL")" = 200 ] && break; sleep 0.5; done
