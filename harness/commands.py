@@ -148,7 +148,7 @@ def _stop_one(reg: Registry, session: dict[str, Any]) -> None:
     deadline = time.monotonic() + 10
     busy = list(session["ports"])
     while busy and time.monotonic() < deadline:
-        busy = [p for p in busy if not is_port_free(p, session["host"] if session["host"] != "0.0.0.0" else "")]
+        busy = [p for p in busy if not is_port_free(p, session["host"])]
         if busy:
             time.sleep(0.1)
     now = time.time()

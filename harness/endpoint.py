@@ -171,11 +171,3 @@ class Endpoint:
             if timer is not None:
                 timer.cancel()
         return debugpy.is_client_connected()
-
-    def close(self) -> None:
-        if self._sock is not None:
-            try:
-                self._sock.close()
-            except OSError:
-                pass
-            self._sock = None

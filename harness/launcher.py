@@ -157,9 +157,9 @@ class Launcher:
                 self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 pass
-        left = processes.tree([self.proc.pid]) + processes.group_members(self.proc.pid)
+        left = {p.pid: p for p in processes.tree([self.proc.pid]) + processes.group_members(self.proc.pid)}
         if left:
-            processes.terminate(left, grace_s=5)
+            processes.terminate(list(left.values()), grace_s=5)
         for r in self.registry.ranks(self.cfg.session_id):
             if r["state"] in ("starting", "ready", "attached"):
                 self.registry.write_rank(dict(r, state="exited", updated_at=time.time()))

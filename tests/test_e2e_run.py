@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import time
 
 import pytest
 
@@ -45,8 +46,14 @@ def test_wait_rank0_blocks_rank1_runs_then_stop_cleans_up(job, registry_dir, por
     assert ranks[0]["lazy"] is False and ranks[1]["lazy"] is True
     out = j.wait_output("rtdebug: all 2 local ranks ready")
     assert "ready (waiting)" in out
-    # rank 1 is in user code (blocked in the first collective, since rank 0 has not started)
-    assert "rank 0 epoch" not in j.output()
+    # rank 0 blocks before user code, so no rank trains (rank 1 waits for it in init_process_group) ...
+    time.sleep(3)
+    assert " epoch " not in j.output()
+    # ... until a client attaches to rank 0: then both train
+    c = DAPClient("127.0.0.1", port_base)
+    c.attach()
+    j.wait_output("rank 0 epoch 0", 60)
+    c.disconnect()
     pids = [r["pid"] for r in ranks.values()] + [p.pid for p in j.descendants()]
     r = rtdebug("stop", "--session", sid)
     assert r.returncode == 0, r.stderr
