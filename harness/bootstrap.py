@@ -153,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         port = port_for_rank(cfg.port_base, rank)
         os.environ.update(localmode.ray_env(os.environ))
         localmode.install(cfg.pg_timeout_s)
+        if cfg.force_local:
+            from harness import forcelocal
+
+            forcelocal.install()
         # SIGTERM keeps its default action: a rank blocked inside a C++ collective could not run a
         # Python handler, and the launcher marks the ranks' entries ended after teardown anyway.
         record = RankRecord(Registry(cfg.registry_dir), cfg.session_id, rank, cfg.host, port, cfg.waits(rank),

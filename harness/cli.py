@@ -32,6 +32,8 @@ def _debug_options(p: argparse.ArgumentParser, port_flag: str, host_flag: str) -
     g.add_argument("--pg-timeout", type=float, default=DEFAULT_PG_TIMEOUT_S, metavar="S",
                    help=f"default torch.distributed process-group timeout (default {DEFAULT_PG_TIMEOUT_S:g}s), "
                         "so peers of a paused rank do not time out")
+    g.add_argument("--force-local", action="store_true",
+                   help="run the script's Ray Train trainer in local mode (num_workers=0) whatever it asks for")
 
 
 def _add_run(sub) -> None:
@@ -63,7 +65,8 @@ def torchrun_parser() -> argparse.ArgumentParser:
 
 
 HARNESS_FLAGS = {"--debug-port-base": 1, "--debug-host": 1, "--eager": 0, "--post-mortem": 0,
-                 "--post-mortem-wait": 1, "--pg-timeout": 1, "--wait": 1}
+                 "--post-mortem-wait": 1, "--pg-timeout": 1, "--wait": 1,
+                 "--force-local": 0}
 
 
 def split_harness_options(tokens: list[str]) -> tuple[list[str], list[str]]:

@@ -27,10 +27,15 @@ def run_single(args) -> int:
     target = Target(args.target, list(args.args), module=args.module)
     cfg = RankConfig(session_id=new_session_id(), port_base=args.port, host=args.host,
                      wait="all" if args.wait else "none", eager=args.eager, post_mortem=args.post_mortem,
-                     post_mortem_wait_s=args.post_mortem_wait, pg_timeout_s=args.pg_timeout)
+                     post_mortem_wait_s=args.post_mortem_wait, pg_timeout_s=args.pg_timeout,
+                     force_local=args.force_local)
     added = localmode.ray_env(os.environ)
     os.environ.update(added)
     localmode.install(cfg.pg_timeout_s)
+    if cfg.force_local:
+        from harness import forcelocal
+
+        forcelocal.install()
     if added:
         print("rtdebug: set RAY_TRAIN_V2_ENABLED=1 (Ray Train local mode needs V2)", file=sys.stderr)
     if debugger_active():
@@ -65,7 +70,8 @@ def run_torchrun(parsed, tokens: list[str]) -> int:
     plan = plan_torchrun(parsed, tokens)
     cfg = RankConfig(session_id=new_session_id(), port_base=parsed.port, host=parsed.host,
                      wait=parsed.wait_ranks, eager=parsed.eager, post_mortem=parsed.post_mortem,
-                     post_mortem_wait_s=parsed.post_mortem_wait, pg_timeout_s=parsed.pg_timeout)
+                     post_mortem_wait_s=parsed.post_mortem_wait, pg_timeout_s=parsed.pg_timeout,
+                     force_local=parsed.force_local)
     parse_rank_list(cfg.wait, plan.max_world_size)
     return Launcher(plan, cfg, Registry()).run()
 

@@ -40,6 +40,7 @@ class RankConfig:
     post_mortem_wait_s: float = DEFAULT_POST_MORTEM_WAIT_S
     pg_timeout_s: float = DEFAULT_PG_TIMEOUT_S
     registry_dir: str | None = None
+    force_local: bool = False
     wait_ranks: frozenset[int] | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -67,6 +68,8 @@ class RankConfig:
         }
         if self.registry_dir:
             env["RTDEBUG_REGISTRY_DIR"] = self.registry_dir
+        if self.force_local:
+            env["RTDEBUG_FORCE_LOCAL"] = "1"
         return env
 
     @classmethod
@@ -85,6 +88,7 @@ class RankConfig:
                 post_mortem_wait_s=float(env.get("RTDEBUG_POST_MORTEM_WAIT", DEFAULT_POST_MORTEM_WAIT_S)),
                 pg_timeout_s=float(env.get("RTDEBUG_PG_TIMEOUT", DEFAULT_PG_TIMEOUT_S)),
                 registry_dir=env.get("RTDEBUG_REGISTRY_DIR"),
+                force_local=env.get("RTDEBUG_FORCE_LOCAL") == "1",
             )
         except ValueError as exc:
             raise usage(f"bad RTDEBUG_* setting: {exc}") from None

@@ -1,0 +1,18 @@
+"""An unmodified multi-worker GPU script: 4 GPU workers. Under --force-local it must run in local mode."""
+
+import ray.train
+import ray.train.torch
+from ray.train import ScalingConfig
+
+
+def train_fn(config):
+    ctx = ray.train.get_context()
+    world = ctx.get_world_size()
+    rank = ctx.get_world_rank()
+    print(f"train_fn rank {rank} of {world}", flush=True)  # BREAKPOINT: train
+    ray.train.report({"rank": rank, "world": world})
+
+
+trainer = ray.train.torch.TorchTrainer(train_fn, scaling_config=ScalingConfig(num_workers=4, use_gpu=True))
+result = trainer.fit()
+print(f"result metrics {result.metrics}", flush=True)
