@@ -1,35 +1,55 @@
 import * as vscode from 'vscode';
 import { DEBUGPY_EXTENSION_ID } from './constants';
-import { RankDebugConfig, RankRef, toRankDebugConfig } from './common/attachConfig';
+import { RankDebugConfig, RankRef, rankEndpoint, toRankDebugConfig } from './common/attachConfig';
 import { attachInfo, HarnessCommand } from './common/harnessCli';
 
 /**
  * Starts and tracks the per-rank debug sessions. The attach configuration comes from the harness
  * (`python -m harness attach --json`); `toRankDebugConfig` only picks the session type: stock `debugpy`
- * when the Python Debugger is installed, else our own type served by DebugAdapterServer.
+ * when the Python Debugger is installed, else our own type served by DebugAdapterServer. Sessions started
+ * from the generated debugpy configs are recognised by their endpoint (`byEndpoint`).
  */
 export class AttachService implements vscode.Disposable {
   private sessions = new Map<string, vscode.DebugSession>();
+  private refs = new Map<string, RankRef>();
   private changed = new vscode.EventEmitter<void>();
   readonly onDidChange = this.changed.event;
   private subs: vscode.Disposable[] = [];
 
-  constructor(private harness: () => Promise<HarnessCommand>) {
+  constructor(private harness: () => Promise<HarnessCommand>, private byEndpoint: (ep: { host: string; port: number }) => RankRef | undefined = () => undefined) {
     this.subs.push(
       vscode.debug.onDidStartDebugSession((s) => {
-        const ref = rankRef(s);
-        if (ref) { this.sessions.set(key(ref), s); this.changed.fire(); }
+        const ref = this.rankOf(s);
+        if (ref) { this.sessions.set(key(ref), s); this.refs.set(s.id, ref); this.changed.fire(); }
       }),
       vscode.debug.onDidTerminateDebugSession((s) => {
-        const ref = rankRef(s);
+        const ref = this.refs.get(s.id);
+        this.refs.delete(s.id);
         if (ref && this.sessions.get(key(ref))?.id === s.id) { this.sessions.delete(key(ref)); this.changed.fire(); }
       }),
     );
   }
 
+  /** The rank a debug session is attached to: our `rtdebugRank` tag, else its `connect` endpoint. */
+  rankOf(s: vscode.DebugSession): RankRef | undefined {
+    const known = this.refs.get(s.id);
+    if (known) return known;
+    const r = s.configuration.rtdebugRank as RankRef | undefined;
+    if (r && typeof r.rank === 'number') return r;
+    const ep = s.configuration.request === 'attach' ? rankEndpoint(s.configuration) : undefined;
+    return ep ? this.byEndpoint(ep) : undefined;
+  }
+
   get attachedCount(): number { return this.sessions.size; }
 
   isAttached(session: string, rank: number): boolean { return this.sessions.has(key({ session, rank })); }
+
+  sessionFor(k: RankRef): vscode.DebugSession | undefined { return this.sessions.get(key(k)); }
+
+  /** Ranks of `session` (every session when undefined) that have a debug session in this window. */
+  attachedRanks(session?: string): RankRef[] {
+    return [...this.sessions.keys()].map(parseKey).filter((k) => session === undefined || k.session === session);
+  }
 
   useDebugpy(): boolean { return !!vscode.extensions.getExtension(DEBUGPY_EXTENSION_ID); }
 
@@ -46,21 +66,29 @@ export class AttachService implements vscode.Disposable {
     if (!ok) throw new Error(`VS Code did not start the debug session for rank ${rank}`);
   }
 
+  /** Detach from one rank: the rank keeps running (debugpy accepts a new client later). */
+  async detach(k: RankRef): Promise<void> {
+    const s = this.sessions.get(key(k));
+    if (s) await end(s, false);
+  }
+
   /** Ends the rank sessions under `parent` (all of them when undefined). */
   async detachChildren(parent: vscode.DebugSession | undefined, terminateDebuggee: boolean): Promise<void> {
     const children = [...this.sessions.values()].filter((s) => !parent || s.parentSession?.id === parent.id);
-    await Promise.all(children.map(async (s) => {
-      try { await s.customRequest('disconnect', { terminateDebuggee }); } catch { /* adapter already gone */ }
-      try { await vscode.debug.stopDebugging(s); } catch { /* already stopped */ }
-    }));
+    await Promise.all(children.map((s) => end(s, terminateDebuggee)));
   }
 
   dispose(): void { this.subs.forEach((d) => d.dispose()); this.changed.dispose(); }
 }
 
+async function end(s: vscode.DebugSession, terminateDebuggee: boolean): Promise<void> {
+  try { await s.customRequest('disconnect', { terminateDebuggee }); } catch { /* adapter already gone */ }
+  try { await vscode.debug.stopDebugging(s); } catch { /* already stopped */ }
+}
+
 function key(r: RankRef): string { return `${r.session}/${r.rank}`; }
 
-function rankRef(s: vscode.DebugSession): RankRef | undefined {
-  const r = s.configuration.rtdebugRank as RankRef | undefined;
-  return r && typeof r.rank === 'number' ? r : undefined;
+function parseKey(k: string): RankRef {
+  const i = k.lastIndexOf('/');
+  return { session: k.slice(0, i), rank: Number(k.slice(i + 1)) };
 }

@@ -13,7 +13,27 @@ export const Commands = {
   attachToRank: 'rtdebug.attachToRank',
   attachToAllRanks: 'rtdebug.attachToAllRanks',
   showRanks: 'rtdebug.showRanks',
+  refreshRanks: 'rtdebug.ranks.refresh',
+  attachRankItem: 'rtdebug.ranks.attach',
+  detachRank: 'rtdebug.ranks.detach',
+  stopSession: 'rtdebug.ranks.stopSession',
+  showStacks: 'rtdebug.showStacks',
+  pauseAll: 'rtdebug.pauseAllRanks',
+  continueAll: 'rtdebug.continueAllRanks',
+  evaluateAll: 'rtdebug.evaluateInAllRanks',
+  openFrame: 'rtdebug.stacks.openFrame',
+  attachGroup: 'rtdebug.stacks.attachRank',
 } as const;
+
+/** Views contributed to the Run and Debug container (package.json `views.debug`). */
+export const Views = { ranks: 'rtdebug.ranks', stacks: 'rtdebug.stacks' } as const;
+/** Context keys used in package.json `when` clauses. */
+export const ContextKeys = { hasStacks: 'rtdebug.hasStacks', allStop: 'rtdebug.allStopOn' } as const;
+/** URI scheme of the read-only "Evaluate in All Ranks" documents. */
+export const EVAL_SCHEME = 'rtdebug-eval';
+
+/** Settings that choose what runs: machine-overridable and never read from an untrusted workspace. */
+export const RESTRICTED_SETTINGS = ['pythonPath', 'harnessModule', 'registryDir', 'listing'] as const;
 
 /** Lines the harness prints (its background-task problemMatcher uses the same ones). */
 // torchrun prints "rtdebug: session <ID> starting …", run prints "rtdebug: session <ID>: debug endpoint …".
@@ -23,3 +43,7 @@ export const ALL_READY_RE = /^rtdebug: all (\d+) local ranks ready \(session (\S
 export const DEFAULT_PORT_BASE = 5678;
 export const DEFAULT_HOST = '127.0.0.1';
 export const REGISTRY_POLL_MS = 1000;
+/** `rtdebug ps --json` starts a Python process: poll it less often than the files. */
+export const CLI_POLL_MS = 5000;
+/** A paused rank that has not stopped after this long is shown as blocked (and its stack is fetched). */
+export const BLOCKED_AFTER_MS = 1500;

@@ -1,33 +1,62 @@
 import * as vscode from 'vscode';
-import { Commands, DEBUG_TYPE } from './constants';
+import { Commands, ContextKeys, DEBUG_TYPE, EVAL_SCHEME, Views } from './constants';
+import { rankForEndpoint } from './common/attachConfig';
+import { RankDebugStates } from './common/rankDebugState';
 import { RtdebugAdapterFactory } from './adapterFactory';
+import { AllStopController } from './allStopController';
 import { AttachCommands } from './attachCommands';
 import { AttachService } from './attachService';
 import { RtdebugConfigurationProvider } from './debugProvider';
+import { EvalDocuments, EvaluateCommand } from './evaluateCommand';
 import { generateLaunchConfigurations } from './generateCommand';
-import { resolvePython } from './interpreter';
+import { currentHarness } from './harnessCommand';
+import { RankCommands } from './rankCommands';
+import { RanksView } from './ranksView';
+import { RankTrackerFactory } from './rankTracker';
 import { RegistryWatcher } from './registryWatcher';
-import { harnessEnv, readSettings } from './settings';
+import { readSettings } from './settings';
 import { RankStatusBar } from './statusBar';
+import { openFrame, StacksView } from './stacksView';
 
 /** Every registration of the extension, in one place. */
 export function registerAll(context: vscode.ExtensionContext): void {
   const registry = new RegistryWatcher();
-  const attach = new AttachService(async () => {
-    const folder = vscode.workspace.workspaceFolders?.[0];
-    const s = readSettings(folder?.uri);
-    return { python: await resolvePython(folder?.uri), module: s.harnessModule, cwd: folder?.uri.fsPath, env: harnessEnv(s) };
-  });
+  const attach = new AttachService(currentHarness, (ep) => rankForEndpoint(registry.sessions, ep));
+  const log = vscode.window.createOutputChannel('rtdebug');
+  const states = new RankDebugStates();
+  const allStop = new AllStopController(attach, states, log);
   const commands = new AttachCommands(attach, registry);
   const provider = new RtdebugConfigurationProvider(attach);
+  const ranksView = new RanksView(registry, states, attach.onDidChange);
+  const stacksView = new StacksView();
+  const rankCommands = new RankCommands(attach, registry, stacksView, allStop);
+  const evalDocs = new EvalDocuments();
+  const evaluate = new EvaluateCommand(attach, states, evalDocs, rankCommands);
+  const setAllStopKey = () => void vscode.commands.executeCommand('setContext', ContextKeys.allStop, readSettings().allStop);
+  setAllStopKey();
+  const reg = vscode.commands.registerCommand;
   context.subscriptions.push(
-    registry,
-    attach,
+    registry, attach, log, allStop, ranksView, stacksView,
     new RankStatusBar(registry, attach),
-    vscode.commands.registerCommand(Commands.generateLaunchConfigurations, generateLaunchConfigurations),
-    vscode.commands.registerCommand(Commands.attachToRank, (a) => commands.attachToRank(a)),
-    vscode.commands.registerCommand(Commands.attachToAllRanks, (a) => commands.attachToAllRanks(a)),
-    vscode.commands.registerCommand(Commands.showRanks, () => commands.attachToRank()),
+    vscode.window.createTreeView(Views.ranks, { treeDataProvider: ranksView, showCollapseAll: false }),
+    vscode.window.createTreeView(Views.stacks, { treeDataProvider: stacksView, showCollapseAll: true }),
+    vscode.workspace.registerTextDocumentContentProvider(EVAL_SCHEME, evalDocs),
+    vscode.workspace.onDidChangeConfiguration((e) => { if (e.affectsConfiguration('rtdebug.allStop')) setAllStopKey(); }),
+    reg(Commands.generateLaunchConfigurations, generateLaunchConfigurations),
+    reg(Commands.attachToRank, (a) => commands.attachToRank(a)),
+    reg(Commands.attachToAllRanks, (a) => commands.attachToAllRanks(a)),
+    reg(Commands.showRanks, () => vscode.commands.executeCommand(`${Views.ranks}.focus`)),
+    reg(Commands.refreshRanks, () => { registry.refresh(); return registry.pollCli(true); }),
+    reg(Commands.attachRankItem, (n) => rankCommands.attachRank(n)),
+    reg(Commands.detachRank, (n) => rankCommands.detachRank(n)),
+    reg(Commands.stopSession, (n) => rankCommands.stopSession(n)),
+    reg(Commands.showStacks, (n) => rankCommands.showStacks(n)),
+    reg(Commands.pauseAll, (n) => rankCommands.pauseAll(n)),
+    reg(Commands.continueAll, (n) => rankCommands.continueAll(n)),
+    reg(Commands.evaluateAll, (a) => evaluate.run(a)),
+    reg(Commands.openFrame, (file: string, line: number) => openFrame(file, line)),
+    reg(Commands.attachGroup, (n) => rankCommands.attachGroup(n)),
+    vscode.debug.registerDebugAdapterTrackerFactory('*', new RankTrackerFactory(attach, states, allStop.allStop)),
     vscode.debug.registerDebugConfigurationProvider(DEBUG_TYPE, provider),
     vscode.debug.registerDebugConfigurationProvider(DEBUG_TYPE, provider, vscode.DebugConfigurationProviderTriggerKind.Dynamic),
     vscode.debug.registerDebugAdapterDescriptorFactory(DEBUG_TYPE, new RtdebugAdapterFactory(attach, registry)),

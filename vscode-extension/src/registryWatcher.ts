@@ -1,30 +1,63 @@
 import * as vscode from 'vscode';
-import { REGISTRY_POLL_MS } from './constants';
+import { CLI_POLL_MS, REGISTRY_POLL_MS } from './constants';
+import { runHarness } from './common/harnessCli';
+import { CliRankSource, mergeSessions, useCliSource } from './common/rankSource';
 import { registryDir } from './common/registryPaths';
 import { findSession, readRegistry } from './common/registryReader';
 import { Session } from './common/registryModel';
+import { currentHarness } from './harnessCommand';
 import { readSettings } from './settings';
 
-/** Polls the registry directory (cheap: a few small files) and fires when the live ranks change. */
+/**
+ * The live sessions and ranks, for the view, the status bar and the commands. This machine's registry
+ * files are polled every second (a few small files); when `rtdebug.listing` asks for it (or a cluster
+ * listing is configured: RAY_ADDRESS / RTDEBUG_STORE), `rtdebug ps --json` is polled too, less often, and
+ * its sessions and remote ranks are merged in. Fires when what a user would see changes.
+ */
 export class RegistryWatcher implements vscode.Disposable {
   private timer: NodeJS.Timeout;
+  private cliTimer: NodeJS.Timeout;
   private last = '';
   private current: Session[] = [];
+  private fromCli: Session[] = [];
+  private cliBusy = false;
   private changed = new vscode.EventEmitter<Session[]>();
   readonly onDidChange = this.changed.event;
+  private cli = new CliRankSource(async () => runHarness(await currentHarness(), ['ps', '--json'], 30000));
+  /** The last CLI listing error (shown in the view's message), cleared by a good read. */
+  cliError: string | undefined;
 
   constructor(pollMs = REGISTRY_POLL_MS) {
     this.timer = setInterval(() => this.refresh(), pollMs);
+    this.cliTimer = setInterval(() => void this.pollCli(), CLI_POLL_MS);
     this.refresh();
+    void this.pollCli();
   }
 
   get dir(): string { return registryDir(process.env, undefined, readSettings().registryDir); }
 
   refresh(): Session[] {
-    this.current = readRegistry(this.dir).sessions;
-    const sig = JSON.stringify(this.current.map((s) => [s.entry.session_id, s.ranks.map((r) => [r.rank, r.pid, r.state])]));
+    const files = readRegistry(this.dir).sessions;
+    this.current = this.fromCli.length ? mergeSessions(files, this.fromCli) : files;
+    const sig = JSON.stringify(this.current.map((s) => [s.entry.session_id, s.entry.state, s.ranks.map((r) => [r.rank, r.pid, r.state, r.attach_count, r.refused_count])]));
     if (sig !== this.last) { this.last = sig; this.changed.fire(this.current); }
     return this.current;
+  }
+
+  /** One `rtdebug ps --json` read when the listing setting asks for it; never two at once. */
+  async pollCli(force = false): Promise<void> {
+    if (this.cliBusy || !(force || useCliSource(readSettings().listing, process.env))) {
+      if (this.fromCli.length && !useCliSource(readSettings().listing, process.env)) { this.fromCli = []; this.refresh(); }
+      return;
+    }
+    this.cliBusy = true;
+    try {
+      this.fromCli = await this.cli.read();
+      this.cliError = undefined;
+    } catch (e) {
+      this.cliError = (e as Error).message;
+    } finally { this.cliBusy = false; }
+    this.refresh();
   }
 
   get sessions(): Session[] { return this.current; }
@@ -32,5 +65,5 @@ export class RegistryWatcher implements vscode.Disposable {
   /** A fresh read (not the last poll) of one session, or of the newest when `id` is empty. */
   find(id?: string): Session | undefined { return findSession(this.refresh(), id); }
 
-  dispose(): void { clearInterval(this.timer); this.changed.dispose(); }
+  dispose(): void { clearInterval(this.timer); clearInterval(this.cliTimer); this.changed.dispose(); }
 }

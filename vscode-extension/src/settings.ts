@@ -1,22 +1,28 @@
 import * as vscode from 'vscode';
-import { CONFIG_SECTION, DEFAULT_HOST, DEFAULT_PORT_BASE } from './constants';
+import { CONFIG_SECTION, DEFAULT_HOST, DEFAULT_PORT_BASE, RESTRICTED_SETTINGS } from './constants';
+import { settingValue } from './common/settingsRead';
 
 /** Typed access to the `rtdebug.*` settings. */
 export interface Settings {
   pythonPath: string; harnessModule: string; portBase: number; wait: string; host: string;
-  readyTimeoutSeconds: number; registryDir: string;
+  readyTimeoutSeconds: number; registryDir: string; allStop: boolean; listing: string;
 }
 
 export function readSettings(scope?: vscode.ConfigurationScope): Settings {
   const c = vscode.workspace.getConfiguration(CONFIG_SECTION, scope);
+  const trusted = vscode.workspace.isTrusted;
+  const get = <T>(key: string, fallback: T): T =>
+    settingValue<T>(c.inspect<T>(key), () => c.get<T>(key), fallback, trusted, (RESTRICTED_SETTINGS as readonly string[]).includes(key));
   return {
-    pythonPath: c.get<string>('pythonPath', ''),
-    harnessModule: c.get<string>('harnessModule', 'harness') || 'harness',
-    portBase: c.get<number>('portBase', DEFAULT_PORT_BASE),
-    wait: c.get<string>('wait', 'all') || 'all',
-    host: c.get<string>('host', DEFAULT_HOST) || DEFAULT_HOST,
-    readyTimeoutSeconds: c.get<number>('readyTimeoutSeconds', 180),
-    registryDir: c.get<string>('registryDir', ''),
+    pythonPath: get('pythonPath', ''),
+    harnessModule: get('harnessModule', 'harness') || 'harness',
+    portBase: get('portBase', DEFAULT_PORT_BASE),
+    wait: get('wait', 'all') || 'all',
+    host: get('host', DEFAULT_HOST) || DEFAULT_HOST,
+    readyTimeoutSeconds: get('readyTimeoutSeconds', 180),
+    registryDir: get('registryDir', ''),
+    allStop: get('allStop', true),
+    listing: get('listing', 'auto'),
   };
 }
 

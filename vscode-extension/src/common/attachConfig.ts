@@ -1,5 +1,6 @@
 import { DEBUG_TYPE, DEBUGPY_TYPE, ENTRY_PREFIX } from '../constants';
 import { AttachInfo } from './harnessCli';
+import { Session } from './registryModel';
 
 /**
  * The one place that turns the harness's attach configuration (`attach --json`, the source of truth for its
@@ -35,4 +36,20 @@ export function rankEndpoint(config: Record<string, unknown>): { host: string; p
   const c = config.connect as { host?: unknown; port?: unknown } | undefined;
   if (!c || typeof c.port !== 'number') return undefined;
   return { host: typeof c.host === 'string' && c.host ? c.host : '127.0.0.1', port: c.port };
+}
+
+const LOCAL = new Set(['127.0.0.1', 'localhost', '0.0.0.0', '::1', '::', '']);
+
+/**
+ * Which registry rank a debug session talks to, for sessions started from the generated `"type": "debugpy"`
+ * configs (they carry no `rtdebugRank`): the live rank whose endpoint is `connect` (port equal, hosts equal
+ * or both local).
+ */
+export function rankForEndpoint(sessions: Session[], ep: { host: string; port: number }): RankRef | undefined {
+  for (const s of sessions) {
+    for (const r of s.ranks) {
+      if (r.port === ep.port && (r.host === ep.host || (LOCAL.has(r.host) && LOCAL.has(ep.host)))) return { session: s.entry.session_id, rank: r.rank };
+    }
+  }
+  return undefined;
 }

@@ -3,8 +3,9 @@
  * The schema itself is the contract; the unit tests validate fixtures and live entries against it with ajv.
  * At run time we only check what the extension relies on, so a newer harness adding fields keeps working.
  */
-export type RankState = 'starting' | 'ready' | 'attached' | 'exited' | 'failed';
-export type SessionState = 'starting' | 'running' | 'exited' | 'failed' | 'stopped';
+// 'orphaned': the launcher is gone but the process lives on (written by newer harnesses, or inferred here).
+export type RankState = 'starting' | 'ready' | 'attached' | 'exited' | 'failed' | 'orphaned';
+export type SessionState = 'starting' | 'running' | 'exited' | 'failed' | 'stopped' | 'orphaned';
 
 export interface SessionEntry {
   schema_version: 1; kind: 'session'; session_id: string; mode: 'run' | 'torchrun';
@@ -12,6 +13,8 @@ export interface SessionEntry {
   nnodes: string; nproc_per_node: number; node_rank?: number | null; host: string; port_base: number;
   ports: number[]; wait?: string; started_at: number; updated_at: number; ended_at?: number | null;
   exit_code?: number | null; state: SessionState;
+  /** Which listing found it (`rtdebug ps --json`: "local", a c10d store, a Ray cluster); absent = this machine's files. */
+  source?: string;
 }
 
 export interface RankEntry {
@@ -19,6 +22,8 @@ export interface RankEntry {
   world_size: number; host: string; port: number; pid: number; create_time: number; state: RankState;
   lazy: boolean; wait: boolean; attach_count: number; script: string; cwd: string; started_at: number;
   updated_at: number; exit_code?: number | null; error?: string | null;
+  /** Connections the rank's endpoint refused (access rule); newer harnesses only. */
+  refused_count?: number;
 }
 
 export interface Session { entry: SessionEntry; ranks: RankEntry[] }

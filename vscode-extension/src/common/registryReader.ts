@@ -23,9 +23,15 @@ export function readRegistry(dir: string, live: LivenessCheck = isProcessLive): 
     try { text = fs.readFileSync(sfile, 'utf8'); } catch { continue; }
     let entry;
     try { entry = parseSessionEntry(text, sfile); } catch (e) { problems.push((e as Error).message); continue; }
-    if (entry.state !== 'starting' && entry.state !== 'running') continue;
-    if (!live(entry.launcher_pid, entry.launcher_create_time)) continue;
-    sessions.push({ entry, ranks: readRanks(sdir, live, problems) });
+    if (entry.state !== 'starting' && entry.state !== 'running' && entry.state !== 'orphaned') continue;
+    const ranks = readRanks(sdir, live, problems);
+    if (!live(entry.launcher_pid, entry.launcher_create_time)) {
+      // Launcher gone: the session only matters while some rank outlives it (shown as orphaned, to stop).
+      if (!ranks.length) continue;
+      entry.state = 'orphaned';
+      for (const r of ranks) r.state = 'orphaned';
+    }
+    sessions.push({ entry, ranks });
   }
   sessions.sort((a, b) => b.entry.started_at - a.entry.started_at);
   return { sessions, problems };
@@ -40,7 +46,8 @@ function readRanks(sdir: string, live: LivenessCheck, problems: string[]): RankE
     const file = path.join(sdir, f);
     try {
       const r = parseRankEntry(fs.readFileSync(file, 'utf8'), file);
-      if (r.state === 'exited' || r.state === 'failed' || !live(r.pid, r.create_time)) continue;
+      // A failed rank that is still alive is kept: under --post-mortem it waits for a debugger.
+      if (r.state === 'exited' || !live(r.pid, r.create_time)) continue;
       ranks.push(r);
     } catch (e) { problems.push((e as Error).message); }
   }

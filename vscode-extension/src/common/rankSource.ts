@@ -1,0 +1,75 @@
+import { LivenessCheck, isProcessLive } from './processLiveness';
+import { parseRankEntry, parseSessionEntry, RankEntry, Session } from './registryModel';
+import { readRegistry } from './registryReader';
+
+/**
+ * Where the Ranks view, the status bar and the commands learn which sessions and ranks exist: one
+ * interface, several backends. The files backend reads this machine's registry (cheap, every second);
+ * the CLI backend runs `rtdebug ps --json`, the harness's backend-independent listing, which also sees
+ * ranks on other nodes (c10d store, Ray GCS) — a Python process per read, so it is polled less often.
+ */
+export interface RankSource {
+  readonly label: string;
+  read(): Promise<Session[]>;
+}
+
+export class FileRankSource implements RankSource {
+  readonly label = 'files';
+  constructor(private dir: () => string, private live: LivenessCheck = isProcessLive) {}
+  async read(): Promise<Session[]> { return readRegistry(this.dir(), this.live).sessions; }
+}
+
+export class CliRankSource implements RankSource {
+  readonly label = 'rtdebug ps --json';
+  /** `run` returns the stdout of `<python> -m <harness> ps --json`. */
+  constructor(private run: () => Promise<string>) {}
+  async read(): Promise<Session[]> { return parsePsJson(await this.run()); }
+}
+
+/**
+ * `rtdebug ps --json` → sessions: `{"sessions": [<session entry> + "ranks": [<rank entry>…] + "source"?]}`.
+ * Entries keep the registry schema; a malformed one is skipped, not fatal (a newer harness may add fields).
+ */
+export function parsePsJson(text: string): Session[] {
+  let v: unknown;
+  try { v = JSON.parse(text); } catch { throw new Error(`ps --json printed no JSON: ${text.slice(0, 120)}`); }
+  const list = (v as { sessions?: unknown }).sessions;
+  if (!Array.isArray(list)) throw new Error('ps --json: no "sessions" list');
+  const out: Session[] = [];
+  for (const raw of list) {
+    if (typeof raw !== 'object' || raw === null) continue;
+    const { ranks, ...rest } = raw as Record<string, unknown>;
+    let entry;
+    try { entry = parseSessionEntry(JSON.stringify(rest), 'ps --json'); } catch { continue; }
+    const rs: RankEntry[] = [];
+    for (const r of Array.isArray(ranks) ? ranks : []) {
+      try { rs.push(parseRankEntry(JSON.stringify(r), 'ps --json')); } catch { /* skip */ }
+    }
+    out.push({ entry, ranks: rs.sort((a, b) => a.rank - b.rank) });
+  }
+  return out.sort((a, b) => b.entry.started_at - a.entry.started_at);
+}
+
+/**
+ * Union of two listings by session id. `primary` (the files, fresh every second) wins for a session both
+ * know, except that ranks only the other one has (remote nodes) are added to it.
+ */
+export function mergeSessions(primary: Session[], other: Session[]): Session[] {
+  const byId = new Map(primary.map((s) => [s.entry.session_id, { entry: s.entry, ranks: [...s.ranks] }]));
+  for (const s of other) {
+    const mine = byId.get(s.entry.session_id);
+    if (!mine) { byId.set(s.entry.session_id, s); continue; }
+    const have = new Set(mine.ranks.map((r) => r.rank));
+    mine.ranks.push(...s.ranks.filter((r) => !have.has(r.rank)));
+    mine.ranks.sort((a, b) => a.rank - b.rank);
+    if (!mine.entry.source && s.entry.source) mine.entry = { ...mine.entry, source: s.entry.source };
+  }
+  return [...byId.values()].sort((a, b) => b.entry.started_at - a.entry.started_at);
+}
+
+/** When to also ask the CLI: "cli" always, "files" never, "auto" when a cluster listing is configured. */
+export function useCliSource(setting: string, env: NodeJS.ProcessEnv): boolean {
+  if (setting === 'cli') return true;
+  if (setting === 'files') return false;
+  return !!(env.RAY_ADDRESS || env.RTDEBUG_STORE);
+}

@@ -1,0 +1,96 @@
+import { RankDebugInfo } from './rankDebugState';
+import { RankEntry, Session } from './registryModel';
+
+/**
+ * Pure builders for the Ranks view rows: session → ranks, with a state a user can act on and text a
+ * screen reader can say. The VS Code wrapper (ranksView.ts) only copies these fields into TreeItems.
+ */
+export type RankViewState = 'starting' | 'waiting' | 'ready' | 'attached' | 'stopped' | 'blocked' | 'failed' | 'orphaned';
+
+export interface Row {
+  id: string;
+  label: string;
+  description: string;
+  tooltip: string;
+  /** package.json menus match on it: rtdebugSession, rtdebugRank.<state> (+ ".attached" when ours). */
+  contextValue: string;
+  icon: string;
+  /** Theme colour id for the icon, if any. */
+  color?: string;
+  accessibilityLabel: string;
+}
+
+const ICONS: Record<RankViewState, [string, string | undefined]> = {
+  starting: ['loading~spin', undefined],
+  waiting: ['watch', 'charts.yellow'],
+  ready: ['circle-outline', undefined],
+  attached: ['debug-alt', 'debugIcon.startForeground'],
+  stopped: ['debug-pause', 'debugIcon.pauseForeground'],
+  blocked: ['debug-stackframe-dot', 'charts.orange'],
+  failed: ['error', 'errorForeground'],
+  orphaned: ['warning', 'charts.orange'],
+};
+
+export const basename = (p: string): string => p.split(/[\\/]/).pop() || p;
+const at = (l: { file: string; line: number }) => `${basename(l.file)}:${l.line}`;
+
+/** The state shown for a rank: the registry's, refined by what our own debug session of it says. */
+export function rankViewState(r: RankEntry, dbg: RankDebugInfo | undefined): { state: RankViewState; text: string } {
+  if (r.state === 'orphaned') return { state: 'orphaned', text: 'orphaned (launcher gone)' };
+  if (dbg) {
+    if (dbg.state === 'stopped') return { state: 'stopped', text: `stopped (${dbg.reason ?? 'unknown'})${dbg.where ? ` at ${at(dbg.where)}` : ''}` };
+    if (dbg.state === 'pausing' && (dbg.blockedAt || dbg.blockedNote)) {
+      const where = dbg.blockedAt ? ` in ${dbg.blockedAt.function ?? '?'} (${at(dbg.blockedAt)})` : '';
+      return { state: 'blocked', text: `blocked${where}: pause pending${dbg.blockedNote ? `; ${dbg.blockedNote}` : ''}` };
+    }
+    if (dbg.state === 'pausing') return { state: 'attached', text: 'attached, pausing…' };
+    if (r.state === 'failed') return { state: 'failed', text: `failed, attached${r.error ? `: ${r.error}` : ''}` };
+    return { state: 'attached', text: 'attached, running' };
+  }
+  if (r.state === 'failed') return { state: 'failed', text: `failed${r.error ? `: ${r.error}` : ''}` };
+  if (r.state === 'starting') return { state: 'starting', text: 'starting' };
+  if (r.state === 'attached') return { state: 'attached', text: 'attached (another client)' };
+  if (r.wait && r.attach_count === 0) return { state: 'waiting', text: 'waiting for a debugger' };
+  return { state: 'ready', text: r.attach_count > 0 ? 'ready (detached)' : 'ready' };
+}
+
+export function sessionRow(s: Session): Row {
+  const e = s.entry;
+  const where = e.source && e.source !== 'local' ? e.source : `node ${e.node_rank ?? 0} · ${e.host}`;
+  const nnodes = e.nnodes && e.nnodes !== '1' ? ` · ${e.nnodes} nodes` : '';
+  const desc = `${e.mode} ${basename(e.script)} · ${s.ranks.length} rank(s)${nnodes} · ${where} · ${e.state}`;
+  return {
+    id: `session:${e.session_id}`,
+    label: e.session_id,
+    description: desc,
+    tooltip: [`rtdebug session ${e.session_id} (${e.state})`, `${e.mode}: ${e.script}`, `launcher pid ${e.launcher_pid}, ports ${portRange(e.ports)}`,
+      `${e.nproc_per_node} rank(s) per node, nnodes ${e.nnodes}`, `found by: ${e.source ?? 'registry files'}`].join('\n'),
+    contextValue: 'rtdebugSession',
+    icon: e.state === 'orphaned' ? 'warning' : 'server-process',
+    color: e.state === 'orphaned' ? 'charts.orange' : undefined,
+    accessibilityLabel: `rtdebug session ${e.session_id}, ${e.mode} ${basename(e.script)}, ${s.ranks.length} ranks, ${e.state}`,
+  };
+}
+
+export function rankRow(s: Session, r: RankEntry, dbg: RankDebugInfo | undefined): Row {
+  const v = rankViewState(r, dbg);
+  const [icon, color] = ICONS[v.state];
+  const ours = dbg ? '.attached' : '';
+  const refused = r.refused_count ? ` · ${r.refused_count} refused` : '';
+  return {
+    id: `rank:${s.entry.session_id}/${r.rank}`,
+    label: `rank ${r.rank}`,
+    description: `${v.text} · local ${r.local_rank} · ${r.host}:${r.port} · pid ${r.pid}${refused}`,
+    tooltip: [`rank ${r.rank} of ${r.world_size} (local rank ${r.local_rank}, node ${r.node_rank})`, `state: ${v.text}`,
+      `debug endpoint ${r.host}:${r.port}, pid ${r.pid}`, `session ${s.entry.session_id}`,
+      ...(r.refused_count ? [`${r.refused_count} connection(s) refused by the endpoint's access rule`] : [])].join('\n'),
+    contextValue: `rtdebugRank.${v.state}${ours}`,
+    icon, color,
+    accessibilityLabel: `rank ${r.rank}, ${v.text}, local rank ${r.local_rank}, endpoint ${r.host} port ${r.port}, process ${r.pid}`,
+  };
+}
+
+function portRange(ports: number[]): string {
+  if (!ports.length) return 'none';
+  return ports.length === 1 ? String(ports[0]) : `${ports[0]}-${ports[ports.length - 1]}`;
+}

@@ -1,0 +1,81 @@
+import { basename } from './ranksTree';
+
+/**
+ * `rtdebug stacks --json` (issue 11): the main-thread stacks of every rank, grouped by identical stack,
+ * largest group first. This parses it and builds the rows of the "Rank Stacks" view: a group per line
+ * (`ranks 0,2-3: all_reduce ← train_step (train.py:42)`), its frames innermost first, each opening the
+ * source at its line, and the ranks that did not answer.
+ */
+export interface Frame { file: string; line: number; function: string }
+export interface StackGroup { ranks: number[]; frames: Frame[]; threads?: unknown }
+export interface StacksReport { session_id: string; taken_at?: number; groups: StackGroup[]; unresponsive: number[] }
+
+export function parseStacks(text: string): StacksReport {
+  let v: Record<string, unknown>;
+  try { v = JSON.parse(text); } catch { throw new Error(`stacks --json printed no JSON: ${text.slice(0, 120)}`); }
+  if (typeof v !== 'object' || v === null || !Array.isArray(v.groups)) throw new Error('stacks --json: no "groups" list');
+  const groups: StackGroup[] = (v.groups as Record<string, unknown>[]).map((g, i) => {
+    if (!Array.isArray(g.ranks) || !Array.isArray(g.frames)) throw new Error(`stacks --json: group ${i} needs "ranks" and "frames"`);
+    return {
+      ranks: (g.ranks as unknown[]).map(Number).sort((a, b) => a - b),
+      frames: (g.frames as Record<string, unknown>[]).map((f) => ({ file: String(f.file ?? ''), line: Number(f.line ?? 0), function: String(f.function ?? '?') })),
+      threads: g.threads,
+    };
+  });
+  groups.sort((a, b) => b.ranks.length - a.ranks.length || a.ranks[0] - b.ranks[0]);
+  const unresponsive = Array.isArray(v.unresponsive) ? (v.unresponsive as unknown[]).map((u) => Number(typeof u === 'object' && u ? (u as { rank?: unknown }).rank : u)) : [];
+  return { session_id: String(v.session_id ?? ''), taken_at: typeof v.taken_at === 'number' ? v.taken_at : undefined, groups, unresponsive };
+}
+
+/** [0,2,3,4,7] → "0,2-4,7" (the harness's rank-list syntax). */
+export function compressRanks(ranks: number[]): string {
+  const s = [...new Set(ranks)].sort((a, b) => a - b);
+  const out: string[] = [];
+  for (let i = 0; i < s.length;) {
+    let j = i;
+    while (j + 1 < s.length && s[j + 1] === s[j] + 1) j++;
+    out.push(j > i ? `${s[i]}-${s[j]}` : `${s[i]}`);
+    i = j + 1;
+  }
+  return out.join(',');
+}
+
+/** Index of the innermost frame where `g` departs from the largest group (compared from the outermost). */
+export function departsAt(g: StackGroup, majority: StackGroup): number | undefined {
+  if (g === majority) return undefined;
+  const a = [...g.frames].reverse();
+  const b = [...majority.frames].reverse();
+  let k = 0;
+  while (k < a.length && k < b.length && sameFrame(a[k], b[k])) k++;
+  return k < a.length ? g.frames.length - 1 - k : undefined;
+}
+
+const sameFrame = (x: Frame, y: Frame) => x.file === y.file && x.line === y.line && x.function === y.function;
+
+export interface GroupRow { label: string; description: string; tooltip: string; representative: number; accessibilityLabel: string }
+export interface FrameRow { label: string; description: string; tooltip: string; file: string; line: number; departs: boolean }
+
+export function groupRow(g: StackGroup, majority: StackGroup): GroupRow {
+  const who = `${g.ranks.length === 1 ? 'rank' : 'ranks'} ${compressRanks(g.ranks)}`;
+  const top = g.frames[0];
+  const caller = g.frames[1];
+  const summary = top ? `${top.function}${caller ? ` ← ${caller.function}` : ''} (${basename(top.file)}:${top.line})` : '(no Python frames)';
+  const odd = g !== majority ? ' · differs from the majority' : '';
+  return {
+    label: `${who}: ${summary}`,
+    description: `${g.ranks.length} rank(s)${odd}`,
+    tooltip: `${who}\n${g.frames.map((f) => `  ${f.function}  ${f.file}:${f.line}`).join('\n')}`,
+    representative: g.ranks[0],
+    accessibilityLabel: `${who}, ${g.ranks.length} ranks, innermost ${summary}${odd}`,
+  };
+}
+
+export function frameRows(g: StackGroup, majority: StackGroup): FrameRow[] {
+  const d = departsAt(g, majority);
+  return g.frames.map((f, i) => ({
+    label: f.function,
+    description: `${basename(f.file)}:${f.line}${i === d ? ' · departs from the majority here' : ''}`,
+    tooltip: `${f.file}:${f.line}`,
+    file: f.file, line: f.line, departs: i === d,
+  }));
+}

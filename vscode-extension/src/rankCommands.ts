@@ -1,0 +1,85 @@
+import * as vscode from 'vscode';
+import { Views } from './constants';
+import { runHarness } from './common/harnessCli';
+import { parseStacks } from './common/stacksModel';
+import { AttachService } from './attachService';
+import { AllStopController } from './allStopController';
+import { currentHarness } from './harnessCommand';
+import { RanksNode } from './ranksView';
+import { RegistryWatcher } from './registryWatcher';
+import { StacksNode, StacksView } from './stacksView';
+
+/**
+ * The Ranks view's actions and the session-wide commands: Attach / Detach a rank, Stop Session,
+ * Show Stacks of All Ranks, Pause All Ranks, Continue All Ranks. Each takes a view node when invoked from
+ * the view, else asks (or takes the only candidate).
+ */
+export class RankCommands {
+  constructor(private attach: AttachService, private registry: RegistryWatcher, private stacks: StacksView, private allStop: AllStopController) {}
+
+  async attachRank(node?: RanksNode): Promise<void> {
+    if (node?.kind !== 'rank') return void vscode.commands.executeCommand('rtdebug.attachToRank');
+    await guard(() => this.attach.attach(node.session.entry.session_id, node.rank.rank));
+  }
+
+  async detachRank(node?: RanksNode): Promise<void> {
+    if (node?.kind !== 'rank') return;
+    await guard(() => this.attach.detach({ session: node.session.entry.session_id, rank: node.rank.rank }));
+  }
+
+  async stopSession(node?: RanksNode): Promise<void> {
+    const id = node?.session.entry.session_id ?? await this.pickSession('stop');
+    if (!id) return;
+    await guard(async () => {
+      const out = await runHarness(await currentHarness(), ['stop', '--session', id], 90000);
+      void vscode.window.showInformationMessage(`rtdebug: ${out.trim().split('\n').pop() || `session ${id} stopped`}`);
+      this.registry.refresh();
+    });
+  }
+
+  /** `rtdebug stacks [--session ID] --json`, shown in the Rank Stacks view. */
+  async showStacks(node?: RanksNode): Promise<void> {
+    const id = node?.session.entry.session_id ?? await this.pickSession('show the stacks of');
+    if (!id) return;
+    await guard(async () => {
+      const args = ['stacks', '--session', id, ...(node?.kind === 'rank' ? ['--rank', String(node.rank.rank)] : []), '--json'];
+      const rep = parseStacks(await runHarness(await currentHarness(), args, 60000));
+      this.stacks.show(rep);
+      await vscode.commands.executeCommand(`${Views.stacks}.focus`);
+    });
+  }
+
+  async attachGroup(node?: StacksNode): Promise<void> {
+    if (node?.kind !== 'group') return;
+    await guard(() => this.attach.attach(node.session, node.group.ranks[0]));
+  }
+
+  async pauseAll(node?: RanksNode): Promise<void> {
+    const id = node?.session.entry.session_id ?? await this.pickSession('pause', true);
+    if (!id) return;
+    const asked = this.allStop.allStop.pauseOthers(id, undefined, 'Pause All Ranks');
+    if (!asked.length) void vscode.window.showInformationMessage(`rtdebug: no running attached rank in ${id} to pause.`);
+  }
+
+  async continueAll(node?: RanksNode): Promise<void> {
+    const id = node?.session.entry.session_id ?? await this.pickSession('continue', true);
+    if (!id) return;
+    const asked = this.allStop.allStop.continueAll(id);
+    if (!asked.length) void vscode.window.showInformationMessage(`rtdebug: no stopped rank in ${id} to continue.`);
+  }
+
+  /** The only candidate session, or the user's pick; `attachedOnly`: sessions with ranks attached here. */
+  async pickSession(what: string, attachedOnly = false): Promise<string | undefined> {
+    const ids = attachedOnly ? [...new Set(this.attach.attachedRanks().map((k) => k.session))] : this.registry.refresh().map((s) => s.entry.session_id);
+    if (!ids.length) {
+      void vscode.window.showWarningMessage(attachedOnly ? 'rtdebug: no rank is attached in this window.' : 'rtdebug: no live rtdebug session.');
+      return undefined;
+    }
+    if (ids.length === 1) return ids[0];
+    return (await vscode.window.showQuickPick(ids, { title: `rtdebug: ${what} which session?` }));
+  }
+}
+
+export async function guard(f: () => Promise<void>): Promise<void> {
+  try { await f(); } catch (e) { void vscode.window.showErrorMessage(`rtdebug: ${(e as Error).message}`); }
+}

@@ -1,0 +1,52 @@
+import * as vscode from 'vscode';
+import { RankDebugStates } from './common/rankDebugState';
+import { rankRow, Row, sessionRow } from './common/ranksTree';
+import { RankEntry, Session } from './common/registryModel';
+import { RegistryWatcher } from './registryWatcher';
+
+/** A node of the Ranks view; commands from its inline actions receive it. */
+export type RanksNode = { kind: 'session'; session: Session } | { kind: 'rank'; session: Session; rank: RankEntry };
+
+/**
+ * The "Ranks" view (Run and Debug container): sessions → ranks, live from the registry watcher and this
+ * window's debug sessions. Rows come from the pure builders in common/ranksTree.ts.
+ */
+export class RanksView implements vscode.TreeDataProvider<RanksNode>, vscode.Disposable {
+  private changed = new vscode.EventEmitter<void>();
+  readonly onDidChangeTreeData = this.changed.event;
+  private subs: vscode.Disposable[];
+
+  constructor(private registry: RegistryWatcher, private states: RankDebugStates, onAttachChange: vscode.Event<void>) {
+    const fire = () => this.changed.fire();
+    this.subs = [registry.onDidChange(fire), onAttachChange(fire), states.onDidChange(fire)];
+  }
+
+  getChildren(node?: RanksNode): RanksNode[] {
+    if (!node) return this.registry.sessions.map((session) => ({ kind: 'session' as const, session }));
+    if (node.kind === 'session') return node.session.ranks.map((rank) => ({ kind: 'rank' as const, session: node.session, rank }));
+    return [];
+  }
+
+  getTreeItem(node: RanksNode): vscode.TreeItem {
+    if (node.kind === 'session') return toItem(sessionRow(node.session), vscode.TreeItemCollapsibleState.Expanded);
+    const dbg = this.states.get({ session: node.session.entry.session_id, rank: node.rank.rank });
+    return toItem(rankRow(node.session, node.rank, dbg), vscode.TreeItemCollapsibleState.None);
+  }
+
+  getParent(node: RanksNode): RanksNode | undefined {
+    return node.kind === 'rank' ? { kind: 'session', session: node.session } : undefined;
+  }
+
+  dispose(): void { this.subs.forEach((d) => d.dispose()); this.changed.dispose(); }
+}
+
+function toItem(r: Row, collapsible: vscode.TreeItemCollapsibleState): vscode.TreeItem {
+  const item = new vscode.TreeItem(r.label, collapsible);
+  item.id = r.id;
+  item.description = r.description;
+  item.tooltip = r.tooltip;
+  item.contextValue = r.contextValue;
+  item.iconPath = new vscode.ThemeIcon(r.icon, r.color ? new vscode.ThemeColor(r.color) : undefined);
+  item.accessibilityInformation = { label: r.accessibilityLabel, role: 'treeitem' };
+  return item;
+}

@@ -1,0 +1,110 @@
+import * as assert from 'assert';
+import { test } from 'node:test';
+import { AllStop, RankControl } from '../../src/common/allStop';
+import { RankDebugStates, RankKey } from '../../src/common/rankDebugState';
+
+/** Fake ranks: what the coordinator asked each one, and the adapter's answers fed back as a tracker would. */
+function setup(ranks = [0, 1, 2], enabled = true) {
+  const states = new RankDebugStates();
+  const calls: string[] = [];
+  let t = 1000;
+  const ctl: RankControl = {
+    pause: async (k) => { calls.push(`pause ${k.rank}`); },
+    resume: async (k, thread) => { calls.push(`continue ${k.rank} thread ${thread}`); },
+    attached: (session) => ranks.map((rank) => ({ session, rank })),
+    log: () => {},
+  };
+  const on = { enabled };
+  const a = new AllStop(states, ctl, () => on.enabled, () => t);
+  const k = (rank: number): RankKey => ({ session: 's', rank });
+  return { a, states, calls, k, on, tick: (ms: number) => { t += ms; } };
+}
+const flush = () => new Promise((r) => setImmediate(r));
+
+test('one rank stops at a breakpoint: every other attached rank is paused, once', async () => {
+  const { a, states, calls, k } = setup();
+  a.stopped(k(0), 'breakpoint', 7, { file: 't.py', line: 3 });
+  await flush();
+  assert.deepEqual(calls, ['pause 1', 'pause 2']);
+  assert.equal(states.get(k(1))?.state, 'pausing');
+  // The pauses land: reason "pause"; no further propagation (no feedback loop).
+  a.stopped(k(1), 'pause', 11);
+  a.stopped(k(2), 'pause', 12);
+  await flush();
+  assert.deepEqual(calls, ['pause 1', 'pause 2']);
+  assert.deepEqual([0, 1, 2].map((r) => states.get(k(r))?.reason), ['breakpoint', 'pause', 'pause']);
+});
+
+test('continue on one rank continues the others; their own continued events do not echo', async () => {
+  const { a, states, calls, k } = setup();
+  a.stopped(k(0), 'breakpoint', 7);
+  a.stopped(k(1), 'pause', 11);
+  a.stopped(k(2), 'pause', 12);
+  calls.length = 0;
+  a.continued(k(0)); // the user's Continue on rank 0 (seen as a `continue` request)
+  a.continued(k(0)); // debugpy's `continued` event for the same resume
+  await flush();
+  assert.deepEqual(calls, ['continue 1 thread 11', 'continue 2 thread 12']);
+  a.continued(k(1));
+  a.continued(k(2));
+  await flush();
+  assert.equal(calls.length, 2);
+  assert.deepEqual([0, 1, 2].map((r) => states.get(k(r))?.state), ['running', 'running', 'running']);
+});
+
+test('a user pause on one rank pauses the others; an exception too', async () => {
+  const { a, calls, k } = setup([0, 1]);
+  a.stopped(k(1), 'pause', 5);
+  await flush();
+  assert.deepEqual(calls, ['pause 0']);
+});
+
+test('all-stop off: a stop does not pause the others, a continue does not continue them', async () => {
+  const { a, calls, k } = setup([0, 1], false);
+  a.stopped(k(0), 'breakpoint', 1);
+  a.stopped(k(1), 'breakpoint', 2);
+  a.continued(k(0));
+  await flush();
+  assert.deepEqual(calls, []);
+});
+
+test('a rank blocked in a collective: overdue after the delay; continued before it stopped → resumed when the pause lands', async () => {
+  const { a, states, calls, k, tick } = setup([0, 1]);
+  a.stopped(k(0), 'breakpoint', 7);
+  tick(500);
+  assert.deepEqual(a.overdue(1500), []);
+  tick(1100);
+  assert.deepEqual(a.overdue(1500), [k(1)]);
+  states.update(k(1), { blockedAt: { file: 'c10d.py', line: 9, function: 'all_reduce' } });
+  assert.deepEqual(a.overdue(1500), [], 'asked once');
+  a.continued(k(0)); // user continues rank 0 while rank 1 is still blocked
+  await flush();
+  assert.deepEqual(calls, ['pause 1']);
+  a.stopped(k(1), 'pause', 21); // the collective returned, the stale pause lands
+  await flush();
+  assert.deepEqual(calls, ['pause 1', 'continue 1 thread 21']);
+  assert.equal(states.get(k(1))?.state, 'running');
+  assert.deepEqual(calls.filter((c) => c.startsWith('pause')), ['pause 1'], 'no new all-stop from the stale pause');
+});
+
+test('Pause All / Continue All: only running ranks are paused, only stopped ones continued', async () => {
+  const { a, calls, k } = setup([0, 1, 2]);
+  a.stopped(k(2), 'breakpoint', 3);
+  await flush();
+  calls.length = 0;
+  a.stopped(k(0), 'pause', 1);
+  a.stopped(k(1), 'pause', 2);
+  assert.deepEqual(a.pauseOthers('s', undefined, 'Pause All'), []);
+  assert.deepEqual(a.continueAll('s'), [0, 1, 2]);
+  await flush();
+  assert.deepEqual(calls, ['continue 0 thread 1', 'continue 1 thread 2', 'continue 2 thread 3']);
+});
+
+test('a failed pause returns the rank to running', async () => {
+  const { states, k } = setup([0, 1]);
+  const ctl: RankControl = { pause: async () => { throw new Error('gone'); }, resume: async () => {}, attached: (s) => [0, 1].map((rank) => ({ session: s, rank })), log: () => {} };
+  const b = new AllStop(states, ctl, () => true);
+  b.stopped(k(0), 'breakpoint', 1);
+  await flush();
+  assert.equal(states.get(k(1))?.state, 'running');
+});

@@ -1,0 +1,47 @@
+import * as assert from 'assert';
+import { test } from 'node:test';
+import { RankDebugInfo } from '../../src/common/rankDebugState';
+import { rankRow, rankViewState, sessionRow } from '../../src/common/ranksTree';
+import { rankEntry, sessionOf } from './session';
+
+const st = (r: Parameters<typeof rankViewState>[0], d?: RankDebugInfo) => rankViewState(r, d);
+
+test('rank state: registry state refined by our debug session', () => {
+  assert.deepEqual(st(rankEntry(0, 'starting')), { state: 'starting', text: 'starting' });
+  assert.equal(st(rankEntry(0, 'ready', { wait: true })).state, 'waiting');
+  assert.equal(st(rankEntry(0, 'ready', { wait: true, attach_count: 1 })).text, 'ready (detached)');
+  assert.equal(st(rankEntry(0, 'ready')).state, 'ready');
+  assert.equal(st(rankEntry(0, 'attached')).text, 'attached (another client)');
+  assert.deepEqual(st(rankEntry(0, 'attached'), { state: 'running' }), { state: 'attached', text: 'attached, running' });
+  assert.deepEqual(st(rankEntry(0, 'attached'), { state: 'stopped', reason: 'breakpoint', where: { file: '/p/train.py', line: 42 } }),
+    { state: 'stopped', text: 'stopped (breakpoint) at train.py:42' });
+  assert.equal(st(rankEntry(1, 'attached'), { state: 'pausing', pauseSentAt: 1 }).text, 'attached, pausing…');
+  assert.deepEqual(st(rankEntry(1, 'attached'), { state: 'pausing', blockedAt: { file: '/t/c10d.py', line: 7, function: 'all_reduce' } }),
+    { state: 'blocked', text: 'blocked in all_reduce (c10d.py:7): pause pending' });
+  assert.equal(st(rankEntry(1, 'attached'), { state: 'pausing', blockedNote: 'no stack (x)' }).text, 'blocked: pause pending; no stack (x)');
+  assert.deepEqual(st(rankEntry(0, 'failed', { error: 'ValueError: x' })), { state: 'failed', text: 'failed: ValueError: x' });
+  assert.equal(st(rankEntry(0, 'orphaned'), { state: 'running' }).state, 'orphaned');
+});
+
+test('rank row: what the view shows, the menus match and a screen reader says', () => {
+  const s = sessionOf([rankEntry(1, 'attached', { refused_count: 2 })]);
+  const row = rankRow(s, s.ranks[0], { state: 'stopped', reason: 'pause', where: { file: '/p/t.py', line: 9 } });
+  assert.equal(row.label, 'rank 1');
+  assert.equal(row.contextValue, 'rtdebugRank.stopped.attached');
+  assert.match(row.description, /^stopped \(pause\) at t\.py:9 · local 1 · 127\.0\.0\.1:5679 · pid 101 · 2 refused$/);
+  assert.match(row.accessibilityLabel, /rank 1, stopped \(pause\) at t\.py:9, local rank 1, endpoint 127\.0\.0\.1 port 5679, process 101/);
+  assert.match(row.tooltip, /2 connection\(s\) refused/);
+  assert.equal(row.icon, 'debug-pause');
+  assert.equal(rankRow(s, { ...s.ranks[0], state: 'ready' }, undefined).contextValue, 'rtdebugRank.ready');
+});
+
+test('session row: mode, script, node/cluster, state', () => {
+  const s = sessionOf([rankEntry(0, 'ready'), rankEntry(1, 'ready')]);
+  const row = sessionRow(s);
+  assert.equal(row.label, 's1');
+  assert.equal(row.description, 'torchrun t.py · 2 rank(s) · node 0 · 127.0.0.1 · running');
+  assert.equal(row.contextValue, 'rtdebugSession');
+  const remote = sessionRow({ ...s, entry: { ...s.entry, nnodes: '2', source: 'ray 10.0.0.1:6379', state: 'orphaned' } });
+  assert.equal(remote.description, 'torchrun t.py · 2 rank(s) · 2 nodes · ray 10.0.0.1:6379 · orphaned');
+  assert.equal(remote.icon, 'warning');
+});

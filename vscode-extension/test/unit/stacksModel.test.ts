@@ -1,0 +1,49 @@
+import * as assert from 'assert';
+import * as fs from 'fs';
+import * as path from 'path';
+import { test } from 'node:test';
+import { compressRanks, departsAt, frameRows, groupRow, parseStacks } from '../../src/common/stacksModel';
+import { FIXTURES } from './helpers';
+
+const fixture = fs.readFileSync(path.join(FIXTURES, 'stacks', 'hang.json'), 'utf8');
+
+test('parseStacks: groups largest first, ranks sorted, unresponsive ranks', () => {
+  const rep = parseStacks(fixture);
+  assert.equal(rep.session_id, '20261203-080000-ab12');
+  assert.deepEqual(rep.groups.map((g) => g.ranks), [[0, 2, 3], [1]]);
+  assert.deepEqual(rep.unresponsive, [4]);
+  assert.deepEqual(parseStacks('{"session_id":"s","groups":[],"unresponsive":[{"rank":2}]}').unresponsive, [2]);
+  assert.throws(() => parseStacks('nope'), /printed no JSON/);
+  assert.throws(() => parseStacks('{"groups":[{"ranks":[0]}]}'), /group 0 needs "ranks" and "frames"/);
+});
+
+test('compressRanks uses the harness rank-list syntax', () => {
+  assert.equal(compressRanks([3, 0, 2, 4, 7]), '0,2-4,7');
+  assert.equal(compressRanks([1]), '1');
+});
+
+test('group rows: who, innermost ← caller, file:line; the odd group says it differs', () => {
+  const rep = parseStacks(fixture);
+  const [maj, odd] = rep.groups;
+  const a = groupRow(maj, maj);
+  assert.equal(a.label, 'ranks 0,2-3: all_reduce ← train_step (distributed_c10d.py:2501)');
+  assert.equal(a.representative, 0);
+  const b = groupRow(odd, maj);
+  assert.equal(b.label, 'rank 1: barrier ← evaluate (hang.py:31)');
+  assert.match(b.description, /differs from the majority/);
+  assert.match(b.accessibilityLabel, /^rank 1, 1 ranks, innermost barrier/);
+});
+
+test('frame rows open file:line; the frame where a group departs from the majority is marked', () => {
+  const rep = parseStacks(fixture);
+  const [maj, odd] = rep.groups;
+  assert.equal(departsAt(odd, maj), 1);
+  assert.equal(departsAt(maj, maj), undefined);
+  const rows = frameRows(odd, maj);
+  assert.deepEqual(rows.map((r) => [r.label, r.file, r.line, r.departs]), [
+    ['barrier', '/work/proj/examples/hang.py', 31, false],
+    ['evaluate', '/work/proj/examples/hang.py', 57, true],
+    ['main', '/work/proj/examples/hang.py', 70, false],
+  ]);
+  assert.equal(rows[1].description, 'hang.py:57 · departs from the majority here');
+});
