@@ -11,6 +11,22 @@ Why the in-process adapter: no adapter process can outlive the rank and keep a
 port bound, and there is one hop fewer. Its cost: no automatic debugging of the
 rank's own subprocesses (e.g. DataLoader workers), which ranks rarely need.
 
+Who gets in (``harness.access``): the accept thread checks every connection
+before debugpy sees a byte -- on this host only sockets of the rank's own uid,
+from elsewhere only allow-listed addresses -- and refuses the rest with one line
+on stderr and ``on_refused`` (the registry's ``refused_count``).
+
+No second way in: ``debugpy.listen(in_process_debug_adapter=True)`` would leave
+pydevd's own listener on an ephemeral 127.0.0.1 port that any local user could
+connect to directly, bypassing the check. Instead pydevd's server socket is a
+``_Handoff``: while debugpy starts, pydevd's ``create_server_socket`` is swapped
+for one returning it, and its ``accept()`` yields one end of a fresh
+``socketpair()`` each time an admitted client arrives; the relay holds the other
+end. So the rank has no listening socket but the checked one, with or without
+``eager``/``wait``, and pydevd's accept loop still serves detach and re-attach.
+If a debugpy release stops calling that hook, starting debugpy fails (closed),
+never falls back to an open port.
+
 The accept and relay threads are marked ``pydev_do_not_trace`` and
 ``is_pydev_daemon_thread`` before they start, or a breakpoint that suspends the
 process would freeze the relay that carries the client's ``continue``.
@@ -19,15 +35,71 @@ process would freeze the relay that carries the client's ``continue``.
 from __future__ import annotations
 
 import os
+import queue
 import socket
 import sys
 import threading
 from typing import Callable
 
+from harness.access import AllowList, Refusal, check
 from harness.errors import HarnessError
 from harness.ports import port_holder
 
 StateCallback = Callable[[str], None]
+
+
+class _Handoff:
+    """Stands in for pydevd's listening socket: ``accept()`` yields sockets the relay hands over."""
+
+    NAME = ("rtdebug-handoff", 0)
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[socket.socket | None] = queue.Queue()
+
+    def connect(self) -> socket.socket:
+        ours, theirs = socket.socketpair()
+        self._queue.put(theirs)
+        return ours
+
+    def accept(self) -> tuple[socket.socket, tuple[str, int]]:
+        conn = self._queue.get()
+        if conn is None:
+            raise OSError("rtdebug handoff closed")
+        return conn, self.NAME
+
+    def getsockname(self) -> tuple[str, int]:
+        return self.NAME
+
+    def listen(self, backlog: int = 0) -> None:
+        pass
+
+    def settimeout(self, value: float | None) -> None:
+        pass
+
+    def close(self) -> None:
+        self._queue.put(None)
+
+
+def _listen_via_handoff(handoff: _Handoff) -> None:
+    """``debugpy.listen`` with in-process adapter, pydevd's server socket being ``handoff``."""
+    import debugpy
+    from debugpy.server import api  # noqa: F401  (imports the vendored pydevd)
+
+    pydevd = sys.modules["pydevd"]
+    original = getattr(pydevd, "create_server_socket", None)
+    if original is None:
+        raise RuntimeError("this debugpy's pydevd has no create_server_socket; rtdebug needs debugpy 1.8")
+    pydevd.create_server_socket = lambda host, port: handoff
+    try:
+        debugpy.listen(("127.0.0.1", 0), in_process_debug_adapter=True)
+    finally:
+        pydevd.create_server_socket = original
+    py_db = pydevd.get_global_debugger()
+    thread = getattr(py_db, "_waiting_for_connection_thread", None)
+    if getattr(thread, "_server_socket", None) is not handoff:
+        if thread is not None:
+            thread.do_kill_pydev_thread()  # closes whatever it listens on
+        raise RuntimeError("pydevd did not take rtdebug's socket handoff (unsupported debugpy version)")
 
 
 def _daemon_thread(target, name: str, *args) -> threading.Thread:
@@ -62,14 +134,20 @@ def debugger_active() -> bool:
 
 
 class Endpoint:
-    def __init__(self, host: str, port: int, on_state: StateCallback | None = None) -> None:
+    def __init__(self, host: str, port: int, on_state: StateCallback | None = None, *,
+                 allow: str = "", label: str | None = None,
+                 on_refused: Callable[[], None] | None = None) -> None:
         self.host = host
         self.port = port
         self.on_state = on_state or (lambda state: None)
+        self.allow = AllowList(allow)
+        self.label = label or f"port {port}"
+        self.on_refused = on_refused or (lambda: None)
         self.attach_count = 0
+        self.refused_count = 0
         self._clients = 0
         self._lock = threading.Lock()
-        self._inner: tuple[str, int] | None = None
+        self._inner: _Handoff | None = None
         self._sock: socket.socket | None = None
 
     @property
@@ -95,8 +173,8 @@ class Endpoint:
             self.start_debugpy()
         _daemon_thread(self._accept_loop, f"rtdebug-accept-{self.port}")
 
-    def start_debugpy(self) -> tuple[str, int]:
-        """Import and start debugpy once (idempotent); return its loopback address.
+    def start_debugpy(self) -> _Handoff:
+        """Import and start debugpy once (idempotent); return the handoff that reaches it.
 
         On first attach this runs in the accept thread while the main thread may be busy in
         pure Python. Importing debugpy makes hundreds of file syscalls, each dropping the GIL
@@ -109,9 +187,9 @@ class Endpoint:
                 interval = sys.getswitchinterval()
                 sys.setswitchinterval(min(interval, 0.0002))
                 try:
-                    import debugpy
-
-                    self._inner = debugpy.listen(("127.0.0.1", 0), in_process_debug_adapter=True)
+                    handoff = _Handoff()
+                    _listen_via_handoff(handoff)
+                    self._inner = handoff
                 finally:
                     sys.setswitchinterval(interval)
             return self._inner
@@ -123,9 +201,10 @@ class Endpoint:
                 client, _ = self._sock.accept()
             except OSError:
                 return
+            if not self._admit(client):
+                continue
             try:
-                upstream = socket.create_connection(self.start_debugpy(), timeout=30)
-                upstream.settimeout(None)
+                upstream = self.start_debugpy().connect()
             except Exception as exc:  # debugpy failed to start: tell the client by closing
                 print(f"rtdebug: could not start debugpy on port {self.port}: {exc}", file=sys.stderr)
                 client.close()
@@ -135,6 +214,24 @@ class Endpoint:
                 self.attach_count += 1
             self.on_state("attached")
             _daemon_thread(self._relay, f"rtdebug-relay-{self.port}", client, upstream)
+
+    def _admit(self, client: socket.socket) -> bool:
+        """The access check (``harness.access``), in this thread only: zero cost while nobody connects."""
+        try:
+            refusal = check(client, self.allow)
+        except Exception as exc:  # fail closed
+            refusal = Refusal("?", None, f"could not check the peer: {exc}")
+        if refusal is None:
+            return True
+        client.close()
+        with self._lock:
+            self.refused_count += 1
+        print(f"rtdebug: {self.label}: {refusal.line}", file=sys.stderr, flush=True)
+        try:
+            self.on_refused()
+        except Exception:  # recording the count must never stop the accept loop
+            pass
+        return False
 
     def _relay(self, client: socket.socket, upstream: socket.socket) -> None:
         back = _daemon_thread(_pump, f"rtdebug-relay-up-{self.port}", upstream, client)

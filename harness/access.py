@@ -1,0 +1,146 @@
+"""Who may talk to a rank's debug port: the owner's uid on this host, an allow-list beyond it.
+
+A debug endpoint runs any code a client sends, as the rank's owner. So the accept
+thread decides every connection before a byte reaches debugpy:
+
+* a peer whose socket is on this host (its 4-tuple is a row of our
+  ``/proc/net/tcp`` or ``tcp6``) gets in only if that socket belongs to our uid.
+  The kernel stamps each socket with its creator's uid; an unprivileged user
+  cannot forge it. A row with no inode (the peer already closed; the kernel then
+  shows uid 0) does not count as found;
+* a peer claiming a loopback address or one of this host's own addresses whose
+  socket is not found (closed before we looked) is refused;
+* any other peer (another machine or network namespace) gets in only if its
+  address is on the allow-list (``--debug-allow``; default: this host's own
+  addresses, which lets no other machine in).
+
+The lookup reads /proc once per connection attempt; a rank nobody connects to pays nothing.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import struct
+from dataclasses import dataclass
+from typing import Iterator, Union
+
+IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
+IPNetwork = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
+PROC_TCP = ("/proc/net/tcp", "/proc/net/tcp6")
+
+
+def _ip(text: str) -> IPAddress:
+    """An address with any IPv6 zone dropped and IPv4-mapped IPv6 (::ffff:a.b.c.d) as IPv4."""
+    addr = ipaddress.ip_address(text.split("%", 1)[0])
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        return addr.ipv4_mapped
+    return addr
+
+
+def parse_allow(spec: str) -> list[IPNetwork]:
+    """``"10.0.0.0/8,192.168.1.7"`` -> networks; ValueError naming the bad item."""
+    nets = []
+    for item in (s.strip() for s in spec.split(",")):
+        if not item:
+            continue
+        try:
+            nets.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise ValueError(f"{item!r} is not an IP address or CIDR (e.g. 10.0.0.0/8 or 192.168.1.7)") from None
+    return nets
+
+
+def own_addresses() -> set[IPAddress]:
+    """Every address on this host's interfaces (in this network namespace)."""
+    import psutil
+
+    out = set()
+    for addrs in psutil.net_if_addrs().values():
+        for a in addrs:
+            if a.family in (socket.AF_INET, socket.AF_INET6):
+                try:
+                    out.add(_ip(a.address))
+                except ValueError:
+                    pass
+    return out
+
+
+def _decode(field: str) -> tuple[IPAddress, int]:
+    """``0100007F:1F90`` -> (127.0.0.1, 8080). The kernel prints each 32-bit word in host byte order."""
+    hexaddr, hexport = field.split(":")
+    raw = b"".join(struct.pack("=I", int(hexaddr[i:i + 8], 16)) for i in range(0, len(hexaddr), 8))
+    return _ip(socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, raw)), int(hexport, 16)
+
+
+def tcp_rows(paths: tuple[str, ...] = PROC_TCP) -> Iterator[tuple[tuple[IPAddress, int], tuple[IPAddress, int], int, int]]:
+    """(local, remote, uid, inode) for every TCP socket in this network namespace."""
+    for path in paths:
+        try:
+            with open(path, encoding="ascii") as f:
+                lines = f.read().splitlines()[1:]
+        except FileNotFoundError:  # no IPv6 in this kernel
+            continue
+        for line in lines:
+            cols = line.split()
+            yield _decode(cols[1]), _decode(cols[2]), int(cols[7]), int(cols[9])
+
+
+def peer_uid(ours: tuple[str, int], peer: tuple[str, int]) -> int | None:
+    """uid owning the open socket at ``peer`` connected to ``ours`` on this host, else None."""
+    want_local = (_ip(peer[0]), peer[1])
+    want_remote = (_ip(ours[0]), ours[1])
+    for local, remote, uid, inode in tcp_rows():
+        if local == want_local and remote == want_remote and inode != 0:
+            return uid
+    return None
+
+
+class AllowList:
+    """Remote peers that may connect; empty spec = this host's own addresses (looked up per check)."""
+
+    def __init__(self, spec: str = "") -> None:
+        self.spec = spec
+        self.networks = parse_allow(spec)
+
+    def allows(self, addr: IPAddress) -> bool:
+        if not self.networks:
+            return addr in own_addresses()
+        return any(addr.version == n.version and addr in n for n in self.networks)
+
+
+@dataclass
+class Refusal:
+    addr: str
+    uid: int | None
+    reason: str
+
+    @property
+    def line(self) -> str:
+        who = "uid unknown" if self.uid is None else f"uid {self.uid}"
+        return f"refused debug connection from {self.addr} ({who}): {self.reason}"
+
+
+def check(conn: socket.socket, allow: AllowList, owner: int | None = None) -> Refusal | None:
+    """None if ``conn`` (just accepted) may reach the debugger, else why not. Fails closed."""
+    owner = os.geteuid() if owner is None else owner
+    try:
+        peer = conn.getpeername()[:2]
+        ours = conn.getsockname()[:2]
+    except OSError as exc:
+        return Refusal("?", None, f"peer vanished ({exc.strerror})")
+    text = f"{peer[0]}:{peer[1]}"
+    try:
+        uid = peer_uid(ours, peer)
+        addr = _ip(peer[0])
+        if uid is not None:
+            return None if uid == owner else Refusal(text, uid, f"its socket belongs to another user (not uid {owner})")
+        if addr.is_loopback or addr in own_addresses():
+            return Refusal(text, None, "a local peer whose socket could not be found (closed before the check?)")
+        if not allow.allows(addr):
+            rule = allow.spec or "this host's own addresses"
+            return Refusal(text, None, f"not on the debug allow-list ({rule})")
+    except (OSError, ValueError, IndexError) as exc:
+        return Refusal(text, None, f"could not check the peer: {exc}")
+    return None
