@@ -88,7 +88,7 @@ class RankRecord:
             "local_rank": local_rank, "node_rank": node_rank, "world_size": world_size, "host": host,
             "port": port, "pid": pid, "create_time": process_create_time(pid) or now, "state": "starting",
             "lazy": True, "wait": wait, "attach_count": 0, "script": script, "cwd": os.getcwd(),
-            "started_at": now, "updated_at": now, "exit_code": None, "error": None,
+            "started_at": now, "updated_at": now, "exit_code": None, "error": None, "refused_count": 0,
         }
         registry.write_rank(self.entry)
 
@@ -109,6 +109,8 @@ def serve_and_run(target: Target, record: RankRecord, endpoint: Endpoint | None,
             record.set(state=state, lazy=endpoint.lazy, attach_count=endpoint.attach_count)
 
         endpoint.on_state = on_state
+        endpoint.label = f"rank {rank}"
+        endpoint.on_refused = lambda: record.set(refused_count=endpoint.refused_count)
         if eager or wait:
             preimport(target)
         endpoint.start(eager=eager or wait)
@@ -163,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                             target.display, local_rank=local_rank, node_rank=rank // max(local_world, 1),
                             world_size=world)
         try:
-            return serve_and_run(target, record, Endpoint(cfg.host, port), eager=cfg.eager,
+            return serve_and_run(target, record, Endpoint(cfg.host, port, allow=cfg.allow), eager=cfg.eager,
                                  wait=cfg.waits(rank), post_mortem=cfg.post_mortem,
                                  post_mortem_wait_s=cfg.post_mortem_wait_s, rank=rank)
         except HarnessError as exc:  # e.g. the port was taken between the launcher's check and now

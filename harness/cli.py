@@ -18,12 +18,16 @@ from harness.localmode import DEFAULT_PG_TIMEOUT_S
 from harness.ports import DEFAULT_PORT_BASE
 
 
-def _debug_options(p: argparse.ArgumentParser, port_flag: str, host_flag: str) -> None:
+def _debug_options(p: argparse.ArgumentParser, port_flag: str, host_flag: str,
+                   allow_flag: str = "--debug-allow") -> None:
     g = p.add_argument_group("debug harness")
     g.add_argument(port_flag, type=int, default=DEFAULT_PORT_BASE, dest="port",
                    help=f"debug port (torchrun: base; rank N listens on base + N). Default {DEFAULT_PORT_BASE}")
     g.add_argument(host_flag, default="127.0.0.1", dest="host",
                    help="address debug endpoints bind (default 127.0.0.1; others print a warning)")
+    g.add_argument(allow_flag, default="", dest="allow", metavar="ADDR|CIDR[,...]",
+                   help=f"with a non-loopback {host_flag}: other machines allowed to connect (default: none, "
+                        "i.e. this host's own addresses); on this host only your own uid gets in")
     g.add_argument("--eager", action="store_true", help="start debugpy at once instead of on first attach")
     g.add_argument("--post-mortem", action="store_true",
                    help="keep a rank that raised alive and stop the debugger at the raise site")
@@ -39,7 +43,7 @@ def _debug_options(p: argparse.ArgumentParser, port_flag: str, host_flag: str) -
 def _add_run(sub) -> None:
     p = sub.add_parser("run", help="run a single-process (local mode) script under the debugger",
                        description="Run a script (or -m module) in this process with a debug endpoint.")
-    _debug_options(p, "--port", "--host")
+    _debug_options(p, "--port", "--host", "--allow")
     p.add_argument("--wait", action="store_true", help="block before the script until a client attaches")
     p.add_argument("-m", dest="module", action="store_true", help="run the target as a module")
     p.add_argument("target", help="script path (or module name with -m)")
@@ -64,7 +68,7 @@ def torchrun_parser() -> argparse.ArgumentParser:
     return p
 
 
-HARNESS_FLAGS = {"--debug-port-base": 1, "--debug-host": 1, "--eager": 0, "--post-mortem": 0,
+HARNESS_FLAGS = {"--debug-port-base": 1, "--debug-host": 1, "--debug-allow": 1, "--eager": 0, "--post-mortem": 0,
                  "--post-mortem-wait": 1, "--pg-timeout": 1, "--wait": 1,
                  "--force-local": 0}
 

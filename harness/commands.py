@@ -25,7 +25,7 @@ URI = "vscode://rtdebug.rtdebug-vscode/attach?session={sid}&rank={rank}"
 def run_single(args) -> int:
     """``rtdebug run``: rank 0 of a one-process session, in this process."""
     target = Target(args.target, list(args.args), module=args.module)
-    cfg = RankConfig(session_id=new_session_id(), port_base=args.port, host=args.host,
+    cfg = RankConfig(session_id=new_session_id(), port_base=args.port, host=args.host, allow=args.allow,
                      wait="all" if args.wait else "none", eager=args.eager, post_mortem=args.post_mortem,
                      post_mortem_wait_s=args.post_mortem_wait, pg_timeout_s=args.pg_timeout,
                      force_local=args.force_local)
@@ -57,7 +57,7 @@ def run_single(args) -> int:
         record = bootstrap.RankRecord(reg, cfg.session_id, 0, cfg.host, port, args.wait, target.display)
         print(f"rtdebug: session {cfg.session_id} starting (1 rank, debug endpoint {cfg.host}:{port}; "
               f"attach: rtdebug attach --session {cfg.session_id} --rank 0)", file=sys.stderr, flush=True)
-        code = bootstrap.serve_and_run(target, record, Endpoint(cfg.host, port), eager=cfg.eager,
+        code = bootstrap.serve_and_run(target, record, Endpoint(cfg.host, port, allow=cfg.allow), eager=cfg.eager,
                                        wait=args.wait, post_mortem=cfg.post_mortem,
                                        post_mortem_wait_s=cfg.post_mortem_wait_s, rank=0)
     finally:
@@ -68,7 +68,7 @@ def run_single(args) -> int:
 
 def run_torchrun(parsed, tokens: list[str]) -> int:
     plan = plan_torchrun(parsed, tokens)
-    cfg = RankConfig(session_id=new_session_id(), port_base=parsed.port, host=parsed.host,
+    cfg = RankConfig(session_id=new_session_id(), port_base=parsed.port, host=parsed.host, allow=parsed.allow,
                      wait=parsed.wait_ranks, eager=parsed.eager, post_mortem=parsed.post_mortem,
                      post_mortem_wait_s=parsed.post_mortem_wait, pg_timeout_s=parsed.pg_timeout,
                      force_local=parsed.force_local)

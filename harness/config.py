@@ -11,6 +11,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from harness.access import parse_allow
 from harness.errors import usage
 from harness.localmode import DEFAULT_PG_TIMEOUT_S
 from harness.ports import DEFAULT_PORT_BASE, MAX_PORT, parse_rank_list
@@ -34,6 +35,7 @@ class RankConfig:
     session_id: str
     port_base: int = DEFAULT_PORT_BASE
     host: str = "127.0.0.1"
+    allow: str = ""  # remote peers allowed in (ADDR|CIDR,...); "" = this host's own addresses
     wait: str = "none"
     eager: bool = False
     post_mortem: bool = False
@@ -50,6 +52,10 @@ class RankConfig:
             raise usage(f"--pg-timeout must be > 0 seconds, got {self.pg_timeout_s:g}")
         if self.post_mortem_wait_s < 0:
             raise usage("--post-mortem-wait must be >= 0 seconds")
+        try:
+            parse_allow(self.allow)
+        except ValueError as exc:
+            raise usage(f"--debug-allow/--allow: {exc}") from None
         self.wait_ranks = parse_rank_list(self.wait)
 
     def waits(self, rank: int) -> bool:
@@ -60,6 +66,7 @@ class RankConfig:
             "RTDEBUG_SESSION": self.session_id,
             "RTDEBUG_PORT_BASE": str(self.port_base),
             "RTDEBUG_HOST": self.host,
+            "RTDEBUG_ALLOW": self.allow,
             "RTDEBUG_WAIT": self.wait,
             "RTDEBUG_EAGER": "1" if self.eager else "0",
             "RTDEBUG_POST_MORTEM": "1" if self.post_mortem else "0",
@@ -82,6 +89,7 @@ class RankConfig:
                 session_id=env["RTDEBUG_SESSION"],
                 port_base=int(env.get("RTDEBUG_PORT_BASE", DEFAULT_PORT_BASE)),
                 host=env.get("RTDEBUG_HOST", "127.0.0.1"),
+                allow=env.get("RTDEBUG_ALLOW", ""),
                 wait=env.get("RTDEBUG_WAIT", "none"),
                 eager=env.get("RTDEBUG_EAGER") == "1",
                 post_mortem=env.get("RTDEBUG_POST_MORTEM") == "1",
