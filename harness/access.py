@@ -23,11 +23,12 @@ import ipaddress
 import os
 import socket
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, Union
 
-IPAddress = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
-IPNetwork = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+Row = tuple[tuple[IPAddress, int], tuple[IPAddress, int], int, int]
 PROC_TCP = ("/proc/net/tcp", "/proc/net/tcp6")
 
 
@@ -74,7 +75,7 @@ def _decode(field: str) -> tuple[IPAddress, int]:
     return _ip(socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, raw)), int(hexport, 16)
 
 
-def tcp_rows(paths: tuple[str, ...] = PROC_TCP) -> Iterator[tuple[tuple[IPAddress, int], tuple[IPAddress, int], int, int]]:
+def tcp_rows(paths: tuple[str, ...] = PROC_TCP) -> Iterator[Row]:
     """(local, remote, uid, inode) for every TCP socket in this network namespace."""
     for path in paths:
         try:

@@ -39,7 +39,7 @@ import queue
 import socket
 import sys
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from harness.access import AllowList, Refusal, check
 from harness.errors import HarnessError

@@ -15,9 +15,9 @@ import time
 
 import psutil
 import pytest
-
 from conftest import EXAMPLES, marker_line, read_ranks, rtdebug, wait_ranks
 from dap import DAPClient
+
 from harness.access import AllowList, check, own_addresses, parse_allow, peer_uid, tcp_rows
 from harness.config import RankConfig
 from harness.errors import HarnessError
@@ -82,7 +82,7 @@ def test_peer_uid_of_foreign_socket():
                 assert peer_uid(conn.getsockname(), conn.getpeername()) == NOBODY
                 refusal = check(conn, AllowList())
                 assert refusal is not None and refusal.uid == NOBODY
-                assert refusal.line.startswith(f"refused debug connection from 127.0.0.1:") and \
+                assert refusal.line.startswith("refused debug connection from 127.0.0.1:") and \
                     f"(uid {NOBODY}): its socket belongs to another user" in refusal.line
         finally:
             p.kill()
@@ -231,7 +231,7 @@ def test_foreign_uid_gets_into_no_rank_port_and_owner_still_attaches(job, regist
     # 4. the owner's sessions are intact: continue, stop again at the next step, then finish
     for rank, c in clients.items():
         c.continue_(threads[rank])
-    for rank, c in clients.items():
+    for c in clients.values():
         stopped = c.wait_stopped(120)
         assert c.top_frame(stopped["threadId"])["line"] == line
         c.request("setBreakpoints", source={"path": str(script)}, breakpoints=[])
