@@ -1,12 +1,18 @@
-"""The lazy endpoint in a real process: no debugpy before attach, breakpoints after, re-attach works."""
+"""The endpoint in a real process: lazy until attach, breakpoints after, re-attach works, no second way in,
+and a non-loopback endpoint lets in only allow-listed machines."""
 
+import json
+import os
+import random
+import shutil
 import subprocess
 import sys
 import textwrap
+import time
 
+import psutil
 import pytest
-
-from conftest import port_free
+from conftest import ROOT, port_free
 from dap import DAPClient
 
 pytestmark = pytest.mark.e2e
@@ -15,7 +21,7 @@ PROGRAM = textwrap.dedent('''
     import sys, time
     from harness.endpoint import Endpoint
     ep = Endpoint("127.0.0.1", int(sys.argv[1]), on_state=lambda s: print("STATE", s, flush=True))
-    ep.start()
+    ep.start(eager=sys.argv[2] == "eager")
     print("DEBUGPY_LOADED", "debugpy" in sys.modules, flush=True)
     def work(i):
         x = i * 2  # line 8
@@ -26,27 +32,153 @@ PROGRAM = textwrap.dedent('''
 ''')
 
 
-def test_lazy_then_attach_detach_reattach(tmp_path, port_base):
+def _listening(pid: int) -> list[int]:
+    return sorted(c.laddr.port for c in psutil.Process(pid).net_connections("inet") if c.status == psutil.CONN_LISTEN)
+
+
+@pytest.mark.parametrize("mode", ["lazy", "eager"])
+def test_attach_detach_reattach_with_one_listening_socket(tmp_path, port_base, mode):
+    """pydevd is reached through a socketpair handoff: the checked port is the rank's only listener."""
     script = tmp_path / "prog.py"
     script.write_text(PROGRAM)
     log = open(tmp_path / "out.log", "w+")
-    p = subprocess.Popen([sys.executable, str(script), str(port_base)], stdout=log, stderr=subprocess.STDOUT)
+    p = subprocess.Popen([sys.executable, str(script), str(port_base), mode], stdout=log, stderr=subprocess.STDOUT)
     try:
-        for attempt in range(2):
+        for _attempt in range(2):
             c = DAPClient("127.0.0.1", port_base)
             c.attach({str(script): [8]})
             stopped = c.wait_stopped(30)
             frame = c.top_frame(stopped["threadId"])
             assert frame["line"] == 8
             assert int(c.evaluate("x if 'x' in dir() else i", frame["id"])) >= 0
+            assert _listening(p.pid) == [port_base]  # debugpy running, a client attached: still one
             c.request("setBreakpoints", source={"path": str(script)}, breakpoints=[])
             c.continue_(stopped["threadId"])
             c.disconnect()
         log.seek(0)
         out = log.read()
-        assert "DEBUGPY_LOADED False" in out
+        assert f"DEBUGPY_LOADED {mode == 'eager'}" in out
         assert out.count("STATE attached") == 2
     finally:
         p.kill()
         p.wait()
     assert port_free(port_base)
+
+
+# -- allow-list: a real second machine, as two network namespaces joined by a veth pair ---------------
+
+SERVER = textwrap.dedent('''
+    import sys, time
+    from harness.endpoint import Endpoint
+    host, port, allow = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    listed = Endpoint(host, port, label="listed", allow=allow,
+                      on_refused=lambda: print("REFUSED listed", listed.refused_count, flush=True))
+    default = Endpoint(host, port + 1, label="default",
+                       on_refused=lambda: print("REFUSED default", default.refused_count, flush=True))
+    listed.start()
+    default.start()
+    print("READY", flush=True)
+    def work(i):
+        x = i * 2  # line 13
+        return x
+    for i in range(100000):
+        work(i)
+        time.sleep(0.01)
+''')
+
+CLIENT = textwrap.dedent('''
+    import json, socket, sys
+    sys.path.insert(0, sys.argv[1])
+    from dap import DAPClient
+    host, port, extra, script = sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+    body = json.dumps({"seq": 1, "type": "request", "command": "initialize", "arguments": {}}).encode()
+    def raw(port, source):
+        s = socket.socket()
+        s.bind((source, 0))
+        s.settimeout(10)
+        s.connect((host, port))
+        s.sendall(b"Content-Length: %d\\r\\n\\r\\n" % len(body) + body)
+        try:
+            return s.recv(1000).decode("latin-1")
+        except OSError as exc:
+            return "error " + str(exc)
+    out = {"listed_from_extra": raw(port, extra), "default_from_primary": raw(port + 1, "0.0.0.0")}
+    c = DAPClient(host, port, timeout=30)
+    c.attach({script: [13]})
+    stopped = c.wait_stopped(30)
+    frame = c.top_frame(stopped["threadId"])
+    out["line"] = frame["line"]
+    out["port"] = c.evaluate("port", frame["id"])
+    c.request("setBreakpoints", source={"path": script}, breakpoints=[])
+    c.continue_(stopped["threadId"])
+    c.disconnect()
+    print(json.dumps(out))
+''')
+
+
+@pytest.fixture
+def two_hosts():
+    """Namespaces ``a`` (10.231.N.1) and ``b`` (10.231.N.2, extra address .3): each other's only peer."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and iproute2 to make network namespaces")
+    tag = f"rtdacc{os.getpid() % 10000}{random.randrange(100)}"
+    a, b, net = f"{tag}a", f"{tag}b", f"10.231.{random.randrange(256)}"
+    made = []
+
+    def ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+
+    try:
+        for ns in (a, b):
+            ip("netns", "add", ns)
+            made.append(ns)
+        ip("link", "add", f"v{tag}a", "netns", a, "type", "veth", "peer", "name", f"v{tag}b", "netns", b)
+        for ns, addrs in ((a, [".1"]), (b, [".2", ".3"])):
+            for suffix in addrs:
+                ip("-n", ns, "addr", "add", f"{net}{suffix}/29", "dev", f"v{tag}{ns[-1]}")
+            ip("-n", ns, "link", "set", f"v{tag}{ns[-1]}", "up")
+            ip("-n", ns, "link", "set", "lo", "up")
+    except subprocess.CalledProcessError as exc:
+        for ns in made:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        pytest.skip(f"cannot make network namespaces here: {exc.stderr.strip()}")
+    yield a, b, net
+    for ns in made:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+
+
+def test_allow_list_admits_only_listed_remote_addresses(tmp_path, two_hosts):
+    """Peers in another network namespace have no row in the endpoint's /proc/net/tcp, exactly like a
+    peer on another machine: only the allow-list decides. 10.231.N.2 is listed, .3 (same machine) is not,
+    and an endpoint with the default list (its own addresses) lets neither in."""
+    a, b, net = two_hosts
+    server, client = tmp_path / "server.py", tmp_path / "client.py"
+    server.write_text(SERVER)
+    client.write_text(CLIENT)
+    port = random.randrange(20000, 40000)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    log = open(tmp_path / "server.log", "w+")
+    p = subprocess.Popen(["ip", "netns", "exec", a, sys.executable, str(server), f"{net}.1", str(port), f"{net}.2"],
+                         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while "READY" not in (tmp_path / "server.log").read_text():
+            assert p.poll() is None and time.monotonic() < deadline, (tmp_path / "server.log").read_text()
+            time.sleep(0.1)
+        r = subprocess.run(["ip", "netns", "exec", b, sys.executable, str(client), str(ROOT / "tests"),
+                            f"{net}.1", str(port), f"{net}.3", str(server)],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-3000:]
+        got = json.loads(r.stdout.strip().splitlines()[-1])
+        for refused in (got["listed_from_extra"], got["default_from_primary"]):  # closed (maybe reset), no reply
+            assert refused in ("", "error [Errno 104] Connection reset by peer"), got
+        assert got["line"] == 13 and got["port"] == str(port)  # the server's own variable, via the debugger
+        out = (tmp_path / "server.log").read_text()
+        assert f"rtdebug: listed: refused debug connection from {net}.3:" in out
+        assert f"(uid unknown): not on the debug allow-list ({net}.2)" in out
+        assert f"rtdebug: default: refused debug connection from {net}.2:" in out
+        assert "(uid unknown): not on the debug allow-list (this host's own addresses)" in out
+        assert "REFUSED listed 1" in out and "REFUSED default 1" in out
+    finally:
+        p.kill()
+        p.wait()
