@@ -1,0 +1,86 @@
+"""Launcher side of multi-node torchrun: the job's store, its shared session id, ``--debug-host auto``.
+
+With c10d rendezvous the nodes meet at ``--rdzv-endpoint``, where torchrun's
+agent hosts a TCPStore; the harness's ranks publish their entries there
+(``harness.publish``) so that any node sees every rank (``harness.store_view``).
+Everything here is decided from torchrun's own arguments, identically on every
+node, before torchrun starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import re
+import socket
+from typing import Any
+
+from harness.errors import usage
+from harness.publish import split_endpoint
+
+C10D_DEFAULT_PORT = 29400  # torchrun's default for a c10d endpoint without a port
+AUTO = "auto"
+
+
+def job_store(parsed: Any, max_nodes: int) -> str | None:
+    """``host:port`` of the c10d rendezvous store of a multi-node job, else None.
+
+    Single-node and static jobs see every rank in this machine's registry already."""
+    if parsed.rdzv_backend != "c10d" or getattr(parsed, "standalone", False) or max_nodes <= 1:
+        return None
+    if not parsed.rdzv_endpoint:
+        return None
+    try:
+        host, port = split_endpoint(parsed.rdzv_endpoint, C10D_DEFAULT_PORT)
+    except ValueError:
+        return None  # torchrun reports its own malformed endpoint
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def job_session_id(parsed: Any, store: str | None) -> str | None:
+    """One session id for every node of a c10d job, derived from what all nodes are given.
+
+    Without it each node's launcher would name the job differently and the view of
+    the whole job would show one session per node."""
+    if store is None:
+        return None
+    rdzv_id = str(parsed.rdzv_id or "none")
+    digest = hashlib.sha1(f"{store}|{rdzv_id}".encode()).hexdigest()[:6]
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", rdzv_id)[:40] or "job"
+    return f"{safe}-{digest}"
+
+
+def _rendezvous_host(parsed: Any) -> str | None:
+    if parsed.rdzv_backend == "static" or not parsed.rdzv_endpoint:
+        return getattr(parsed, "master_addr", None)
+    try:
+        return split_endpoint(parsed.rdzv_endpoint, C10D_DEFAULT_PORT)[0]
+    except ValueError:
+        return None
+
+
+def route_address(peer: str) -> str:
+    """The local address the kernel would use toward ``peer`` (a UDP connect sends nothing)."""
+    infos = socket.getaddrinfo(peer, 9, type=socket.SOCK_DGRAM)
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        s.connect(addr)
+        return str(s.getsockname()[0])
+
+
+def resolve_debug_host(host: str, parsed: Any) -> str:
+    """``--debug-host auto``: the address of this node that reaches the rendezvous host.
+
+    Loopback stays loopback (a one-machine job keeps its endpoints private)."""
+    if host != AUTO:
+        return host
+    peer = _rendezvous_host(parsed)
+    if not peer or peer in ("localhost",):
+        return "127.0.0.1"
+    try:
+        addr = route_address(peer)
+    except OSError as exc:
+        raise usage(f"--debug-host auto: no route to the rendezvous host {peer}: {exc.strerror or exc}") from None
+    if ipaddress.ip_address(addr.split("%", 1)[0]).is_loopback:
+        return "127.0.0.1"
+    return addr

@@ -1,0 +1,191 @@
+"""Rank side of the store view: publish this rank's entry into the job's own c10d store.
+
+Multi-node ranks cannot see each other's registry files, but every rank of a
+torchrun job can reach the store torchrun already runs (the c10d rendezvous
+store at ``--rdzv-endpoint``). Each rank keeps ``rtdebug/<run id>/rank/<N>``
+there current (its registry entry plus a heartbeat); local rank 0 also
+publishes its node's session entry under ``rtdebug/<run id>/node/<group rank>``.
+``harness.store_view`` reads them back from any machine that reaches the store.
+
+Why a background thread that connects lazily: the rank's startup and steps must
+never wait on the network, and a store that is not up yet (the agent hosting
+it is still in rendezvous) or already gone must cost the rank nothing but a
+retry. The thread is hidden from pydevd, so a breakpoint that suspends every
+thread does not freeze the heartbeat (a paused rank stays visible as alive).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+ENV_STORE = "RTDEBUG_JOB_STORE"  # host:port of the store the ranks publish to (set by the launcher)
+PREFIX = "rtdebug"
+HEARTBEAT_S = 2.0
+CONNECT_TIMEOUT_S = 10.0
+
+
+def rank_key(run_id: str, rank: int) -> str:
+    return f"{PREFIX}/{run_id}/rank/{rank}"
+
+
+def node_key(run_id: str, group_rank: int) -> str:
+    return f"{PREFIX}/{run_id}/node/{group_rank}"
+
+
+def stop_key(run_id: str) -> str:
+    """Set by ``rtdebug stop`` through the store view: every rank then stops its own launcher."""
+    return f"{PREFIX}/{run_id}/stop"
+
+
+def split_endpoint(endpoint: str, default_port: int = 29400) -> tuple[str, int]:
+    """``host[:port]`` (IPv6 in brackets) -> (host, port), as torchrun parses its rdzv endpoint."""
+    endpoint = endpoint.strip()
+    if endpoint.startswith("["):
+        host, _, rest = endpoint[1:].partition("]")
+        return host, int(rest[1:]) if rest.startswith(":") else default_port
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or ":" in host:  # no port, or a bare IPv6 address
+        return endpoint, default_port
+    return host, int(port)
+
+
+def reachable(host: str, port: int, timeout: float = 2.0) -> str | None:
+    """This machine's address toward the store if a plain TCP connect works, else None.
+
+    Tried first because a TCPStore client that cannot connect retries for its whole
+    timeout and prints C++ stack traces, which a rank's log must not fill up with."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as s:
+            return str(s.getsockname()[0])
+    except OSError:
+        return None
+
+
+def connect(host: str, port: int, timeout_s: float = CONNECT_TIMEOUT_S):
+    """A TCPStore client (never a server: torchrun's agent owns the store)."""
+    from torch.distributed import TCPStore
+
+    return TCPStore(host, port, is_master=False, timeout=timedelta(seconds=timeout_s))
+
+
+class Publisher:
+    """Keeps one rank's entry (and its node's) current in the store; never blocks the caller."""
+
+    def __init__(self, host: str, port: int, run_id: str, rank: int, group_rank: int | None = None,
+                 heartbeat_s: float = HEARTBEAT_S, launcher_pid: int | None = None) -> None:
+        self.host, self.port, self.run_id, self.rank = host, port, run_id, rank
+        self.group_rank = group_rank
+        self.launcher_pid = launcher_pid
+        self.where = {"hostname": socket.gethostname()}
+        self._stop_sent = False
+        self.heartbeat_s = heartbeat_s
+        self._entry: dict[str, Any] | None = None
+        self.node: dict[str, Any] | None = None  # this node's session entry (local rank 0 only)
+        self._cv = threading.Condition()
+        self._version = 0  # bumped by every update
+        self._sent = 0  # the version the store last acknowledged
+        self._thread: threading.Thread | None = None
+
+    def update(self, entry: dict[str, Any], final: bool = False) -> None:
+        """Record the newest entry and wake the thread (started on first use). ``final``: the rank
+        is ending, so wait (bounded) until the store has it."""
+        with self._cv:
+            self._entry = dict(entry)
+            self._version += 1
+            self._cv.notify_all()
+        if self._thread is None:
+            t = threading.Thread(target=self._loop, name=f"rtdebug-publish-{self.rank}", daemon=True)
+            t.pydev_do_not_trace = True  # type: ignore[attr-defined]
+            t.is_pydev_daemon_thread = True  # type: ignore[attr-defined]
+            self._thread = t
+            t.start()
+        if final:
+            self.flush()
+
+    def flush(self, timeout: float = 3.0) -> bool:
+        """Wait (bounded) until the store has the newest entry."""
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            want = self._version
+            while self._sent < want:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cv.wait(left)
+        return True
+
+    def _loop(self) -> None:
+        store = None
+        delay = 0.2
+        while True:
+            with self._cv:
+                if self._sent == self._version and store is not None:
+                    self._cv.wait(self.heartbeat_s)  # woken by an update, else a heartbeat
+                entry, node, version = self._entry, self.node, self._version
+            try:
+                if store is None:
+                    node_ip = reachable(self.host, self.port)
+                    if node_ip is None:
+                        raise OSError("store not reachable yet")
+                    store = connect(self.host, self.port)
+                    self.where["node_ip"] = node_ip
+                now = time.time()
+                keys = [rank_key(self.run_id, self.rank)]
+                values = [json.dumps(dict(entry or {}, **self.where, heartbeat=now)).encode()]
+                if node is not None and self.group_rank is not None:
+                    keys.append(node_key(self.run_id, self.group_rank))
+                    values.append(json.dumps(dict(node, **self.where, heartbeat=now)).encode())
+                store.multi_set(keys, values)
+                delay = 0.2
+                with self._cv:
+                    self._sent = max(self._sent, version)
+                    self._cv.notify_all()  # flush() waiters
+                if not self._stop_sent and store.check([stop_key(self.run_id)]):
+                    self._stop_launcher()
+            except Exception:  # the store is not up yet, or gone with the job: retry, quietly
+                store = None
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def _stop_launcher(self) -> None:
+        """``rtdebug stop`` from another machine: end this node the way a local ``stop`` would."""
+        self._stop_sent = True
+        if self.launcher_pid:
+            try:
+                os.kill(self.launcher_pid, signal.SIGTERM)
+            except OSError:
+                pass
+
+
+def from_env(rank: int, env: dict[str, str] | None = None) -> Publisher | None:
+    """The rank's publisher when the launcher named a job store, else None (single node)."""
+    env = os.environ if env is None else env  # type: ignore[assignment]
+    endpoint = env.get(ENV_STORE)
+    run_id = env.get("TORCHELASTIC_RUN_ID")
+    if not endpoint or not run_id:
+        return None
+    host, port = split_endpoint(endpoint)
+    group = env.get("GROUP_RANK")
+    launcher = env.get("RTDEBUG_LAUNCHER_PID", "")
+    return Publisher(host, port, run_id, rank, int(group) if group and group.isdigit() else None,
+                     launcher_pid=int(launcher) if launcher.isdigit() else None)
+
+
+def attach(record: Any, rank: int, local_rank: int) -> Publisher | None:
+    """Give a rank's ``RankRecord`` a publisher when its job has a store; local rank 0 also
+    publishes its node's session entry (what ``ps`` on another machine shows for this node)."""
+    pub = from_env(rank)
+    if pub is None:
+        return None
+    node = record.registry.read_session(record.entry["session_id"]) if local_rank == 0 else None
+    pub.node = dict(node) if node else None
+    record.publisher = pub
+    pub.update(record.entry)
+    return pub

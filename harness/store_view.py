@@ -1,0 +1,211 @@
+"""The store view: every rank of a multi-node torchrun job, read from the job's own c10d store.
+
+The ranks publish their entries there (``harness.publish``); this module reads
+them back from any machine that can reach the store (``--store HOST:PORT`` or
+``RTDEBUG_STORE``, else the store recorded by a live local session, so ``ps`` on
+any node of the job finds every rank without a flag). One session per job: all
+nodes of a c10d job share its session id (``harness.multinode.job_session_id``).
+
+A rank is "lost" (shown ``failed``) when its heartbeat falls behind the job's
+freshest one: its node died without saying so. When the store itself is gone the
+job has ended (torchrun's agent hosts it); an explicit ``--store`` then fails
+with one line, an auto-found one is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from typing import Any
+
+from harness import publish
+from harness.errors import HarnessError
+from harness.registry import LIVE_RANK_STATES, Registry
+
+Entry = dict[str, Any]
+LOST_AFTER_S = 10.0  # heartbeat behind the job's freshest (clock-skew free)
+LOST_ABS_S = 120.0  # or behind this machine's clock
+READ_TIMEOUT_S = 5.0
+
+
+def _local_addresses() -> set[str]:
+    import psutil
+
+    out = {"127.0.0.1", "::1", "localhost", "0.0.0.0", "::"}
+    for addrs in psutil.net_if_addrs().values():
+        out.update(a.address.split("%", 1)[0] for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6))
+    return out
+
+
+def connect_host(rank: Entry, local: set[str] | None = None) -> tuple[str, str | None]:
+    """The address a client here should connect to for ``rank``, and a note when that needs a tunnel.
+
+    A rank bound to 0.0.0.0 is reached at its node's address; one bound to loopback on another
+    machine is reachable only through a tunnel to that node, which the note spells out."""
+    host, node_ip = rank.get("host", "127.0.0.1"), rank.get("node_ip")
+    if host in ("0.0.0.0", "::") and node_ip:
+        return node_ip, None
+    if host in ("127.0.0.1", "localhost", "::1") and node_ip:
+        local = _local_addresses() if local is None else local
+        if node_ip not in local:
+            where = rank.get("hostname") or node_ip
+            return host, (f"rank {rank['rank']} listens on {host} of node {node_ip} ({where}): open a tunnel first, "
+                          f"`ssh -N -L {rank['port']}:127.0.0.1:{rank['port']} {node_ip}`, or restart the job with "
+                          f"--debug-host auto --debug-allow <your address>")
+    return host, None
+
+
+class StoreView:
+    """Sessions of the jobs that publish into one c10d store."""
+
+    def __init__(self, host: str, port: int, explicit: bool = True) -> None:
+        self.host, self.port, self.explicit = host, port, explicit
+        self.label = f"store {host}:{port}"
+
+    # -- reading ------------------------------------------------------------
+    def _raw(self) -> dict[str, Entry]:
+        if not publish.reachable(self.host, self.port, timeout=READ_TIMEOUT_S):
+            if self.explicit:
+                raise HarnessError(f"cannot reach the job store at {self.host}:{self.port}: the job has ended "
+                                   f"(torchrun's agent hosts its store) or the address is wrong")
+            return {}
+        try:
+            store = publish.connect(self.host, self.port, READ_TIMEOUT_S)
+            keys = [k for k in store.list_keys() if k.startswith(publish.PREFIX + "/")]
+            values = store.multi_get(keys) if keys else []
+        except Exception as exc:  # the store went away between connect and read
+            if self.explicit:
+                raise HarnessError(f"the job store at {self.host}:{self.port} stopped answering: "
+                                   f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+            return {}
+        out: dict[str, Entry] = {}
+        for key, value in zip(keys, values):
+            try:
+                entry = json.loads(value)
+            except ValueError:
+                continue
+            if isinstance(entry, dict):
+                out[key] = entry
+        return out
+
+    def _jobs(self) -> dict[str, dict[str, dict[int, Entry]]]:
+        """run id -> {"rank": {N: entry}, "node": {group rank: entry}, "stop": {...}}."""
+        jobs: dict[str, dict[str, dict[int, Entry]]] = {}
+        for key, entry in self._raw().items():
+            parts = key.split("/")
+            if len(parts) != 4 or parts[2] not in ("rank", "node") or not parts[3].isdigit():
+                continue
+            jobs.setdefault(parts[1], {"rank": {}, "node": {}})[parts[2]][int(parts[3])] = entry
+        return jobs
+
+    def _session(self, run_id: str, job: dict[str, dict[int, Entry]]) -> Entry | None:
+        nodes = [job["node"][g] for g in sorted(job["node"])]
+        if not nodes:
+            return None  # no node entry yet: its local rank 0 has not published
+        beats = [e.get("heartbeat", 0.0) for e in [*job["rank"].values(), *nodes]]
+        freshest, now = max(beats), time.time()
+        ranks = []
+        for n in sorted(job["rank"]):
+            r = {k: v for k, v in job["rank"][n].items() if k not in ("heartbeat", "launcher_pid")}
+            age = min(freshest, now) - job["rank"][n].get("heartbeat", 0.0)
+            if r.get("state") in LIVE_RANK_STATES and (freshest - job["rank"][n].get("heartbeat", 0.0) > LOST_AFTER_S
+                                                       or now - job["rank"][n].get("heartbeat", 0.0) > LOST_ABS_S):
+                r.update(state="failed", error=f"lost: no heartbeat for {max(age, LOST_AFTER_S):.0f}s "
+                                               f"(its node {r.get('node_ip', '?')} is gone?)")
+            ranks.append(r)
+        base = {k: v for k, v in nodes[0].items() if k not in ("heartbeat", "ranks", "source", "hostname", "node_ip")}
+        live = any(r.get("state") in LIVE_RANK_STATES for r in ranks)
+        failed = any(r.get("state") == "failed" for r in ranks)
+        node_list = [{"node_rank": g, "host": job["node"][g].get("host"), "node_ip": job["node"][g].get("node_ip"),
+                      "hostname": job["node"][g].get("hostname"), "session_id": job["node"][g].get("session_id"),
+                      "launcher_pid": job["node"][g].get("launcher_pid")} for g in sorted(job["node"])]
+        ports = sorted({p for e in nodes for p in e.get("ports", [])})
+        return dict(base, node_rank=None, ports=ports or base.get("ports", []), nodes=node_list,
+                    state="running" if live else ("failed" if failed else "exited"),
+                    store=f"{self.host}:{self.port}", rdzv_id=run_id, ranks=ranks, source=self.label,
+                    updated_at=freshest)
+
+    def sessions(self) -> list[Entry]:
+        out = []
+        for run_id, job in self._jobs().items():
+            s = self._session(run_id, job)
+            if s is not None:
+                out.append(s)
+        return out
+
+    def session(self, session_id: str) -> Entry | None:
+        for s in self.sessions():
+            if s["session_id"] == session_id:
+                return s
+        return None
+
+    def stop(self, session: Entry) -> str:
+        """Ask every rank, through the store, to stop its own node's launcher (graceful teardown)."""
+        run_id = session.get("rdzv_id")
+        try:
+            store = publish.connect(self.host, self.port, READ_TIMEOUT_S)
+            store.set(publish.stop_key(run_id), b"1")
+        except Exception as exc:
+            raise HarnessError(f"cannot reach the job store at {self.host}:{self.port}: {exc}") from None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            try:
+                s = self.session(session["session_id"])
+            except HarnessError:
+                s = None  # the store is gone with the job
+            if s is None or s["state"] != "running":
+                return (f"rtdebug: stopped job {session['session_id']} on {len(session.get('nodes', []))} "
+                        f"node(s) through the store at {self.host}:{self.port}")
+        raise HarnessError(f"job {session['session_id']} asked to stop, but ranks still run after 60s")
+
+
+def open_view(opts: Any) -> StoreView | None:
+    """``--store``/``RTDEBUG_STORE`` (errors if unreachable), else the stores live local sessions record."""
+    if getattr(opts, "store", None):
+        try:
+            host, port = publish.split_endpoint(opts.store)
+        except ValueError:
+            raise HarnessError(f"--store {opts.store!r}: expected HOST:PORT") from None
+        return StoreView(host, port, explicit=True)
+    found = _recorded_stores()
+    if not found:
+        return None
+    return MultiStoreView([StoreView(h, p, explicit=False) for h, p in found])
+
+
+def _recorded_stores() -> list[tuple[str, int]]:
+    out: list[tuple[str, int]] = []
+    try:
+        sessions = list(Registry().sessions())
+    except OSError:
+        return out
+    for s in sessions:
+        if s.get("store") and s.get("state") in ("starting", "running"):
+            hp = publish.split_endpoint(s["store"])
+            if hp not in out:
+                out.append(hp)
+    return out
+
+
+class MultiStoreView:
+    """The stores recorded by this machine's live sessions, as one view."""
+
+    def __init__(self, views: list[StoreView]) -> None:
+        self.views = views
+        self.label = "store " + ",".join(f"{v.host}:{v.port}" for v in views)
+
+    def sessions(self) -> list[Entry]:
+        return [dict(s, source=self.label) for v in self.views for s in v.sessions()]
+
+    def session(self, session_id: str) -> Entry | None:
+        for v in self.views:
+            s = v.session(session_id)
+            if s is not None:
+                return dict(s, source=self.label)
+        return None
+
+    def stop(self, session: Entry) -> str:
+        host, port = publish.split_endpoint(session["store"])
+        return StoreView(host, port).stop(session)

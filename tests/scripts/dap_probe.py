@@ -1,0 +1,26 @@
+"""Run inside the test's "laptop" network namespace: attach a real DAP client to one rank.
+
+    python dap_probe.py HOST PORT SCRIPT LINE EXPR
+
+Sets a breakpoint at SCRIPT:LINE, waits for the stop, evaluates EXPR in the top
+frame, removes the breakpoint, continues, detaches, and prints one JSON line.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from dap import DAPClient  # noqa: E402
+
+host, port, script, line, expr = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5]
+c = DAPClient(host, port, timeout=120)
+verified = c.attach({script: [line]})
+stopped = c.wait_stopped(timeout=120)
+frame = c.top_frame(stopped["threadId"])
+value = c.evaluate(expr, frame["id"])
+c.request("setBreakpoints", source={"path": script}, breakpoints=[])
+c.continue_(stopped["threadId"])
+c.disconnect()
+print(json.dumps({"verified": verified[script]["breakpoints"][0]["verified"], "line": frame["line"],
+                  "value": value}), flush=True)

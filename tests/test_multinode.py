@@ -1,0 +1,235 @@
+"""Multi-node torchrun on separate hosts: network namespaces on a private bridge, c10d rendezvous.
+
+Each node runs the guide's c10d command through ``rtdebug torchrun`` in its own
+namespace with its own registry directory (separate hosts share no files), so
+every cross-node fact the test sees comes through the job's c10d store. From a
+third "laptop" namespace, ``rtdebug ps/attach --store`` find every rank and a
+real DAP client stops each one at a breakpoint. Needs CAP_NET_ADMIN (skips
+otherwise). CI runs 2 nodes x 1 rank; ``RTDEBUG_FULL=1`` adds 2 nodes x 2 ranks
+stopped from the laptop through the store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import PY, ROOT, SCRIPTS, marker_line
+
+pytestmark = [pytest.mark.e2e, pytest.mark.netns]
+
+SCRIPT = SCRIPTS / "multinode_train.py"
+PROBE = SCRIPTS / "dap_probe.py"
+RDZV_PORT = 29500
+FULL = os.environ.get("RTDEBUG_FULL") == "1"
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=check)
+
+
+class Hosts:
+    """Namespaces ``n0``, ``n1`` (nodes) and ``lap`` (laptop) on a bridge in a namespace of its own."""
+
+    def __init__(self, tmp: Path) -> None:
+        tag = f"rtd{os.getpid() % 100000}{random.randrange(100):02d}"
+        self.tmp = tmp
+        self.subnet = f"10.203.{random.randrange(1, 255)}"
+        self.bridge = f"{tag}-br"
+        self.names = {h: f"{tag}-{h}" for h in ("n0", "n1", "lap")}
+        self.addr = {h: f"{self.subnet}.{i + 1}" for i, h in enumerate(self.names)}
+        self.made: list[str] = []
+        self.procs: list[subprocess.Popen] = []
+
+    def up(self) -> None:
+        _ip("netns", "add", self.bridge)
+        self.made.append(self.bridge)
+        _ip("-n", self.bridge, "link", "add", "br0", "type", "bridge")
+        _ip("-n", self.bridge, "link", "set", "br0", "up")
+        for i, (h, ns) in enumerate(self.names.items()):
+            _ip("netns", "add", ns)
+            self.made.append(ns)
+            _ip("link", "add", "name", "eth0", "netns", ns, "type", "veth", "peer", "name", f"p{i}", "netns",
+                self.bridge)
+            _ip("-n", self.bridge, "link", "set", f"p{i}", "master", "br0", "up")
+            _ip("-n", ns, "addr", "add", f"{self.addr[h]}/24", "dev", "eth0")
+            _ip("-n", ns, "link", "set", "eth0", "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+
+    def pids(self, h: str) -> list[int]:
+        out = _ip("netns", "pids", self.names[h], check=False).stdout
+        return [int(p) for p in out.split()]
+
+    def down(self) -> None:
+        """Kill what runs inside our namespaces (only our processes run there), then delete them."""
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+        for h, ns in self.names.items():
+            for pid in self.pids(h) if ns in self.made else []:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        for ns in reversed(self.made):
+            _ip("netns", "del", ns, check=False)
+
+    def env(self, h: str) -> dict[str, str]:
+        reg = self.tmp / f"registry-{h}"
+        return dict(os.environ, RTDEBUG_REGISTRY_DIR=str(reg), GLOO_SOCKET_IFNAME="eth0", NODE_ADDR=self.addr[h],
+                    PYTHONUNBUFFERED="1", RTDEBUG_STORE="")
+
+    def start(self, h: str, args: list[str]) -> subprocess.Popen:
+        log = open(self.tmp / f"{h}.log", "wb")
+        p = subprocess.Popen(["ip", "netns", "exec", self.names[h], PY, "-m", "harness", *args], cwd=ROOT,
+                             env=self.env(h), stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append(p)
+        return p
+
+    def log(self, h: str) -> str:
+        path = self.tmp / f"{h}.log"
+        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+
+    def run(self, h: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run(["ip", "netns", "exec", self.names[h], *args], cwd=ROOT, env=self.env(h),
+                              capture_output=True, text=True, timeout=timeout)
+
+    def rtdebug(self, h: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        return self.run(h, PY, "-m", "harness", *args, timeout=timeout)
+
+
+@pytest.fixture
+def hosts(tmp_path):
+    h = Hosts(tmp_path)
+    try:
+        try:
+            h.up()
+        except subprocess.CalledProcessError as exc:
+            pytest.skip(f"cannot create network namespaces here (needs CAP_NET_ADMIN): {exc.stderr.strip()}")
+        yield h
+    finally:
+        h.down()
+
+
+def node_args(hosts: Hosts, node: str, stop: Path, nproc: int) -> list[str]:
+    """The guide's c10d command, through rtdebug. Both namespaces share the machine's hostname,
+    so torchrun is told which node hosts the rendezvous store and which address is its own."""
+    ep = f"{hosts.addr['n0']}:{RDZV_PORT}"
+    return ["torchrun", "--debug-host", "auto", "--debug-allow", hosts.addr["lap"],
+            "--nnodes=2", f"--nproc-per-node={nproc}", f"--node_rank={0 if node == 'n0' else 1}",
+            "--rdzv_backend=c10d", f"--rdzv_endpoint={ep}", "--rdzv_id=job",
+            "--local-addr", hosts.addr[node], "--rdzv-conf", f"is_host={1 if node == 'n0' else 0}",
+            str(SCRIPT), str(stop)]
+
+
+def ps_json(hosts: Hosts, h: str, *extra: str) -> dict:
+    r = hosts.rtdebug(h, "ps", "--json", *extra)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def wait_view(hosts: Hosts, h: str, n: int, *extra: str, timeout: float = 240) -> dict:
+    """The one session of the job as seen from ``h``, once ``n`` ranks are ready."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        r = hosts.rtdebug(h, "ps", "--json", *extra)
+        if r.returncode != 0:  # the store is not up before the rendezvous host's agent starts
+            assert "rtdebug: error: cannot reach the job store at" in r.stderr, r.stderr
+            last = r.stderr
+            time.sleep(1)
+            continue
+        last = json.loads(r.stdout)
+        for s in last["sessions"]:
+            if len([r for r in s["ranks"] if r["state"] == "ready"]) >= n:
+                return s
+        time.sleep(1)
+    raise AssertionError(f"{n} ready ranks never seen from {h}: {last}\nn0: {hosts.log('n0')}\nn1: {hosts.log('n1')}")
+
+
+def attach_and_stop(hosts: Hosts, store: str, rank: int) -> tuple[dict, str]:
+    a = hosts.rtdebug("lap", "attach", "--rank", str(rank), "--store", store, "--json", "--timeout", "60")
+    assert a.returncode == 0, a.stderr
+    where = json.loads(a.stdout)
+    expr = "f'{dist.get_rank()}|{HOST}|{os.environ[\"NODE_ADDR\"]}'"
+    p = hosts.run("lap", PY, str(PROBE), where["host"], str(where["port"]), str(SCRIPT),
+                  str(marker_line(SCRIPT, "multinode step")), expr, timeout=240)
+    assert p.returncode == 0, p.stdout + p.stderr
+    probe = json.loads(p.stdout.strip().splitlines()[-1])
+    assert probe["verified"] and probe["line"] == marker_line(SCRIPT, "multinode step")
+    return where, probe["value"].strip("'\"")
+
+
+def wait_empty(hosts: Hosts, names: list[str], timeout: float) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = [p for h in names for p in hosts.pids(h)]
+        if not left:
+            return []
+        time.sleep(0.5)
+    return left
+
+
+def test_two_hosts_one_view_attach_every_rank_and_kill_one_node(hosts, tmp_path):
+    stop = tmp_path / "stop"
+    store = f"{hosts.addr['n0']}:{RDZV_PORT}"
+    n0 = hosts.start("n0", node_args(hosts, "n0", stop, 1))
+    n1 = hosts.start("n1", node_args(hosts, "n1", stop, 1))
+
+    # the laptop (no registry of its own) sees every rank of the job through the store
+    job = wait_view(hosts, "lap", 2, "--store", store)
+    assert job["source"] == f"store {store}" and job["store"] == store
+    ranks = {r["rank"]: r for r in job["ranks"]}
+    assert sorted(ranks) == [0, 1]
+    assert sorted(r["host"] for r in ranks.values()) == [hosts.addr["n0"], hosts.addr["n1"]]
+
+    # ps on either node, with no flag, lists both ranks under the one session id of the job
+    for h in ("n0", "n1"):
+        s = wait_view(hosts, h, 2)
+        assert s["session_id"] == job["session_id"]
+        assert {r["rank"]: r["host"] for r in s["ranks"]} == {n: r["host"] for n, r in ranks.items()}
+
+    # attach from the laptop through the view; each rank stops where dist.get_rank() is N and the
+    # process's own socket address and NODE_ADDR are those of the namespace the view names
+    for rank in (0, 1):
+        where, value = attach_and_stop(hosts, store, rank)
+        assert where["host"] == ranks[rank]["host"]
+        assert value == f"{rank}|{where['host']}|{where['host']}", value
+
+    # SIGKILL the launcher of the node that hosts the store: both nodes end, nothing left on either
+    n0.kill()
+    left = wait_empty(hosts, ["n0", "n1"], timeout=120)
+    assert not left, f"still running: {left}\nn1: {hosts.log('n1')}"
+    assert n1.wait(timeout=30) != 0
+    gone = hosts.rtdebug("lap", "ps", "--store", store)
+    assert gone.returncode == 1
+    assert f"rtdebug: error: cannot reach the job store at {store}: the job has ended" in gone.stderr
+    assert ps_json(hosts, "n1")["sessions"] == []
+
+
+@pytest.mark.skipif(not FULL, reason="RTDEBUG_FULL=1: 2 nodes x 2 ranks, stopped from the laptop")
+def test_full_two_by_two_stop_from_laptop(hosts, tmp_path):
+    stop = tmp_path / "stop"
+    store = f"{hosts.addr['n0']}:{RDZV_PORT}"
+    n0 = hosts.start("n0", node_args(hosts, "n0", stop, 2))
+    n1 = hosts.start("n1", node_args(hosts, "n1", stop, 2))
+    job = wait_view(hosts, "lap", 4, "--store", store)
+    by_host: dict[str, list[int]] = {}
+    for r in job["ranks"]:
+        by_host.setdefault(r["host"], []).append(r["rank"])
+    assert sorted(by_host) == [hosts.addr["n0"], hosts.addr["n1"]]
+    assert all(len(v) == 2 for v in by_host.values())
+    for rank in range(4):
+        where, value = attach_and_stop(hosts, store, rank)
+        assert value == f"{rank}|{where['host']}|{where['host']}", value
+    r = hosts.rtdebug("lap", "stop", "--store", store, "--session", job["session_id"], timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert f"through the store at {store}" in r.stdout
+    assert not wait_empty(hosts, ["n0", "n1"], timeout=120)
+    assert n0.wait(timeout=30) is not None and n1.wait(timeout=30) is not None
