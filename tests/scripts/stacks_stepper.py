@@ -1,0 +1,37 @@
+"""A rank that keeps stepping in pure Python and writes its step count to argv[1].
+
+``--take-signal`` installs a Python handler for SIGUSR2 first, as a program
+that owns that signal would: then the harness's dump cannot answer.
+"""
+
+import os
+import signal
+import sys
+import threading
+import time
+
+if "--take-signal" in sys.argv:
+    signal.signal(signal.SIGUSR2, lambda s, f: None)
+
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o600)
+
+
+def idle_helper():
+    while True:
+        time.sleep(0.5)  # BREAKPOINT: stepper helper
+
+
+def step(n):
+    total = 0
+    for i in range(2000):  # BREAKPOINT: stepper step
+        total += i * n
+    return total
+
+
+threading.Thread(target=idle_helper, name="helper", daemon=True).start()
+n = 0
+while True:
+    step(n)
+    n += 1
+    if n % 50 == 0:
+        os.pwrite(fd, b"%12d\n" % n, 0)

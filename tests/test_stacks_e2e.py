@@ -1,0 +1,209 @@
+"""`rtdebug stacks` and the launcher's hang report on real torchrun / `rtdebug run` jobs (gloo, CPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from conftest import EXAMPLES, SCRIPTS, marker_line, rtdebug, wait_ranks
+from dap import DAPClient
+from harness.stacks import find_py_spy
+
+pytestmark = pytest.mark.e2e
+
+HANG = EXAMPLES / "hang.py"
+ARROW = "\u2190"
+
+
+def stacks_json(*args: str, timeout: float = 60) -> dict:
+    out = rtdebug("stacks", "--json", *args, timeout=timeout)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def wait_groups(sid: str, pred, timeout: float = 120) -> dict:
+    """Dump until ``pred(snapshot)`` holds (the ranks may still be importing torch)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        snap = stacks_json("--session", sid)
+        if pred(snap):
+            return snap
+        if time.monotonic() > deadline:
+            raise AssertionError(f"stacks never matched: {json.dumps(snap)[:3000]}")
+        time.sleep(0.5)
+
+
+def tops(snap: dict) -> dict[int, str]:
+    return {r: g["frames"][0]["function"] for g in snap["groups"] for r in g["ranks"]}
+
+
+def hung(snap: dict) -> bool:
+    return tops(snap) == {0: "all_reduce", 1: "barrier"}
+
+
+def test_hang_example_two_groups_then_sigstop_is_unresponsive(job, registry_dir, port_base):
+    j = job("torchrun", "--debug-port-base", str(port_base), "--nproc-per-node", "2", str(HANG))
+    sid = j.session_id()
+    ranks = wait_ranks(registry_dir, sid, 2)
+    snap = wait_groups(sid, hung)
+    assert snap["session_id"] == sid and snap["unresponsive"] == []
+    assert [g["ranks"] for g in snap["groups"]] == [[0], [1]]
+    reduce_line, barrier_line = marker_line(HANG, "hang all_reduce"), marker_line(HANG, "hang barrier")
+    g0, g1 = snap["groups"]
+    user0 = [(f["function"], f["line"]) for f in g0["frames"] if f["file"] == str(HANG)]
+    user1 = [(f["function"], f["line"]) for f in g1["frames"] if f["file"] == str(HANG)]
+    assert user0[0] == ("train_step", reduce_line) and user1[0] == ("evaluate", barrier_line)
+    assert user0[1] == ("main", marker_line(HANG, "hang skipped step"))
+    # rank 1 departs from the majority where main() called evaluate() instead of train_step()
+    assert g0["departs_at"] is None
+    d = g1["frames"][g1["departs_at"]]
+    assert (d["function"], d["line"]) == ("main", marker_line(HANG, "hang evaluate"))
+    assert any(t["main"] for t in g0["threads"]) and len(g0["threads"]) >= 2  # the endpoint's thread too
+
+    text = rtdebug("stacks", "--session", sid)
+    assert text.returncode == 0, text.stderr
+    assert f"rank 0: all_reduce {ARROW} train_step (hang.py:{reduce_line})" in text.stdout
+    assert f"rank 1: barrier {ARROW} evaluate (hang.py:{barrier_line})" in text.stdout
+
+    one = stacks_json("--session", sid, "--rank", "1")
+    assert [g["ranks"] for g in one["groups"]] == [[1]]
+
+    if find_py_spy() is not None:
+        native = stacks_json("--session", sid, "--native", "--rank", "0")
+        frames = native["groups"][0]["native"]["0"]
+        assert isinstance(frames, list), frames
+        main = next(t for t in frames if t["main"])
+        assert any(".so" in (f["file"] or "") for f in main["frames"])  # a native frame below all_reduce
+        assert any(f["function"] == "train_step" for f in main["frames"])
+
+    pid1 = ranks[1]["pid"]
+    os.kill(pid1, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        stopped = stacks_json("--session", sid, "--timeout", "2")
+        took = time.monotonic() - t0
+    finally:
+        os.kill(pid1, signal.SIGCONT)
+    assert stopped["unresponsive"] == [1]
+    assert [g["ranks"] for g in stopped["groups"]] == [[0]]
+    assert stopped["elapsed_s"] < 2 and took < 30
+    assert "stopped" in stopped["unresponsive_detail"][0]["reason"]
+    # it answers again once continued
+    wait_groups(sid, hung, timeout=30)
+
+
+def test_failing_rank_reports_where_the_others_are(job, port_base):
+    script = SCRIPTS / "stacks_crash.py"
+    j = job("torchrun", "--debug-port-base", str(port_base), "--nproc-per-node", "2", str(script))
+    assert j.wait(240) != 0
+    out = j.output()
+    assert "rtdebug: rank 1 (ZeroDivisionError: bad batch in rank 1) failed; where the other ranks are:" in out, \
+        out[-4000:]
+    line = marker_line(script, "crash all_reduce")
+    report = out.split("where the other ranks are:", 1)[1]
+    assert f"rank 0: all_reduce {ARROW} step (stacks_crash.py:{line})" in report
+
+
+def test_no_progress_report_before_the_pg_timeout_kills_the_job(job, port_base):
+    j = job("torchrun", "--debug-port-base", str(port_base), "--pg-timeout", "12", "--nproc-per-node", "2",
+            str(HANG))
+    assert j.wait(240) != 0
+    out = j.output()
+    assert "rtdebug: no rank's stack has changed for " in out, out[-4000:]
+    report = out.split("rtdebug: no rank's stack has changed for ", 1)[1]
+    assert report.index("where every rank is:") < report.index("Timed out")  # written before the timeout hit
+    assert f"rank 0: all_reduce {ARROW} train_step (hang.py:{marker_line(HANG, 'hang all_reduce')})" in report
+    assert f"rank 1: barrier {ARROW} evaluate (hang.py:{marker_line(HANG, 'hang barrier')})" in report
+
+
+def test_check_collectives_names_the_mismatch_in_one_line(job, port_base):
+    j = job("torchrun", "--debug-port-base", str(port_base), "--check-collectives", "--nproc-per-node", "2",
+            str(HANG))
+    assert j.wait(240) != 0
+    out = j.output()
+    reduce_line, barrier_line = marker_line(HANG, "hang all_reduce"), marker_line(HANG, "hang barrier")
+    assert (f"rtdebug: rank 0: collective mismatch (--check-collectives): rank 0 called ALLREDUCE #3 [4] Float "
+            f"at hang.py:{reduce_line} (train_step), rank 1 ") in out, out[-4000:]
+    assert (f"rtdebug: rank 1: collective mismatch (--check-collectives): rank 1 called BARRIER #3 "
+            f"at hang.py:{barrier_line} (evaluate), rank 0 ") in out
+    assert "Detected mismatch between collectives" not in out  # torch's paragraph is replaced by the line
+
+
+def read_count(path) -> int:
+    try:
+        return int(path.read_text().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def test_run_rank_keeps_stepping_while_dumped(job, registry_dir, port_base, tmp_path):
+    """`rtdebug run` (one rank): each dump shows the loop, and the step counter advances across dumps."""
+    counter = tmp_path / "steps"
+    j = job("run", "--port", str(port_base), str(SCRIPTS / "stacks_stepper.py"), str(counter))
+    sid = j.session_id()
+    wait_ranks(registry_dir, sid, 1)
+    deadline = time.monotonic() + 60
+    while read_count(counter) == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    counts = [read_count(counter)]
+    for _ in range(4):
+        snap = stacks_json("--session", sid, "--timeout", "5")
+        assert snap["unresponsive"] == [] and [g["ranks"] for g in snap["groups"]] == [[0]]
+        g = snap["groups"][0]
+        assert g["frames"][0]["function"] in ("step", "<module>")
+        assert any(f["function"] == "idle_helper" for t in g["threads"] if not t["main"] for f in t["frames"])
+        time.sleep(0.3)
+        counts.append(read_count(counter))
+    assert counts[0] > 0 and all(b > a for a, b in zip(counts, counts[1:])), counts
+
+    bad = rtdebug("stacks", "--session", sid, "--rank", "3")
+    assert bad.returncode == 2 and "rtdebug: error: invalid --rank value '3': rank 3 >= world size 1" in bad.stderr
+    bad = rtdebug("stacks", "--session", sid, "--timeout", "0")
+    assert bad.returncode == 2 and "rtdebug: error: --timeout must be > 0 seconds" in bad.stderr
+
+
+def test_rank_whose_program_took_the_signal_is_unresponsive_after_timeout(job, registry_dir, port_base, tmp_path):
+    j = job("run", "--port", str(port_base), str(SCRIPTS / "stacks_stepper.py"), str(tmp_path / "n"),
+            "--take-signal")
+    sid = j.session_id()
+    wait_ranks(registry_dir, sid, 1)
+    deadline = time.monotonic() + 60
+    while read_count(tmp_path / "n") == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    snap = stacks_json("--session", sid, "--timeout", "1.5")
+    assert snap["unresponsive"] == [0] and snap["groups"] == []
+    assert snap["unresponsive_detail"][0]["reason"] == "no answer within 1.5 s"
+    assert 1.5 <= snap["elapsed_s"] < 3
+
+
+def test_no_session_is_one_line(registry_dir):
+    out = rtdebug("stacks")
+    assert out.returncode == 1 and out.stderr.startswith("rtdebug: error: no live rtdebug session")
+
+
+def test_rank_stopped_at_a_breakpoint_is_dumped(job, registry_dir, port_base):
+    script = SCRIPTS / "stacks_breakpoint.py"
+    line = marker_line(script, "stacks bp")
+    j = job("torchrun", "--debug-port-base", str(port_base), "--wait", "1", "--nproc-per-node", "2", str(script))
+    sid = j.session_id()
+    wait_ranks(registry_dir, sid, 2)
+    c = DAPClient("127.0.0.1", port_base + 1)
+    try:
+        c.attach({str(script): [line]})
+        stopped = c.wait_stopped(120)
+        assert c.top_frame(stopped["threadId"])["line"] == line
+        snap = wait_groups(sid, lambda s: tops(s) == {0: "barrier", 1: "work"})
+        g1 = next(g for g in snap["groups"] if g["ranks"] == [1])
+        assert (g1["frames"][0]["file"], g1["frames"][0]["line"]) == (str(script), line)
+        assert g1["debugger"] is True and g1["label"].endswith("[stopped in the debugger]")
+        main = next(t for t in g1["threads"] if t["main"])
+        assert any("pydevd" in f["file"] for f in main["frames"])  # kept, just not in the group's key
+        c.request("setBreakpoints", source={"path": str(script)}, breakpoints=[])
+        c.continue_(stopped["threadId"])
+    finally:
+        c.disconnect()
+    assert j.wait(120) == 0, j.output()[-3000:]
