@@ -71,7 +71,8 @@ def run_torchrun(parsed, tokens: list[str]) -> int:
     cfg = RankConfig(session_id=new_session_id(), port_base=parsed.port, host=parsed.host, allow=parsed.allow,
                      wait=parsed.wait_ranks, eager=parsed.eager, post_mortem=parsed.post_mortem,
                      post_mortem_wait_s=parsed.post_mortem_wait, pg_timeout_s=parsed.pg_timeout,
-                     force_local=parsed.force_local)
+                     force_local=parsed.force_local, check_collectives=parsed.check_collectives,
+                     hang_report_s=parsed.hang_report)
     parse_rank_list(cfg.wait, plan.max_world_size)
     return Launcher(plan, cfg, Registry()).run()
 

@@ -43,6 +43,8 @@ class RankConfig:
     pg_timeout_s: float = DEFAULT_PG_TIMEOUT_S
     registry_dir: str | None = None
     force_local: bool = False
+    check_collectives: bool = False  # TORCH_DISTRIBUTED_DEBUG=DETAIL for the ranks
+    hang_report_s: float | None = None  # launcher only; None = harness.hangwatch.default_hang_s
     wait_ranks: frozenset[int] | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -52,6 +54,8 @@ class RankConfig:
             raise usage(f"--pg-timeout must be > 0 seconds, got {self.pg_timeout_s:g}")
         if self.post_mortem_wait_s < 0:
             raise usage("--post-mortem-wait must be >= 0 seconds")
+        if self.hang_report_s is not None and self.hang_report_s < 0:
+            raise usage(f"--hang-report must be >= 0 seconds (0 = off), got {self.hang_report_s:g}")
         try:
             parse_allow(self.allow)
         except ValueError as exc:
@@ -77,6 +81,11 @@ class RankConfig:
             env["RTDEBUG_REGISTRY_DIR"] = self.registry_dir
         if self.force_local:
             env["RTDEBUG_FORCE_LOCAL"] = "1"
+        if self.check_collectives:
+            env["RTDEBUG_CHECK_COLLECTIVES"] = "1"
+            env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"  # torch checks every collective's op/shape across ranks
+        if self.hang_report_s is not None:
+            env["RTDEBUG_HANG_REPORT"] = repr(self.hang_report_s)
         return env
 
     @classmethod
@@ -97,6 +106,8 @@ class RankConfig:
                 pg_timeout_s=float(env.get("RTDEBUG_PG_TIMEOUT", DEFAULT_PG_TIMEOUT_S)),
                 registry_dir=env.get("RTDEBUG_REGISTRY_DIR"),
                 force_local=env.get("RTDEBUG_FORCE_LOCAL") == "1",
+                check_collectives=env.get("RTDEBUG_CHECK_COLLECTIVES") == "1",
+                hang_report_s=float(env["RTDEBUG_HANG_REPORT"]) if env.get("RTDEBUG_HANG_REPORT") else None,
             )
         except ValueError as exc:
             raise usage(f"bad RTDEBUG_* setting: {exc}") from None

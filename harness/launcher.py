@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from harness import localmode, processes
+from harness import hangwatch, localmode, processes
 from harness.config import RankConfig, Target, check_host
 from harness.errors import usage
 from harness.ports import check_ports_free, ports_for_ranks
@@ -131,6 +131,7 @@ class Launcher:
             self.proc = subprocess.Popen(self.plan.command(), env=env, start_new_session=True)
             self.registry.update_session(sid, state="running")
             threading.Thread(target=self._announce_ready, daemon=True).start()
+            hangwatch.start(self.registry, sid, self.proc, self.cfg)  # grouped stacks on failure / no progress
             code = self.proc.wait()
         finally:
             self._teardown()

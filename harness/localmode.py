@@ -80,4 +80,6 @@ def explain(exc: BaseException) -> str | None:
         return RAY_DATA_MESSAGE
     if isinstance(exc, ValueError) and "num_workers" in str(exc) and os.environ.get(V2_VAR) == "0":
         return V2_OFF_MESSAGE
-    return None
+    from harness import collectives  # --check-collectives: torch's mismatch error in one line
+
+    return collectives.explain(exc)

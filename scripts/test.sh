@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Quick start 2: set up and run every test: the Python suite (real torchrun, Ray local mode, debugpy,
-# a real DAP client), then the VS Code extension's unit, DAP and real-VS-Code tests.
+# a real DAP client; the torch-free core on Python 3.10-3.13 from scripts/pythons.sh), then the VS Code
+# extension's unit, DAP and real-VS-Code tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+export RTDEBUG_PYTHONS_REQUIRED=${RTDEBUG_PYTHONS_REQUIRED:-1}  # CI: every supported Python must be there
+bash scripts/pythons.sh
 .venv/bin/python -m pytest tests
 if [ -f vscode-extension/scripts/ci.sh ] && [ "${SKIP_VSCODE:-0}" != 1 ]; then
   RTDEBUG_PYTHON="$PWD/.venv/bin/python" bash vscode-extension/scripts/ci.sh

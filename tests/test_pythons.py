@@ -1,0 +1,194 @@
+"""The torch-free core on every supported Python, with a real DAP client.
+
+debugpy traces with ``sys.settrace`` on 3.10/3.11 and with ``sys.monitoring`` on 3.12+, so each
+interpreter is a different debugger path. Each ``.venv-3.X`` (``scripts/pythons.sh``) holds the harness
+installed as a torch-free user installs it (``pip install -e .``: debugpy, psutil, filelock; no torch,
+no Ray), and the job runs that venv's ``rtdebug`` entry point from outside the repository.
+
+``SCENARIOS`` is the per-Python list: a function ``(rt: Runner) -> None`` added there runs on every
+Python. A missing ``.venv-3.X`` skips, or fails when ``RTDEBUG_PYTHONS_REQUIRED=1`` (scripts/test.sh).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from conftest import ROOT, SCRIPTS, Job, alive, marker_line, port_free, read_ranks, wait_ranks
+from dap import DAPClient
+
+pytestmark = [pytest.mark.e2e, pytest.mark.pythons]
+
+PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+SCRIPT = SCRIPTS / "torch_free.py"
+
+
+def venv_bin(version: str) -> Path:
+    return ROOT / f".venv-{version}" / "bin"
+
+
+class VenvJob(Job):
+    """conftest's Job, but started with a venv's own ``rtdebug`` entry point."""
+
+    def __init__(self, exe: Path, args: list[str], cwd: Path, env: dict[str, str], log: Path) -> None:
+        self.log = log
+        self._f = open(log, "wb")
+        self.proc = subprocess.Popen([str(exe), *args], cwd=cwd, env=env, stdout=self._f, stderr=subprocess.STDOUT)
+
+
+class Runner:
+    """One Python's environment for a scenario: start jobs, find the rank, check the interpreter."""
+
+    def __init__(self, version: str, tmp_path: Path, registry_dir: Path, port: int) -> None:
+        self.version, self.tmp, self.registry, self.port = version, tmp_path, registry_dir, port
+        self.bin = venv_bin(version)
+        self.ctl = tmp_path / "ctl"
+        self.ctl.mkdir()
+        self.jobs: list[VenvJob] = []
+        self.env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+        self.env.update(RTDEBUG_REGISTRY_DIR=str(registry_dir), PYTHONUNBUFFERED="1")
+
+    def start(self, *args: str) -> VenvJob:
+        j = VenvJob(self.bin / "rtdebug", list(args), self.tmp, self.env, self.tmp / f"job{len(self.jobs)}.log")
+        self.jobs.append(j)
+        return j
+
+    def rank0(self, job: VenvJob, states=("ready",), **match) -> dict:
+        """Rank 0's registry entry once it is in ``states`` and has the ``match`` fields."""
+        sid = job.session_id()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            r = read_ranks(self.registry, sid).get(0)
+            if r and r["state"] in states and all(r.get(k) == v for k, v in match.items()):
+                return r
+            time.sleep(0.1)
+        raise AssertionError(f"rank 0 not {states} {match}: {read_ranks(self.registry, sid)}\n{job.output()}")
+
+    def check_interpreter(self, c: DAPClient, frame_id: int) -> None:
+        """The debuggee is this venv's Python, without torch; on 3.12+ debugpy traces via sys.monitoring."""
+        assert c.evaluate("'%d.%d' % __import__('sys').version_info[:2]", frame_id) == repr(self.version)
+        assert c.evaluate("__import__('importlib.util').util.find_spec('torch') is None", frame_id) == "True"
+        if tuple(map(int, self.version.split("."))) >= (3, 12):
+            tool = "__import__('sys').monitoring.get_tool(__import__('sys').monitoring.DEBUGGER_ID)"
+            assert c.evaluate(tool, frame_id) != "None"
+
+    def close(self) -> None:
+        for j in self.jobs:
+            j.kill()
+
+
+def debugpy_loaded(pid: int) -> bool:
+    """Whether debugpy's compiled tracer is mapped into ``pid`` (it is once debugpy starts)."""
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    return "/debugpy/" in maps
+
+
+def stop_in(c: DAPClient, line: int | None = None, name: str | None = None) -> dict:
+    stopped = c.wait_stopped(120)
+    frame = c.top_frame(stopped["threadId"])
+    assert line is None or frame["line"] == line, frame
+    assert name is None or frame["name"] == name, frame
+    return {**frame, "threadId": stopped["threadId"], "reason": stopped.get("reason")}
+
+
+def resume_without_breakpoints(c: DAPClient, frame: dict) -> None:
+    c.request("setBreakpoints", source={"path": str(SCRIPT)}, breakpoints=[])
+    c.continue_(frame["threadId"])
+
+
+def scenario_lazy_attach_detach_postmortem(rt: Runner) -> None:
+    """Lazy endpoint (no debugpy until a client connects), attach, detach, re-attach, harness.breakpoint(),
+    then --post-mortem stops the attached client at the raise site."""
+    work = marker_line(SCRIPT, "work")
+    raise_line = next(i for i, t in enumerate(SCRIPT.read_text().splitlines(), 1) if "RAISE SITE" in t)
+    j = rt.start("run", "--port", str(rt.port), "--post-mortem", "--post-mortem-wait", "60",
+                 str(SCRIPT), str(rt.ctl), "--raise")
+    rank = rt.rank0(j, lazy=True)
+    j.wait_output("script started")
+    assert not debugpy_loaded(rank["pid"]), "a lazy rank loaded debugpy before any client connected"
+    c = DAPClient("127.0.0.1", rt.port)
+    c.attach({str(SCRIPT): [work]})
+    frame = stop_in(c, work, "work")
+    rt.check_interpreter(c, frame["id"])
+    assert debugpy_loaded(rank["pid"])
+    first = int(c.evaluate("i", frame["id"]))
+    resume_without_breakpoints(c, frame)
+    c.disconnect()
+    rt.rank0(j, attach_count=1)  # back to ready (detached)
+    c = DAPClient("127.0.0.1", rt.port)  # re-attach: breakpoints bind again
+    c.attach({str(SCRIPT): [work]})
+    frame = stop_in(c, work, "work")
+    again = int(c.evaluate("i", frame["id"]))
+    assert again > first, (first, again)  # the loop ran on while nobody was attached
+    resume_without_breakpoints(c, frame)
+    (rt.ctl / "go").touch()
+    frame = stop_in(c, name="<module>")  # harness.breakpoint()
+    assert int(c.evaluate("i", frame["id"])) > again
+    c.continue_(frame["threadId"])
+    j.wait_output("breakpoint returned True")
+    frame = stop_in(c, raise_line, "<module>")  # post-mortem at the raise site
+    assert frame["reason"] == "exception"
+    c.continue_(frame["threadId"])
+    c.disconnect()
+    assert j.wait(120) == 1, j.output()[-3000:]
+    final = read_ranks(rt.registry, j.session_id())[0]
+    assert final["state"] == "failed" and "ValueError: boom after" in final["error"], final
+    assert alive([rank["pid"]]) == [] and port_free(rt.port)
+
+
+def scenario_wait(rt: Runner) -> None:
+    """--wait: the script does not start before a client attaches (first stop is the first iteration)."""
+    work = marker_line(SCRIPT, "work")
+    j = rt.start("run", "--port", str(rt.port), "--wait", str(SCRIPT), str(rt.ctl))
+    rank = rt.rank0(j, wait=True)
+    time.sleep(1.0)
+    assert "script started" not in j.output()
+    c = DAPClient("127.0.0.1", rt.port)
+    c.attach({str(SCRIPT): [work]})
+    frame = stop_in(c, work, "work")
+    assert c.evaluate("i", frame["id"]) == "0"
+    rt.check_interpreter(c, frame["id"])
+    (rt.ctl / "go").touch()
+    resume_without_breakpoints(c, frame)
+    frame = stop_in(c, name="<module>")  # harness.breakpoint() with the client attached
+    c.continue_(frame["threadId"])
+    assert j.wait(120) == 0, j.output()[-3000:]
+    c.close()
+    out = j.output()
+    assert "breakpoint returned True" in out and "script done" in out
+    assert read_ranks(rt.registry, j.session_id())[0]["state"] == "exited"
+    assert alive([rank["pid"]]) == [] and port_free(rt.port)
+
+
+# Scenarios run on every Python; add owner-only access and `rtdebug stacks` here when they land.
+SCENARIOS: dict[str, Callable[[Runner], None]] = {
+    "lazy": scenario_lazy_attach_detach_postmortem,
+    "wait": scenario_wait,
+}
+
+
+def require_venv(version: str) -> Path:
+    exe = venv_bin(version) / "rtdebug"
+    if not exe.exists():
+        msg = f".venv-{version} missing: run bash scripts/pythons.sh"
+        if os.environ.get("RTDEBUG_PYTHONS_REQUIRED") == "1":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return exe
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+@pytest.mark.parametrize("version", PYTHONS)
+def test_torch_free_core(version, scenario, tmp_path, registry_dir, port_base):
+    require_venv(version)
+    rt = Runner(version, tmp_path, registry_dir, port_base)
+    try:
+        SCENARIOS[scenario](rt)
+    finally:
+        rt.close()
+
