@@ -104,13 +104,13 @@ def serve_and_run(target: Target, record: RankRecord, endpoint: Endpoint | None,
                   eager: bool, wait: bool, post_mortem: bool, post_mortem_wait_s: float,
                   rank: int) -> int:
     """Shared by ranks and `rtdebug run`: open the endpoint, maybe wait, run, record the end."""
+    from harness import stacks  # `rtdebug stacks` answers by signal, even from a rank blocked in C++
+
+    record.entry["stacks"] = stacks.arm(record.registry.session_dir(record.entry["session_id"]), rank)
     if endpoint is not None:
         def on_state(state: str) -> None:
             if record.entry["state"] in ("exited", "failed"):  # a post-mortem client leaving: still failed
                 state = record.entry["state"]
-    from harness import stacks  # `rtdebug stacks` answers by signal, even from a rank blocked in C++
-
-    record.entry["stacks"] = stacks.arm(record.registry.session_dir(record.entry["session_id"]), rank)
             record.set(state=state, lazy=endpoint.lazy, attach_count=endpoint.attach_count)
 
         endpoint.on_state = on_state
