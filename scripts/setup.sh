@@ -9,5 +9,5 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip 2>/dev/null || true
-.venv/bin/python -m pip install -q -c constraints/ci.txt -e '.[torch,ray,test,lint]'
+.venv/bin/python -m pip install -q -c constraints/ci.txt -e '.[torch,ray,test,lint,stacks]'
 .venv/bin/python -c 'import torch, ray, debugpy; print("setup ok: torch", torch.__version__, "ray", ray.__version__, "debugpy", debugpy.__version__)'
