@@ -65,11 +65,6 @@ def torchrun_parser() -> argparse.ArgumentParser:
     _debug_options(p, "--debug-port-base", "--debug-host")
     p.add_argument("--wait", dest="wait_ranks", default="none", metavar="none|all|RANKS",
                    help="ranks that block before user code until a client attaches, e.g. 0 or 0,2-3")
-    return p
-
-
-HARNESS_FLAGS = {"--debug-port-base": 1, "--debug-host": 1, "--debug-allow": 1, "--eager": 0, "--post-mortem": 0,
-                 "--post-mortem-wait": 1, "--pg-timeout": 1, "--wait": 1,
     g = p.add_argument_group("hangs")
     g.add_argument("--check-collectives", action="store_true",
                    help="TORCH_DISTRIBUTED_DEBUG=DETAIL for the ranks: a collective mismatch fails at once, "
@@ -78,6 +73,11 @@ HARNESS_FLAGS = {"--debug-port-base": 1, "--debug-host": 1, "--debug-allow": 1, 
                    help="write every rank's grouped stacks to the log when no rank's stack changed for S "
                         "seconds (default: min(300, --pg-timeout/2); 0 = off). A failing rank always "
                         "triggers a report of the others")
+    return p
+
+
+HARNESS_FLAGS = {"--debug-port-base": 1, "--debug-host": 1, "--debug-allow": 1, "--eager": 0, "--post-mortem": 0,
+                 "--post-mortem-wait": 1, "--pg-timeout": 1, "--wait": 1,
                  "--force-local": 0, "--check-collectives": 0, "--hang-report": 1}
 
 
@@ -185,6 +185,26 @@ def _cmd_vscode(args) -> int:
     return 0
 
 
+def _add_stacks(sub) -> None:
+    p = sub.add_parser("stacks", help="where is every rank? Python stacks of all ranks, grouped",
+                       description="Dump every thread's Python stack of each live rank (by signal: no debugger, "
+                                   "no ptrace, works while a rank is blocked in a C++ collective or stopped at a "
+                                   "breakpoint) and group ranks by identical main-thread stack.")
+    p.add_argument("--session", help="session id (default: the newest live session)")
+    p.add_argument("--rank", metavar="RANKS", help="ranks to dump, e.g. 0 or 0,2-3 (default: all)")
+    p.add_argument("--json", action="store_true", help="one JSON object (what the VS Code extension reads)")
+    p.add_argument("--native", action="store_true", help="add native frames with py-spy (needs ptrace rights)")
+    p.add_argument("--threads", action="store_true", help="also print every rank's other threads")
+    p.add_argument("--timeout", type=float, default=3.0, metavar="S",
+                   help="a rank that has not answered after S seconds is listed as unresponsive (default 3)")
+
+
+def _cmd_stacks(args) -> int:
+    from harness import stacks
+
+    return stacks.command(args.session, args.rank, args.json, args.native, args.timeout, args.threads)
+
+
 COMMANDS = {"run": (_add_run, _cmd_run), "torchrun": (_add_torchrun, _cmd_torchrun), "ps": (_add_ps, _cmd_ps),
             "attach": (_add_attach, _cmd_attach), "stop": (_add_stop, _cmd_stop),
             "vscode": (_add_vscode, _cmd_vscode), "stacks": (_add_stacks, _cmd_stacks)}
@@ -210,26 +230,6 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except SystemExit as exc:  # argparse: usage errors exit 2 with their own message
         return exc.code if isinstance(exc.code, int) else 2
-def _add_stacks(sub) -> None:
-    p = sub.add_parser("stacks", help="where is every rank? Python stacks of all ranks, grouped",
-                       description="Dump every thread's Python stack of each live rank (by signal: no debugger, "
-                                   "no ptrace, works while a rank is blocked in a C++ collective or stopped at a "
-                                   "breakpoint) and group ranks by identical main-thread stack.")
-    p.add_argument("--session", help="session id (default: the newest live session)")
-    p.add_argument("--rank", metavar="RANKS", help="ranks to dump, e.g. 0 or 0,2-3 (default: all)")
-    p.add_argument("--json", action="store_true", help="one JSON object (what the VS Code extension reads)")
-    p.add_argument("--native", action="store_true", help="add native frames with py-spy (needs ptrace rights)")
-    p.add_argument("--threads", action="store_true", help="also print every rank's other threads")
-    p.add_argument("--timeout", type=float, default=3.0, metavar="S",
-                   help="a rank that has not answered after S seconds is listed as unresponsive (default 3)")
-
-
-def _cmd_stacks(args) -> int:
-    from harness import stacks
-
-    return stacks.command(args.session, args.rank, args.json, args.native, args.timeout, args.threads)
-
-
     except KeyboardInterrupt:
         return 130
 
