@@ -75,8 +75,12 @@ def _decode(field: str) -> tuple[IPAddress, int]:
     return _ip(socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, raw)), int(hexport, 16)
 
 
-def tcp_rows(paths: tuple[str, ...] = PROC_TCP) -> Iterator[Row]:
-    """(local, remote, uid, inode) for every TCP socket in this network namespace."""
+def tcp_rows(paths: tuple[str, ...] = PROC_TCP, ports: tuple[int, int] | None = None) -> Iterator[Row]:
+    """(local, remote, uid, inode) for every TCP socket in this network namespace.
+
+    ``ports=(local, remote)`` skips other rows before decoding them (hosts with many sockets).
+    """
+    suffixes = None if ports is None else (f":{ports[0]:04X}", f":{ports[1]:04X}")
     for path in paths:
         try:
             with open(path, encoding="ascii") as f:
@@ -85,6 +89,8 @@ def tcp_rows(paths: tuple[str, ...] = PROC_TCP) -> Iterator[Row]:
             continue
         for line in lines:
             cols = line.split()
+            if suffixes and not (cols[1].endswith(suffixes[0]) and cols[2].endswith(suffixes[1])):
+                continue
             yield _decode(cols[1]), _decode(cols[2]), int(cols[7]), int(cols[9])
 
 
@@ -92,7 +98,7 @@ def peer_uid(ours: tuple[str, int], peer: tuple[str, int]) -> int | None:
     """uid owning the open socket at ``peer`` connected to ``ours`` on this host, else None."""
     want_local = (_ip(peer[0]), peer[1])
     want_remote = (_ip(ours[0]), ours[1])
-    for local, remote, uid, inode in tcp_rows():
+    for local, remote, uid, inode in tcp_rows(ports=(peer[1], ours[1])):
         if local == want_local and remote == want_remote and inode != 0:
             return uid
     return None

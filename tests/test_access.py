@@ -47,6 +47,12 @@ def test_peer_uid_of_own_ipv4_socket():
         # the lookup is by the peer's 4-tuple: our own accepted socket's row is not mistaken for it
         rows = [r for r in tcp_rows() if r[0][1] == conn.getsockname()[1] and r[1][1] == cli.getsockname()[1]]
         assert len(rows) == 1 and rows[0][3] != 0
+        # the port prefilter keeps exactly the rows a full decode would pick (here: the peer's)
+        peer_port, our_port = cli.getsockname()[1], conn.getsockname()[1]
+        full = [r for r in tcp_rows() if r[0][1] == peer_port and r[1][1] == our_port]
+        assert list(tcp_rows(ports=(peer_port, our_port))) == full
+        assert len(full) == 1 and full[0][0] == (ipaddress.ip_address("127.0.0.1"), peer_port)
+        assert full[0][2] == os.geteuid()
 
 
 def test_peer_uid_of_own_ipv6_socket():
