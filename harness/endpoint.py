@@ -3,8 +3,8 @@
 Plain ``debugpy.listen()`` in every rank slows a Python-heavy loop (~0.72x) and
 doubles ``import ray.train`` time even with no client attached. So the rank owns
 its port with a plain socket; debugpy is imported and started only when the first
-client connects (or at once with ``eager``), on an ephemeral loopback port with
-pydevd's in-process adapter, and bytes are relayed both ways. The client sees an
+client connects (or at once with ``eager``), with pydevd's in-process adapter, and
+bytes are relayed both ways. The client sees an
 ordinary DAP server, so stock ``"type": "debugpy"`` attach configs work.
 
 Why the in-process adapter: no adapter process can outlive the rank and keep a
@@ -127,6 +127,25 @@ def _pump(src: socket.socket, dst: socket.socket) -> None:
                 pass
 
 
+def _resume_abandoned() -> None:
+    """The last client is gone: resume and clear breakpoints as a DAP ``disconnect`` would.
+
+    pydevd keeps threads suspended when its client socket closes without a ``disconnect``
+    (a crashed VS Code, a reset connection) until the next client comes, so a rank stopped
+    at a breakpoint would hang its job forever. After a clean disconnect this is a no-op.
+    """
+    pydevd = sys.modules.get("pydevd")
+    py_db = pydevd.get_global_debugger() if pydevd is not None else None
+    if py_db is None:
+        return
+    try:
+        from _pydevd_bundle.pydevd_api import PyDevdAPI
+
+        PyDevdAPI().request_disconnect(py_db, resume_threads=True)
+    except Exception as exc:  # never let the relay thread die on pydevd internals
+        print(f"rtdebug: could not resume after the client left: {exc}", file=sys.stderr)
+
+
 def debugger_active() -> bool:
     """True if this process already runs under a debugger (e.g. VS Code launched it)."""
     pydevd = sys.modules.get("pydevd")
@@ -243,6 +262,7 @@ class Endpoint:
             self._clients -= 1
             left = self._clients
         if left == 0:
+            _resume_abandoned()
             self.on_state("ready")
 
     def client_connected(self) -> bool:
