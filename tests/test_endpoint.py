@@ -12,7 +12,7 @@ import time
 
 import psutil
 import pytest
-from conftest import ROOT, port_free
+from conftest import EXAMPLES, ROOT, marker_line, port_free, read_ranks, wait_ranks
 from dap import DAPClient
 
 pytestmark = pytest.mark.e2e
@@ -87,10 +87,12 @@ SERVER = textwrap.dedent('''
 ''')
 
 CLIENT = textwrap.dedent('''
+    """Run in the other namespace: raw `initialize` from given source addresses, then one real DAP session."""
     import json, socket, sys
     sys.path.insert(0, sys.argv[1])
     from dap import DAPClient
-    host, port, extra, script = sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+    job = json.loads(sys.argv[2])
+    host = job["host"]
     body = json.dumps({"seq": 1, "type": "request", "command": "initialize", "arguments": {}}).encode()
     def raw(port, source):
         s = socket.socket()
@@ -102,18 +104,29 @@ CLIENT = textwrap.dedent('''
             return s.recv(1000).decode("latin-1")
         except OSError as exc:
             return "error " + str(exc)
-    out = {"listed_from_extra": raw(port, extra), "default_from_primary": raw(port + 1, "0.0.0.0")}
-    c = DAPClient(host, port, timeout=30)
-    c.attach({script: [13]})
-    stopped = c.wait_stopped(30)
+    out = {"raw": [raw(port, source) for port, source in job["raw"]]}
+    d = job["dap"]
+    c = DAPClient(host, d["port"], timeout=60)
+    c.attach({d["file"]: [d["line"]]})
+    stopped = c.wait_stopped(120)
     frame = c.top_frame(stopped["threadId"])
     out["line"] = frame["line"]
-    out["port"] = c.evaluate("port", frame["id"])
-    c.request("setBreakpoints", source={"path": script}, breakpoints=[])
+    out["value"] = c.evaluate(d["expr"], frame["id"])
+    c.request("setBreakpoints", source={"path": d["file"]}, breakpoints=[])
     c.continue_(stopped["threadId"])
     c.disconnect()
     print(json.dumps(out))
 ''')
+REFUSED = ("", "error [Errno 104] Connection reset by peer")  # closed unread (maybe reset), never a reply
+
+
+def _from_other_host(ns: str, tmp_path, job: dict) -> dict:
+    client = tmp_path / "client.py"
+    client.write_text(CLIENT)
+    r = subprocess.run(["ip", "netns", "exec", ns, sys.executable, str(client), str(ROOT / "tests"), json.dumps(job)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture
@@ -152,9 +165,8 @@ def test_allow_list_admits_only_listed_remote_addresses(tmp_path, two_hosts):
     peer on another machine: only the allow-list decides. 10.231.N.2 is listed, .3 (same machine) is not,
     and an endpoint with the default list (its own addresses) lets neither in."""
     a, b, net = two_hosts
-    server, client = tmp_path / "server.py", tmp_path / "client.py"
+    server = tmp_path / "server.py"
     server.write_text(SERVER)
-    client.write_text(CLIENT)
     port = random.randrange(20000, 40000)
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
     log = open(tmp_path / "server.log", "w+")
@@ -165,14 +177,11 @@ def test_allow_list_admits_only_listed_remote_addresses(tmp_path, two_hosts):
         while "READY" not in (tmp_path / "server.log").read_text():
             assert p.poll() is None and time.monotonic() < deadline, (tmp_path / "server.log").read_text()
             time.sleep(0.1)
-        r = subprocess.run(["ip", "netns", "exec", b, sys.executable, str(client), str(ROOT / "tests"),
-                            f"{net}.1", str(port), f"{net}.3", str(server)],
-                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0, r.stderr[-3000:]
-        got = json.loads(r.stdout.strip().splitlines()[-1])
-        for refused in (got["listed_from_extra"], got["default_from_primary"]):  # closed (maybe reset), no reply
-            assert refused in ("", "error [Errno 104] Connection reset by peer"), got
-        assert got["line"] == 13 and got["port"] == str(port)  # the server's own variable, via the debugger
+        got = _from_other_host(b, tmp_path, {
+            "host": f"{net}.1", "raw": [[port, f"{net}.3"], [port + 1, f"{net}.2"]],
+            "dap": {"port": port, "file": str(server), "line": 13, "expr": "port"}})
+        assert all(reply in REFUSED for reply in got["raw"]), got
+        assert got["line"] == 13 and got["value"] == str(port)  # the server's own variable, via the debugger
         out = (tmp_path / "server.log").read_text()
         assert f"rtdebug: listed: refused debug connection from {net}.3:" in out
         assert f"(uid unknown): not on the debug allow-list ({net}.2)" in out
@@ -180,5 +189,45 @@ def test_allow_list_admits_only_listed_remote_addresses(tmp_path, two_hosts):
         assert "(uid unknown): not on the debug allow-list (this host's own addresses)" in out
         assert "REFUSED listed 1" in out and "REFUSED default 1" in out
     finally:
+        p.kill()
+        p.wait()
+
+
+def test_torchrun_debug_allow_reaches_the_ranks(tmp_path, two_hosts, registry_dir):
+    """`rtdebug torchrun --debug-host <non-loopback> --debug-allow <peer>` on one "machine", a client on the
+    other: the flag travels to every rank (RTDEBUG_ALLOW), the warning stays, refusals are counted."""
+    a, b, net = two_hosts
+    script = EXAMPLES / "plain_ddp.py"
+    line = marker_line(script, "plain step")
+    base = random.randrange(20000, 40000)
+    env = dict(os.environ, RTDEBUG_REGISTRY_DIR=str(registry_dir), PYTHONUNBUFFERED="1")
+    log = tmp_path / "job.log"
+    with open(log, "wb") as f:
+        p = subprocess.Popen(["ip", "netns", "exec", a, sys.executable, "-m", "harness", "torchrun",
+                              "--debug-host", f"{net}.1", "--debug-allow", f"{net}.2/32", "--debug-port-base",
+                              str(base), "--wait", "1", "--nproc-per-node", "2", str(script), "--epochs", "1",
+                              "--samples", "32"], cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while "rtdebug: session " not in log.read_text():
+            assert p.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        sid = log.read_text().split("rtdebug: session ", 1)[1].split()[0]
+        wait_ranks(registry_dir, sid, 2)
+        got = _from_other_host(b, tmp_path, {
+            "host": f"{net}.1", "raw": [[base, f"{net}.3"]],
+            "dap": {"port": base + 1, "file": str(script), "line": line, "expr": "dist.get_rank()"}})
+        assert got["raw"][0] in REFUSED and got["line"] == line and got["value"] == "1", got
+        assert p.wait(timeout=180) == 0, log.read_text()[-3000:]
+        out = log.read_text()
+        assert f"rtdebug: warning: debug endpoints bind {net}.1" in out
+        assert f"rtdebug: rank 0: refused debug connection from {net}.3:" in out
+        assert f"(uid unknown): not on the debug allow-list ({net}.2/32)" in out
+        ranks = read_ranks(registry_dir, sid)
+        assert {r: e["refused_count"] for r, e in ranks.items()} == {0: 1, 1: 0}
+        assert ranks[1]["attach_count"] == 1
+    finally:
+        for child in psutil.Process(p.pid).children(recursive=True) if p.poll() is None else []:
+            child.kill()
         p.kill()
         p.wait()
