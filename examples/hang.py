@@ -6,8 +6,8 @@ others wait in that ``all_reduce`` -- until the process-group timeout.
 
     rtdebug torchrun --nproc-per-node 2 examples/hang.py
     rtdebug stacks          # in another terminal:
-    # rank 0: all_reduce <- train_step (hang.py:26)
-    # rank 1: barrier <- evaluate (hang.py:30)   <- departs from rank 0 at main (hang.py:...)
+    # rank 0: all_reduce <- train_step (hang.py:22)
+    # rank 1: barrier <- evaluate (hang.py:26)   <- departs from rank 0 at main (hang.py:42); ...
 
 ``--check-collectives`` names the mismatch at once instead of hanging.
 """

@@ -71,12 +71,14 @@ class HangWatch:
         return max(0.5, self.hang_s / 3)
 
     def run(self) -> None:
+        warned = False
         while self.agent.poll() is None:
             try:
                 self.tick()
             except Exception as exc:  # the watch must never take the launcher down
-                print(f"rtdebug: hang report failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-                return
+                if not warned:
+                    print(f"rtdebug: hang report failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+                warned = True
             time.sleep(POLL_S)
 
     def tick(self) -> None:

@@ -79,7 +79,8 @@ def render(snap: dict[str, Any], threads: bool = False, native: bool = False) ->
                 out.append(f"  rank {t['rank']} thread {t['id']}:")
                 out += frame_lines(t["frames"], None, indent="      ")
         elif others:
-            out.append(f"  (+{len(others)} other thread{'s' if len(others) != 1 else ''} in these ranks; "
+            where = "this rank" if len(g["ranks"]) == 1 else "these ranks"
+            out.append(f"  (+{len(others)} other thread{'s' if len(others) != 1 else ''} in {where}; "
                        "--threads shows them)")
     return "\n".join(out)
 
@@ -90,5 +91,10 @@ def native_main_lines(native: Any) -> list[str]:
     main = next((t for t in native if t.get("main")), native[0] if native else None)
     if main is None:
         return ["<no threads>"]
-    return [f"{f['function']}  {short_path(f['file'])}" + (f":{f['line']}" if f.get("line") else "")
+    return [f"{clip(f['function'] or '?')}  {short_path(f['file'] or '?')}" + (f":{f['line']}" if f.get("line") else "")
             for f in main["frames"]]
+
+
+def clip(name: str, width: int = 100) -> str:
+    """C++ template names run to thousands of characters; the head says enough."""
+    return name if len(name) <= width else name[:width - 3] + "..."
