@@ -33,7 +33,7 @@ from harness import stacks  # noqa: E402
 from harness.registry import Registry  # noqa: E402
 
 PY = sys.executable
-LOOP = '''
+LOOP = """
 import os, sys, time
 import torch
 from torch import nn
@@ -53,7 +53,7 @@ while True:
     n += 1
     if n % 20 == 0:
         os.pwrite(fd, b"%14d\\n" % n, 0)
-'''
+"""
 
 
 def free_base() -> int:
@@ -67,8 +67,9 @@ def free_base() -> int:
 
 def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     f = open(log, "wb")
-    return subprocess.Popen([PY, "-m", "harness", *args], cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    return subprocess.Popen(
+        [PY, "-m", "harness", *args], cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
+    )
 
 
 def kill_tree(proc: subprocess.Popen) -> None:
@@ -101,8 +102,18 @@ def med(xs: list[float], fmt: str = "{:.3f}") -> str:
 
 
 def time_to_answer(n: int, reg: Registry, env: dict[str, str], tmp: Path, repeats: int) -> dict[str, str]:
-    job = start(["torchrun", "--debug-port-base", str(free_base()), "--nproc-per-node", str(n),
-                 str(ROOT / "examples" / "hang.py")], env, tmp / f"hang{n}.log")
+    job = start(
+        [
+            "torchrun",
+            "--debug-port-base",
+            str(free_base()),
+            "--nproc-per-node",
+            str(n),
+            str(ROOT / "examples" / "hang.py"),
+        ],
+        env,
+        tmp / f"hang{n}.log",
+    )
     try:
         sid = session_of(tmp / f"hang{n}.log")
         deadline = time.monotonic() + 600
@@ -120,8 +131,14 @@ def time_to_answer(n: int, reg: Registry, env: dict[str, str], tmp: Path, repeat
         cli, inproc = [], []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            out = subprocess.run([PY, "-m", "harness", "stacks", "--json", "--session", sid], cwd=ROOT, env=env,
-                                 capture_output=True, text=True, timeout=60)
+            out = subprocess.run(
+                [PY, "-m", "harness", "stacks", "--json", "--session", sid],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             cli.append(time.perf_counter() - t0)
             got = json.loads(out.stdout)
             assert sum(len(g["ranks"]) for g in got["groups"]) == n, out.stdout[:2000]
@@ -132,8 +149,7 @@ def time_to_answer(n: int, reg: Registry, env: dict[str, str], tmp: Path, repeat
         t0 = time.perf_counter()
         subprocess.run([PY, "-c", "import harness.cli"], cwd=ROOT, env=env, check=True)
         imports = time.perf_counter() - t0
-        return {"cli": med(cli), "collect": med(inproc), "groups": str(len(got["groups"])),
-                "import": f"{imports:.3f}"}
+        return {"cli": med(cli), "collect": med(inproc), "groups": str(len(got["groups"])), "import": f"{imports:.3f}"}
     finally:
         kill_tree(job)
 
@@ -154,8 +170,10 @@ def step_rate(reg: Registry, env: dict[str, str], tmp: Path, rounds: int, window
     counters = [tmp / "steps-a", tmp / "steps-b"]
     logs = [tmp / "loop-a.log", tmp / "loop-b.log"]
     base = free_base()
-    jobs = [start(["run", "--port", str(base + i), str(script), str(counters[i]), str(i % ncpu)], env, logs[i])
-            for i in range(2)]
+    jobs = [
+        start(["run", "--port", str(base + i), str(script), str(counters[i]), str(i % ncpu)], env, logs[i])
+        for i in range(2)
+    ]
     try:
         sids = [session_of(log) for log in logs]
         deadline = time.monotonic() + 300
@@ -181,19 +199,25 @@ def step_rate(reg: Registry, env: dict[str, str], tmp: Path, rounds: int, window
                     next_dump += 1.0
                 time.sleep(0.01)
             elapsed = time.monotonic() - t0
-            steps = [count(c) - a for c, a in zip(counters, c0)]
-            cpu = [sum(p.cpu_times()[:2]) - c for p, c in zip(procs, cpu0)]
+            steps = [count(c) - a for c, a in zip(counters, c0, strict=True)]
+            cpu = [sum(p.cpu_times()[:2]) - c for p, c in zip(procs, cpu0, strict=True)]
             rates = [n / elapsed for n in steps]
-            per_cpu = [n / max(c, 1e-9) for n, c in zip(steps, cpu)]  # steps per CPU-second of the rank
+            per_cpu = [n / max(c, 1e-9) for n, c in zip(steps, cpu, strict=True)]  # steps per CPU-second of the rank
             if dumped is None:
                 floor.append(rates[0] / rates[1])
                 cpu_floor.append(per_cpu[0] / per_cpu[1])
             else:
                 ratios.append(rates[dumped] / rates[1 - dumped])
                 cpu_ratios.append(per_cpu[dumped] / per_cpu[1 - dumped])
-        return {"ratio": med(ratios), "floor": med(floor), "cpu_ratio": med(cpu_ratios), "cpu_floor": med(cpu_floor),
-                "dump": med([d * 1000 for d in dumps], "{:.1f}"), "rounds": str(len(ratios)),
-                "window": f"{window:g}"}
+        return {
+            "ratio": med(ratios),
+            "floor": med(floor),
+            "cpu_ratio": med(cpu_ratios),
+            "cpu_floor": med(cpu_floor),
+            "dump": med([d * 1000 for d in dumps], "{:.1f}"),
+            "rounds": str(len(ratios)),
+            "window": f"{window:g}",
+        }
     finally:
         for j in jobs:
             kill_tree(j)
@@ -214,8 +238,11 @@ def main() -> int:
         for n, r in t.items():
             print(f"N={n}: cli {r['cli']} s, collect {r['collect']} s", flush=True)
         rate = step_rate(reg, env, tmp, rounds, window)
-        print(f"step rate dumped/not dumped {rate['ratio']}, A/A {rate['floor']}; per CPU-s {rate['cpu_ratio']}, "
-              f"A/A {rate['cpu_floor']}", flush=True)
+        print(
+            f"step rate dumped/not dumped {rate['ratio']}, A/A {rate['floor']}; per CPU-s {rate['cpu_ratio']}, "
+            f"A/A {rate['cpu_floor']}",
+            flush=True,
+        )
     write(Path(args.out), t, rate, args.quick)
     return 0
 
@@ -225,21 +252,25 @@ def write(out: Path, t: dict[int, dict[str, str]], rate: dict[str, str], quick: 
 
     load = os.getloadavg()
     lines = [
-        "# `rtdebug stacks` benchmark (bench/stacks_bench.py)", "",
+        "# `rtdebug stacks` benchmark (bench/stacks_bench.py)",
+        "",
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}{' (--quick)' if quick else ''}: "
         f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), load average "
         f"{load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f} at the end; Python {platform.python_version()}, "
-        f"torch {torch.__version__}. Median [min–max] (n).", "",
-        "| Measure | Result | Goal | |", "|---|---|---|---|",
+        f"torch {torch.__version__}. Median [min–max] (n).",
+        "",
+        "| Measure | Result | Goal | |",
+        "|---|---|---|---|",
     ]
     for n, r in t.items():
         cli = float(r["cli"].split()[0])
         goal = "≤ 1 s" if n == 8 else ""
         verdict = ("met" if cli <= 1.0 else "not met") if n == 8 else ""
-        lines.append(f"| `rtdebug stacks --json`, {n} hung ranks ({r['groups']} groups): CLI start → grouped "
-                     f"answer, s | {r['cli']} | {goal} | {verdict} |")
-        lines.append(f"| ↳ the dump itself (`stacks.collect`: signal {n} ranks, read, group), s | {r['collect']} "
-                     f"| | |")
+        lines.append(
+            f"| `rtdebug stacks --json`, {n} hung ranks ({r['groups']} groups): CLI start → grouped "
+            f"answer, s | {r['cli']} | {goal} | {verdict} |"
+        )
+        lines.append(f"| ↳ the dump itself (`stacks.collect`: signal {n} ranks, read, group), s | {r['collect']} | | |")
         lines.append(f"| ↳ `import harness.cli` alone in a new process, s | {r['import']} | | |")
     ratio = float(rate["ratio"].split()[0])
     lines += [
@@ -254,7 +285,8 @@ def write(out: Path, t: dict[int, dict[str, str]], rate: dict[str, str], quick: 
         "The dump is faulthandler's C-level writer run in the rank's signal handler: no Python runs in the",
         "rank, the GIL is not taken, and a blocked syscall restarts (SA_RESTART). Between dumps the rank",
         "runs no harness code at all, so the per-step cost is zero and a dump costs the rank one signal",
-        "delivery plus writing a few KB.", "",
+        "delivery plus writing a few KB.",
+        "",
     ]
     out.write_text("\n".join(lines))
     print(f"wrote {out}")

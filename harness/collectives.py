@@ -16,14 +16,21 @@ import re
 import traceback
 
 MISMATCH = "Detected mismatch between collectives on ranks"
-PAIR_RE = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\((.*?)\), but Rank (\d+) is running "
-                     r"collective: CollectiveFingerPrint\((.*?)\)\.\s*Collectives differ", re.S)
+PAIR_RE = re.compile(
+    r"Rank (\d+) is running collective: CollectiveFingerPrint\((.*?)\), but Rank (\d+) is running "
+    r"collective: CollectiveFingerPrint\((.*?)\)\.\s*Collectives differ",
+    re.S,
+)
 
 
 def fingerprint(text: str) -> dict[str, str]:
     out = {}
-    for key, pattern in (("seq", r"SequenceNumber=(\d+)"), ("op", r"OpType=(\w+)"),
-                         ("shape", r"TensorShape=\[([^\]]*)\]"), ("dtype", r"TensorDtypes=(\w+)")):
+    for key, pattern in (
+        ("seq", r"SequenceNumber=(\d+)"),
+        ("op", r"OpType=(\w+)"),
+        ("shape", r"TensorShape=\[([^\]]*)\]"),
+        ("dtype", r"TensorDtypes=(\w+)"),
+    ):
         m = re.search(pattern, text)
         if m:
             out[key] = m.group(1)

@@ -35,8 +35,14 @@ def default_hang_s(pg_timeout_s: float) -> float:
     return min(MAX_DEFAULT_HANG_S, pg_timeout_s / 2)
 
 
-def report(reg: Registry, session_id: str, stream: TextIO, header: str, ranks: frozenset[int] | None = None,
-           timeout: float = 2.0) -> dict[str, Any] | None:
+def report(
+    reg: Registry,
+    session_id: str,
+    stream: TextIO,
+    header: str,
+    ranks: frozenset[int] | None = None,
+    timeout: float = 2.0,
+) -> dict[str, Any] | None:
     """Write ``header`` and the grouped stacks of the running (selected) ranks; returns the snapshot."""
     session = reg.read_session(session_id)
     if session is None:
@@ -51,13 +57,19 @@ def report(reg: Registry, session_id: str, stream: TextIO, header: str, ranks: f
 
 
 def _key(snap: dict[str, Any]) -> tuple:
-    return (tuple((tuple(g["ranks"]), tuple((f["file"], f["line"], f["function"]) for f in g["frames"]))
-                  for g in snap["groups"]), tuple(snap["unresponsive"]))
+    return (
+        tuple(
+            (tuple(g["ranks"]), tuple((f["file"], f["line"], f["function"]) for f in g["frames"]))
+            for g in snap["groups"]
+        ),
+        tuple(snap["unresponsive"]),
+    )
 
 
 class HangWatch:
-    def __init__(self, reg: Registry, session_id: str, agent: subprocess.Popen, hang_s: float,
-                 stream: TextIO | None = None) -> None:
+    def __init__(
+        self, reg: Registry, session_id: str, agent: subprocess.Popen, hang_s: float, stream: TextIO | None = None
+    ) -> None:
         self.reg, self.sid, self.agent, self.hang_s = reg, session_id, agent, hang_s
         self.stream = stream or sys.stdout
         self.failed: set[int] = set()
@@ -105,8 +117,7 @@ class HangWatch:
 
     def sample(self, entries: list[dict[str, Any]]) -> None:
         live = [e for e in entries if e["state"] in LIVE_RANK_STATES]
-        if not live or any(e["state"] != "ready" or (e.get("wait") and not e.get("attach_count"))
-                           for e in live):
+        if not live or any(e["state"] != "ready" or (e.get("wait") and not e.get("attach_count")) for e in live):
             self._last = None  # starting, attached, or waiting for a client: not a hang
             return
         session = self.reg.read_session(self.sid)
@@ -121,8 +132,10 @@ class HangWatch:
         if now - self._since >= self.hang_s and key != self._reported:
             self._reported = key
             body = stackformat.render(snap).replace("\n", "\n  ")
-            self.stream.write(f"rtdebug: no rank's stack has changed for {now - self._since:.0f} s (a hang?); "
-                              f"where every rank is:\n  {body}\n")
+            self.stream.write(
+                f"rtdebug: no rank's stack has changed for {now - self._since:.0f} s (a hang?); "
+                f"where every rank is:\n  {body}\n"
+            )
             self.stream.flush()
 
     def _signal_agent(self, sig: int) -> bool:

@@ -62,8 +62,10 @@ def render(snap: dict[str, Any], threads: bool = False, native: bool = False) ->
     """The full text: header, summary, then per-group frames (and other threads / native frames)."""
     n = sum(len(g["ranks"]) for g in snap["groups"]) + len(snap.get("unresponsive", []))
     taken = time.strftime("%H:%M:%S", time.localtime(snap["taken_at"]))
-    out = [f"session {snap['session_id']}: {n} rank{'s' if n != 1 else ''}, stacks taken {taken} "
-           f"in {snap['elapsed_s']:.2f} s"]
+    out = [
+        f"session {snap['session_id']}: {n} rank{'s' if n != 1 else ''}, stacks taken {taken} "
+        f"in {snap['elapsed_s']:.2f} s"
+    ]
     out += summary_lines(snap)
     for g in snap["groups"]:
         out.append("")
@@ -80,8 +82,9 @@ def render(snap: dict[str, Any], threads: bool = False, native: bool = False) ->
                 out += frame_lines(t["frames"], None, indent="      ")
         elif others:
             where = "this rank" if len(g["ranks"]) == 1 else "these ranks"
-            out.append(f"  (+{len(others)} other thread{'s' if len(others) != 1 else ''} in {where}; "
-                       "--threads shows them)")
+            out.append(
+                f"  (+{len(others)} other thread{'s' if len(others) != 1 else ''} in {where}; --threads shows them)"
+            )
     return "\n".join(out)
 
 
@@ -91,10 +94,12 @@ def native_main_lines(native: Any) -> list[str]:
     main = next((t for t in native if t.get("main")), native[0] if native else None)
     if main is None:
         return ["<no threads>"]
-    return [f"{clip(f['function'] or '?')}  {short_path(f['file'] or '?')}" + (f":{f['line']}" if f.get("line") else "")
-            for f in main["frames"]]
+    return [
+        f"{clip(f['function'] or '?')}  {short_path(f['file'] or '?')}" + (f":{f['line']}" if f.get("line") else "")
+        for f in main["frames"]
+    ]
 
 
 def clip(name: str, width: int = 100) -> str:
     """C++ template names run to thousands of characters; the head says enough."""
-    return name if len(name) <= width else name[:width - 3] + "..."
+    return name if len(name) <= width else name[: width - 3] + "..."

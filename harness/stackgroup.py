@@ -19,8 +19,15 @@ THREAD_RE = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+)\b.*\(most rec
 STACK_RE = re.compile(r"^Stack \(most recent call first\):\s*$")
 FRAME_RE = re.compile(r'^  File "(.*)", line (\d+|\?\?\?) in (.*)$')
 HARNESS_DIR = str(Path(__file__).resolve().parent) + os.sep
-DEBUGGER_PARTS = ("/debugpy/", "/pydevd", "/_pydevd_bundle/", "/_pydev_bundle/", "/_pydev_imps/",
-                  "/_pydevd_frame_eval/", "/pydev_ipython/")
+DEBUGGER_PARTS = (
+    "/debugpy/",
+    "/pydevd",
+    "/_pydevd_bundle/",
+    "/_pydev_bundle/",
+    "/_pydev_imps/",
+    "/_pydevd_frame_eval/",
+    "/pydev_ipython/",
+)
 STDLIB_RE = re.compile(r"[/\\]lib(64)?[/\\]python3\.\d+[/\\]")
 ARROW = "\u2190"
 
@@ -31,8 +38,14 @@ def parse_dump(text: str) -> list[dict[str, Any]]:
     for line in text.splitlines():
         m = THREAD_RE.match(line)
         if m or STACK_RE.match(line):
-            threads.append({"id": m.group(2) if m else None, "current": bool(m) and m.group(1).startswith("Current"),
-                            "frames": [], "truncated": False})
+            threads.append(
+                {
+                    "id": m.group(2) if m else None,
+                    "current": m is not None and m.group(1).startswith("Current"),
+                    "frames": [],
+                    "truncated": False,
+                }
+            )
             continue
         if not threads:
             continue
@@ -104,7 +117,7 @@ def frame_key(frames: list[dict[str, Any]]) -> tuple:
 def departs_at(frames: list[dict[str, Any]], majority: list[dict[str, Any]]) -> int:
     """Index (innermost first) of the outermost frame of ``frames`` that differs from ``majority``."""
     common = 0
-    for a, b in zip(reversed(frames), reversed(majority)):
+    for a, b in zip(reversed(frames), reversed(majority), strict=False):
         if frame_key([a]) != frame_key([b]):
             break
         common += 1
@@ -128,8 +141,7 @@ def group(dumps: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
         d = dumps[rank]
         main = main_thread(d["threads"], d.get("main_id"))
         frames, debugger = visible_frames(main["frames"] if main else [])
-        g = buckets.setdefault(frame_key(frames), {"ranks": [], "frames": frames, "debugger": False,
-                                                    "threads": []})
+        g = buckets.setdefault(frame_key(frames), {"ranks": [], "frames": frames, "debugger": False, "threads": []})
         g["ranks"].append(rank)
         g["debugger"] = g["debugger"] or debugger
         for t in d["threads"]:

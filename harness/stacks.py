@@ -56,8 +56,12 @@ def arm(session_dir: Path, rank: int) -> dict[str, Any] | None:
     while f.f_back is not None:
         f = f.f_back
     _armed.update(fd=fd)
-    return {"signal": int(SIGNAL), "file": path.name, "main_thread": hex(threading.main_thread().ident or 0),
-            "bottom": [f.f_code.co_filename, f.f_code.co_name]}
+    return {
+        "signal": int(SIGNAL),
+        "file": path.name,
+        "main_thread": hex(threading.main_thread().ident or 0),
+        "bottom": [f.f_code.co_filename, f.f_code.co_name],
+    }
 
 
 def _stopped(pid: int) -> bool:
@@ -76,7 +80,8 @@ def _read(path: Path) -> str:
 
 def select_ranks(reg: Registry, session: dict[str, Any], ranks: frozenset[int] | None):
     """(live entries to dump, entries that have ended) among the selected ranks."""
-    live, ended = [], []
+    live: list[dict[str, Any]] = []
+    ended: list[dict[str, Any]] = []
     for e in reg.ranks(session["session_id"]):
         if ranks is not None and e["rank"] not in ranks:
             continue
@@ -84,8 +89,13 @@ def select_ranks(reg: Registry, session: dict[str, Any], ranks: frozenset[int] |
     return live, ended
 
 
-def collect(reg: Registry, session: dict[str, Any], ranks: frozenset[int] | None = None,
-            timeout: float = 3.0, native: bool = False) -> dict[str, Any]:
+def collect(
+    reg: Registry,
+    session: dict[str, Any],
+    ranks: frozenset[int] | None = None,
+    timeout: float = 3.0,
+    native: bool = False,
+) -> dict[str, Any]:
     """A grouped snapshot of the selected live ranks of ``session`` (the ``--json`` object)."""
     sid = session["session_id"]
     sdir = reg.session_dir(sid)
@@ -126,8 +136,12 @@ def collect(reg: Registry, session: dict[str, Any], ranks: frozenset[int] | None
                 info = p["info"]
                 done = stackgroup.dump_complete(text, info["main_thread"], info.get("bottom"))
                 if done or (text and now - p["changed"] >= STABLE_S):
-                    dumps[rank] = {"threads": stackgroup.parse_dump(text), "main_id": info["main_thread"],
-                                   "pid": p["entry"]["pid"], "complete": done}
+                    dumps[rank] = {
+                        "threads": stackgroup.parse_dump(text),
+                        "main_id": info["main_thread"],
+                        "pid": p["entry"]["pid"],
+                        "complete": done,
+                    }
                     del pending[rank]
                 elif now >= deadline:
                     unresponsive[rank] = f"no answer within {timeout:g} s"
@@ -141,11 +155,14 @@ def collect(reg: Registry, session: dict[str, Any], ranks: frozenset[int] | None
             dumps[rank]["native"] = result
     pids = {e["rank"]: e["pid"] for e in live}
     return {
-        "session_id": sid, "taken_at": time.time(), "elapsed_s": round(time.monotonic() - start, 4),
+        "session_id": sid,
+        "taken_at": time.time(),
+        "elapsed_s": round(time.monotonic() - start, 4),
         "groups": stackgroup.group(dumps),
         "unresponsive": sorted(unresponsive),
-        "unresponsive_detail": [{"rank": r, "pid": pids.get(r), "reason": unresponsive[r]}
-                                for r in sorted(unresponsive)],
+        "unresponsive_detail": [
+            {"rank": r, "pid": pids.get(r), "reason": unresponsive[r]} for r in sorted(unresponsive)
+        ],
         "exited": [{"rank": e["rank"], "state": e["state"], "exit_code": e.get("exit_code")} for e in ended],
     }
 
@@ -163,8 +180,12 @@ def native_dumps(pids: dict[int, int], timeout: float) -> dict[int, Any]:
 
     def one(pid: int) -> Any:
         try:
-            out = subprocess.run([exe, "dump", "--native", "--json", "--pid", str(pid)], capture_output=True,
-                                 text=True, timeout=max(timeout, 5.0))
+            out = subprocess.run(
+                [exe, "dump", "--native", "--json", "--pid", str(pid)],
+                capture_output=True,
+                text=True,
+                timeout=max(timeout, 5.0),
+            )
         except subprocess.TimeoutExpired:
             return "py-spy timed out"
         if out.returncode != 0:
@@ -173,17 +194,26 @@ def native_dumps(pids: dict[int, int], timeout: float) -> dict[int, Any]:
             threads = json.loads(out.stdout)
         except ValueError:
             return "py-spy printed no JSON"
-        return [{"id": hex(t.get("thread_id") or 0), "name": t.get("thread_name"),
-                 "main": t.get("os_thread_id") == pid,
-                 "frames": [{"file": f.get("filename"), "line": f.get("line") or None, "function": f.get("name")}
-                            for f in t.get("frames", [])]} for t in threads]
+        return [
+            {
+                "id": hex(t.get("thread_id") or 0),
+                "name": t.get("thread_name"),
+                "main": t.get("os_thread_id") == pid,
+                "frames": [
+                    {"file": f.get("filename"), "line": f.get("line") or None, "function": f.get("name")}
+                    for f in t.get("frames", [])
+                ],
+            }
+            for t in threads
+        ]
 
     with ThreadPoolExecutor(max_workers=min(8, max(len(pids), 1))) as ex:
-        return dict(zip(pids, ex.map(one, pids.values())))
+        return dict(zip(pids, ex.map(one, pids.values()), strict=True))
 
 
-def command(session_id: str | None, rank_spec: str | None, as_json: bool, native: bool, timeout: float,
-            threads: bool) -> int:
+def command(
+    session_id: str | None, rank_spec: str | None, as_json: bool, native: bool, timeout: float, threads: bool
+) -> int:
     """``rtdebug stacks``: print the grouped snapshot of one live session."""
     from harness import stackformat
     from harness.errors import usage
@@ -206,8 +236,9 @@ def command(session_id: str | None, rank_spec: str | None, as_json: bool, native
             raise usage(f"--rank {rank_spec} selects no rank")
     live, _ = select_ranks(reg, session, ranks)
     if not live:
-        raise HarnessError(f"session {session['session_id']} has no running rank"
-                           + (f" among {rank_spec}" if rank_spec else ""))
+        raise HarnessError(
+            f"session {session['session_id']} has no running rank" + (f" among {rank_spec}" if rank_spec else "")
+        )
     snap = collect(reg, session, ranks, timeout, native)
     if as_json:
         print(json.dumps(snap, indent=1))

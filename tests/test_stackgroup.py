@@ -9,8 +9,8 @@ import sys
 import textwrap
 
 import pytest
-
 from conftest import ROOT
+
 from harness import collectives, stackformat, stackgroup
 from harness.config import RankConfig
 from harness.errors import HarnessError
@@ -45,8 +45,14 @@ def real_dump(tmp_path_factory):
     d = tmp_path_factory.mktemp("dump")
     script = d / "dumper.py"
     script.write_text(DUMPER)
-    out = subprocess.run([sys.executable, str(script), str(d)], cwd=ROOT, capture_output=True, text=True,
-                         timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    out = subprocess.run(
+        [sys.executable, str(script), str(d)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     assert out.returncode == 0, out.stderr
     info = json.loads(out.stdout)
     text = (d / info["file"]).read_text()
@@ -92,16 +98,37 @@ BOOT = stackgroup.HARNESS_DIR + "bootstrap.py"
 
 def dump(top, line):
     """A rank's main thread: <top> <- train_step (train.py:line) <- main (train.py:60) <- harness <- runpy."""
-    tail = [("/job/train.py", 60, "<module>"), ("<frozen runpy>", 88, "_run_code"), (BOOT, 37, "execute"),
-            ("<frozen runpy>", 198, "_run_module_as_main")]
-    return {"main_id": "0x1", "threads": [{"id": "0x00000001", "current": True, "truncated": False,
-                                           "frames": frames(*top, ("/job/train.py", line, "train_step"), *tail)}]}
+    tail = [
+        ("/job/train.py", 60, "<module>"),
+        ("<frozen runpy>", 88, "_run_code"),
+        (BOOT, 37, "execute"),
+        ("<frozen runpy>", 198, "_run_module_as_main"),
+    ]
+    return {
+        "main_id": "0x1",
+        "threads": [
+            {
+                "id": "0x00000001",
+                "current": True,
+                "truncated": False,
+                "frames": frames(*top, ("/job/train.py", line, "train_step"), *tail),
+            }
+        ],
+    }
 
 
 def test_frame_kinds():
-    assert [f["kind"] for f in frames((TORCH, 1, "a"), ("/job/x.py", 1, "b"), (PYDEVD, 1, "c"), (BOOT, 1, "d"),
-                                      ("<frozen runpy>", 1, "e"), (THREADING, 1, "f"))] == \
-        ["library", "user", "internal", "internal", "internal", "library"]
+    assert [
+        f["kind"]
+        for f in frames(
+            (TORCH, 1, "a"),
+            ("/job/x.py", 1, "b"),
+            (PYDEVD, 1, "c"),
+            (BOOT, 1, "d"),
+            ("<frozen runpy>", 1, "e"),
+            (THREADING, 1, "f"),
+        )
+    ] == ["library", "user", "internal", "internal", "internal", "library"]
 
 
 def test_groups_largest_first_with_departure_and_labels():
@@ -118,13 +145,16 @@ def test_groups_largest_first_with_departure_and_labels():
     assert [f["function"] for f in odd["frames"]] == ["barrier", "wrapper", "train_step", "<module>"]
     lines = stackformat.summary_lines({"groups": groups})
     assert lines[0] == "ranks 0,2-3: all_reduce \u2190 train_step (train.py:42)"
-    assert lines[1].startswith("rank 1: barrier \u2190 train_step (train.py:57)   <- departs from ranks 0,2-3 at "
-                               "train_step (train.py:57); they are at line 42")
+    assert lines[1].startswith(
+        "rank 1: barrier \u2190 train_step (train.py:57)   <- departs from ranks 0,2-3 at "
+        "train_step (train.py:57); they are at line 42"
+    )
 
 
 def test_debugger_frames_are_left_out_of_the_key():
-    stopped = dump([(THREADING, 320, "wait"), (PYDEVD, 2100, "_do_wait_suspend"), (PYDEVD, 2000, "do_wait_suspend")],
-                   42)
+    stopped = dump(
+        [(THREADING, 320, "wait"), (PYDEVD, 2100, "_do_wait_suspend"), (PYDEVD, 2000, "do_wait_suspend")], 42
+    )
     plain = dump([], 42)
     groups = stackgroup.group({0: stopped, 1: plain})
     assert [g["ranks"] for g in groups] == [[0, 1]]
@@ -141,9 +171,15 @@ def test_rank_list_and_short_paths():
 
 
 def test_render_names_unresponsive_and_exited_ranks():
-    snap = {"session_id": "s", "taken_at": 0.0, "elapsed_s": 0.01, "groups": stackgroup.group({0: dump([], 42)}),
-            "unresponsive": [1], "unresponsive_detail": [{"rank": 1, "pid": 9, "reason": "no answer within 2 s"}],
-            "exited": [{"rank": 2, "state": "failed", "exit_code": 1}]}
+    snap = {
+        "session_id": "s",
+        "taken_at": 0.0,
+        "elapsed_s": 0.01,
+        "groups": stackgroup.group({0: dump([], 42)}),
+        "unresponsive": [1],
+        "unresponsive_detail": [{"rank": 1, "pid": 9, "reason": "no answer within 2 s"}],
+        "exited": [{"rank": 2, "state": "failed", "exit_code": 1}],
+    }
     text = stackformat.render(snap)
     assert "session s: 2 ranks" in text
     assert "rank 1: unresponsive (no answer within 2 s)" in text
@@ -156,17 +192,24 @@ MISMATCH_TEXT = (
     "SequenceNumber=3, OpType=ALLREDUCE, TensorShape=[4], TensorDtypes=Float, TensorDeviceTypes=TensorOptions("
     "dtype=float (default), device=cpu)), but Rank 1 is running collective: CollectiveFingerPrint(SequenceNumber=3, "
     "OpType=ALLREDUCE, TensorShape=[8], TensorDtypes=Float, TensorDeviceTypes=TensorOptions(dtype=float)).Collectives "
-    "differ in the following aspects: \t Tensor Tensor shapes: 4vs 8")
+    "differ in the following aspects: \t Tensor Tensor shapes: 4vs 8"
+)
 
 
 def test_collective_mismatch_is_one_line():
     line = collectives.explain(RuntimeError(MISMATCH_TEXT))
-    assert line == ("collective mismatch (--check-collectives): rank 0 called ALLREDUCE #3 [4] Float, "
-                    "rank 1 called ALLREDUCE #3 [8] Float")
-    other = MISMATCH_TEXT.replace("SequenceNumber=3, OpType=ALLREDUCE, TensorShape=[8], TensorDtypes=Float, "
-                                  "TensorDeviceTypes=TensorOptions(dtype=float)", "SequenceNumber=0OpType=GATHER")
+    assert line == (
+        "collective mismatch (--check-collectives): rank 0 called ALLREDUCE #3 [4] Float, "
+        "rank 1 called ALLREDUCE #3 [8] Float"
+    )
+    other = MISMATCH_TEXT.replace(
+        "SequenceNumber=3, OpType=ALLREDUCE, TensorShape=[8], TensorDtypes=Float, "
+        "TensorDeviceTypes=TensorOptions(dtype=float)",
+        "SequenceNumber=0OpType=GATHER",
+    )
     assert collectives.explain(RuntimeError(other)).endswith(
-        "rank 1 is at another collective (torch reports GATHER #0)")
+        "rank 1 is at another collective (torch reports GATHER #0)"
+    )
     assert collectives.explain(RuntimeError("something else")) is None
     assert collectives.explain(ValueError(MISMATCH_TEXT)) is None
 

@@ -8,9 +8,9 @@ import signal
 import time
 
 import pytest
-
 from conftest import EXAMPLES, SCRIPTS, marker_line, rtdebug, wait_ranks
 from dap import DAPClient
+
 from harness.stacks import find_py_spy
 
 pytestmark = pytest.mark.e2e
@@ -101,16 +101,16 @@ def test_failing_rank_reports_where_the_others_are(job, port_base):
     j = job("torchrun", "--debug-port-base", str(port_base), "--nproc-per-node", "2", str(script))
     assert j.wait(240) != 0
     out = j.output()
-    assert "rtdebug: rank 1 (ZeroDivisionError: bad batch in rank 1) failed; where the other ranks are:" in out, \
-        out[-4000:]
+    assert "rtdebug: rank 1 (ZeroDivisionError: bad batch in rank 1) failed; where the other ranks are:" in out, out[
+        -4000:
+    ]
     line = marker_line(script, "crash all_reduce")
     report = out.split("where the other ranks are:", 1)[1]
     assert f"rank 0: all_reduce {ARROW} step (stacks_crash.py:{line})" in report
 
 
 def test_no_progress_report_before_the_pg_timeout_kills_the_job(job, port_base):
-    j = job("torchrun", "--debug-port-base", str(port_base), "--pg-timeout", "12", "--nproc-per-node", "2",
-            str(HANG))
+    j = job("torchrun", "--debug-port-base", str(port_base), "--pg-timeout", "12", "--nproc-per-node", "2", str(HANG))
     assert j.wait(240) != 0
     out = j.output()
     assert "rtdebug: no rank's stack has changed for " in out, out[-4000:]
@@ -121,15 +121,18 @@ def test_no_progress_report_before_the_pg_timeout_kills_the_job(job, port_base):
 
 
 def test_check_collectives_names_the_mismatch_in_one_line(job, port_base):
-    j = job("torchrun", "--debug-port-base", str(port_base), "--check-collectives", "--nproc-per-node", "2",
-            str(HANG))
+    j = job("torchrun", "--debug-port-base", str(port_base), "--check-collectives", "--nproc-per-node", "2", str(HANG))
     assert j.wait(240) != 0
     out = j.output()
     reduce_line, barrier_line = marker_line(HANG, "hang all_reduce"), marker_line(HANG, "hang barrier")
-    assert (f"rtdebug: rank 0: collective mismatch (--check-collectives): rank 0 called ALLREDUCE #3 [4] Float "
-            f"at hang.py:{reduce_line} (train_step), rank 1 ") in out, out[-4000:]
-    assert (f"rtdebug: rank 1: collective mismatch (--check-collectives): rank 1 called BARRIER #3 "
-            f"at hang.py:{barrier_line} (evaluate), rank 0 ") in out
+    assert (
+        f"rtdebug: rank 0: collective mismatch (--check-collectives): rank 0 called ALLREDUCE #3 [4] Float "
+        f"at hang.py:{reduce_line} (train_step), rank 1 "
+    ) in out, out[-4000:]
+    assert (
+        f"rtdebug: rank 1: collective mismatch (--check-collectives): rank 1 called BARRIER #3 "
+        f"at hang.py:{barrier_line} (evaluate), rank 0 "
+    ) in out
     assert "Detected mismatch between collectives" not in out  # torch's paragraph is replaced by the line
 
 
@@ -158,7 +161,7 @@ def test_run_rank_keeps_stepping_while_dumped(job, registry_dir, port_base, tmp_
         assert any(f["function"] == "idle_helper" for t in g["threads"] if not t["main"] for f in t["frames"])
         time.sleep(0.3)
         counts.append(read_count(counter))
-    assert counts[0] > 0 and all(b > a for a, b in zip(counts, counts[1:])), counts
+    assert counts[0] > 0 and all(b > a for a, b in zip(counts, counts[1:], strict=False)), counts
 
     bad = rtdebug("stacks", "--session", sid, "--rank", "3")
     assert bad.returncode == 2 and "rtdebug: error: invalid --rank value '3': rank 3 >= world size 1" in bad.stderr
@@ -167,8 +170,7 @@ def test_run_rank_keeps_stepping_while_dumped(job, registry_dir, port_base, tmp_
 
 
 def test_rank_whose_program_took_the_signal_is_unresponsive_after_timeout(job, registry_dir, port_base, tmp_path):
-    j = job("run", "--port", str(port_base), str(SCRIPTS / "stacks_stepper.py"), str(tmp_path / "n"),
-            "--take-signal")
+    j = job("run", "--port", str(port_base), str(SCRIPTS / "stacks_stepper.py"), str(tmp_path / "n"), "--take-signal")
     sid = j.session_id()
     wait_ranks(registry_dir, sid, 1)
     deadline = time.monotonic() + 60
