@@ -25,8 +25,8 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT / "tests"))
 from dap import DAPClient, DAPError  # noqa: E402
 
-sys.path.insert(0, str(BENCH))
-from run import free_range  # noqa: E402
+sys.path.insert(0, str(ROOT))
+from bench.common import free_range  # noqa: E402
 
 
 def one(python: str, extra_path: str | None, timeout: float) -> float | None:

@@ -1,0 +1,79 @@
+"""Shared by every bench section: paths, logging, stats, free ports, the environment of a launched job."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.ports import is_port_free
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+WORK = BENCH / ".work"
+LOOP = BENCH / "loop.py"
+RECIPE = BENCH / "recipe_listen.py"
+PY = sys.executable
+
+HOST = "127.0.0.1"
+READY = "local ranks ready (session"
+METRICS = ("wall", "best", "cpu")
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# -- stats -----------------------------------------------------------------------
+def summary(xs: list[float]) -> dict[str, Any]:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return {"n": 0}
+    return {"n": len(xs), "median": statistics.median(xs), "min": min(xs), "max": max(xs)}
+
+
+def fmt(s: dict[str, Any], digits: int = 2, unit: str = "") -> str:
+    if not s or s.get("n", 0) == 0:
+        return "n/a"
+    if s["n"] == 1:
+        return f"{s['median']:.{digits}f}{unit} (n=1)"
+    return f"{s['median']:.{digits}f}{unit} [{s['min']:.{digits}f}–{s['max']:.{digits}f}] (n={s['n']})"
+
+
+# -- ports -----------------------------------------------------------------------
+_used: set[int] = set()
+
+
+def free_range(n: int) -> int:
+    """A base with n free ports, in 41000-59000 (away from 5678 and torchrun's 29500)."""
+    base = 41000
+    while base < 59000:
+        span = range(base, base + n)
+        if not (_used & set(span)) and all(is_port_free(p, HOST) for p in span):
+            _used.update(span)
+            return base
+        base += n + 7
+    raise RuntimeError("no free port range")
+
+
+
+def base_env(registry: Path | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith(("RTDEBUG_", "DEBUGPY", "PYDEVD")):
+            env.pop(k)
+    env["PYTHONUNBUFFERED"] = "1"
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONPATH"] = str(ROOT)
+    if registry is not None:
+        env["RTDEBUG_REGISTRY_DIR"] = str(registry)
+    return env
+
+
+
+def touch(path: Path) -> None:
+    path.write_text("")
+
