@@ -34,13 +34,16 @@ for v in $VERSIONS; do
     "$base" -m venv "$venv"
     "$venv/bin/python" -m pip install -q --upgrade pip 2>/dev/null || true
   fi
-  # From outside the repo, so the check sees the installed harness, not ./harness.
-  if ! (cd / && "$ROOT/$venv/bin/python" -c 'import harness.cli, debugpy, psutil, filelock') 2>/dev/null \
-      || [ ! -x "$venv/bin/rtdebug" ]; then
+  # Reinstall when the dependencies changed (stamp) or the installed harness does not import from outside
+  # the repo (there, ./harness would hide a broken install).
+  stamp=$(cat pyproject.toml constraints/ci.txt | sha256sum | cut -c1-16)
+  if [ "$(cat "$venv/.rtdebug-stamp" 2>/dev/null)" != "$stamp" ] || [ ! -x "$venv/bin/rtdebug" ] \
+      || ! (cd / && "$ROOT/$venv/bin/python" -c 'import harness.cli, debugpy, psutil, filelock') 2>/dev/null; then
     if ! "$venv/bin/python" -m pip install -q -c constraints/ci.txt -e . > "$venv/pip.log" 2>&1; then
       cat "$venv/pip.log" >&2
       exit 1
     fi
+    echo "$stamp" > "$venv/.rtdebug-stamp"
   fi
   if (cd / && "$ROOT/$venv/bin/python" -c 'import torch') 2>/dev/null; then
     echo "pythons: $venv has torch; it must be torch-free (rm -r $venv and run again)" >&2
