@@ -5,13 +5,17 @@ interpreter is a different debugger path. Each ``.venv-3.X`` (``scripts/pythons.
 installed as a torch-free user installs it (``pip install -e .``: debugpy, psutil, filelock; no torch,
 no Ray), and the job runs that venv's ``rtdebug`` entry point from outside the repository.
 
-``SCENARIOS`` is the per-Python list: a function ``(rt: Runner) -> None`` added there runs on every
-Python. A missing ``.venv-3.X`` skips, or fails when ``RTDEBUG_PYTHONS_REQUIRED=1`` (scripts/test.sh).
+Scenarios (``SCENARIOS``, each on every Python): lazy endpoint + attach / detach / re-attach +
+``harness.breakpoint()`` + ``--post-mortem``; ``--wait``; owner-only access (another uid gets nothing);
+``rtdebug stacks`` of a running and of a stopped rank. A function ``(rt: Runner) -> None`` added there runs
+on every Python. A missing ``.venv-3.X`` skips, or fails when ``RTDEBUG_PYTHONS_REQUIRED=1`` (scripts/test.sh).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -19,7 +23,7 @@ from typing import Callable
 
 import pytest
 
-from conftest import ROOT, SCRIPTS, Job, alive, marker_line, port_free, read_ranks, wait_ranks
+from conftest import ROOT, SCRIPTS, Job, alive, marker_line, port_free, read_ranks
 from dap import DAPClient
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pythons]
@@ -76,6 +80,12 @@ class Runner:
         if tuple(map(int, self.version.split("."))) >= (3, 12):
             tool = "__import__('sys').monitoring.get_tool(__import__('sys').monitoring.DEBUGGER_ID)"
             assert c.evaluate(tool, frame_id) != "None"
+
+    def stacks(self, sid: str) -> dict:
+        r = subprocess.run([str(self.bin / "rtdebug"), "stacks", "--json", "--session", sid, "--timeout", "10"],
+                           cwd=self.tmp, env=self.env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
 
     def close(self) -> None:
         for j in self.jobs:
@@ -165,10 +175,79 @@ def scenario_wait(rt: Runner) -> None:
     assert alive([rank["pid"]]) == [] and port_free(rt.port)
 
 
-# Scenarios run on every Python; add owner-only access and `rtdebug stacks` here when they land.
+NOBODY = 65534
+INTRUDER = """if 1:
+    import json, os, socket, sys
+    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+    body = json.dumps({"seq": 1, "type": "request", "command": "initialize", "arguments": {}}).encode()
+    s.sendall(b"Content-Length: %d\\r\\n\\r\\n" % len(body) + body)
+    s.settimeout(4)
+    try:
+        reply = s.recv(65536)
+    except OSError:
+        reply = b""
+    print(json.dumps({"uid": os.getuid(), "reply": reply.decode("latin-1")}))
+"""
+
+
+def scenario_owner_only(rt: Runner) -> None:
+    """Another uid connecting to the lazy endpoint gets no reply and starts no debugger; the owner attaches."""
+    if os.geteuid() != 0 or not shutil.which("setpriv") or not os.path.exists("/usr/bin/python3"):
+        pytest.skip("needs root, setpriv and /usr/bin/python3 to act as another uid")
+    work = marker_line(SCRIPT, "work")
+    j = rt.start("run", "--port", str(rt.port), str(SCRIPT), str(rt.ctl))
+    rank = rt.rank0(j)
+    j.wait_output("script started")
+    r = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "/usr/bin/python3",
+                        "-c", INTRUDER, str(rt.port)], cwd="/", capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"uid": NOBODY, "reply": ""}
+    rt.rank0(j, refused_count=1)
+    assert "rtdebug: rank 0: refused debug connection from 127.0.0.1:" in j.output()
+    assert not debugpy_loaded(rank["pid"]), "a refused connection started debugpy"
+    c = DAPClient("127.0.0.1", rt.port)
+    c.attach({str(SCRIPT): [work]})
+    frame = stop_in(c, work, "work")
+    rt.check_interpreter(c, frame["id"])
+    finish_attached(rt, j, c, frame)
+
+
+def scenario_stacks(rt: Runner) -> None:
+    """`rtdebug stacks` (faulthandler by signal) of a running rank and of a rank stopped at a breakpoint."""
+    work = marker_line(SCRIPT, "work")
+    j = rt.start("run", "--port", str(rt.port), str(SCRIPT), str(rt.ctl))
+    sid = j.session_id()
+    rt.rank0(j)
+    j.wait_output("script started")
+    snap = rt.stacks(sid)
+    assert [g["ranks"] for g in snap["groups"]] == [[0]] and snap["unresponsive"] == [], snap
+    assert any(f["file"] == str(SCRIPT) for f in snap["groups"][0]["frames"]), snap
+    c = DAPClient("127.0.0.1", rt.port)
+    c.attach({str(SCRIPT): [work]})
+    frame = stop_in(c, work, "work")
+    snap = rt.stacks(sid)  # the main thread is held by debugpy: the dump still answers
+    top = snap["groups"][0]["frames"][0]
+    assert (top["file"], top["function"], top["line"]) == (str(SCRIPT), "work", work), snap
+    finish_attached(rt, j, c, frame)
+
+
+def finish_attached(rt: Runner, j: VenvJob, c: DAPClient, frame: dict) -> None:
+    """From a stop in work(): run on to harness.breakpoint(), continue, and the script exits 0."""
+    (rt.ctl / "go").touch()
+    resume_without_breakpoints(c, frame)
+    frame = stop_in(c, name="<module>")
+    c.continue_(frame["threadId"])
+    assert j.wait(120) == 0, j.output()[-3000:]
+    c.close()
+    assert "breakpoint returned True" in j.output() and port_free(rt.port)
+
+
+# Scenarios run on every Python: a function (rt: Runner) -> None added here runs on each.
 SCENARIOS: dict[str, Callable[[Runner], None]] = {
     "lazy": scenario_lazy_attach_detach_postmortem,
     "wait": scenario_wait,
+    "owner": scenario_owner_only,
+    "stacks": scenario_stacks,
 }
 
 
