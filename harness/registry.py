@@ -8,7 +8,12 @@ Layout (schema: ``harness/schema/registry.schema.json``)::
 Python writes it (atomic temp file + rename, so readers never see half a file);
 the CLI and the VS Code extension read it. A ``filelock`` is taken only where
 several writers must agree: session creation with its port reservation.
-Liveness is ``pid alive and create time equal``, so a reused pid is not live.
+Liveness is ``pid alive and create time equal``, so a reused pid is not live;
+what a dead or orphaned entry becomes is decided in ``harness.liveness``.
+
+A damaged entry (empty, truncated, garbage, wrong shape) never crashes a reader:
+it is skipped and its path collected in ``Registry.unreadable`` so that ``ps``
+can name it and ``attach`` can say that rank's entry is unreadable.
 """
 
 from __future__ import annotations
@@ -32,6 +37,18 @@ SCHEMA_VERSION = 1
 ENV_DIR = "RTDEBUG_REGISTRY_DIR"
 LIVE_RANK_STATES = ("starting", "ready", "attached")
 LIVE_SESSION_STATES = ("starting", "running")
+_NUM = (int, float)
+# The fields readers index without checking; an entry lacking one is "unreadable", not a crash.
+REQUIRED = {
+    "session": {"session_id": str, "mode": str, "launcher_pid": int, "launcher_create_time": _NUM,
+                "state": str, "host": str, "ports": list, "started_at": _NUM, "script": str},
+    "rank": {"session_id": str, "rank": int, "pid": int, "create_time": _NUM, "state": str, "host": str,
+             "port": int, "world_size": int, "local_rank": int},
+}
+
+
+class Unreadable(ValueError):
+    """A registry file exists but is not a valid entry (empty, truncated, garbage, wrong shape)."""
 SCHEMA_PATH = Path(__file__).with_name("schema") / "registry.schema.json"
 
 
@@ -93,17 +110,41 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
+    """The entry at ``path``; None if there is no file; ``Unreadable`` if it is not a valid entry."""
     try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
         return None
-    return data if isinstance(data, dict) and data.get("schema_version") == SCHEMA_VERSION else None
+    except OSError as exc:
+        raise Unreadable(f"{path}: {exc.strerror}") from None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise Unreadable(f"{path}: {'empty file' if not raw.strip() else 'not valid JSON'}") from None
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+        raise Unreadable(f"{path}: not an rtdebug schema-{SCHEMA_VERSION} entry")
+    kind = data.get("kind")
+    for key, typ in REQUIRED.get(kind if isinstance(kind, str) else "", {"kind": str}).items():
+        value = data.get(key)
+        if not isinstance(value, typ) or isinstance(value, bool):
+            raise Unreadable(f"{path}: field {key!r} missing or of the wrong type")
+    return data
 
 
 class Registry:
     def __init__(self, root: Path | str | None = None) -> None:
         self.root = Path(root) if root is not None else default_root()
+        self.unreadable: dict[Path, str] = {}  # path -> why, collected by every read
+
+    def _read(self, path: Path) -> dict[str, Any] | None:
+        try:
+            entry = read_json(path)
+        except Unreadable as exc:
+            self.unreadable[path] = str(exc)
+            return None
+        self.unreadable.pop(path, None)
+        return entry
 
     # -- layout -------------------------------------------------------------
     def ensure(self) -> Path:
@@ -128,10 +169,12 @@ class Registry:
         Held under the registry lock so two launchers starting at the same moment
         can never both get overlapping ports.
         """
+        from harness.liveness import prune
+
         with self.lock():
-            self.prune()
+            active = prune(self)
             wanted = set(entry["ports"])
-            for other in self.sessions():
+            for other in active:
                 if other["host"] != entry["host"] and "0.0.0.0" not in (other["host"], entry["host"]):
                     continue
                 clash = sorted(wanted & set(other["ports"]))
@@ -145,11 +188,11 @@ class Registry:
             write_json_atomic(d / "session.json", entry)
 
     def read_session(self, session_id: str) -> dict[str, Any] | None:
-        return read_json(self.session_dir(session_id) / "session.json")
+        return self._read(self.session_dir(session_id) / "session.json")
 
     def update_session(self, session_id: str, **fields: Any) -> None:
         path = self.session_dir(session_id) / "session.json"
-        entry = read_json(path)
+        entry = self._read(path)
         if entry is None:
             return
         entry.update(fields, updated_at=time.time())
@@ -159,8 +202,8 @@ class Registry:
         if not self.root.is_dir():
             return
         for d in sorted(self.root.iterdir()):
-            if d.is_dir():
-                entry = read_json(d / "session.json")
+            if d.is_dir() and not d.name.startswith("."):
+                entry = self._read(d / "session.json")
                 if entry is not None:
                     yield entry
 
@@ -177,35 +220,30 @@ class Registry:
         d = self.session_dir(session_id)
         if not d.is_dir():
             return []
-        out = [read_json(p) for p in d.glob("rank-*.json")]
+        out = [self._read(p) for p in d.glob("rank-*.json")]
         return sorted((r for r in out if r is not None), key=lambda r: r["rank"])
 
-    # -- liveness -----------------------------------------------------------
+    def rank_unreadable(self, session_id: str, rank: int) -> str | None:
+        """Why rank ``rank``'s entry cannot be read, or None if it is fine or absent."""
+        path = self.rank_path(session_id, rank)
+        self._read(path)
+        return self.unreadable.get(path)
+
+    # -- liveness (decisions in harness.liveness) ---------------------------
     @staticmethod
     def live_rank(entry: dict[str, Any]) -> bool:
         return is_alive(entry["pid"], entry["create_time"])
 
-    def prune(self) -> None:
-        """Drop sessions whose launcher is gone and live-looking ranks whose process is gone."""
-        for s in list(self.sessions()):
-            sid = s["session_id"]
-            if not is_alive(s["launcher_pid"], s["launcher_create_time"]):
-                shutil.rmtree(self.session_dir(sid), ignore_errors=True)
-                continue
-            for r in self.ranks(sid):
-                if r["state"] in LIVE_RANK_STATES and not is_alive(r["pid"], r["create_time"]):
-                    try:
-                        self.rank_path(sid, r["rank"]).unlink()
-                    except OSError:
-                        pass
+    def prune(self) -> list[dict[str, Any]]:
+        from harness.liveness import prune
+
+        return prune(self)
 
     def live(self) -> list[dict[str, Any]]:
-        """Live sessions, each with its ``ranks`` list, after pruning stale entries."""
-        self.prune()
+        """Sessions with a live launcher or live processes (orphaned), each with its ``ranks``."""
         out = []
-        for s in self.sessions():
-            s = dict(s, ranks=self.ranks(s["session_id"]))
-            out.append(s)
+        for s in self.prune():
+            out.append(dict(s, ranks=self.ranks(s["session_id"])))
         return out
 
     def find_session(self, session_id: str | None) -> dict[str, Any]:

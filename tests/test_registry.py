@@ -17,7 +17,7 @@ def session(sid="s1", pid=None, ports=(6000, 6001), host="127.0.0.1"):
     pid = pid or os.getpid()
     now = time.time()
     return {"schema_version": 1, "kind": "session", "session_id": sid, "mode": "torchrun", "launcher_pid": pid,
-            "launcher_create_time": process_create_time(pid), "command": ["rtdebug"], "cwd": "/", "script": "t.py",
+            "launcher_create_time": process_create_time(pid) or 1.0, "command": ["rtdebug"], "cwd": "/", "script": "t.py",
             "nnodes": "1", "nproc_per_node": 2, "node_rank": 0, "host": host, "port_base": ports[0],
             "ports": list(ports), "wait": "none", "started_at": now, "updated_at": now, "ended_at": None,
             "exit_code": None, "state": "running"}
@@ -28,7 +28,7 @@ def rank(sid="s1", r=0, pid=None, state="ready"):
     now = time.time()
     return {"schema_version": 1, "kind": "rank", "session_id": sid, "rank": r, "local_rank": r, "node_rank": 0,
             "world_size": 2, "host": "127.0.0.1", "port": 6000 + r, "pid": pid,
-            "create_time": process_create_time(pid), "state": state, "lazy": True, "wait": False,
+            "create_time": process_create_time(pid) or 1.0, "state": state, "lazy": True, "wait": False,
             "attach_count": 0, "script": "t.py", "cwd": "/", "started_at": now, "updated_at": now,
             "exit_code": None, "error": None}
 
@@ -69,13 +69,21 @@ def dead_pid():
     return p.pid
 
 
-def test_stale_session_pruned_when_launcher_gone(tmp_path):
+def test_stale_session_marked_failed_then_removed_after_retention(tmp_path, monkeypatch):
+    from harness import liveness
+
     reg = Registry(tmp_path)
     pid = dead_pid()
     entry = session("gone")
     entry["launcher_pid"] = pid
     reg.create_session(entry)
     assert reg.live() == []
+    kept = reg.read_session("gone")  # the registry says what happened
+    assert kept["state"] == "failed"
+    assert kept["error"] == f"launcher died without teardown (launcher pid {pid})"
+    monkeypatch.setattr(liveness, "RETENTION_S", 0.0)
+    time.sleep(0.01)
+    reg.live()
     assert not (tmp_path / "gone").exists()
 
 
@@ -90,13 +98,14 @@ def test_reused_pid_is_not_alive(tmp_path):
     assert reg.live() == []
 
 
-def test_stale_rank_pruned_but_ended_rank_kept(tmp_path):
+def test_vanished_rank_marked_failed_and_ended_rank_kept(tmp_path):
     reg = Registry(tmp_path)
     reg.create_session(session())
     reg.write_rank(rank(r=0, pid=dead_pid(), state="ready"))
     reg.write_rank(rank(r=1, pid=dead_pid(), state="exited"))
     live = reg.live()
-    assert [r["rank"] for r in live[0]["ranks"]] == [1]
+    states = {r["rank"]: (r["state"], r["error"]) for r in live[0]["ranks"]}
+    assert states == {0: ("failed", "process gone"), 1: ("exited", None)}
 
 
 def test_find_session_errors(tmp_path):
