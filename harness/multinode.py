@@ -1,4 +1,4 @@
-"""Launcher side of multi-node torchrun: the job's store, its shared session id, ``--debug-host auto``.
+"""Launcher side of multi-node torchrun: the job's store and ``--debug-host auto``.
 
 With c10d rendezvous the nodes meet at ``--rdzv-endpoint``, where torchrun's
 agent hosts a TCPStore; the harness's ranks publish their entries there
@@ -9,9 +9,7 @@ node, before torchrun starts.
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
-import re
 import socket
 from typing import Any
 
@@ -35,19 +33,6 @@ def job_store(parsed: Any, max_nodes: int) -> str | None:
     except ValueError:
         return None  # torchrun reports its own malformed endpoint
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def job_session_id(parsed: Any, store: str | None) -> str | None:
-    """One session id for every node of a c10d job, derived from what all nodes are given.
-
-    Without it each node's launcher would name the job differently and the view of
-    the whole job would show one session per node."""
-    if store is None:
-        return None
-    rdzv_id = str(parsed.rdzv_id or "none")
-    digest = hashlib.sha1(f"{store}|{rdzv_id}".encode()).hexdigest()[:6]
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", rdzv_id)[:40] or "job"
-    return f"{safe}-{digest}"
 
 
 def _rendezvous_host(parsed: Any) -> str | None:

@@ -20,6 +20,7 @@ import json
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from datetime import timedelta
@@ -68,8 +69,11 @@ def reachable(host: str, port: int, timeout: float = 2.0) -> str | None:
         return None
 
 
-def connect(host: str, port: int, timeout_s: float = CONNECT_TIMEOUT_S):
-    """A TCPStore client (never a server: torchrun's agent owns the store)."""
+def connect(host: str, port: int, timeout_s: float = CONNECT_TIMEOUT_S, quiet: bool = False):
+    """A TCPStore client (never a server: torchrun's agent owns the store). ``quiet``: a CLI
+    process that has not imported torch yet keeps c10d's C++ warnings out of its output."""
+    if quiet and "torch" not in sys.modules:
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     from torch.distributed import TCPStore
 
     return TCPStore(host, port, is_master=False, timeout=timedelta(seconds=timeout_s))
@@ -78,8 +82,16 @@ def connect(host: str, port: int, timeout_s: float = CONNECT_TIMEOUT_S):
 class Publisher:
     """Keeps one rank's entry (and its node's) current in the store; never blocks the caller."""
 
-    def __init__(self, host: str, port: int, run_id: str, rank: int, group_rank: int | None = None,
-                 heartbeat_s: float = HEARTBEAT_S, launcher_pid: int | None = None) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        run_id: str,
+        rank: int,
+        group_rank: int | None = None,
+        heartbeat_s: float = HEARTBEAT_S,
+        launcher_pid: int | None = None,
+    ) -> None:
         self.host, self.port, self.run_id, self.rank = host, port, run_id, rank
         self.group_rank = group_rank
         self.launcher_pid = launcher_pid
@@ -91,11 +103,13 @@ class Publisher:
         self._cv = threading.Condition()
         self._version = 0  # bumped by every update
         self._sent = 0  # the version the store last acknowledged
+        self._closed = False
+        self._connected = False  # flush() waits only while the store answers
         self._thread: threading.Thread | None = None
 
     def update(self, entry: dict[str, Any], final: bool = False) -> None:
         """Record the newest entry and wake the thread (started on first use). ``final``: the rank
-        is ending, so wait (bounded) until the store has it."""
+        is ending, so wait (bounded) until the store has it, then stop the thread."""
         with self._cv:
             self._entry = dict(entry)
             self._version += 1
@@ -108,26 +122,38 @@ class Publisher:
             t.start()
         if final:
             self.flush()
+            self.close()
 
     def flush(self, timeout: float = 3.0) -> bool:
-        """Wait (bounded) until the store has the newest entry."""
+        """Wait (bounded) until the store has the newest entry (not at all if it is unreachable)."""
         deadline = time.monotonic() + timeout
         with self._cv:
             want = self._version
-            while self._sent < want:
+            while self._sent < want and (self._connected or self._sent == 0):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
                 self._cv.wait(left)
         return True
 
+    def close(self, timeout: float = 3.0) -> None:
+        """Stop the thread and wait (bounded) until it is out of any store call: a daemon thread
+        still inside C++ when the interpreter exits can abort the process (and fail the rank)."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
     def _loop(self) -> None:
         store = None
         delay = 0.2
         while True:
             with self._cv:
-                if self._sent == self._version and store is not None:
+                if self._sent == self._version and store is not None and not self._closed:
                     self._cv.wait(self.heartbeat_s)  # woken by an update, else a heartbeat
+                if self._closed:
+                    return
                 entry, node, version = self._entry, self.node, self._version
             try:
                 if store is None:
@@ -146,12 +172,16 @@ class Publisher:
                 delay = 0.2
                 with self._cv:
                     self._sent = max(self._sent, version)
+                    self._connected = True
                     self._cv.notify_all()  # flush() waiters
                 if not self._stop_sent and store.check([stop_key(self.run_id)]):
                     self._stop_launcher()
             except Exception:  # the store is not up yet, or gone with the job: retry, quietly
                 store = None
-                time.sleep(delay)
+                with self._cv:
+                    self._connected = False
+                    self._cv.notify_all()
+                    self._cv.wait(delay)
                 delay = min(delay * 2, 5.0)
 
     def _stop_launcher(self) -> None:
@@ -174,8 +204,14 @@ def from_env(rank: int, env: dict[str, str] | None = None) -> Publisher | None:
     host, port = split_endpoint(endpoint)
     group = env.get("GROUP_RANK")
     launcher = env.get("RTDEBUG_LAUNCHER_PID", "")
-    return Publisher(host, port, run_id, rank, int(group) if group and group.isdigit() else None,
-                     launcher_pid=int(launcher) if launcher.isdigit() else None)
+    return Publisher(
+        host,
+        port,
+        run_id,
+        rank,
+        int(group) if group and group.isdigit() else None,
+        launcher_pid=int(launcher) if launcher.isdigit() else None,
+    )
 
 
 def attach(record: Any, rank: int, local_rank: int) -> Publisher | None:

@@ -3,8 +3,9 @@
 The ranks publish their entries there (``harness.publish``); this module reads
 them back from any machine that can reach the store (``--store HOST:PORT`` or
 ``RTDEBUG_STORE``, else the store recorded by a live local session, so ``ps`` on
-any node of the job finds every rank without a flag). One session per job: all
-nodes of a c10d job share its session id (``harness.multinode.job_session_id``).
+any node of the job finds every rank without a flag). One session per job, named
+by the session id of this machine's own launcher of that job (so it merges with
+this machine's files into one session), else by node 0's; any node's id finds it.
 
 A rank is "lost" (shown ``failed``) when its heartbeat falls behind the job's
 freshest one: its node died without saying so. When the store itself is gone the
@@ -50,37 +51,43 @@ def connect_host(rank: Entry, local: set[str] | None = None) -> tuple[str, str |
         local = _local_addresses() if local is None else local
         if node_ip not in local:
             where = rank.get("hostname") or node_ip
-            return host, (f"rank {rank['rank']} listens on {host} of node {node_ip} ({where}): open a tunnel first, "
-                          f"`ssh -N -L {rank['port']}:127.0.0.1:{rank['port']} {node_ip}`, or restart the job with "
-                          f"--debug-host auto --debug-allow <your address>")
+            return host, (
+                f"rank {rank['rank']} listens on {host} of node {node_ip} ({where}): open a tunnel first, "
+                f"`ssh -N -L {rank['port']}:127.0.0.1:{rank['port']} {node_ip}`, or restart the job with "
+                f"--debug-host auto --debug-allow <your address>"
+            )
     return host, None
 
 
 class StoreView:
     """Sessions of the jobs that publish into one c10d store."""
 
-    def __init__(self, host: str, port: int, explicit: bool = True) -> None:
-        self.host, self.port, self.explicit = host, port, explicit
+    def __init__(self, host: str, port: int, explicit: bool = True, local_ids: frozenset[str] = frozenset()) -> None:
+        self.host, self.port, self.explicit, self.local_ids = host, port, explicit, local_ids
         self.label = f"store {host}:{port}"
 
     # -- reading ------------------------------------------------------------
     def _raw(self) -> dict[str, Entry]:
         if not publish.reachable(self.host, self.port, timeout=READ_TIMEOUT_S):
             if self.explicit:
-                raise HarnessError(f"cannot reach the job store at {self.host}:{self.port}: the job has ended "
-                                   f"(torchrun's agent hosts its store) or the address is wrong")
+                raise HarnessError(
+                    f"cannot reach the job store at {self.host}:{self.port}: the job has ended "
+                    f"(torchrun's agent hosts its store) or the address is wrong"
+                )
             return {}
         try:
-            store = publish.connect(self.host, self.port, READ_TIMEOUT_S)
+            store = publish.connect(self.host, self.port, READ_TIMEOUT_S, quiet=True)
             keys = [k for k in store.list_keys() if k.startswith(publish.PREFIX + "/")]
             values = store.multi_get(keys) if keys else []
         except Exception as exc:  # the store went away between connect and read
             if self.explicit:
-                raise HarnessError(f"the job store at {self.host}:{self.port} stopped answering: "
-                                   f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+                raise HarnessError(
+                    f"the job store at {self.host}:{self.port} stopped answering: "
+                    f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                ) from None
             return {}
         out: dict[str, Entry] = {}
-        for key, value in zip(keys, values):
+        for key, value in zip(keys, values, strict=False):
             try:
                 entry = json.loads(value)
             except ValueError:
@@ -108,23 +115,51 @@ class StoreView:
         ranks = []
         for n in sorted(job["rank"]):
             r = {k: v for k, v in job["rank"][n].items() if k not in ("heartbeat", "launcher_pid")}
+            if r.get("host") in ("0.0.0.0", "::") and r.get("node_ip"):
+                r["host"] = r["node_ip"]  # bound to every address: a client reaches it at its node's
             age = min(freshest, now) - job["rank"][n].get("heartbeat", 0.0)
-            if r.get("state") in LIVE_RANK_STATES and (freshest - job["rank"][n].get("heartbeat", 0.0) > LOST_AFTER_S
-                                                       or now - job["rank"][n].get("heartbeat", 0.0) > LOST_ABS_S):
-                r.update(state="failed", error=f"lost: no heartbeat for {max(age, LOST_AFTER_S):.0f}s "
-                                               f"(its node {r.get('node_ip', '?')} is gone?)")
+            if r.get("state") in LIVE_RANK_STATES and (
+                freshest - job["rank"][n].get("heartbeat", 0.0) > LOST_AFTER_S
+                or now - job["rank"][n].get("heartbeat", 0.0) > LOST_ABS_S
+            ):
+                r.update(
+                    state="failed",
+                    error=f"lost: no heartbeat for {max(age, LOST_AFTER_S):.0f}s "
+                    f"(its node {r.get('node_ip', '?')} is gone?)",
+                )
             ranks.append(r)
         base = {k: v for k, v in nodes[0].items() if k not in ("heartbeat", "ranks", "source", "hostname", "node_ip")}
         live = any(r.get("state") in LIVE_RANK_STATES for r in ranks)
         failed = any(r.get("state") == "failed" for r in ranks)
-        node_list = [{"node_rank": g, "host": job["node"][g].get("host"), "node_ip": job["node"][g].get("node_ip"),
-                      "hostname": job["node"][g].get("hostname"), "session_id": job["node"][g].get("session_id"),
-                      "launcher_pid": job["node"][g].get("launcher_pid")} for g in sorted(job["node"])]
+        node_list = [
+            {
+                "node_rank": g,
+                "host": job["node"][g].get("host"),
+                "node_ip": job["node"][g].get("node_ip"),
+                "hostname": job["node"][g].get("hostname"),
+                "session_id": job["node"][g].get("session_id"),
+                "launcher_pid": job["node"][g].get("launcher_pid"),
+            }
+            for g in sorted(job["node"])
+        ]
         ports = sorted({p for e in nodes for p in e.get("ports", [])})
-        return dict(base, node_rank=None, ports=ports or base.get("ports", []), nodes=node_list,
-                    state="running" if live else ("failed" if failed else "exited"),
-                    store=f"{self.host}:{self.port}", rdzv_id=run_id, ranks=ranks, source=self.label,
-                    updated_at=freshest)
+        ids = [n["session_id"] for n in node_list if n["session_id"]]
+        sid = next((i for i in ids if i in self.local_ids), ids[0] if ids else run_id)
+        for r in ranks:
+            r["session_id"] = sid
+        return dict(
+            base,
+            session_id=sid,
+            node_rank=None,
+            ports=ports or base.get("ports", []),
+            nodes=node_list,
+            state="running" if live else ("failed" if failed else "exited"),
+            store=f"{self.host}:{self.port}",
+            rdzv_id=run_id,
+            ranks=ranks,
+            source=self.label,
+            updated_at=freshest,
+        )
 
     def sessions(self) -> list[Entry]:
         out = []
@@ -135,16 +170,17 @@ class StoreView:
         return out
 
     def session(self, session_id: str) -> Entry | None:
+        """The job that ``session_id`` (the id any of its nodes' launchers printed) belongs to."""
         for s in self.sessions():
-            if s["session_id"] == session_id:
-                return s
+            if session_id == s["session_id"] or session_id in [n["session_id"] for n in s["nodes"]]:
+                return dict(s, session_id=session_id, ranks=[dict(r, session_id=session_id) for r in s["ranks"]])
         return None
 
     def stop(self, session: Entry) -> str:
         """Ask every rank, through the store, to stop its own node's launcher (graceful teardown)."""
         run_id = session.get("rdzv_id")
         try:
-            store = publish.connect(self.host, self.port, READ_TIMEOUT_S)
+            store = publish.connect(self.host, self.port, READ_TIMEOUT_S, quiet=True)
             store.set(publish.stop_key(run_id), b"1")
         except Exception as exc:
             raise HarnessError(f"cannot reach the job store at {self.host}:{self.port}: {exc}") from None
@@ -156,8 +192,10 @@ class StoreView:
             except HarnessError:
                 s = None  # the store is gone with the job
             if s is None or s["state"] != "running":
-                return (f"rtdebug: stopped job {session['session_id']} on {len(session.get('nodes', []))} "
-                        f"node(s) through the store at {self.host}:{self.port}")
+                return (
+                    f"rtdebug: stopped job {session['session_id']} on {len(session.get('nodes', []))} "
+                    f"node(s) through the store at {self.host}:{self.port}"
+                )
         raise HarnessError(f"job {session['session_id']} asked to stop, but ranks still run after 60s")
 
 
@@ -168,24 +206,23 @@ def open_view(opts: Any) -> StoreView | None:
             host, port = publish.split_endpoint(opts.store)
         except ValueError:
             raise HarnessError(f"--store {opts.store!r}: expected HOST:PORT") from None
-        return StoreView(host, port, explicit=True)
+        return StoreView(host, port, explicit=True, local_ids=frozenset(_recorded_stores().values()))
     found = _recorded_stores()
     if not found:
         return None
-    return MultiStoreView([StoreView(h, p, explicit=False) for h, p in found])
+    return MultiStoreView([StoreView(h, p, explicit=False, local_ids=frozenset(found.values())) for h, p in found])
 
 
-def _recorded_stores() -> list[tuple[str, int]]:
-    out: list[tuple[str, int]] = []
+def _recorded_stores() -> dict[tuple[str, int], str]:
+    """(host, port) of the store of each live local session of a multi-node job -> its session id."""
+    out: dict[tuple[str, int], str] = {}
     try:
         sessions = list(Registry().sessions())
     except OSError:
         return out
     for s in sessions:
         if s.get("store") and s.get("state") in ("starting", "running"):
-            hp = publish.split_endpoint(s["store"])
-            if hp not in out:
-                out.append(hp)
+            out.setdefault(publish.split_endpoint(s["store"]), s["session_id"])
     return out
 
 
@@ -209,3 +246,31 @@ class MultiStoreView:
     def stop(self, session: Entry) -> str:
         host, port = publish.split_endpoint(session["store"])
         return StoreView(host, port).stop(session)
+
+
+def job_endpoints(opts: Any, nproc: int, nnodes: int, hosts: list[str] | None) -> dict[int, tuple[str, int]] | None:
+    """Where every rank of the running multi-node job really is (``rtdebug vscode``), or None.
+
+    c10d places nodes at run time, so ``--hosts`` (node index -> host) is only a guess: when
+    the job is visible its placement is used, and a ``--hosts`` that disagrees is named."""
+    import warnings
+
+    from harness.views import Views
+
+    for s in sorted(Views.open(opts).sessions(), key=lambda s: s.get("started_at", 0), reverse=True):
+        ranks = {r["rank"]: r for r in s.get("ranks", [])}
+        if not s.get("store") or not ranks or sorted(ranks) != list(range(ranks[min(ranks)]["world_size"])):
+            continue
+        if len(ranks) != nproc * nnodes:
+            continue
+        out = {n: (connect_host(r)[0], int(r["port"])) for n, r in ranks.items()}
+        wrong = [n for n, (h, _) in out.items() if hosts is not None and hosts[n // nproc] != h]
+        if wrong:
+            n = wrong[0]
+            warnings.warn(
+                f"rank {n} of job {s['session_id']} runs on {out[n][0]}, not on --hosts entry "
+                f"{hosts[n // nproc]} (c10d places nodes at run time); the configs use the job's placement",
+                stacklevel=2,
+            )
+        return out
+    return None

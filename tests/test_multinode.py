@@ -55,8 +55,21 @@ class Hosts:
         for i, (h, ns) in enumerate(self.names.items()):
             _ip("netns", "add", ns)
             self.made.append(ns)
-            _ip("link", "add", "name", "eth0", "netns", ns, "type", "veth", "peer", "name", f"p{i}", "netns",
-                self.bridge)
+            _ip(
+                "link",
+                "add",
+                "name",
+                "eth0",
+                "netns",
+                ns,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                f"p{i}",
+                "netns",
+                self.bridge,
+            )
             _ip("-n", self.bridge, "link", "set", f"p{i}", "master", "br0", "up")
             _ip("-n", ns, "addr", "add", f"{self.addr[h]}/24", "dev", "eth0")
             _ip("-n", ns, "link", "set", "eth0", "up")
@@ -82,23 +95,40 @@ class Hosts:
 
     def env(self, h: str) -> dict[str, str]:
         reg = self.tmp / f"registry-{h}"
-        return dict(os.environ, RTDEBUG_REGISTRY_DIR=str(reg), GLOO_SOCKET_IFNAME="eth0", NODE_ADDR=self.addr[h],
-                    PYTHONUNBUFFERED="1", RTDEBUG_STORE="")
+        return dict(
+            os.environ,
+            RTDEBUG_REGISTRY_DIR=str(reg),
+            GLOO_SOCKET_IFNAME="eth0",
+            NODE_ADDR=self.addr[h],
+            PYTHONUNBUFFERED="1",
+            RTDEBUG_STORE="",
+        )
 
     def start(self, h: str, args: list[str]) -> subprocess.Popen:
         log = open(self.tmp / f"{h}.log", "wb")
-        p = subprocess.Popen(["ip", "netns", "exec", self.names[h], PY, "-m", "harness", *args], cwd=ROOT,
-                             env=self.env(h), stdout=log, stderr=subprocess.STDOUT)
+        p = subprocess.Popen(
+            ["ip", "netns", "exec", self.names[h], PY, "-m", "harness", *args],
+            cwd=ROOT,
+            env=self.env(h),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         self.procs.append(p)
         return p
 
-    def log(self, h: str) -> str:
+    def log(self, h: str, tail: int = 3000) -> str:
         path = self.tmp / f"{h}.log"
-        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+        return path.read_text(errors="replace")[-tail:] if path.exists() else ""
 
     def run(self, h: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        return subprocess.run(["ip", "netns", "exec", self.names[h], *args], cwd=ROOT, env=self.env(h),
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            ["ip", "netns", "exec", self.names[h], *args],
+            cwd=ROOT,
+            env=self.env(h),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def rtdebug(self, h: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return self.run(h, PY, "-m", "harness", *args, timeout=timeout)
@@ -121,11 +151,37 @@ def node_args(hosts: Hosts, node: str, stop: Path, nproc: int) -> list[str]:
     """The guide's c10d command, through rtdebug. Both namespaces share the machine's hostname,
     so torchrun is told which node hosts the rendezvous store and which address is its own."""
     ep = f"{hosts.addr['n0']}:{RDZV_PORT}"
-    return ["torchrun", "--debug-host", "auto", "--debug-allow", hosts.addr["lap"],
-            "--nnodes=2", f"--nproc-per-node={nproc}", f"--node_rank={0 if node == 'n0' else 1}",
-            "--rdzv_backend=c10d", f"--rdzv_endpoint={ep}", "--rdzv_id=job",
-            "--local-addr", hosts.addr[node], "--rdzv-conf", f"is_host={1 if node == 'n0' else 0}",
-            str(SCRIPT), str(stop)]
+    return [
+        "torchrun",
+        "--debug-host",
+        "auto",
+        "--debug-allow",
+        hosts.addr["lap"],
+        "--nnodes=2",
+        f"--nproc-per-node={nproc}",
+        f"--node_rank={0 if node == 'n0' else 1}",
+        "--rdzv_backend=c10d",
+        f"--rdzv_endpoint={ep}",
+        "--rdzv_id=job",
+        "--local-addr",
+        hosts.addr[node],
+        "--rdzv-conf",
+        f"is_host={1 if node == 'n0' else 0}",
+        str(SCRIPT),
+        str(stop),
+    ]
+
+
+KNOCK = """
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30)
+body = b'{"seq": 1, "type": "request", "command": "initialize", "arguments": {"adapterID": "debugpy"}}'
+s.sendall(b"Content-Length: %d\\r\\n\\r\\n" % len(body) + body)
+try:
+    print("closed" if s.recv(1000) == b"" else "answered")
+except ConnectionResetError:
+    print("reset")
+"""
 
 
 def ps_json(hosts: Hosts, h: str, *extra: str) -> dict:
@@ -153,17 +209,31 @@ def wait_view(hosts: Hosts, h: str, n: int, *extra: str, timeout: float = 240) -
     raise AssertionError(f"{n} ready ranks never seen from {h}: {last}\nn0: {hosts.log('n0')}\nn1: {hosts.log('n1')}")
 
 
-def attach_and_stop(hosts: Hosts, store: str, rank: int) -> tuple[dict, str]:
-    a = hosts.rtdebug("lap", "attach", "--rank", str(rank), "--store", store, "--json", "--timeout", "60")
+def attach_and_stop(hosts: Hosts, store: str, rank: int, *extra: str) -> tuple[dict, str]:
+    a = hosts.rtdebug("lap", "attach", "--rank", str(rank), "--store", store, "--json", "--timeout", "60", *extra)
     assert a.returncode == 0, a.stderr
     where = json.loads(a.stdout)
     expr = "f'{dist.get_rank()}|{HOST}|{os.environ[\"NODE_ADDR\"]}'"
-    p = hosts.run("lap", PY, str(PROBE), where["host"], str(where["port"]), str(SCRIPT),
-                  str(marker_line(SCRIPT, "multinode step")), expr, timeout=240)
+    p = hosts.run(
+        "lap",
+        PY,
+        str(PROBE),
+        where["host"],
+        str(where["port"]),
+        str(SCRIPT),
+        str(marker_line(SCRIPT, "multinode step")),
+        expr,
+        timeout=240,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     probe = json.loads(p.stdout.strip().splitlines()[-1])
     assert probe["verified"] and probe["line"] == marker_line(SCRIPT, "multinode step")
     return where, probe["value"].strip("'\"")
+
+
+def launcher_session(hosts: Hosts, h: str) -> str:
+    line = next(ln for ln in hosts.log(h, tail=1 << 30).splitlines() if ln.startswith("rtdebug: session "))
+    return line.split()[2]
 
 
 def wait_empty(hosts: Hosts, names: list[str], timeout: float) -> list[int]:
@@ -189,16 +259,50 @@ def test_two_hosts_one_view_attach_every_rank_and_kill_one_node(hosts, tmp_path)
     assert sorted(ranks) == [0, 1]
     assert sorted(r["host"] for r in ranks.values()) == [hosts.addr["n0"], hosts.addr["n1"]]
 
-    # ps on either node, with no flag, lists both ranks under the one session id of the job
+    # ps on either node, with no flag, lists both ranks in one session: that node's own (merged with the
+    # store's view of the other node); the laptop names the job by node 0's launcher's session id
+    sid = {h: launcher_session(hosts, h) for h in ("n0", "n1")}
+    assert sorted(n["session_id"] for n in job["nodes"]) == sorted(sid.values())
+    assert job["session_id"] == next(n["session_id"] for n in job["nodes"] if n["node_rank"] == 0)
     for h in ("n0", "n1"):
         s = wait_view(hosts, h, 2)
-        assert s["session_id"] == job["session_id"]
+        assert s["session_id"] == sid[h]
         assert {r["rank"]: r["host"] for r in s["ranks"]} == {n: r["host"] for n, r in ranks.items()}
+
+    # generated VS Code configs follow the running job's placement, and a --hosts guess that
+    # disagrees with it (here deliberately swapped) is named, never used
+    swapped = f"{ranks[1]['host']},{ranks[0]['host']}"
+    v = hosts.rtdebug(
+        "lap",
+        "vscode",
+        "--script",
+        str(SCRIPT),
+        "--nproc-per-node",
+        "1",
+        "--nnodes",
+        "2",
+        "--hosts",
+        swapped,
+        "--store",
+        store,
+    )
+    assert v.returncode == 0, v.stderr
+    connects = [c["connect"] for c in json.loads(v.stdout)["configurations"][:2]]
+    assert connects == [{"host": ranks[n]["host"], "port": ranks[n]["port"]} for n in (0, 1)]
+    assert (
+        f"rtdebug: warning: rank 0 of job {job['session_id']} runs on {ranks[0]['host']}, not on --hosts entry"
+        in v.stderr
+    )
+
+    # the endpoints admit the laptop only (--debug-allow): the other node gets no reply at all
+    other = "n1" if ranks[0]["host"] == hosts.addr["n0"] else "n0"
+    knock = hosts.run(other, PY, "-c", KNOCK, ranks[0]["host"], str(ranks[0]["port"]), timeout=60)
+    assert knock.stdout.strip() in ("closed", "reset"), knock.stdout + knock.stderr
 
     # attach from the laptop through the view; each rank stops where dist.get_rank() is N and the
     # process's own socket address and NODE_ADDR are those of the namespace the view names
-    for rank in (0, 1):
-        where, value = attach_and_stop(hosts, store, rank)
+    for rank in (0, 1):  # by the id either node's launcher printed
+        where, value = attach_and_stop(hosts, store, rank, "--session", sid["n1" if rank == 0 else "n0"])
         assert where["host"] == ranks[rank]["host"]
         assert value == f"{rank}|{where['host']}|{where['host']}", value
 

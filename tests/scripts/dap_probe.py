@@ -22,5 +22,7 @@ value = c.evaluate(expr, frame["id"])
 c.request("setBreakpoints", source={"path": script}, breakpoints=[])
 c.continue_(stopped["threadId"])
 c.disconnect()
-print(json.dumps({"verified": verified[script]["breakpoints"][0]["verified"], "line": frame["line"],
-                  "value": value}), flush=True)
+print(
+    json.dumps({"verified": verified[script]["breakpoints"][0]["verified"], "line": frame["line"], "value": value}),
+    flush=True,
+)
