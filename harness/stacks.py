@@ -99,7 +99,7 @@ def collect(
     """A grouped snapshot of the selected live ranks of ``session`` (the ``--json`` object)."""
     sid = session["session_id"]
     sdir = reg.session_dir(sid)
-    start = time.monotonic()
+    start, taken_at = time.monotonic(), time.time()  # when the signals went out
     live, ended = select_ranks(reg, session, ranks)
     dumps: dict[int, dict[str, Any]] = {}
     unresponsive: dict[int, str] = {}
@@ -156,7 +156,7 @@ def collect(
     pids = {e["rank"]: e["pid"] for e in live}
     return {
         "session_id": sid,
-        "taken_at": time.time(),
+        "taken_at": taken_at,
         "elapsed_s": round(time.monotonic() - start, 4),
         "groups": stackgroup.group(dumps),
         "unresponsive": sorted(unresponsive),
