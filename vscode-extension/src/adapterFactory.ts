@@ -21,8 +21,8 @@ export class RtdebugAdapterFactory implements vscode.DebugAdapterDescriptorFacto
     const c = session.configuration;
     const ep = rankEndpoint(c);
     if (ep) return new vscode.DebugAdapterServer(ep.port, ep.host);
-    let adapter: GroupAdapter | undefined;
-    const log = (line: string) => adapter?.output(line + '\n');
+    const holder: { adapter?: GroupAdapter } = {}; // the group logs through the adapter created below
+    const log = (line: string) => holder.adapter?.output(line + '\n');
     const group = new RankGroup({
       readSession: (id) => this.registry.find(id),
       startJob: c.request === 'launch' ? () => new JobProcess(jobSpec(c), log) : undefined,
@@ -34,8 +34,8 @@ export class RtdebugAdapterFactory implements vscode.DebugAdapterDescriptorFacto
       ranks: ranksOf(c),
       readyTimeoutMs: Number(c.readyTimeoutSeconds ?? 180) * 1000,
     });
-    adapter = new GroupAdapter(group, (m) => void vscode.window.showErrorMessage(m));
-    return new vscode.DebugAdapterInlineImplementation(adapter as unknown as vscode.DebugAdapter);
+    holder.adapter = new GroupAdapter(group, (m) => void vscode.window.showErrorMessage(m));
+    return new vscode.DebugAdapterInlineImplementation(holder.adapter as unknown as vscode.DebugAdapter);
   }
 }
 

@@ -27,9 +27,9 @@ export function registerAll(context: vscode.ExtensionContext): void {
   const allStop = new AllStopController(attach, states, log);
   const commands = new AttachCommands(attach, registry);
   const provider = new RtdebugConfigurationProvider(attach);
-  const ranksView = new RanksView(registry, states, attach.onDidChange);
+  const ranksView = new RanksView(registry, states, attach);
   const stacksView = new StacksView();
-  const rankCommands = new RankCommands(attach, registry, stacksView, allStop);
+  const rankCommands = new RankCommands(attach, registry, stacksView, allStop, log);
   const evalDocs = new EvalDocuments();
   const evaluate = new EvaluateCommand(attach, states, evalDocs, rankCommands);
   const setAllStopKey = () => void vscode.commands.executeCommand('setContext', ContextKeys.allStop, readSettings().allStop);

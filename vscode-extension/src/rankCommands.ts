@@ -15,16 +15,18 @@ import { StacksNode, StacksView } from './stacksView';
  * the view, else asks (or takes the only candidate).
  */
 export class RankCommands {
-  constructor(private attach: AttachService, private registry: RegistryWatcher, private stacks: StacksView, private allStop: AllStopController) {}
+  constructor(private attach: AttachService, private registry: RegistryWatcher, private stacks: StacksView, private allStop: AllStopController,
+    private log: vscode.OutputChannel) {}
 
   async attachRank(node?: RanksNode): Promise<void> {
     if (node?.kind !== 'rank') return void vscode.commands.executeCommand('rtdebug.attachToRank');
-    await guard(() => this.attach.attach(node.session.entry.session_id, node.rank.rank));
+    this.log.appendLine(`rtdebug: attaching to rank ${node.rank.rank} of ${node.session.entry.session_id} (Ranks view)`);
+    await guard(() => this.attach.attach(node.session.entry.session_id, node.rank.rank), this.log);
   }
 
   async detachRank(node?: RanksNode): Promise<void> {
     if (node?.kind !== 'rank') return;
-    await guard(() => this.attach.detach({ session: node.session.entry.session_id, rank: node.rank.rank }));
+    await guard(() => this.attach.detach({ session: node.session.entry.session_id, rank: node.rank.rank }), this.log);
   }
 
   async stopSession(node?: RanksNode): Promise<void> {
@@ -34,7 +36,7 @@ export class RankCommands {
       const out = await runHarness(await currentHarness(), ['stop', '--session', id], 90000);
       void vscode.window.showInformationMessage(`rtdebug: ${out.trim().split('\n').pop() || `session ${id} stopped`}`);
       this.registry.refresh();
-    });
+    }, this.log);
   }
 
   /** `rtdebug stacks [--session ID] --json`, shown in the Rank Stacks view. */
@@ -46,12 +48,12 @@ export class RankCommands {
       const rep = parseStacks(await runHarness(await currentHarness(), args, 60000));
       this.stacks.show(rep);
       await vscode.commands.executeCommand(`${Views.stacks}.focus`);
-    });
+    }, this.log);
   }
 
   async attachGroup(node?: StacksNode): Promise<void> {
     if (node?.kind !== 'group') return;
-    await guard(() => this.attach.attach(node.session, node.group.ranks[0]));
+    await guard(() => this.attach.attach(node.session, node.group.ranks[0]), this.log);
   }
 
   async pauseAll(node?: RanksNode): Promise<void> {
@@ -80,6 +82,9 @@ export class RankCommands {
   }
 }
 
-export async function guard(f: () => Promise<void>): Promise<void> {
-  try { await f(); } catch (e) { void vscode.window.showErrorMessage(`rtdebug: ${(e as Error).message}`); }
+export async function guard(f: () => Promise<void>, log?: vscode.OutputChannel): Promise<void> {
+  try { await f(); } catch (e) {
+    log?.appendLine(`rtdebug: ${(e as Error).message}`);
+    void vscode.window.showErrorMessage(`rtdebug: ${(e as Error).message}`);
+  }
 }

@@ -4,6 +4,8 @@ import { AllStop } from './common/allStop';
 import { RankDebugStates } from './common/rankDebugState';
 import { AttachService } from './attachService';
 
+const STEPS = new Set(['next', 'stepIn', 'stepOut', 'stepBack', 'reverseContinue', 'goto']);
+
 interface DapMessage { type: string; command?: string; event?: string; body?: Record<string, unknown>; arguments?: Record<string, unknown> }
 
 /**
@@ -19,7 +21,11 @@ export class RankTrackerFactory implements vscode.DebugAdapterTrackerFactory {
     const gone = () => { const k = ref(); if (k) this.states.delete(k); };
     return {
       onWillReceiveMessage: (m: DapMessage) => {
-        if (m.type === 'request' && m.command === 'continue') { const k = ref(); if (k) this.allStop.continued(k); }
+        if (m.type !== 'request') return;
+        const k = ref();
+        if (!k) return;
+        if (m.command === 'continue') this.allStop.continued(k);
+        else if (m.command && STEPS.has(m.command)) this.allStop.stepping(k);
       },
       onDidSendMessage: (m: DapMessage) => {
         if (m.type !== 'event') return;

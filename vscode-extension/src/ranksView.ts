@@ -2,6 +2,7 @@ import * as vscode from 'vscode';
 import { RankDebugStates } from './common/rankDebugState';
 import { rankRow, Row, sessionRow } from './common/ranksTree';
 import { RankEntry, Session } from './common/registryModel';
+import { AttachService } from './attachService';
 import { RegistryWatcher } from './registryWatcher';
 
 /** A node of the Ranks view; commands from its inline actions receive it. */
@@ -16,9 +17,9 @@ export class RanksView implements vscode.TreeDataProvider<RanksNode>, vscode.Dis
   readonly onDidChangeTreeData = this.changed.event;
   private subs: vscode.Disposable[];
 
-  constructor(private registry: RegistryWatcher, private states: RankDebugStates, onAttachChange: vscode.Event<void>) {
+  constructor(private registry: RegistryWatcher, private states: RankDebugStates, private attached: AttachService) {
     const fire = () => this.changed.fire();
-    this.subs = [registry.onDidChange(fire), onAttachChange(fire), states.onDidChange(fire)];
+    this.subs = [registry.onDidChange(fire), attached.onDidChange(fire), states.onDidChange(fire)];
   }
 
   getChildren(node?: RanksNode): RanksNode[] {
@@ -29,7 +30,9 @@ export class RanksView implements vscode.TreeDataProvider<RanksNode>, vscode.Dis
 
   getTreeItem(node: RanksNode): vscode.TreeItem {
     if (node.kind === 'session') return toItem(sessionRow(node.session), vscode.TreeItemCollapsibleState.Expanded);
-    const dbg = this.states.get({ session: node.session.entry.session_id, rank: node.rank.rank });
+    const k = { session: node.session.entry.session_id, rank: node.rank.rank };
+    // A session of ours that has not stopped yet has no tracked state: it is attached and running.
+    const dbg = this.states.get(k) ?? (this.attached.isAttached(k.session, k.rank) ? { state: 'running' as const } : undefined);
     return toItem(rankRow(node.session, node.rank, dbg), vscode.TreeItemCollapsibleState.None);
   }
 

@@ -53,6 +53,15 @@ export class AllStop {
     this.continueAll(k.session, k.rank);
   }
 
+  /**
+   * A step request (next / stepIn / stepOut) on one rank: it runs again, alone; nothing propagates. (A step
+   * over a collective returns only once the other ranks reach it: Continue All, or step them too.)
+   */
+  stepping(k: RankKey): void {
+    const before = this.states.get(k);
+    if (before && before.state !== 'running') this.states.set(k, { state: 'running' });
+  }
+
   /** Pause every running attached rank of the session except `except`. Returns the ranks asked. */
   pauseOthers(session: string, except: number | undefined, why: string): number[] {
     const asked: number[] = [];

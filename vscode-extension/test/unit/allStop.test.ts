@@ -108,3 +108,17 @@ test('a failed pause returns the rank to running', async () => {
   await flush();
   assert.equal(states.get(k(1))?.state, 'running');
 });
+
+test('a step on one rank runs it alone: no pause, no continue of the others', async () => {
+  const { a, states, calls, k } = setup([0, 1]);
+  a.stopped(k(0), 'breakpoint', 1);
+  a.stopped(k(1), 'pause', 2);
+  await flush();
+  calls.length = 0;
+  a.stepping(k(0));
+  assert.equal(states.get(k(0))?.state, 'running');
+  a.stopped(k(0), 'step', 1); // the step ends: rank 1 is already stopped, nothing to pause
+  a.continued(k(1)); // continue on rank 1 continues rank 0 (stopped again after its step)
+  await flush();
+  assert.deepEqual(calls, ['continue 0 thread 1']);
+});
