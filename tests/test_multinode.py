@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import json
 import os
-import random
-import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from conftest import PY, ROOT, SCRIPTS, marker_line
+from netns import Hosts
+
+from conftest import PY, SCRIPTS, marker_line
 
 pytestmark = [pytest.mark.e2e, pytest.mark.netns]
 
@@ -28,110 +28,6 @@ SCRIPT = SCRIPTS / "multinode_train.py"
 PROBE = SCRIPTS / "dap_probe.py"
 RDZV_PORT = 29500
 FULL = os.environ.get("RTDEBUG_FULL") == "1"
-
-
-def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=check)
-
-
-class Hosts:
-    """Namespaces ``n0``, ``n1`` (nodes) and ``lap`` (laptop) on a bridge in a namespace of its own."""
-
-    def __init__(self, tmp: Path) -> None:
-        tag = f"rtd{os.getpid() % 100000}{random.randrange(100):02d}"
-        self.tmp = tmp
-        self.subnet = f"10.203.{random.randrange(1, 255)}"
-        self.bridge = f"{tag}-br"
-        self.names = {h: f"{tag}-{h}" for h in ("n0", "n1", "lap")}
-        self.addr = {h: f"{self.subnet}.{i + 1}" for i, h in enumerate(self.names)}
-        self.made: list[str] = []
-        self.procs: list[subprocess.Popen] = []
-
-    def up(self) -> None:
-        _ip("netns", "add", self.bridge)
-        self.made.append(self.bridge)
-        _ip("-n", self.bridge, "link", "add", "br0", "type", "bridge")
-        _ip("-n", self.bridge, "link", "set", "br0", "up")
-        for i, (h, ns) in enumerate(self.names.items()):
-            _ip("netns", "add", ns)
-            self.made.append(ns)
-            _ip(
-                "link",
-                "add",
-                "name",
-                "eth0",
-                "netns",
-                ns,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                f"p{i}",
-                "netns",
-                self.bridge,
-            )
-            _ip("-n", self.bridge, "link", "set", f"p{i}", "master", "br0", "up")
-            _ip("-n", ns, "addr", "add", f"{self.addr[h]}/24", "dev", "eth0")
-            _ip("-n", ns, "link", "set", "eth0", "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
-
-    def pids(self, h: str) -> list[int]:
-        out = _ip("netns", "pids", self.names[h], check=False).stdout
-        return [int(p) for p in out.split()]
-
-    def down(self) -> None:
-        """Kill what runs inside our namespaces (only our processes run there), then delete them."""
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-        for h, ns in self.names.items():
-            for pid in self.pids(h) if ns in self.made else []:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-        for ns in reversed(self.made):
-            _ip("netns", "del", ns, check=False)
-
-    def env(self, h: str) -> dict[str, str]:
-        reg = self.tmp / f"registry-{h}"
-        return dict(
-            os.environ,
-            RTDEBUG_REGISTRY_DIR=str(reg),
-            GLOO_SOCKET_IFNAME="eth0",
-            NODE_ADDR=self.addr[h],
-            PYTHONUNBUFFERED="1",
-            RTDEBUG_STORE="",
-        )
-
-    def start(self, h: str, args: list[str]) -> subprocess.Popen:
-        log = open(self.tmp / f"{h}.log", "wb")
-        p = subprocess.Popen(
-            ["ip", "netns", "exec", self.names[h], PY, "-m", "harness", *args],
-            cwd=ROOT,
-            env=self.env(h),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        self.procs.append(p)
-        return p
-
-    def log(self, h: str, tail: int = 3000) -> str:
-        path = self.tmp / f"{h}.log"
-        return path.read_text(errors="replace")[-tail:] if path.exists() else ""
-
-    def run(self, h: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            ["ip", "netns", "exec", self.names[h], *args],
-            cwd=ROOT,
-            env=self.env(h),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-
-    def rtdebug(self, h: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        return self.run(h, PY, "-m", "harness", *args, timeout=timeout)
 
 
 @pytest.fixture
