@@ -184,7 +184,7 @@ def native_dumps(pids: dict[int, int], timeout: float) -> dict[int, Any]:
                 [exe, "dump", "--native", "--json", "--pid", str(pid)],
                 capture_output=True,
                 text=True,
-                timeout=max(timeout, 5.0),
+                timeout=max(timeout * 10, 30.0),  # symbolizing libtorch takes seconds
             )
         except subprocess.TimeoutExpired:
             return "py-spy timed out"
