@@ -223,3 +223,15 @@ def test_vscode_multinode_configs_are_resolved_never_guessed():
         {"host": "b", "port": 5678},
         {"host": "a", "port": 5679},
     ]
+
+
+def test_debug_host_auto_is_for_torchrun_only(capsys):
+    from harness import cli
+
+    from conftest import EXAMPLES
+
+    assert cli.main(["run", "--host", "auto", str(EXAMPLES / "local_linear.py")]) == 2
+    assert capsys.readouterr().err == (
+        "rtdebug: error: --host auto picks the address toward a multi-node job's rendezvous host: "
+        "it is for `rtdebug torchrun --debug-host auto`\n"
+    )
