@@ -9,6 +9,7 @@ from typing import Any
 
 from bench.common import HOST, LOOP, log, summary, touch
 from bench.jobs import Run, disconnect_all, guarded, wait_files
+
 from dap import DAPClient
 
 
@@ -80,4 +81,3 @@ def attach_latency(res: dict, reps: int, n: int = 4) -> None:
 
         guarded(res, f"attach-all rep {rep + 1}", go)
     res["attach"] = {"abs": {k: summary(v) for k, v in d.items()}, "raw": d, "line": line, "n": n}
-

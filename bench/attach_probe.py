@@ -32,13 +32,35 @@ from bench.common import free_range  # noqa: E402
 def one(python: str, extra_path: str | None, timeout: float) -> float | None:
     port = free_range(1)
     with tempfile.TemporaryDirectory(dir=BENCH / ".work") as tmp:
-        env = dict(os.environ, RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
-                   RTDEBUG_SESSION=f"probe-{port}", RTDEBUG_PORT_BASE=str(port),
-                   RTDEBUG_REGISTRY_DIR=f"{tmp}/registry", PYTHONUNBUFFERED="1",
-                   PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), extra_path) if p))
-        p = subprocess.Popen([python, "-m", "harness.bootstrap", str(BENCH / "loop.py"), "--mode", "py",
-                              "--ctl", tmp, "--warmup-steps", "3000"], env=env, start_new_session=True,
-                             stdout=subprocess.DEVNULL)
+        env = dict(
+            os.environ,
+            RANK="0",
+            LOCAL_RANK="0",
+            WORLD_SIZE="1",
+            LOCAL_WORLD_SIZE="1",
+            RTDEBUG_SESSION=f"probe-{port}",
+            RTDEBUG_PORT_BASE=str(port),
+            RTDEBUG_REGISTRY_DIR=f"{tmp}/registry",
+            PYTHONUNBUFFERED="1",
+            PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), extra_path) if p),
+        )
+        p = subprocess.Popen(
+            [
+                python,
+                "-m",
+                "harness.bootstrap",
+                str(BENCH / "loop.py"),
+                "--mode",
+                "py",
+                "--ctl",
+                tmp,
+                "--warmup-steps",
+                "3000",
+            ],
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+        )
         try:
             deadline = time.monotonic() + 60
             while not os.path.exists(f"{tmp}/warm-0"):
@@ -48,8 +70,14 @@ def one(python: str, extra_path: str | None, timeout: float) -> float | None:
             c = DAPClient("127.0.0.1", port, timeout=timeout)
             t = time.monotonic()
             try:
-                c.request("initialize", adapterID="debugpy", clientID="probe", pathFormat="path",
-                          linesStartAt1=True, columnsStartAt1=True)
+                c.request(
+                    "initialize",
+                    adapterID="debugpy",
+                    clientID="probe",
+                    pathFormat="path",
+                    linesStartAt1=True,
+                    columnsStartAt1=True,
+                )
                 return time.monotonic() - t
             except DAPError:
                 return None
@@ -78,8 +106,11 @@ def main() -> int:
     for i in range(a.tries):
         t = one(a.python, extra, a.timeout)
         times.append(t)
-        print(f"try {i + 1}: " + (f"initialize answered in {t:.2f} s" if t is not None
-                                   else f"no answer within {a.timeout:g} s"), flush=True)
+        print(
+            f"try {i + 1}: "
+            + (f"initialize answered in {t:.2f} s" if t is not None else f"no answer within {a.timeout:g} s"),
+            flush=True,
+        )
     ok = sorted(t for t in times if t is not None)
     print(f"{len(ok)}/{len(times)} answered" + (f"; median {ok[len(ok) // 2]:.2f} s, max {ok[-1]:.2f} s" if ok else ""))
     return 0

@@ -59,7 +59,6 @@ def free_range(n: int) -> int:
     raise RuntimeError("no free port range")
 
 
-
 def base_env(registry: Path | None = None) -> dict[str, str]:
     env = dict(os.environ)
     for k in list(env):
@@ -73,7 +72,5 @@ def base_env(registry: Path | None = None) -> dict[str, str]:
     return env
 
 
-
 def touch(path: Path) -> None:
     path.write_text("")
-

@@ -12,12 +12,14 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 
 from bench.common import BENCH, HOST, LOOP, PY, READY, RECIPE, WORK, base_env, free_range, log, touch
+
 from dap import DAPClient
 
 
@@ -25,14 +27,22 @@ from dap import DAPClient
 class Job:
     """A process started in its own session; stdout lines are time-stamped as they arrive."""
 
-    live: list["Job"] = []
+    live: list[Job] = []
 
     def __init__(self, cmd: list[str], env: dict[str, str], cwd: Path = BENCH, cpu: int | None = None) -> None:
         self.cmd = cmd
         self.t_launch = time.time()
         pin = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
-        self.proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=pin)
+        self.proc = subprocess.Popen(
+            cmd,
+            env=env,
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=pin,
+        )
         self.lines: list[tuple[float, str]] = []
         self._cv = threading.Condition()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -128,9 +138,9 @@ def wait_files(paths: list[Path], timeout: float, job: Job | None = None) -> Non
         time.sleep(0.02)
 
 
-
-def run_phase(ctl: Path, name: str, nproc: int, job: Job, timeout: float = 120,
-              also: list[Path] = ()) -> dict[str, float]:
+def run_phase(
+    ctl: Path, name: str, nproc: int, job: Job, timeout: float = 120, also: list[Path] = ()
+) -> dict[str, float]:
     """Start phase `name` (in `ctl` and any `also` control dirs at the same instant) and wait for
     the results. wall = median window steps/s, best = fastest window, cpu = median steps per
     CPU-second; each the mean over ranks."""
@@ -143,10 +153,11 @@ def read_phase(ctl: Path, name: str, nproc: int, job: Job, timeout: float = 120)
     files = [ctl / f"res-{name}-{r}.json" for r in range(nproc)]
     wait_files(files, timeout, job)
     data = [json.loads(p.read_text()) for p in files]
-    return {"wall": statistics.mean(statistics.median(d["rates"]) for d in data),
-            "best": statistics.mean(max(d["rates"]) for d in data),
-            "cpu": statistics.mean(statistics.median(d["cpu_rates"]) for d in data)}
-
+    return {
+        "wall": statistics.mean(statistics.median(d["rates"]) for d in data),
+        "best": statistics.mean(max(d["rates"]) for d in data),
+        "cpu": statistics.mean(statistics.median(d["cpu_rates"]) for d in data),
+    }
 
 
 # -- launching the configurations ------------------------------------------------
@@ -167,8 +178,17 @@ class Run:
         if kind == "plain":
             cmd = [python, "-m", "torch.distributed.run", *tr, *loop]
         elif kind in ("lazy", "eager"):
-            cmd = [python, "-m", "harness", "torchrun", "--debug-port-base", str(self.base),
-                   *(["--eager"] if kind == "eager" else []), *tr, *loop]
+            cmd = [
+                python,
+                "-m",
+                "harness",
+                "torchrun",
+                "--debug-port-base",
+                str(self.base),
+                *(["--eager"] if kind == "eager" else []),
+                *tr,
+                *loop,
+            ]
         elif kind == "recipe":
             env["RTDEBUG_BENCH_RECIPE_BASE"] = str(self.base)
             cmd = [python, "-m", "torch.distributed.run", *tr, str(RECIPE), *loop]
@@ -200,8 +220,9 @@ class Run:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def attach_all(ports: list[int], breakpoints: dict[str, list[int]] | None = None,
-               timeout: float = 60) -> tuple[list[DAPClient], list[float]]:
+def attach_all(
+    ports: list[int], breakpoints: dict[str, list[int]] | None = None, timeout: float = 60
+) -> tuple[list[DAPClient], list[float]]:
     """Attach a DAPClient to every port in parallel; returns clients and per-port done times."""
     clients: list[Any] = [None] * len(ports)
     done: list[Any] = [None] * len(ports)
@@ -245,4 +266,3 @@ def guarded(results: dict, key: str, fn: Callable[[], Any]) -> Any:
         results.setdefault("failures", []).append(f"{key}: {str(exc)[:800]}")
         kill_all()
         return None
-

@@ -36,9 +36,8 @@ def launch_times(res: dict, reps: int, ns: list[int], mode: str) -> None:
         table[n] = {
             "abs": {key: summary(v) for key, v in d.items()},
             # rep-paired ratios: the harness run and the plain run of the same rep
-            "ready_ratio": summary([a / b for a, b in zip(d["ready"][:k], d["plain_first"][:k])]),
-            "first_ratio": summary([a / b for a, b in zip(d["harness_first"], d["plain_first"])]),
+            "ready_ratio": summary([a / b for a, b in zip(d["ready"][:k], d["plain_first"][:k], strict=True)]),
+            "first_ratio": summary([a / b for a, b in zip(d["harness_first"], d["plain_first"], strict=False)]),
             "raw": d,
         }
     res["launch"] = table
-

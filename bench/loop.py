@@ -40,8 +40,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--phases", default="main", help="comma-separated phase names, run in order")
     p.add_argument("--exit-after-first", action="store_true", help="stop after the first step (launch timing)")
     p.add_argument("--hold", action="store_true", help="after the phases keep stepping until ctl/stop exists")
-    p.add_argument("--pin", type=int, metavar="K",
-                   help="pin this rank to CPU number (LOCAL_RANK + K) mod ncpu of the allowed ones")
+    p.add_argument(
+        "--pin", type=int, metavar="K", help="pin this rank to CPU number (LOCAL_RANK + K) mod ncpu of the allowed ones"
+    )
     return p.parse_args()
 
 
@@ -83,7 +84,7 @@ def make_py_step():
 
     def dot(a, b):
         s = 0.0
-        for u, v in zip(a, b):
+        for u, v in zip(a, b, strict=False):
             s += u * v
         return s
 
@@ -191,8 +192,14 @@ def main() -> int:
             t1, c1 = time.perf_counter(), time.process_time()
             rates.append(per_window / (t1 - t0))
             cpu_rates.append(per_window / max(c1 - c0, 1e-9))
-        out = {"phase": phase, "rank": rank, "steps_per_window": per_window, "rates": rates,
-               "cpu_rates": cpu_rates, "python": sys.version.split()[0]}
+        out = {
+            "phase": phase,
+            "rank": rank,
+            "steps_per_window": per_window,
+            "rates": rates,
+            "cpu_rates": cpu_rates,
+            "python": sys.version.split()[0],
+        }
         if ctl:
             touch(os.path.join(ctl, f"res-{phase}-{rank}.json"), json.dumps(out))
         else:

@@ -16,8 +16,7 @@ from bench.jobs import Run, attach_all, disconnect_all, guarded
 def many_ranks(res: dict, reps: int, n: int = 16) -> None:
     from harness.registry import Registry
 
-    d: dict[str, list] = {"ready": [], "attach_all": [], "rank_bytes": [], "boot_to_ready": [],
-                          "spawn_to_record": []}
+    d: dict[str, list] = {"ready": [], "attach_all": [], "rank_bytes": [], "boot_to_ready": [], "spawn_to_record": []}
     for rep in range(reps):
         log(f"4 rep {rep + 1}/{reps}: {n} local ranks")
 
@@ -45,11 +44,29 @@ def many_ranks(res: dict, reps: int, n: int = 16) -> None:
     # registry cost, measured in this process on entries shaped like the real ones
     tmp = Path(tempfile.mkdtemp(dir=WORK))
     reg = Registry(tmp)
-    entry = {"schema_version": 1, "kind": "rank", "pid": os.getpid(), "create_time": time.time(),
-             "state": "ready", "attach_count": 0, "started_at": time.time(), "updated_at": time.time(),
-             "exit_code": None, "error": None, "session_id": "20260101-000000-abcd", "rank": 0,
-             "local_rank": 0, "node_rank": 0, "world_size": n, "host": HOST, "port": 41000, "lazy": True,
-             "wait": False, "script": str(LOOP), "cwd": str(BENCH)}
+    entry = {
+        "schema_version": 1,
+        "kind": "rank",
+        "pid": os.getpid(),
+        "create_time": time.time(),
+        "state": "ready",
+        "attach_count": 0,
+        "started_at": time.time(),
+        "updated_at": time.time(),
+        "exit_code": None,
+        "error": None,
+        "session_id": "20260101-000000-abcd",
+        "rank": 0,
+        "local_rank": 0,
+        "node_rank": 0,
+        "world_size": n,
+        "host": HOST,
+        "port": 41000,
+        "lazy": True,
+        "wait": False,
+        "script": str(LOOP),
+        "cwd": str(BENCH),
+    }
     writes = []
     for i in range(300):
         e = dict(entry, rank=i % n)
@@ -63,8 +80,11 @@ def many_ranks(res: dict, reps: int, n: int = 16) -> None:
         reads.append(time.perf_counter() - t)
     assert len(got) == n
     shutil.rmtree(tmp, ignore_errors=True)
-    res["many"] = {"n": n, "abs": {k: summary(v) for k, v in d.items()}, "raw": d,
-                   "write_us": summary([w * 1e6 for w in writes]),
-                   "read_all_ms": summary([x * 1e3 for x in reads]),
-                   "writes_per_rank": "2 to ready (starting, ready); +1 per attach and per detach; +1 at exit"}
-
+    res["many"] = {
+        "n": n,
+        "abs": {k: summary(v) for k, v in d.items()},
+        "raw": d,
+        "write_us": summary([w * 1e6 for w in writes]),
+        "read_all_ms": summary([x * 1e3 for x in reads]),
+        "writes_per_rank": "2 to ready (starting, ready); +1 per attach and per detach; +1 at exit",
+    }

@@ -18,11 +18,14 @@ from typing import Any
 
 from bench.common import LOOP, METRICS, PY, ROOT, WORK, base_env, free_range, log, summary, touch
 from bench.jobs import Job, attach_all, disconnect_all, guarded, read_phase, wait_files
+
 from dap import DAPClient
 
 VERSIONS = ("3.12", "3.13")  # compared with this venv's Python (3.11)
-PROBE = ("import sys, debugpy, importlib.util as u; "
-         "print(sys.version.split()[0], debugpy.__version__, bool(u.find_spec('torch')))")
+PROBE = (
+    "import sys, debugpy, importlib.util as u; "
+    "print(sys.version.split()[0], debugpy.__version__, bool(u.find_spec('torch')))"
+)
 
 
 def interpreters(res: dict) -> dict[str, str]:
@@ -33,8 +36,13 @@ def interpreters(res: dict) -> dict[str, str]:
     missing = [v for v in VERSIONS if not (ROOT / f".venv-{v}" / "bin" / "python").exists()]
     if missing:
         log(f"5: creating .venv-{', .venv-'.join(missing)} (scripts/pythons.sh)")
-        subprocess.run(["bash", str(ROOT / "scripts" / "pythons.sh"), *missing], cwd=ROOT,
-                       env=dict(os.environ, RTDEBUG_PYTHONS_REQUIRED="0"), capture_output=True, timeout=900)
+        subprocess.run(
+            ["bash", str(ROOT / "scripts" / "pythons.sh"), *missing],
+            cwd=ROOT,
+            env=dict(os.environ, RTDEBUG_PYTHONS_REQUIRED="0"),
+            capture_output=True,
+            timeout=900,
+        )
     for v in VERSIONS:
         exe = ROOT / f".venv-{v}" / "bin" / "python"
         if exe.exists():
@@ -57,8 +65,14 @@ def single_rank(python: str, kind: str, args: list[str], cpu: int | None) -> tup
     if kind == "plain":
         cmd = [python, *loop]
     else:  # the rank bootstrap exactly as torchrun would start it, as rank 0 of 1
-        env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
-                   RTDEBUG_SESSION=f"bench-{os.getpid()}-{port}", RTDEBUG_PORT_BASE=str(port))
+        env.update(
+            RANK="0",
+            LOCAL_RANK="0",
+            WORLD_SIZE="1",
+            LOCAL_WORLD_SIZE="1",
+            RTDEBUG_SESSION=f"bench-{os.getpid()}-{port}",
+            RTDEBUG_PORT_BASE=str(port),
+        )
         cmd = [python, "-m", "harness.bootstrap", *loop]
     return Job(cmd, env, cpu=cpu), tmp, ctl, port
 
@@ -78,12 +92,27 @@ def py_versions(res: dict, rounds: int, window: float, windows: int) -> None:
     for rnd in range(rounds):
         for v, exe in pythons.items():
             log(f"5 round {rnd + 1}/{rounds}: python {v}, plain, plain again and harness side by side")
-            args = ["--mode", "py", "--warmup-steps", "3000", "--window", str(window), "--windows", str(windows),
-                    "--phases", ",".join(PY_PHASES), "--hold", "--pin", str(rnd % 2)]
+            args = [
+                "--mode",
+                "py",
+                "--warmup-steps",
+                "3000",
+                "--window",
+                str(window),
+                "--windows",
+                str(windows),
+                "--phases",
+                ",".join(PY_PHASES),
+                "--hold",
+                "--pin",
+                str(rnd % 2),
+            ]
 
-            def go(v=v, exe=exe, args=args):
-                jobs = {k: single_rank(exe, "harness" if k == "harness" else "plain", args, None)
-                        for k in (("plain", "harness", "plain2") if rnd % 2 == 0 else ("harness", "plain2", "plain"))}
+            def go(v=v, exe=exe, args=args, rnd=rnd):
+                jobs = {
+                    k: single_rank(exe, "harness" if k == "harness" else "plain", args, None)
+                    for k in (("plain", "harness", "plain2") if rnd % 2 == 0 else ("harness", "plain2", "plain"))
+                }
                 try:
                     wait_files([j[2] / "warm-0" for j in jobs.values()], 60)
                     clients: list[DAPClient] = []
@@ -113,7 +142,12 @@ def py_versions(res: dict, rounds: int, window: float, windows: int) -> None:
             guarded(res, f"python {v} round {rnd + 1}", go)
     out = {}
     for v in pythons:
-        out[v] = {"ratio": {k: summary(x) for k, x in raw[v].items()}, "abs": {"plain": summary(absolute[v])},
-                  "attach_s": summary(attach_s[v]), "aa": summary(aa[v]), "raw": raw[v], "raw_aa": aa[v]}
+        out[v] = {
+            "ratio": {k: summary(x) for k, x in raw[v].items()},
+            "abs": {"plain": summary(absolute[v])},
+            "attach_s": summary(attach_s[v]),
+            "aa": summary(aa[v]),
+            "raw": raw[v],
+            "raw_aa": aa[v],
+        }
     res.setdefault("pythons", {})["runs"] = out
-

@@ -50,9 +50,11 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="few repeats, short windows (~3 min)")
     ap.add_argument("--only", default="1,2,3,4,5", help="sections to run, e.g. 1,3")
     ap.add_argument("--rounds", type=int, help="override the repeat count of every section")
-    ap.add_argument("--modes", default="local",
-                    help="loop modes for section 1 (local, ddp, py; comma-separated); the first is also "
-                         "section 2's loop")
+    ap.add_argument(
+        "--modes",
+        default="local",
+        help="loop modes for section 1 (local, ddp, py; comma-separated); the first is also section 2's loop",
+    )
     ap.add_argument("--out", default=str(BENCH / "RESULTS.md"))
     ap.add_argument("--from-json", metavar="PATH", help="only re-render the report from a saved results.json")
     a = ap.parse_args()

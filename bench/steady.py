@@ -7,6 +7,7 @@ import time
 
 from bench.common import METRICS, log, summary, touch
 from bench.jobs import Run, attach_all, disconnect_all, guarded, read_phase, wait_files
+
 from dap import DAPClient
 
 STEADY_KINDS = ("plain", "lazy", "eager", "plain2", "recipe")
@@ -19,16 +20,27 @@ def steady_state(res: dict, rounds: int, mode: str, window: float, windows: int,
     cores swap every round), and each phase starts in all jobs at the same instant. Every job keeps
     stepping until all are done, so the CPU share each gets stays equal; other load on the machine
     hits all of them alike, and each ratio compares runs measured in the same seconds."""
-    args = ["--mode", mode, "--warmup-steps", str(warmup), "--window", str(window), "--windows", str(windows),
-            "--phases", ",".join(PHASES), "--hold"]
+    args = [
+        "--mode",
+        mode,
+        "--warmup-steps",
+        str(warmup),
+        "--window",
+        str(window),
+        "--windows",
+        str(windows),
+        "--phases",
+        ",".join(PHASES),
+        "--hold",
+    ]
     raw: dict[str, dict[str, list]] = {m: {k: [] for k in STEADY_KEYS} for m in METRICS}
     vs_lazy: dict[str, dict[str, list]] = {m: {"attached": [], "detached": []} for m in METRICS}
     absolute: dict[str, list] = {k: [] for k in STEADY_KEYS}
     for rnd in range(rounds):
-        order = STEADY_KINDS[rnd % 5:] + STEADY_KINDS[:rnd % 5]  # rotate who starts first
+        order = STEADY_KINDS[rnd % 5 :] + STEADY_KINDS[: rnd % 5]  # rotate who starts first
         log(f"1/{mode} round {rnd + 1}/{rounds}: {', '.join(order)} side by side")
 
-        def go():
+        def go(order=order, rnd=rnd):
             runs: dict[str, Run] = {}
             try:
                 for kind in order:
@@ -59,7 +71,8 @@ def steady_state(res: dict, rounds: int, mode: str, window: float, windows: int,
             continue
         pl = got["plain"]
         for m in METRICS:
-            def over_phases(k: str) -> float:
+
+            def over_phases(k: str, got=got, pl=pl, m=m) -> float:
                 return statistics.median(got[k][ph][m] / pl[ph][m] for ph in PHASES)
 
             raw[m]["plain"].append(1.0)
@@ -79,6 +92,6 @@ def steady_state(res: dict, rounds: int, mode: str, window: float, windows: int,
         "abs": {k: summary(v) for k, v in absolute.items()},
         "ratio": {m: {k: summary(v) for k, v in raw[m].items()} for m in METRICS},
         "vs_lazy": {m: {k: summary(v) for k, v in vs_lazy[m].items()} for m in METRICS},
-        "raw": raw, "args": args,
+        "raw": raw,
+        "args": args,
     }
-

@@ -39,11 +39,18 @@ def machine() -> dict[str, Any]:
     harness = git("log", "-1", "--format=%h", "--", "harness")
     if git("status", "--porcelain", "--", "harness"):
         harness += " + uncommitted changes"
-    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "nproc": os.cpu_count(), "cpu": cpu,
-            "harness_commit": harness or "unknown",
-            "python": platform.python_version(), "platform": platform.platform(),
-            "torch": ver("torch"), "ray": ver("ray"), "debugpy": ver("debugpy"),
-            "mem_gb": round(psutil.virtual_memory().total / 2**30, 1)}
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "harness_commit": harness or "unknown",
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": ver("torch"),
+        "ray": ver("ray"),
+        "debugpy": ver("debugpy"),
+        "mem_gb": round(psutil.virtual_memory().total / 2**30, 1),
+    }
 
 
 def verdict(ok: bool | None) -> str:
@@ -56,33 +63,62 @@ def summary_rows(res: dict) -> list[list[str]]:
         r = s["ratio"]["wall"]
         lz = r["lazy"]
         aa = fmt(r["plain2"], 3)
-        rows.append([f"steps/s, harness lazy / plain (N=2, `{mode}`)", fmt(lz, 3), "≥ 0.99",
-                     verdict(lz["median"] >= 0.99 if lz.get("n") else None) + f" (A/A plain/plain: {aa})"])
-        for k, name in (("eager", "`--eager`"), ("recipe", "`debugpy.listen` recipe"),
-                        ("attached", "attached, no breakpoints"), ("detached", "after detach")):
+        rows.append(
+            [
+                f"steps/s, harness lazy / plain (N=2, `{mode}`)",
+                fmt(lz, 3),
+                "≥ 0.99",
+                verdict(lz["median"] >= 0.99 if lz.get("n") else None) + f" (A/A plain/plain: {aa})",
+            ]
+        )
+        for k, name in (
+            ("eager", "`--eager`"),
+            ("recipe", "`debugpy.listen` recipe"),
+            ("attached", "attached, no breakpoints"),
+            ("detached", "after detach"),
+        ):
             rows.append([f"steps/s, {name} / plain (N=2, `{mode}`)", fmt(r[k], 3), "—", "—"])
     for n, t in res.get("launch", {}).items():
         rr = t["ready_ratio"]
-        rows.append([f"launch → attachable / plain launch → first step, N={n}", fmt(rr, 3), "≤ 1.05",
-                     verdict(rr["median"] <= 1.05 if rr.get("n") else None)])
+        rows.append(
+            [
+                f"launch → attachable / plain launch → first step, N={n}",
+                fmt(rr, 3),
+                "≤ 1.05",
+                verdict(rr["median"] <= 1.05 if rr.get("n") else None),
+            ]
+        )
     for n, t in res.get("launch", {}).items():
         fr = t["first_ratio"]
         if fr.get("n"):
             rows.append([f"launch → first step, harness / plain, N={n}", fmt(fr, 3), "—", "—"])
     if "attach" in res:
         c = res["attach"]["abs"]["cold_stopped"]
-        rows.append([f"attach-all → all {res['attach']['n']} ranks stopped (cold)", fmt(c, 2, " s"), "≤ 2 s",
-                     verdict(c["median"] <= 2.0 if c.get("n") else None)])
+        rows.append(
+            [
+                f"attach-all → all {res['attach']['n']} ranks stopped (cold)",
+                fmt(c, 2, " s"),
+                "≤ 2 s",
+                verdict(c["median"] <= 2.0 if c.get("n") else None),
+            ]
+        )
         w = res["attach"]["abs"]["warm_stopped"]
         rows.append(["attach-all → all stopped (re-attach)", fmt(w, 2, " s"), "—", "—"])
     if "many" in res:
         a = res["many"]["abs"]
-        rows.append([f"{res['many']['n']} ranks: launch → all ready", fmt(a["ready"], 2, " s"), "all register",
-                     verdict(a["ready"].get("n", 0) > 0 and a["attach_all"].get("n", 0) > 0)])
+        rows.append(
+            [
+                f"{res['many']['n']} ranks: launch → all ready",
+                fmt(a["ready"], 2, " s"),
+                "all register",
+                verdict(a["ready"].get("n", 0) > 0 and a["attach_all"].get("n", 0) > 0),
+            ]
+        )
     for v, r in pythons_result(res).get("runs", {}).items():
         for ph, name in (("lazy", "lazy"), ("attached", "attached no-bp"), ("detached", "after detach")):
-            rows.append([f"Python {v}, `py` loop, 1 process: {name} / plain", fmt(r["ratio"][f"wall_{ph}"], 3),
-                         "—", "—"])
+            rows.append(
+                [f"Python {v}, `py` loop, 1 process: {name} / plain", fmt(r["ratio"][f"wall_{ph}"], 3), "—", "—"]
+            )
     return rows
 
 

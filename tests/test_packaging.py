@@ -12,12 +12,16 @@ import json
 import os
 import subprocess
 import sys
-import tomllib
 
 import pytest
 from packaging.requirements import Requirement
 
 from conftest import ROOT
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: pip's own copy of the same parser
+    from pip._vendor import tomli as tomllib
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 TORCH_MISSING = "rtdebug: error: rtdebug torchrun needs PyTorch (pip install torch); `rtdebug run` works without it"
@@ -27,8 +31,13 @@ TORCH_FREE_VENV = ROOT / ".venv-3.11"  # scripts/pythons.sh: the harness without
 def pip_would_install(tmp_path, *requirements: str) -> dict[str, str]:
     """name -> version of what ``pip install`` would install or replace here (nothing is installed)."""
     report = tmp_path / "report.json"
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "-q", "--report", str(report),
-                        *requirements], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "-q", "--report", str(report), *requirements],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return {i["metadata"]["name"].lower(): i["metadata"]["version"] for i in json.loads(report.read_text())["install"]}
 
@@ -86,12 +95,14 @@ def test_torchrun_without_torch_is_one_line(args, tmp_path, registry_dir):
         if os.environ.get("RTDEBUG_PYTHONS_REQUIRED") == "1":
             pytest.fail(msg)
         pytest.skip(msg)
-    no_torch = subprocess.run([str(TORCH_FREE_VENV / "bin" / "python"), "-c", "import torch"], cwd=tmp_path,
-                              capture_output=True, text=True)
+    no_torch = subprocess.run(
+        [str(TORCH_FREE_VENV / "bin" / "python"), "-c", "import torch"], cwd=tmp_path, capture_output=True, text=True
+    )
     assert no_torch.returncode == 1 and "No module named 'torch'" in no_torch.stderr
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["RTDEBUG_REGISTRY_DIR"] = str(registry_dir)
-    r = subprocess.run([str(exe), "torchrun", *args], cwd=tmp_path, env=env, capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [str(exe), "torchrun", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert (r.returncode, r.stdout, r.stderr) == (1, "", TORCH_MISSING + "\n")
     assert not registry_dir.exists() or not any(registry_dir.iterdir())

@@ -18,8 +18,8 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -82,8 +82,14 @@ class Runner:
             assert c.evaluate(tool, frame_id) != "None"
 
     def stacks(self, sid: str) -> dict:
-        r = subprocess.run([str(self.bin / "rtdebug"), "stacks", "--json", "--session", sid, "--timeout", "10"],
-                           cwd=self.tmp, env=self.env, capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [str(self.bin / "rtdebug"), "stacks", "--json", "--session", sid, "--timeout", "10"],
+            cwd=self.tmp,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 0, r.stderr
         return json.loads(r.stdout)
 
@@ -116,8 +122,9 @@ def scenario_lazy_attach_detach_postmortem(rt: Runner) -> None:
     then --post-mortem stops the attached client at the raise site."""
     work = marker_line(SCRIPT, "work")
     raise_line = next(i for i, t in enumerate(SCRIPT.read_text().splitlines(), 1) if "RAISE SITE" in t)
-    j = rt.start("run", "--port", str(rt.port), "--post-mortem", "--post-mortem-wait", "60",
-                 str(SCRIPT), str(rt.ctl), "--raise")
+    j = rt.start(
+        "run", "--port", str(rt.port), "--post-mortem", "--post-mortem-wait", "60", str(SCRIPT), str(rt.ctl), "--raise"
+    )
     rank = rt.rank0(j, lazy=True)
     j.wait_output("script started")
     assert not debugpy_loaded(rank["pid"]), "a lazy rank loaded debugpy before any client connected"
@@ -198,8 +205,22 @@ def scenario_owner_only(rt: Runner) -> None:
     j = rt.start("run", "--port", str(rt.port), str(SCRIPT), str(rt.ctl))
     rank = rt.rank0(j)
     j.wait_output("script started")
-    r = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "/usr/bin/python3",
-                        "-c", INTRUDER, str(rt.port)], cwd="/", capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            "setpriv",
+            f"--reuid={NOBODY}",
+            f"--regid={NOBODY}",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+            INTRUDER,
+            str(rt.port),
+        ],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == {"uid": NOBODY, "reply": ""}
     rt.rank0(j, refused_count=1)
@@ -270,4 +291,3 @@ def test_torch_free_core(version, scenario, tmp_path, registry_dir, port_base):
         SCENARIOS[scenario](rt)
     finally:
         rt.close()
-
