@@ -9,11 +9,12 @@ import sys
 import textwrap
 
 import pytest
-from conftest import ROOT
 
 from harness import collectives, stackformat, stackgroup
 from harness.config import RankConfig
 from harness.errors import HarnessError
+
+from conftest import ROOT
 
 DUMPER = textwrap.dedent("""
     import json, os, signal, sys, threading, time

@@ -8,10 +8,11 @@ import signal
 import time
 
 import pytest
-from conftest import EXAMPLES, SCRIPTS, marker_line, rtdebug, wait_ranks
-from dap import DAPClient
 
 from harness.stacks import find_py_spy
+
+from conftest import EXAMPLES, SCRIPTS, marker_line, rtdebug, wait_ranks
+from dap import DAPClient
 
 pytestmark = pytest.mark.e2e
 
@@ -110,7 +111,7 @@ def test_failing_rank_reports_where_the_others_are(job, port_base):
 
 
 def test_no_progress_report_before_the_pg_timeout_kills_the_job(job, port_base):
-    j = job("torchrun", "--debug-port-base", str(port_base), "--pg-timeout", "12", "--nproc-per-node", "2", str(HANG))
+    j = job("torchrun", "--debug-port-base", str(port_base), "--pg-timeout", "16", "--nproc-per-node", "2", str(HANG))
     assert j.wait(240) != 0
     out = j.output()
     assert "rtdebug: no rank's stack has changed for " in out, out[-4000:]
