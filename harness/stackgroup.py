@@ -145,7 +145,7 @@ def group(dumps: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
         g["ranks"].append(rank)
         g["debugger"] = g["debugger"] or debugger
         for t in d["threads"]:
-            g["threads"].append(dict(t, rank=rank, main=t is main))
+            g["threads"].append(dict(t, rank=rank, main=t is main, internal=t is not main and harness_thread(t)))
         if d.get("native") is not None:
             g.setdefault("native", {})[str(rank)] = d["native"]
     groups = sorted(buckets.values(), key=lambda g: (-len(g["ranks"]), g["ranks"][0]))
@@ -153,6 +153,11 @@ def group(dumps: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
         g["label"] = label(g["frames"], g["debugger"])
         g["departs_at"] = None if i == 0 else departs_at(g["frames"], groups[0]["frames"])
     return groups
+
+
+def harness_thread(t: dict[str, Any]) -> bool:
+    """The harness's or the debugger's own thread (endpoint accept loop, lifetime guard, pydevd reader)."""
+    return any(f["kind"] == "internal" for f in t["frames"]) and not any(f["kind"] == "user" for f in t["frames"])
 
 
 def where(f: dict[str, Any]) -> str:

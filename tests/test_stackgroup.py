@@ -165,6 +165,35 @@ def test_debugger_frames_are_left_out_of_the_key():
     assert any(f["kind"] == "internal" for f in groups[0]["threads"][0]["frames"])
 
 
+def test_harness_threads_are_marked_and_left_out_of_the_text():
+    d = dump([], 42)
+    accept = {
+        "id": "0x2",
+        "current": False,
+        "truncated": False,
+        "frames": frames(
+            ("/usr/lib/python3.11/socket.py", 294, "accept"),
+            (stackgroup.HARNESS_DIR + "endpoint.py", 220, "_accept_loop"),
+            (THREADING, 982, "run"),
+        ),
+    }
+    worker = {
+        "id": "0x3",
+        "current": False,
+        "truncated": False,
+        "frames": frames(("/job/train.py", 10, "load"), (THREADING, 982, "run")),
+    }
+    d["threads"] = [accept, worker, *d["threads"]]
+    g = stackgroup.group({0: d})[0]
+    assert [(t["id"], t["main"], t["internal"]) for t in g["threads"]] == [
+        ("0x2", False, True),
+        ("0x3", False, False),
+        ("0x00000001", True, False),
+    ]
+    text = stackformat.render({"session_id": "s", "taken_at": 0.0, "elapsed_s": 0.0, "groups": [g]}, threads=True)
+    assert "rank 0 thread 0x3:" in text and "0x2" not in text
+
+
 def test_rank_list_and_short_paths():
     assert stackgroup.rank_list([3, 0, 2, 4, 7]) == "0,2-4,7"
     assert stackgroup.ranks_word([5]) == "rank 5"
