@@ -253,3 +253,14 @@ def test_config_check_collectives_and_hang_report():
     with pytest.raises(HarnessError, match="--hang-report must be >= 0") as e:
         RankConfig(session_id="s", hang_report_s=-1)
     assert e.value.exit_code == 2
+
+
+def test_native_without_py_spy_is_one_line(tmp_path, monkeypatch, registry_dir):
+    from harness import stacks
+
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))  # no py-spy beside it
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert stacks.find_py_spy() is None
+    with pytest.raises(HarnessError, match=r"^--native needs py-spy: pip install 'rtdebug\[stacks\]'") as e:
+        stacks.command(None, None, False, True, 3.0, False)
+    assert e.value.exit_code == 1

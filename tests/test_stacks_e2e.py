@@ -7,8 +7,10 @@ import os
 import signal
 import time
 
+import jsonschema
 import pytest
 
+from harness.registry import SCHEMA_PATH
 from harness.stacks import find_py_spy
 
 from conftest import EXAMPLES, SCRIPTS, marker_line, rtdebug, wait_ranks
@@ -50,6 +52,9 @@ def test_hang_example_two_groups_then_sigstop_is_unresponsive(job, registry_dir,
     j = job("torchrun", "--debug-port-base", str(port_base), "--nproc-per-node", "2", str(HANG))
     sid = j.session_id()
     ranks = wait_ranks(registry_dir, sid, 2)
+    for entry in ranks.values():  # the rank entry says how to dump it, in the shared schema
+        jsonschema.validate(entry, json.loads(SCHEMA_PATH.read_text()))
+        assert entry["stacks"]["file"] == f"stacks-{entry['rank']}.txt" and entry["stacks"]["signal"] == 12
     snap = wait_groups(sid, hung)
     assert snap["session_id"] == sid and snap["unresponsive"] == []
     assert [g["ranks"] for g in snap["groups"]] == [[0], [1]]
