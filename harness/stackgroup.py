@@ -105,7 +105,7 @@ def visible_frames(frames: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], 
     first_user = next((i for i, f in enumerate(frames) if f["kind"] == "user"), len(frames))
     lead = frames[:first_user]
     cut = max((i + 1 for i, f in enumerate(lead) if f["kind"] == "internal"), default=0)
-    debugger = any(any(p in f["file"] for p in DEBUGGER_PARTS) for f in lead[:cut])
+    debugger = first_user < len(frames) and any(any(p in f["file"] for p in DEBUGGER_PARTS) for f in lead[:cut])
     kept = [f for f in frames[cut:] if f["kind"] != "internal"]
     return (kept or frames), debugger
 
@@ -170,6 +170,10 @@ def label(frames: list[dict[str, Any]], debugger: bool = False) -> str:
         return "<no Python frame>"
     top = frames[0]
     user = next((f for f in frames if f["kind"] == "user"), None)
+    if user is None:  # before or after the script (e.g. --wait): say what the harness is doing
+        own = next((f for f in frames if f["file"].startswith(HARNESS_DIR)), None)
+        if own is not None and own is not top:
+            return f"{top['function']} {ARROW} {own['function']} ({where(own)}) [harness, outside the script]"
     if user is None or user is top:
         text = f"{top['function']} ({where(top)})"
     else:

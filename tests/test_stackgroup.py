@@ -264,3 +264,16 @@ def test_native_without_py_spy_is_one_line(tmp_path, monkeypatch, registry_dir):
     with pytest.raises(HarnessError, match=r"^--native needs py-spy: pip install 'rtdebug\[stacks\]'") as e:
         stacks.command(None, None, False, True, 3.0, False)
     assert e.value.exit_code == 1
+
+
+def test_a_rank_outside_the_script_says_what_the_harness_does():
+    waiting = frames(
+        (THREADING, 331, "wait"),
+        (PYDEVD, 981, "block_until_configuration_done"),
+        (stackgroup.HARNESS_DIR + "endpoint.py", 286, "wait_for_client"),
+        (BOOT, 131, "serve_and_run"),
+        ("<frozen runpy>", 198, "_run_module_as_main"),
+    )
+    shown, debugger = stackgroup.visible_frames(waiting)
+    assert shown == waiting and debugger is False  # nothing of the user's: keep everything
+    assert stackgroup.label(shown) == "wait \u2190 wait_for_client (endpoint.py:286) [harness, outside the script]"
