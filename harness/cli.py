@@ -45,6 +45,10 @@ def _add_run(sub) -> None:
                        description="Run a script (or -m module) in this process with a debug endpoint.")
     _debug_options(p, "--port", "--host", "--allow")
     p.add_argument("--wait", action="store_true", help="block before the script until a client attaches")
+    p.add_argument("--debug-port-base", type=int, default=None, metavar="P",
+                   help="Ray Train workers (num_workers > 0): world rank N listens on P + N (default: --port + 1)")
+    p.add_argument("--ray-address", metavar="ADDR",
+                   help="Ray cluster for the script's ray.init() (sets RAY_ADDRESS; default: $RAY_ADDRESS)")
     p.add_argument("-m", dest="module", action="store_true", help="run the target as a module")
     p.add_argument("target", help="script path (or module name with -m)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")

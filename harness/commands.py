@@ -46,11 +46,14 @@ def run_single(args) -> int:
     check_host(cfg.host)
     port = port_for_rank(cfg.port_base, 0)
     check_ports_free([port], cfg.host)
+    from harness import ray_driver  # Ray Train workers (num_workers > 0) get endpoints too
+
+    os.environ.update(ray_driver.driver_env(cfg, target.display, port, args.debug_port_base, args.ray_address))
     reg = Registry()
     reg.ensure()
     reg.create_session(session_entry(
         cfg.session_id, "run", state="running", script=target.display, nnodes="1", nproc_per_node=1, node_rank=0,
-        host=cfg.host, port_base=port, ports=[port], wait=cfg.wait))
+        host=cfg.host, port_base=port, ports=[port], wait=cfg.wait, **ray_driver.session_fields()))
     signal.signal(signal.SIGTERM, lambda s, f: sys.exit(128 + s))
     code = 1
     try:

@@ -1,0 +1,123 @@
+"""The Ray cluster's side of the registry: entries in the GCS internal KV, namespace ``rtdebug``.
+
+Keys: ``session/<sid>`` and ``rank/<sid>/<rank>``; values are registry-schema
+JSON (mode ``ray``). Workers and the controller write through the connected
+``ray.experimental.internal_kv``; the CLI reads through a bare ``GcsClient`` on
+the cluster address, as ``ray status`` does: no ``ray.init``, no driver job of
+its own, reachable from any machine that reaches the GCS.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+NAMESPACE = "rtdebug"
+Entry = dict[str, Any]
+
+
+def session_key(sid: str) -> str:
+    return f"session/{sid}"
+
+
+def rank_key(sid: str, rank: int) -> str:
+    return f"rank/{sid}/{rank}"
+
+
+class _KV:
+    """Shared logic; subclasses give ``_put/_get_many/_keys/_del``."""
+
+    def _put(self, key: str, value: bytes) -> None: ...
+    def _get_many(self, keys: list[bytes]) -> dict[bytes, bytes]: ...
+    def _keys(self, prefix: str) -> list[bytes]: ...
+    def _del(self, key: str, prefix: bool) -> None: ...
+
+    def put_session(self, entry: Entry) -> None:
+        self._put(session_key(entry["session_id"]), json.dumps(entry).encode())
+
+    def write_rank(self, entry: Entry) -> None:
+        """Same name as ``Registry.write_rank``, so ``bootstrap.RankRecord`` writes here unchanged."""
+        self._put(rank_key(entry["session_id"], entry["rank"]), json.dumps(entry).encode())
+
+    def delete_session(self, sid: str) -> None:
+        self._del(f"rank/{sid}/", prefix=True)
+        self._del(session_key(sid), prefix=False)
+
+    def delete_rank(self, sid: str, rank: int) -> None:
+        self._del(rank_key(sid, rank), prefix=False)
+
+    def _entries(self, prefix: str) -> list[Entry]:
+        keys = self._keys(prefix)
+        if not keys:
+            return []
+        out = []
+        for value in self._get_many(keys).values():
+            try:
+                entry = json.loads(value)
+            except ValueError:
+                continue
+            if isinstance(entry, dict):
+                out.append(entry)
+        return out
+
+    def sessions(self) -> list[Entry]:
+        return self._entries("session/")
+
+    def ranks(self, sid: str | None = None) -> list[Entry]:
+        return sorted(self._entries(f"rank/{sid}/" if sid else "rank/"), key=lambda r: r.get("rank", 0))
+
+
+class ConnectedKV(_KV):
+    """Inside the cluster (workers, controller): the process is already connected."""
+
+    def __init__(self) -> None:
+        from ray.experimental import internal_kv
+
+        self.kv = internal_kv
+
+    def _put(self, key, value):
+        self.kv._internal_kv_put(key, value, overwrite=True, namespace=NAMESPACE)
+
+    def _get_many(self, keys):
+        return {k: self.kv._internal_kv_get(k, namespace=NAMESPACE) for k in keys}
+
+    def _keys(self, prefix):
+        return self.kv._internal_kv_list(prefix, namespace=NAMESPACE)
+
+    def _del(self, key, prefix):
+        self.kv._internal_kv_del(key, del_by_prefix=prefix, namespace=NAMESPACE)
+
+
+class ClientKV(_KV):
+    """From outside (the CLI): a GCS client on the cluster address."""
+
+    def __init__(self, address: str, timeout_s: float = 10.0) -> None:
+        from ray._raylet import GcsClient
+
+        try:  # a cluster with token auth: send the token when one is available, as ray.init() does
+            from ray._private.authentication.authentication_token_setup import (
+                maybe_enable_token_auth_if_token_available,
+            )
+
+            maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+        except ImportError:
+            pass
+        self.address = address
+        self.timeout = timeout_s
+        self.gcs = GcsClient(address=address)
+
+    def _put(self, key, value):
+        self.gcs.internal_kv_put(key.encode(), value, True, NAMESPACE.encode(), timeout=self.timeout)
+
+    def _get_many(self, keys):
+        return self.gcs.internal_kv_multi_get(keys, namespace=NAMESPACE.encode(), timeout=self.timeout)
+
+    def _keys(self, prefix):
+        return self.gcs.internal_kv_keys(prefix.encode(), namespace=NAMESPACE.encode(), timeout=self.timeout)
+
+    def _del(self, key, prefix):
+        self.gcs.internal_kv_del(key.encode(), prefix, namespace=NAMESPACE.encode(), timeout=self.timeout)
+
+
+def connected() -> ConnectedKV:
+    return ConnectedKV()

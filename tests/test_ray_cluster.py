@@ -1,0 +1,173 @@
+"""Ray Train workers (num_workers > 0) on a real Ray cluster this module starts: two raylets on this machine.
+
+`rtdebug run` gives every worker a lazy endpoint on base + world rank, registered in the cluster's GCS;
+`ps` from a separate process lists them (different nodes); a real DAP client stops in each worker's train
+function; a worker paused 30 s at a breakpoint (health-check timeout 10 s) kills nothing; `stop` ends the
+run. CI runs the first test; RTDEBUG_FULL=1 runs the rest too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import SCRIPTS, alive, marker_line, port_free, rtdebug
+from dap import DAPClient
+
+sys.path.insert(0, str(SCRIPTS))
+from ray_cluster import AUTH_MODE, RayCluster  # noqa: E402
+
+pytestmark = [pytest.mark.ray_cluster, pytest.mark.e2e]
+full = pytest.mark.skipif(os.environ.get("RTDEBUG_FULL") != "1", reason="RTDEBUG_FULL=1 runs the long Ray tests")
+SCRIPT = SCRIPTS / "ray_workers.py"
+STEP_LINE = marker_line(SCRIPT, "step")
+RANK_EXPR = "__import__('ray').train.get_context().get_world_rank()"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Head + a second node, one `rtd_slot` each, so two workers that need one each land on different nodes."""
+    c = RayCluster()
+    old = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = AUTH_MODE  # for every process the tests start (drivers, rtdebug ps/stop)
+    try:
+        c.start_head(num_cpus=1, resources='{"rtd_slot": 1}')
+        c.add_node(num_cpus=1, resources='{"rtd_slot": 1}')
+        c.wait_nodes(2)
+        yield c
+    finally:
+        c.stop()
+        if old is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = old
+        assert not c.processes()
+
+
+def _start(job, cluster, port_base, tmp_path, *script_args, env=None, run_args=()):
+    e = {"RAY_TRAIN_WORKER_HEALTH_CHECK_TIMEOUT_S": "10", "RAY_DEDUP_LOGS": "0",
+         "RTDEBUG_TEST_STORAGE": str(tmp_path / "results")}
+    e.update(env or {})
+    return job("run", "--port", str(port_base), "--ray-address", cluster.address, *run_args, str(SCRIPT),
+               "--slot", "rtd_slot", *script_args, env=e)
+
+
+def _ps(cluster, registry_dir) -> list[dict]:
+    env = {"RTDEBUG_REGISTRY_DIR": str(registry_dir)}
+    r = rtdebug("ps", "--json", "--ray-address", cluster.address, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)["sessions"]
+
+
+def _ray_session(cluster, registry_dir, j, n: int = 2, timeout: float = 240) -> dict:
+    """Poll `rtdebug ps --json --ray-address` (a separate process) until the run's n workers are ready."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for s in _ps(cluster, registry_dir):
+            ready = [r for r in s["ranks"] if r["state"] in ("ready", "attached")]
+            if s["mode"] == "ray" and len(ready) >= n:
+                return s
+        assert j.proc.poll() is None, j.output()[-4000:]
+        time.sleep(1)
+    raise AssertionError(f"no ray session with {n} ready workers:\n{j.output()[-4000:]}")
+
+
+def test_workers_attach_on_two_nodes_and_a_paused_worker_kills_nothing(cluster, job, registry_dir, port_base,
+                                                                       tmp_path):
+    until, gate = tmp_path / "finish", tmp_path / "go"
+    j = _start(job, cluster, port_base, tmp_path, "--until-file", str(until), "--gate-file", str(gate),
+               "--step-sleep", "0.2")
+    sid = j.session_id()
+    s = _ray_session(cluster, registry_dir, j)
+    assert s["session_id"].startswith(sid + "-ray") and s["source"] == f"ray {cluster.address}"
+    ranks = {r["rank"]: r for r in s["ranks"]}
+    assert sorted(ranks) == [0, 1]
+    assert ranks[0]["node_id"] != ranks[1]["node_id"]  # one worker per raylet
+    for n, r in ranks.items():
+        assert (r["host"], r["port"]) == ("127.0.0.1", port_base + 1 + n)
+        assert r["lazy"] is True and r["debugpy_imported"] is False  # nobody attached: no debugpy loaded
+        assert psutil.Process(r["pid"]).create_time() == pytest.approx(r["create_time"], abs=0.01)
+    # the driver's own session records the cluster, and keeps its endpoint on --port
+    local = json.loads((registry_dir / sid / "session.json").read_text())
+    assert local["ray_address"] == cluster.address and local["ports"] == [port_base]
+
+    clients = {}
+    for n, r in ranks.items():
+        c = DAPClient(r["host"], r["port"])
+        # justMyCode off: pydevd then also suspends library frames, the case where an unprotected actor
+        # thread stops answering Ray's health check (verified: without ray_worker's marking this run fails
+        # with "A worker health check has been hanging for 10 seconds")
+        c.attach({str(SCRIPT): [STEP_LINE]}, just_my_code=False)
+        clients[n] = c
+    gate.write_text("go")  # both workers now step, so both reach the breakpoint of step 0
+    stopped = {}
+    for n, c in clients.items():
+        ev = c.wait_stopped(120)
+        frame = c.top_frame(ev["threadId"])
+        assert frame["line"] == STEP_LINE
+        assert c.evaluate(RANK_EXPR, frame["id"]) == str(n)
+        stopped[n] = ev["threadId"]
+    # rank 1 runs on into the next all_reduce and waits there; rank 0 stays paused for 30 s, 3x the
+    # health-check timeout: Ray's health check must still be answered by the paused worker
+    clients[1].request("setBreakpoints", source={"path": str(SCRIPT)}, breakpoints=[])
+    clients[1].continue_(stopped[1])
+    time.sleep(30)
+    clients[0].request("setBreakpoints", source={"path": str(SCRIPT)}, breakpoints=[])
+    clients[0].continue_(stopped[0])
+    for c in clients.values():
+        c.disconnect()
+    time.sleep(2)
+    until.write_text("done")
+    assert j.wait(240) == 0, j.output()[-6000:]
+    out = j.output()
+    assert "ray run finished: error=None" in out
+    for n, r in ranks.items():  # the same worker processes ran to the end: no restart
+        assert f"worker rank {n} step " in out and f"pid {r['pid']}" in out
+    assert "health check" not in out.lower() and "Restarting" not in out
+    for r in ranks.values():
+        assert port_free(r["port"])
+    assert not [x for x in _ps(cluster, registry_dir) if x["mode"] == "ray"]
+
+
+@full
+def test_stop_ends_driver_and_every_worker(cluster, job, registry_dir, port_base, tmp_path):
+    j = _start(job, cluster, port_base, tmp_path, "--until-file", str(tmp_path / "never"), "--step-sleep", "0.2")
+    s = _ray_session(cluster, registry_dir, j)
+    pids = [r["pid"] for r in s["ranks"]]
+    r = rtdebug("stop", "--ray-address", cluster.address, "--session", s["session_id"],
+                env={"RTDEBUG_REGISTRY_DIR": str(registry_dir)}, timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert f"rtdebug: stopped session {s['session_id']}" in r.stdout
+    assert j.proc.wait(60) is not None
+    assert alive(pids) == []
+    for port in (port_base, port_base + 1, port_base + 2):
+        assert port_free(port)
+    assert not [x for x in _ps(cluster, registry_dir) if x["mode"] == "ray"]
+
+
+@full
+def test_harness_breakpoint_in_one_worker_and_exit_codes(cluster, job, registry_dir, port_base, tmp_path):
+    j = _start(job, cluster, port_base, tmp_path, "--steps", "2", "--bp-rank", "1", "--bp-timeout", "120")
+    s = _ray_session(cluster, registry_dir, j)
+    r1 = next(r for r in s["ranks"] if r["rank"] == 1)
+    c = DAPClient(r1["host"], r1["port"])
+    c.attach()
+    ev = c.wait_stopped(120)
+    frame = c.top_frame(ev["threadId"])
+    assert c.evaluate(RANK_EXPR, frame["id"]) == "1"
+    c.continue_(ev["threadId"])
+    c.disconnect()
+    assert j.wait(240) == 0, j.output()[-4000:]
+    out = j.output()
+    assert "worker rank 1 harness.breakpoint returned True" in out
+    assert "harness.breakpoint returned" not in out.replace("worker rank 1 harness.breakpoint returned", "")
+
+    failing = _start(job, cluster, port_base + 10, tmp_path, "--steps", "2", "--fail-rank", "1")
+    assert failing.wait(240) == 1
+    assert "rank 1 failed on purpose" in failing.output()
