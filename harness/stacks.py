@@ -131,10 +131,11 @@ def collect(
             now = time.monotonic()
             for rank, p in list(pending.items()):
                 text = _read(p["path"])
-                if text != p["text"]:
-                    p["text"], p["changed"] = text, now
                 info = p["info"]
-                done = stackgroup.dump_complete(text, info["main_thread"], info.get("bottom"))
+                if text != p["text"]:  # parse only what is new
+                    p["text"], p["changed"] = text, now
+                    p["done"] = stackgroup.dump_complete(text, info["main_thread"], info.get("bottom"))
+                done = p.get("done", False)
                 if done or (text and now - p["changed"] >= STABLE_S):
                     dumps[rank] = {
                         "threads": stackgroup.parse_dump(text),
@@ -164,6 +165,7 @@ def collect(
             {"rank": r, "pid": pids.get(r), "reason": unresponsive[r]} for r in sorted(unresponsive)
         ],
         "exited": [{"rank": e["rank"], "state": e["state"], "exit_code": e.get("exit_code")} for e in ended],
+        "incomplete": sorted(r for r, d in dumps.items() if not d["complete"]),  # stopped short of the bottom
     }
 
 
