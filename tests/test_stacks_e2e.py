@@ -185,7 +185,7 @@ def test_rank_whose_program_took_the_signal_is_unresponsive_after_timeout(job, r
     snap = stacks_json("--session", sid, "--timeout", "1.5")
     assert snap["unresponsive"] == [0] and snap["groups"] == []
     assert snap["unresponsive_detail"][0]["reason"] == "no answer within 1.5 s"
-    assert 1.5 <= snap["elapsed_s"] < 3
+    assert 1.5 <= snap["elapsed_s"] < 6.5  # waited for the timeout, and not much longer (loaded CI)
 
 
 def test_no_session_is_one_line(registry_dir):
