@@ -4,6 +4,8 @@ const { spawn } = require('child_process');
 const fs = require('fs');
 const path = require('path');
 const wb = require('./workbench');
+const { ranksFlow } = require('./ranksFlow');
+const { stockFlow } = require('./stockFlow');
 
 const arg = (name) => { const i = process.argv.indexOf(`--${name}`); return i > 0 ? process.argv[i + 1] : undefined; };
 const plainLine = Number(arg('plain-line'));
@@ -12,6 +14,9 @@ const url = arg('url'), run = arg('run'), python = arg('python'), script = arg('
 const ws = path.join(run, 'ws');
 const trace = process.env.RTDEBUG_E2E_TRACE;
 const t0 = Date.now();
+// E2E_ONLY=ranks,errors runs only those flows (development); default: all of them.
+const only = (process.env.E2E_ONLY || '').split(',').filter(Boolean);
+const want = (name) => !only.length || only.includes(name);
 const step = (m) => console.log(`[vscode-e2e +${((Date.now() - t0) / 1000).toFixed(1)}s] ${m}`);
 const check = (ok, what) => { if (!ok) throw new Error(`CHECK FAILED: ${what}`); step(`ok: ${what}`); };
 const traceLines = () => (fs.existsSync(trace) ? fs.readFileSync(trace, 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l)) : []);
@@ -112,8 +117,8 @@ async function errorPaths(page) {
   step('ok: the never-ready job was stopped (no orphan)');
 }
 
-function startJob(portBase, torchrunArgs = ['--nproc-per-node', '2'], target = script) {
-  const job = spawn(python, ['-m', 'harness', 'torchrun', '--debug-port-base', String(portBase), '--wait', 'all', ...torchrunArgs,
+function startJob(portBase, torchrunArgs = ['--nproc-per-node', '2'], target = script, wait = 'all') {
+  const job = spawn(python, ['-m', 'harness', 'torchrun', '--debug-port-base', String(portBase), '--wait', wait, ...torchrunArgs,
     target, '--epochs', '1', '--samples', '128'], { cwd: ws, env: process.env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
   const out = [];
   for (const s of [job.stdout, job.stderr]) s.on('data', (d) => out.push(...d.toString().split('\n')));
@@ -124,9 +129,33 @@ function startJob(portBase, torchrunArgs = ['--nproc-per-node', '2'], target = s
 (async () => {
   const portBase = 24000 + (process.pid % 500) * 4;
   const { page, close } = await wb.openWorkbench(url);
-  let job;
   try {
     step('workbench loaded');
+    if (want('attach-all')) await attachAllFlow(page, portBase);
+    if (want('f5')) {
+      await f5Launch(page, 'F5 plain_ddp (rtdebug)', 'plain_ddp.py', plainLine, [0, 1]);
+      await f5Launch(page, 'F5 local_linear (rtdebug run)', 'local_linear.py', localLine, [0]);
+    }
+    if (want('attach-one')) await attachOneRank(page);
+    if (want('errors')) await errorPaths(page);
+    if (want('ranks')) await ranksFlow({ page, ws, art, python, check, step, traceLines, startJob, run });
+    if (want('stock')) await stockFlow({ page, ws, art, check, step, traceLines, startJob, plainLine, localLine, portBase: Number(arg('stock-port-base')) });
+    await page.screenshot({ path: path.join(art, 'vscode-e2e-done.png') });
+    console.log('VSCODE E2E PASSED');
+  } catch (e) {
+    console.error(`VSCODE E2E FAILED: ${e.message}`);
+    await page.screenshot({ path: path.join(art, 'vscode-e2e-failure.png') }).catch(() => {});
+    process.exitCode = 1;
+  } finally {
+    await wb.withTimeout(close(), 15000, undefined);
+  }
+  process.exit(process.exitCode || 0);
+})();
+
+/** Generate the configs through the prompts, start a 2-rank job, "Attach to All Ranks", stop the parent. */
+async function attachAllFlow(page, portBase) {
+  let job;
+  try {
     await generate(page, portBase);
     job = startJob(portBase);
     await wb.waitFor('rtdebug: all 2 local ranks ready', () => job.out.some((l) => l.startsWith('rtdebug: all 2 local ranks ready')), 180000);
@@ -156,20 +185,10 @@ function startJob(portBase, torchrunArgs = ['--nproc-per-node', '2'], target = s
     check(job.job.exitCode === null, 'the attached job was detached, not killed');
     const code = await wb.withTimeout(job.exited, 120000, 'timeout');
     check(code === 0, `the detached ranks resume and the job exits 0 (got ${code})`);
-    await f5Launch(page, 'F5 plain_ddp (rtdebug)', 'plain_ddp.py', plainLine, [0, 1]);
-    await f5Launch(page, 'F5 local_linear (rtdebug run)', 'local_linear.py', localLine, [0]);
-    await attachOneRank(page);
-    await errorPaths(page);
-    await page.screenshot({ path: path.join(art, 'vscode-e2e-done.png') });
-    console.log('VSCODE E2E PASSED');
   } catch (e) {
-    console.error(`VSCODE E2E FAILED: ${e.message}`);
     if (job) console.error('--- job output (tail)\n' + job.out.slice(-20).join('\n'));
-    await page.screenshot({ path: path.join(art, 'vscode-e2e-failure.png') }).catch(() => {});
-    process.exitCode = 1;
+    throw e;
   } finally {
-    if (job && job.exitCode === null) { try { process.kill(-job.job.pid, 'SIGTERM'); } catch { /* gone */ } }
-    await wb.withTimeout(close(), 15000, undefined);
+    if (job && job.job.exitCode === null) { try { process.kill(-job.job.pid, 'SIGTERM'); } catch { /* gone */ } }
   }
-  process.exit(process.exitCode || 0);
-})();
+}

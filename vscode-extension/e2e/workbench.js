@@ -89,3 +89,21 @@ async function withTimeout(p, ms, fallback) {
 }
 
 module.exports = { withTimeout, notificationsText, openWorkbench, runCommand, pick, answer, waitQuickInput, statusBarText, waitFor };
+
+/** The Ranks view's row whose accessible label starts with `prefix` (e.g. "rank 1,"). */
+function viewRow(page, prefix) {
+  return page.locator(`.pane-body .monaco-list-row[aria-label^="${prefix}"]`).first();
+}
+
+/** Hover a view row and click its inline action (the button labelled with the command title). */
+async function clickRowAction(page, prefix, title) {
+  const row = viewRow(page, prefix);
+  await row.waitFor({ state: 'visible', timeout: 30000 });
+  await row.hover();
+  const btn = row.locator(`.action-label[aria-label="${title}"]`);
+  await btn.waitFor({ state: 'visible', timeout: 10000 });
+  await btn.click();
+}
+
+module.exports.viewRow = viewRow;
+module.exports.clickRowAction = clickRowAction;

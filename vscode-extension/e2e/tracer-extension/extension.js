@@ -2,6 +2,7 @@
 // RTDEBUG_E2E_BREAKPOINTS ("file:line;file:line"); a debug adapter tracker on every session appends what it
 // saw to the JSON-lines file RTDEBUG_E2E_TRACE: session starts/ends and, for each stop, the top frame and
 // the value of the expression RTDEBUG_E2E_EVAL (JSON: script basename -> expression) gives for that file.
+// Evaluate documents (rtdebug-eval:) are recorded as they open; `continued` events are recorded too.
 // "Stop rtdebug Parent Sessions" does what the Stop button on a parent session does (vscode.debug.stopDebugging).
 const vscode = require('vscode');
 const fs = require('fs');
@@ -34,6 +35,7 @@ exports.activate = (context) => {
     vscode.debug.registerDebugAdapterTrackerFactory('*', {
       createDebugAdapterTracker: (session) => ({
         onDidSendMessage: async (m) => {
+          if (m.type === 'event' && m.event === 'continued') record({ kind: 'continued', ...describe(session), threadId: m.body && m.body.threadId });
           if (m.type !== 'event' || m.event !== 'stopped') return;
           try {
             const threadId = m.body.threadId;
@@ -48,6 +50,15 @@ exports.activate = (context) => {
         },
         onError: (e) => record({ kind: 'adapter-error', ...describe(session), error: String(e && e.message) }),
       }),
+    }),
+    // The text of every "Evaluate in All Ranks" document (scheme rtdebug-eval) as it opens, for the checks.
+    vscode.workspace.onDidOpenTextDocument((d) => {
+      if (d.uri.scheme === 'rtdebug-eval') record({ kind: 'eval-doc', uri: d.uri.toString(), text: d.getText() });
+    }),
+    // What a user does in the Settings editor: rtdebug.allStop on/off in the user settings.
+    vscode.commands.registerCommand('rtdebugE2e.allStopOn', async () => {
+      await vscode.workspace.getConfiguration('rtdebug').update('allStop', true, vscode.ConfigurationTarget.Global);
+      record({ kind: 'setting', allStop: vscode.workspace.getConfiguration('rtdebug').get('allStop') });
     }),
     vscode.commands.registerCommand('rtdebugE2e.stopParents', async () => {
       const parents = [];
