@@ -15,6 +15,7 @@ import sys
 
 import pytest
 from packaging.requirements import Requirement
+from venvjobs import require_venv, venv_bin
 
 from conftest import ROOT
 
@@ -25,7 +26,6 @@ except ModuleNotFoundError:  # Python 3.10: pip's own copy of the same parser
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 TORCH_MISSING = "rtdebug: error: rtdebug torchrun needs PyTorch (pip install torch); `rtdebug run` works without it"
-TORCH_FREE_VENV = ROOT / ".venv-3.11"  # scripts/pythons.sh: the harness without torch
 
 
 def pip_would_install(tmp_path, *requirements: str) -> dict[str, str]:
@@ -89,14 +89,9 @@ def test_install_into_an_env_with_torch_and_ray_leaves_them_alone(tmp_path):
 @pytest.mark.parametrize("args", [["--nproc-per-node", "2", "train.py"], ["--help"]])
 def test_torchrun_without_torch_is_one_line(args, tmp_path, registry_dir):
     """A venv where torch is not importable (the harness installed without it): one line, exit 1."""
-    exe = TORCH_FREE_VENV / "bin" / "rtdebug"
-    if not exe.exists():
-        msg = f"{TORCH_FREE_VENV.name} missing: run bash scripts/pythons.sh"
-        if os.environ.get("RTDEBUG_PYTHONS_REQUIRED") == "1":
-            pytest.fail(msg)
-        pytest.skip(msg)
+    exe = require_venv("3.11")  # scripts/pythons.sh: the harness installed without torch
     no_torch = subprocess.run(
-        [str(TORCH_FREE_VENV / "bin" / "python"), "-c", "import torch"], cwd=tmp_path, capture_output=True, text=True
+        [str(venv_bin("3.11") / "python"), "-c", "import torch"], cwd=tmp_path, capture_output=True, text=True
     )
     assert no_torch.returncode == 1 and "No module named 'torch'" in no_torch.stderr
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}

@@ -8,7 +8,8 @@ no Ray), and the job runs that venv's ``rtdebug`` entry point from outside the r
 Scenarios (``SCENARIOS``, each on every Python): lazy endpoint + attach / detach / re-attach +
 ``harness.breakpoint()`` + ``--post-mortem``; ``--wait``; owner-only access (another uid gets nothing);
 ``rtdebug stacks`` of a running and of a stopped rank. A function ``(rt: Runner) -> None`` added there runs
-on every Python. A missing ``.venv-3.X`` skips, or fails when ``RTDEBUG_PYTHONS_REQUIRED=1`` (scripts/test.sh).
+on every Python (``tests/venvjobs.py`` holds the runner). A missing ``.venv-3.X`` skips, or fails when
+``RTDEBUG_PYTHONS_REQUIRED=1`` (scripts/test.sh).
 """
 
 from __future__ import annotations
@@ -19,102 +20,25 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
+from venvjobs import (
+    SCRIPT,
+    Runner,
+    VenvJob,
+    debugpy_loaded,
+    require_venv,
+    resume_without_breakpoints,
+    stop_in,
+    venv_bin,
+)
 
-from conftest import ROOT, SCRIPTS, Job, alive, marker_line, port_free, read_ranks
+from conftest import ROOT, SCRIPTS, alive, marker_line, port_free, read_ranks
 from dap import DAPClient
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pythons]
 
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
-SCRIPT = SCRIPTS / "torch_free.py"
-
-
-def venv_bin(version: str) -> Path:
-    return ROOT / f".venv-{version}" / "bin"
-
-
-class VenvJob(Job):
-    """conftest's Job, but started with a venv's own ``rtdebug`` entry point."""
-
-    def __init__(self, exe: Path, args: list[str], cwd: Path, env: dict[str, str], log: Path) -> None:
-        self.log = log
-        self._f = open(log, "wb")
-        self.proc = subprocess.Popen([str(exe), *args], cwd=cwd, env=env, stdout=self._f, stderr=subprocess.STDOUT)
-
-
-class Runner:
-    """One Python's environment for a scenario: start jobs, find the rank, check the interpreter."""
-
-    def __init__(self, version: str, tmp_path: Path, registry_dir: Path, port: int) -> None:
-        self.version, self.tmp, self.registry, self.port = version, tmp_path, registry_dir, port
-        self.bin = venv_bin(version)
-        self.ctl = tmp_path / "ctl"
-        self.ctl.mkdir()
-        self.jobs: list[VenvJob] = []
-        self.env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-        self.env.update(RTDEBUG_REGISTRY_DIR=str(registry_dir), PYTHONUNBUFFERED="1")
-
-    def start(self, *args: str) -> VenvJob:
-        j = VenvJob(self.bin / "rtdebug", list(args), self.tmp, self.env, self.tmp / f"job{len(self.jobs)}.log")
-        self.jobs.append(j)
-        return j
-
-    def rank0(self, job: VenvJob, states=("ready",), **match) -> dict:
-        """Rank 0's registry entry once it is in ``states`` and has the ``match`` fields."""
-        sid = job.session_id()
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            r = read_ranks(self.registry, sid).get(0)
-            if r and r["state"] in states and all(r.get(k) == v for k, v in match.items()):
-                return r
-            time.sleep(0.1)
-        raise AssertionError(f"rank 0 not {states} {match}: {read_ranks(self.registry, sid)}\n{job.output()}")
-
-    def check_interpreter(self, c: DAPClient, frame_id: int) -> None:
-        """The debuggee is this venv's Python, without torch; on 3.12+ debugpy traces via sys.monitoring."""
-        assert c.evaluate("'%d.%d' % __import__('sys').version_info[:2]", frame_id) == repr(self.version)
-        assert c.evaluate("__import__('importlib.util').util.find_spec('torch') is None", frame_id) == "True"
-        if tuple(map(int, self.version.split("."))) >= (3, 12):
-            tool = "__import__('sys').monitoring.get_tool(__import__('sys').monitoring.DEBUGGER_ID)"
-            assert c.evaluate(tool, frame_id) != "None"
-
-    def stacks(self, sid: str) -> dict:
-        r = subprocess.run(
-            [str(self.bin / "rtdebug"), "stacks", "--json", "--session", sid, "--timeout", "10"],
-            cwd=self.tmp,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert r.returncode == 0, r.stderr
-        return json.loads(r.stdout)
-
-    def close(self) -> None:
-        for j in self.jobs:
-            j.kill()
-
-
-def debugpy_loaded(pid: int) -> bool:
-    """Whether debugpy's compiled tracer is mapped into ``pid`` (it is once debugpy starts)."""
-    maps = Path(f"/proc/{pid}/maps").read_text()
-    return "/debugpy/" in maps
-
-
-def stop_in(c: DAPClient, line: int | None = None, name: str | None = None) -> dict:
-    stopped = c.wait_stopped(120)
-    frame = c.top_frame(stopped["threadId"])
-    assert line is None or frame["line"] == line, frame
-    assert name is None or frame["name"] == name, frame
-    return {**frame, "threadId": stopped["threadId"], "reason": stopped.get("reason")}
-
-
-def resume_without_breakpoints(c: DAPClient, frame: dict) -> None:
-    c.request("setBreakpoints", source={"path": str(SCRIPT)}, breakpoints=[])
-    c.continue_(frame["threadId"])
 
 
 def scenario_lazy_attach_detach_postmortem(rt: Runner) -> None:
@@ -272,16 +196,6 @@ SCENARIOS: dict[str, Callable[[Runner], None]] = {
 }
 
 
-def require_venv(version: str) -> Path:
-    exe = venv_bin(version) / "rtdebug"
-    if not exe.exists():
-        msg = f".venv-{version} missing: run bash scripts/pythons.sh"
-        if os.environ.get("RTDEBUG_PYTHONS_REQUIRED") == "1":
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return exe
-
-
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 @pytest.mark.parametrize("version", PYTHONS)
 def test_torch_free_core(version, scenario, tmp_path, registry_dir, port_base):
@@ -291,3 +205,20 @@ def test_torch_free_core(version, scenario, tmp_path, registry_dir, port_base):
         SCENARIOS[scenario](rt)
     finally:
         rt.close()
+
+
+@pytest.mark.parametrize("version", PYTHONS)
+def test_every_harness_module_imports(version, tmp_path):
+    """Each harness module imports on each Python (no 3.11+-only syntax or stdlib), torch and Ray aside."""
+    require_venv(version)
+    r = subprocess.run(
+        [str(venv_bin(version) / "python"), str(SCRIPTS / "import_all.py")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["file"] == str(ROOT / "harness" / "__init__.py")  # the repository's harness, via the install
+    assert out["failed"] == {}
