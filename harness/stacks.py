@@ -1,6 +1,6 @@
 """Stacks of every rank, without a debugger and without stopping anyone.
 
-Rank side (``arm``): faulthandler is registered on SIGUSR2 to write all threads'
+Rank side (``arm``): faulthandler is registered on ``SIGNAL`` to write all threads'
 Python stacks to ``<registry>/<session>/stacks-<rank>.txt``. The dump is
 C-level and async-signal-safe, so it works while the main thread is blocked
 inside a C++ collective (GIL released) or suspended at a breakpoint, needs no
@@ -34,7 +34,9 @@ from harness import stackgroup
 from harness.errors import HarnessError
 from harness.registry import Registry
 
-SIGNAL = signal.SIGUSR2
+# A real-time signal, not SIGUSR1/2: schedulers and frameworks use those (SLURM's --signal, preemption
+# checkpoint handlers), and the launcher's hang watch signals ranks periodically.
+SIGNAL: int = int(signal.SIGRTMIN) + 6 if hasattr(signal, "SIGRTMIN") else int(signal.SIGUSR2)
 _armed: dict[str, Any] = {}
 STABLE_S = 0.3  # a dump that stops growing without reaching its bottom frame is taken as it is
 

@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from harness import collectives, stackformat, stackgroup
+from harness import collectives, stackformat, stackgroup, stacks
 from harness.config import RankConfig
 from harness.errors import HarnessError
 
@@ -65,7 +65,7 @@ def real_dump(tmp_path_factory):
 
 def test_arm_writes_a_whole_dump_of_every_thread(real_dump):
     info, text, script, kill, helper = real_dump
-    assert info["file"] == "stacks-3.txt" and info["signal"] == 12
+    assert info["file"] == "stacks-3.txt" and info["signal"] == stacks.SIGNAL
     threads = stackgroup.parse_dump(text)
     assert len(threads) == 2
     main = stackgroup.main_thread(threads, info["main_thread"])

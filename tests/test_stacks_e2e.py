@@ -10,6 +10,7 @@ import time
 import jsonschema
 import pytest
 
+from harness import stacks
 from harness.registry import SCHEMA_PATH
 from harness.stacks import find_py_spy
 
@@ -54,7 +55,7 @@ def test_hang_example_two_groups_then_sigstop_is_unresponsive(job, registry_dir,
     ranks = wait_ranks(registry_dir, sid, 2)
     for entry in ranks.values():  # the rank entry says how to dump it, in the shared schema
         jsonschema.validate(entry, json.loads(SCHEMA_PATH.read_text()))
-        assert entry["stacks"]["file"] == f"stacks-{entry['rank']}.txt" and entry["stacks"]["signal"] == 12
+        assert entry["stacks"]["file"] == f"stacks-{entry['rank']}.txt" and entry["stacks"]["signal"] == stacks.SIGNAL
     snap = wait_groups(sid, hung)
     assert snap["session_id"] == sid and snap["unresponsive"] == []
     assert [g["ranks"] for g in snap["groups"]] == [[0], [1]]

@@ -1,6 +1,6 @@
 """A rank that keeps stepping in pure Python and writes its step count to argv[1].
 
-``--take-signal`` installs a Python handler for SIGUSR2 first, as a program
+``--take-signal`` installs a Python handler for the dump's signal first, as a program
 that owns that signal would: then the harness's dump cannot answer.
 """
 
@@ -11,7 +11,9 @@ import threading
 import time
 
 if "--take-signal" in sys.argv:
-    signal.signal(signal.SIGUSR2, lambda s, f: None)
+    from harness.stacks import SIGNAL
+
+    signal.signal(SIGNAL, lambda s, f: None)
 
 fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o600)
 
