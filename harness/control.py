@@ -19,7 +19,7 @@ from harness.errors import HarnessError, usage
 from harness.launcher import format_table
 from harness.liveness import ended_sessions
 from harness.registry import SCHEMA_VERSION, Registry, is_alive
-from harness.views import Views, ViewOptions
+from harness.views import ViewOptions, Views
 
 URI = "vscode://rtdebug.rtdebug-vscode/attach?session={sid}&rank={rank}"
 Entry = dict[str, Any]
@@ -36,8 +36,18 @@ def ps(as_json: bool, show_all: bool = False, opts: ViewOptions | None = None) -
     ended = ended_sessions(reg) if show_all else []
     unreadable = _unreadable_lines(reg)
     if as_json:
-        print(json.dumps({"schema_version": SCHEMA_VERSION, "registry": str(reg.root), "sessions": live,
-                          "ended": ended, "unreadable": sorted(str(p) for p in reg.unreadable)}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "schema_version": SCHEMA_VERSION,
+                    "registry": str(reg.root),
+                    "sessions": live,
+                    "ended": ended,
+                    "unreadable": sorted(str(p) for p in reg.unreadable),
+                },
+                indent=1,
+            )
+        )
         for line in unreadable:
             print(line, file=sys.stderr)
         return 0
@@ -49,8 +59,10 @@ def ps(as_json: bool, show_all: bool = False, opts: ViewOptions | None = None) -
     for s in live + ended:
         ports = f"ports {s['ports'][0]}-{s['ports'][-1]}" if s.get("ports") else "no local ports"
         where = "" if s.get("source", "local") == "local" else f"  via {s['source']}"
-        print(f"session {s['session_id']}  {s['mode']}  {s['script']}  state={s['state']}  "
-              f"launcher pid {s['launcher_pid']}  {ports}{where}")
+        print(
+            f"session {s['session_id']}  {s['mode']}  {s['script']}  state={s['state']}  "
+            f"launcher pid {s['launcher_pid']}  {ports}{where}"
+        )
         if s.get("error") and s["state"] in ("orphaned", "failed"):
             print(f"  {s['error']}")
         if s["ranks"]:
@@ -77,8 +89,10 @@ def _rank_ready(views: Views, reg: Registry, sid: str, rank: int, timeout: float
         if entry is None and current.get("source", "local") == "local":
             why = reg.rank_unreadable(sid, rank)
             if why is not None:
-                raise HarnessError(f"rank {rank}'s registry entry is unreadable ({why}); "
-                                   f"`rtdebug stop --session {sid}` ends the session")
+                raise HarnessError(
+                    f"rank {rank}'s registry entry is unreadable ({why}); "
+                    f"`rtdebug stop --session {sid}` ends the session"
+                )
         if entry is not None:
             local = current.get("source", "local") == "local"
             alive = not local or is_alive(entry["pid"], entry["create_time"])
@@ -86,11 +100,14 @@ def _rank_ready(views: Views, reg: Registry, sid: str, rank: int, timeout: float
             if entry["state"] in ("ready", "attached") or (entry["state"] == "failed" and alive and local):
                 return entry
             if entry["state"] in ("exited", "failed"):
-                raise HarnessError(f"rank {rank} of session {sid} has {entry['state']} "
-                                   f"(exit code {entry.get('exit_code')})")
+                raise HarnessError(
+                    f"rank {rank} of session {sid} has {entry['state']} (exit code {entry.get('exit_code')})"
+                )
             if entry["state"] == "orphaned":
-                raise HarnessError(f"rank {rank} of session {sid} is orphaned (its launcher is gone); "
-                                   f"end it with `rtdebug stop --session {sid}`")
+                raise HarnessError(
+                    f"rank {rank} of session {sid} is orphaned (its launcher is gone); "
+                    f"end it with `rtdebug stop --session {sid}`"
+                )
         if current["state"] not in ("starting", "running"):
             raise HarnessError(f"session {sid} has ended")
         if time.monotonic() > deadline:
@@ -98,8 +115,9 @@ def _rank_ready(views: Views, reg: Registry, sid: str, rank: int, timeout: float
         time.sleep(0.1)
 
 
-def attach(rank: int, session_id: str | None, timeout: float, as_json: bool, to_vscode: bool,
-           opts: ViewOptions | None = None) -> int:
+def attach(
+    rank: int, session_id: str | None, timeout: float, as_json: bool, to_vscode: bool, opts: ViewOptions | None = None
+) -> int:
     reg = Registry()
     views = Views.open(opts, reg)
     session = views.find_session(session_id)
@@ -114,11 +132,26 @@ def attach(rank: int, session_id: str | None, timeout: float, as_json: bool, to_
         note = connect_host(entry)[1]
         if note:
             print(f"rtdebug: warning: {note}", file=sys.stderr)
-    config = vscode.attach_config(f"{vscode.PREFIX}attach rank {rank} ({sid})", entry["host"], entry["port"],
-                                  entry.get("cwd", "${workspaceFolder}"))
+    config = vscode.attach_config(
+        f"{vscode.PREFIX}attach rank {rank} ({sid})",
+        entry["host"],
+        entry["port"],
+        entry.get("cwd", "${workspaceFolder}"),
+    )
     if as_json:
-        print(json.dumps({"session_id": sid, "rank": rank, "host": entry["host"], "port": entry["port"],
-                          "state": entry["state"], "configuration": config}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "session_id": sid,
+                    "rank": rank,
+                    "host": entry["host"],
+                    "port": entry["port"],
+                    "state": entry["state"],
+                    "configuration": config,
+                },
+                indent=1,
+            )
+        )
     else:
         print(f"{entry['host']}:{entry['port']}")
         print(json.dumps(config, indent=2))

@@ -31,7 +31,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 PR_SET_PDEATHSIG = 1
 ENV_PID = "RTDEBUG_LAUNCHER_PID"
@@ -100,8 +100,11 @@ def guard_rank(on_launcher_gone: Callable[[], None] | None = None) -> bool:
 
     def watch() -> None:
         _wait_for_exit(pid, ct)
-        print(f"rtdebug: rank {os.environ.get('RANK', '?')}: launcher pid {pid} is gone; ending this rank",
-              file=sys.stderr, flush=True)
+        print(
+            f"rtdebug: rank {os.environ.get('RANK', '?')}: launcher pid {pid} is gone; ending this rank",
+            file=sys.stderr,
+            flush=True,
+        )
         if on_launcher_gone is not None:
             try:
                 on_launcher_gone()

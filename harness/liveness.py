@@ -68,16 +68,21 @@ def prune(reg: Registry) -> list[Entry]:
             continue
         if alive or agent_alive(s):
             if s["state"] != "orphaned":
-                reg.update_session(sid, state="orphaned", orphaned_at=now,
-                                   error=f"launcher pid {s['launcher_pid']} is gone; its processes are not")
+                reg.update_session(
+                    sid,
+                    state="orphaned",
+                    orphaned_at=now,
+                    error=f"launcher pid {s['launcher_pid']} is gone; its processes are not",
+                )
             _mark_ranks(reg, [r for r in ranks if r["rank"] in alive], LIVE_RANK_STATES, now, state="orphaned")
             _mark_ranks(reg, dead_live, LIVE_RANK_STATES + ("orphaned",), now, state="failed", error="process gone")
             active.append(reg.read_session(sid) or s)
             continue
         rank_error = "process gone"
         if s["state"] in LIVE_SESSION_STATES + ("orphaned",):
-            why = ("launcher died without teardown" if s["state"] != "orphaned"
-                   else "orphaned processes ended") + f" (launcher pid {s['launcher_pid']})"
+            why = (
+                "launcher died without teardown" if s["state"] != "orphaned" else "orphaned processes ended"
+            ) + f" (launcher pid {s['launcher_pid']})"
             reg.update_session(sid, state="failed", ended_at=now, error=why)
             s = dict(s, ended_at=now)
             rank_error = f"ended with its launcher (pid {s['launcher_pid']})"

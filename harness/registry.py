@@ -21,12 +21,12 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import filelock
 import psutil
@@ -40,15 +40,35 @@ LIVE_SESSION_STATES = ("starting", "running")
 _NUM = (int, float)
 # The fields readers index without checking; an entry lacking one is "unreadable", not a crash.
 REQUIRED = {
-    "session": {"session_id": str, "mode": str, "launcher_pid": int, "launcher_create_time": _NUM,
-                "state": str, "host": str, "ports": list, "started_at": _NUM, "script": str},
-    "rank": {"session_id": str, "rank": int, "pid": int, "create_time": _NUM, "state": str, "host": str,
-             "port": int, "world_size": int, "local_rank": int},
+    "session": {
+        "session_id": str,
+        "mode": str,
+        "launcher_pid": int,
+        "launcher_create_time": _NUM,
+        "state": str,
+        "host": str,
+        "ports": list,
+        "started_at": _NUM,
+        "script": str,
+    },
+    "rank": {
+        "session_id": str,
+        "rank": int,
+        "pid": int,
+        "create_time": _NUM,
+        "state": str,
+        "host": str,
+        "port": int,
+        "world_size": int,
+        "local_rank": int,
+    },
 }
 
 
 class Unreadable(ValueError):
     """A registry file exists but is not a valid entry (empty, truncated, garbage, wrong shape)."""
+
+
 SCHEMA_PATH = Path(__file__).with_name("schema") / "registry.schema.json"
 
 
@@ -87,10 +107,20 @@ def session_entry(session_id: str, mode: str, **fields: Any) -> dict[str, Any]:
     now = time.time()
     pid = os.getpid()
     return {
-        "schema_version": SCHEMA_VERSION, "kind": "session", "session_id": session_id, "mode": mode,
-        "launcher_pid": pid, "launcher_create_time": process_create_time(pid) or now,
-        "command": ["rtdebug", *sys.argv[1:]], "cwd": os.getcwd(), "started_at": now, "updated_at": now,
-        "ended_at": None, "exit_code": None, "state": "starting", **fields,
+        "schema_version": SCHEMA_VERSION,
+        "kind": "session",
+        "session_id": session_id,
+        "mode": mode,
+        "launcher_pid": pid,
+        "launcher_create_time": process_create_time(pid) or now,
+        "command": ["rtdebug", *sys.argv[1:]],
+        "cwd": os.getcwd(),
+        "started_at": now,
+        "updated_at": now,
+        "ended_at": None,
+        "exit_code": None,
+        "state": "starting",
+        **fields,
     }
 
 
@@ -257,4 +287,3 @@ class Registry:
         if not live:
             raise HarnessError("no live rtdebug session; start one with `rtdebug torchrun` or `rtdebug run`")
         return max(live, key=lambda s: s["started_at"])
-

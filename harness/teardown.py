@@ -63,8 +63,9 @@ def stop_local_session(reg: Registry, session: Entry) -> str:
             if r["state"] in ("starting", "ready", "attached", "orphaned"):
                 reg.write_rank(dict(r, state="exited", updated_at=now))
     if busy:
-        raise HarnessError(f"session {sid} stopped, but port {busy[0]} is still held by "
-                           f"{port_holder(busy[0]) or 'an unknown process'}")
+        raise HarnessError(
+            f"session {sid} stopped, but port {busy[0]} is still held by {port_holder(busy[0]) or 'an unknown process'}"
+        )
     ports = session["ports"]
     span = f"ports {ports[0]}-{ports[-1]} free" if ports else "no ports"
     return f"rtdebug: stopped session {sid} ({len(procs)} processes ended, {span})"

@@ -33,16 +33,31 @@ class Trial:
 
     def __init__(self, job, registry_dir, port_base, *harness_args: str, steps: int = 100000) -> None:
         self.registry_dir, self.port_base = registry_dir, port_base
-        self.j = job("torchrun", "--debug-port-base", str(port_base), *harness_args, "--nproc-per-node", "2",
-                     str(SCRIPT), "--steps", str(steps))
+        self.j = job(
+            "torchrun",
+            "--debug-port-base",
+            str(port_base),
+            *harness_args,
+            "--nproc-per-node",
+            "2",
+            str(SCRIPT),
+            "--steps",
+            str(steps),
+        )
         self.sid = self.j.session_id()
         self.client: DAPClient | None = None
 
     def ready(self) -> None:
         self.ranks = wait_ranks(self.registry_dir, self.sid, 2)
         self.session = json.loads((self.registry_dir / self.sid / "session.json").read_text())
-        self.pids = sorted({self.j.proc.pid, self.session["agent_pid"], *(r["pid"] for r in self.ranks.values()),
-                            *(p.pid for p in self.j.descendants())})
+        self.pids = sorted(
+            {
+                self.j.proc.pid,
+                self.session["agent_pid"],
+                *(r["pid"] for r in self.ranks.values()),
+                *(p.pid for p in self.j.descendants()),
+            }
+        )
 
     def stop_rank0_at_breakpoint(self) -> dict:
         """Rank 0 stopped at the breakpoint; rank 1 blocked in all_reduce waiting for it."""

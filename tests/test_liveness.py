@@ -4,14 +4,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import jsonschema
 import pytest
+from test_registry import dead_pid, rank, session
 
 from harness import cli
 from harness.registry import SCHEMA_PATH, Registry
-from test_registry import dead_pid, rank, session
 
 SCHEMA = json.loads(SCHEMA_PATH.read_text())
 
@@ -45,8 +44,13 @@ def test_orphan_keeps_its_ports_reserved(tmp_path):
         reg.create_session(session("new", ports=(7001, 7002)))
 
 
-DAMAGE = {"empty": b"", "truncated": b'{"schema_version": 1, "kind": "rank", "sess', "garbage": b"\x00\xffnot json",
-          "wrong shape": b'{"schema_version": 1, "kind": "rank", "rank": "zero"}', "a list": b"[1, 2]"}
+DAMAGE = {
+    "empty": b"",
+    "truncated": b'{"schema_version": 1, "kind": "rank", "sess',
+    "garbage": b"\x00\xffnot json",
+    "wrong shape": b'{"schema_version": 1, "kind": "rank", "rank": "zero"}',
+    "a list": b"[1, 2]",
+}
 
 
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
@@ -103,8 +107,12 @@ def test_fifty_sessions_at_once_never_double_book(tmp_path):
     code = RACER.format(root=root, reg=str(tmp_path / "reg"))
     n = int(os.environ.get("RTDEBUG_RACERS", "50"))
     # 50 launchers asking for 10 overlapping ranges: (base, base+1) with bases 8000..8009 overlap pairwise
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(8000 + i % 10)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True) for i in range(n)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(8000 + i % 10)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        for i in range(n)
+    ]
     try:
         results = [p.stdout.readline().strip() for p in procs]
         won = [r for r in results if r == "OK"]

@@ -16,21 +16,57 @@ SCHEMA = json.loads(SCHEMA_PATH.read_text())
 def session(sid="s1", pid=None, ports=(6000, 6001), host="127.0.0.1"):
     pid = pid or os.getpid()
     now = time.time()
-    return {"schema_version": 1, "kind": "session", "session_id": sid, "mode": "torchrun", "launcher_pid": pid,
-            "launcher_create_time": process_create_time(pid) or 1.0, "command": ["rtdebug"], "cwd": "/", "script": "t.py",
-            "nnodes": "1", "nproc_per_node": 2, "node_rank": 0, "host": host, "port_base": ports[0],
-            "ports": list(ports), "wait": "none", "started_at": now, "updated_at": now, "ended_at": None,
-            "exit_code": None, "state": "running"}
+    return {
+        "schema_version": 1,
+        "kind": "session",
+        "session_id": sid,
+        "mode": "torchrun",
+        "launcher_pid": pid,
+        "launcher_create_time": process_create_time(pid) or 1.0,
+        "command": ["rtdebug"],
+        "cwd": "/",
+        "script": "t.py",
+        "nnodes": "1",
+        "nproc_per_node": 2,
+        "node_rank": 0,
+        "host": host,
+        "port_base": ports[0],
+        "ports": list(ports),
+        "wait": "none",
+        "started_at": now,
+        "updated_at": now,
+        "ended_at": None,
+        "exit_code": None,
+        "state": "running",
+    }
 
 
 def rank(sid="s1", r=0, pid=None, state="ready"):
     pid = pid or os.getpid()
     now = time.time()
-    return {"schema_version": 1, "kind": "rank", "session_id": sid, "rank": r, "local_rank": r, "node_rank": 0,
-            "world_size": 2, "host": "127.0.0.1", "port": 6000 + r, "pid": pid,
-            "create_time": process_create_time(pid) or 1.0, "state": state, "lazy": True, "wait": False,
-            "attach_count": 0, "script": "t.py", "cwd": "/", "started_at": now, "updated_at": now,
-            "exit_code": None, "error": None}
+    return {
+        "schema_version": 1,
+        "kind": "rank",
+        "session_id": sid,
+        "rank": r,
+        "local_rank": r,
+        "node_rank": 0,
+        "world_size": 2,
+        "host": "127.0.0.1",
+        "port": 6000 + r,
+        "pid": pid,
+        "create_time": process_create_time(pid) or 1.0,
+        "state": state,
+        "lazy": True,
+        "wait": False,
+        "attach_count": 0,
+        "script": "t.py",
+        "cwd": "/",
+        "started_at": now,
+        "updated_at": now,
+        "exit_code": None,
+        "error": None,
+    }
 
 
 def test_entries_validate_against_schema(tmp_path):
