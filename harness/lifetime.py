@@ -68,7 +68,7 @@ def _wait_for_exit(pid: int, create_time: float) -> None:
 
     fd = None
     try:
-        fd = os.pidfd_open(pid)  # type: ignore[attr-defined]  # Linux >= 5.3, Python >= 3.9
+        fd = os.pidfd_open(pid)  # Linux >= 5.3, Python >= 3.9
     except (AttributeError, OSError):
         fd = None
     try:

@@ -37,9 +37,9 @@ SCHEMA_VERSION = 1
 ENV_DIR = "RTDEBUG_REGISTRY_DIR"
 LIVE_RANK_STATES = ("starting", "ready", "attached")
 LIVE_SESSION_STATES = ("starting", "running")
-_NUM = (int, float)
+_NUM: tuple[type, ...] = (int, float)
 # The fields readers index without checking; an entry lacking one is "unreadable", not a crash.
-REQUIRED = {
+REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "session": {
         "session_id": str,
         "mode": str,

@@ -152,9 +152,9 @@ class Views:
                 if s["session_id"] == session_id:
                     return s
             for view in self.views[1:]:  # a multi-node job answers to any of its nodes' session ids
-                s = view.session(session_id)
-                if s is not None and s.get("state") in ("starting", "running"):
-                    return s
+                found = view.session(session_id)
+                if found is not None and found.get("state") in ("starting", "running"):
+                    return found
             raise HarnessError(f"no live session {session_id!r}; see `rtdebug ps`")
         if not live:
             raise HarnessError("no live rtdebug session; start one with `rtdebug torchrun` or `rtdebug run`")
