@@ -56,6 +56,12 @@ def report(
     return snap
 
 
+def first_line(text: str, width: int = 200) -> str:
+    """A rank's error can be a gloo paragraph; the header keeps one line of it."""
+    line = (text.strip().splitlines() or [""])[0]
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
 def _key(snap: dict[str, Any]) -> tuple:
     return (
         tuple(
@@ -107,7 +113,7 @@ class HangWatch:
         others = frozenset(e["rank"] for e in entries if e["state"] in LIVE_RANK_STATES)
         if not others:
             return
-        who = ", ".join(f"rank {e['rank']}" + (f" ({e['error']})" if e.get("error") else "") for e in new)
+        who = ", ".join(f"rank {e['rank']}" + (f" ({first_line(e['error'])})" if e.get("error") else "") for e in new)
         paused = self._signal_agent(signal.SIGSTOP)
         try:
             report(self.reg, self.sid, self.stream, f"rtdebug: {who} failed; where the other ranks are:", others)
