@@ -106,7 +106,8 @@ def serve_and_run(target: Target, record: RankRecord, endpoint: Endpoint | None,
     """Shared by ranks and `rtdebug run`: open the endpoint, maybe wait, run, record the end."""
     from harness import stacks  # `rtdebug stacks` answers by signal, even from a rank blocked in C++
 
-    record.entry["stacks"] = stacks.arm(record.registry.session_dir(record.entry["session_id"]), rank)
+    # written at once: a rank stuck before `ready` (pre-imports, the endpoint) can be dumped too
+    record.set(stacks=stacks.arm(record.registry.session_dir(record.entry["session_id"]), rank))
     if endpoint is not None:
         def on_state(state: str) -> None:
             if record.entry["state"] in ("exited", "failed"):  # a post-mortem client leaving: still failed
