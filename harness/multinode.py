@@ -35,6 +35,18 @@ def job_store(parsed: Any, max_nodes: int) -> str | None:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def fixed_job(parsed: Any) -> bool:
+    """True when the job cannot go on without every node: fixed --nnodes, no restarts. Then a node
+    whose peer is gone ends itself (``harness.publish``) instead of waiting in its next collective."""
+    from torch.distributed.run import parse_min_max_nnodes
+
+    try:
+        low, high = parse_min_max_nnodes(parsed.nnodes)
+    except (RuntimeError, ValueError):
+        return False
+    return low == high and int(getattr(parsed, "max_restarts", 0) or 0) == 0
+
+
 def _rendezvous_host(parsed: Any) -> str | None:
     if parsed.rdzv_backend == "static" or not parsed.rdzv_endpoint:
         return getattr(parsed, "master_addr", None)

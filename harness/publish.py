@@ -12,6 +12,14 @@ never wait on the network, and a store that is not up yet (the agent hosting
 it is still in rendezvous) or already gone must cost the rank nothing but a
 retry. The thread is hidden from pydevd, so a breakpoint that suspends every
 thread does not freeze the heartbeat (a paused rank stays visible as alive).
+
+Liveness without trusting clocks: every heartbeat also advances one shared
+counter in the store (``tick``), so a rank that stopped publishing falls behind
+the job's logical clock in heartbeat rounds, whatever the machines' clocks say.
+When a whole node dies, torchrun ends the others only once they reach a
+collective; a node whose own rank is paused at a breakpoint would wait for ever.
+So local rank 0 of each node watches its peers and, in a job that cannot go on
+without them (fixed ``--nnodes``, no restarts), ends its own node.
 """
 
 from __future__ import annotations
@@ -27,9 +35,13 @@ from datetime import timedelta
 from typing import Any
 
 ENV_STORE = "RTDEBUG_JOB_STORE"  # host:port of the store the ranks publish to (set by the launcher)
+ENV_WATCH = "RTDEBUG_PEER_WATCH"  # "1": a lost peer ends this node (set by the launcher)
 PREFIX = "rtdebug"
 HEARTBEAT_S = 2.0
 CONNECT_TIMEOUT_S = 10.0
+LIVE_STATES = ("starting", "ready", "attached")
+LOST_ROUNDS = 5  # the view shows a live rank this many rounds behind as lost (~10 s)
+PEER_LOST_ROUNDS = 15  # a watching node ends itself when a peer is this far behind (~30 s)
 
 
 def rank_key(run_id: str, rank: int) -> str:
@@ -38,6 +50,18 @@ def rank_key(run_id: str, rank: int) -> str:
 
 def node_key(run_id: str, group_rank: int) -> str:
     return f"{PREFIX}/{run_id}/node/{group_rank}"
+
+
+def tick_key(run_id: str) -> str:
+    return f"{PREFIX}/{run_id}/tick"
+
+
+def rounds_behind(ranks: list[dict[str, Any]], tick: int = 0) -> dict[int, float]:
+    """Heartbeat rounds each live rank lags the job's logical clock (counted generously: ranks
+    that stopped ticking still count as publishers, which only makes detection slower)."""
+    live = [r for r in ranks if r.get("state") in LIVE_STATES]
+    now = max([tick, *(int(r.get("tick", 0)) for r in live)])
+    return {int(r["rank"]): (now - int(r.get("tick", 0))) / max(len(live), 1) for r in live}
 
 
 def stop_key(run_id: str) -> str:
@@ -91,12 +115,14 @@ class Publisher:
         group_rank: int | None = None,
         heartbeat_s: float = HEARTBEAT_S,
         launcher_pid: int | None = None,
+        watch_peers: bool = False,
     ) -> None:
         self.host, self.port, self.run_id, self.rank = host, port, run_id, rank
         self.group_rank = group_rank
         self.launcher_pid = launcher_pid
         self.where = {"hostname": socket.gethostname()}
         self._stop_sent = False
+        self.watch_peers = watch_peers
         self.heartbeat_s = heartbeat_s
         self._entry: dict[str, Any] | None = None
         self.node: dict[str, Any] | None = None  # this node's session entry (local rank 0 only)
@@ -162,12 +188,12 @@ class Publisher:
                         raise OSError("store not reachable yet")
                     store = connect(self.host, self.port)
                     self.where["node_ip"] = node_ip
-                now = time.time()
+                beat = {"heartbeat": time.time(), "tick": store.add(tick_key(self.run_id), 1)}
                 keys = [rank_key(self.run_id, self.rank)]
-                values = [json.dumps(dict(entry or {}, **self.where, heartbeat=now)).encode()]
+                values = [json.dumps(dict(entry or {}, **self.where, **beat)).encode()]
                 if node is not None and self.group_rank is not None:
                     keys.append(node_key(self.run_id, self.group_rank))
-                    values.append(json.dumps(dict(node, **self.where, heartbeat=now)).encode())
+                    values.append(json.dumps(dict(node, **self.where, **beat)).encode())
                 store.multi_set(keys, values)
                 delay = 0.2
                 with self._cv:
@@ -176,6 +202,8 @@ class Publisher:
                     self._cv.notify_all()  # flush() waiters
                 if not self._stop_sent and store.check([stop_key(self.run_id)]):
                     self._stop_launcher()
+                if self.watch_peers and not self._stop_sent:
+                    self._watch(store, beat["tick"])
             except Exception:  # the store is not up yet, or gone with the job: retry, quietly
                 store = None
                 with self._cv:
@@ -183,6 +211,22 @@ class Publisher:
                     self._cv.notify_all()
                     self._cv.wait(delay)
                 delay = min(delay * 2, 5.0)
+
+    def _watch(self, store: Any, tick: int) -> None:
+        prefix = f"{PREFIX}/{self.run_id}/rank/"
+        keys = [k for k in store.list_keys() if k.startswith(prefix)]
+        ranks = [json.loads(v) for v in store.multi_get(keys)] if keys else []
+        behind = rounds_behind(ranks, tick)
+        gone = [r for r in ranks if behind.get(int(r["rank"]), 0) > PEER_LOST_ROUNDS]
+        if gone:
+            r = gone[0]
+            print(
+                f"rtdebug: rank {self.rank}: rank {r['rank']} (node {r.get('node_ip', '?')}) has not been heard "
+                f"from for ~{PEER_LOST_ROUNDS * HEARTBEAT_S:.0f}s; ending this node (the job cannot go on without it)",
+                file=sys.stderr,
+                flush=True,
+            )
+            self._stop_launcher()
 
     def _stop_launcher(self) -> None:
         """``rtdebug stop`` from another machine: end this node the way a local ``stop`` would."""
@@ -211,6 +255,7 @@ def from_env(rank: int, env: dict[str, str] | None = None) -> Publisher | None:
         rank,
         int(group) if group and group.isdigit() else None,
         launcher_pid=int(launcher) if launcher.isdigit() else None,
+        watch_peers=env.get(ENV_WATCH) == "1" and env.get("LOCAL_RANK", "0") == "0",
     )
 
 

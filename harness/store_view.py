@@ -8,7 +8,7 @@ by the session id of this machine's own launcher of that job (so it merges with
 this machine's files into one session), else by node 0's; any node's id finds it.
 
 A rank is "lost" (shown ``failed``) when its heartbeat falls behind the job's
-freshest one: its node died without saying so. When the store itself is gone the
+logical clock (``publish.rounds_behind``): its node died without saying so. When the store itself is gone the
 job has ended (torchrun's agent hosts it); an explicit ``--store`` then fails
 with one line, an auto-found one is skipped.
 """
@@ -25,8 +25,6 @@ from harness.errors import HarnessError
 from harness.registry import LIVE_RANK_STATES, Registry
 
 Entry = dict[str, Any]
-LOST_AFTER_S = 10.0  # heartbeat behind the job's freshest (clock-skew free)
-LOST_ABS_S = 120.0  # or behind this machine's clock
 READ_TIMEOUT_S = 5.0
 
 
@@ -110,25 +108,21 @@ class StoreView:
         nodes = [job["node"][g] for g in sorted(job["node"])]
         if not nodes:
             return None  # no node entry yet: its local rank 0 has not published
-        beats = [e.get("heartbeat", 0.0) for e in [*job["rank"].values(), *nodes]]
-        freshest, now = max(beats), time.time()
+        behind = publish.rounds_behind(list(job["rank"].values()))
         ranks = []
         for n in sorted(job["rank"]):
-            r = {k: v for k, v in job["rank"][n].items() if k not in ("heartbeat", "launcher_pid")}
+            r = {k: v for k, v in job["rank"][n].items() if k not in ("heartbeat", "tick", "launcher_pid")}
             if r.get("host") in ("0.0.0.0", "::") and r.get("node_ip"):
                 r["host"] = r["node_ip"]  # bound to every address: a client reaches it at its node's
-            age = min(freshest, now) - job["rank"][n].get("heartbeat", 0.0)
-            if r.get("state") in LIVE_RANK_STATES and (
-                freshest - job["rank"][n].get("heartbeat", 0.0) > LOST_AFTER_S
-                or now - job["rank"][n].get("heartbeat", 0.0) > LOST_ABS_S
-            ):
+            if behind.get(n, 0) > publish.LOST_ROUNDS:
+                silent = behind[n] * publish.HEARTBEAT_S
                 r.update(
                     state="failed",
-                    error=f"lost: no heartbeat for {max(age, LOST_AFTER_S):.0f}s "
-                    f"(its node {r.get('node_ip', '?')} is gone?)",
+                    error=f"lost: not heard from for ~{silent:.0f}s (its node {r.get('node_ip', '?')} is gone?)",
                 )
             ranks.append(r)
-        base = {k: v for k, v in nodes[0].items() if k not in ("heartbeat", "ranks", "source", "hostname", "node_ip")}
+        drop = ("heartbeat", "tick", "ranks", "source", "hostname", "node_ip")
+        base = {k: v for k, v in nodes[0].items() if k not in drop}
         live = any(r.get("state") in LIVE_RANK_STATES for r in ranks)
         failed = any(r.get("state") == "failed" for r in ranks)
         node_list = [
@@ -158,7 +152,7 @@ class StoreView:
             rdzv_id=run_id,
             ranks=ranks,
             source=self.label,
-            updated_at=freshest,
+            updated_at=max([base.get("updated_at", 0), *(r.get("updated_at", 0) for r in ranks)]),
         )
 
     def sessions(self) -> list[Entry]:

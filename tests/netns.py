@@ -2,15 +2,20 @@
 
 Only addresses inside namespaces made here are used (10.203.X.0/24, X random per
 test), and ``down`` kills what runs inside them (nothing else can) and deletes them.
+Names carry the test process's pid, so namespaces left by a test run that was
+itself killed (no ``finally``) are swept by the next run.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 from pathlib import Path
+
+import psutil
 
 from conftest import PY, ROOT
 
@@ -19,11 +24,32 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=check)
 
 
+PREFIX = "rtdmn"
+
+
+def _kill_inside(ns: str) -> None:
+    for pid in _ip("netns", "pids", ns, check=False).stdout.split():
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def sweep() -> None:
+    """Delete namespaces of earlier test runs whose process is gone (and whatever runs in them)."""
+    for line in _ip("netns", "list", check=False).stdout.splitlines():
+        name = line.split()[0] if line.split() else ""
+        m = re.match(rf"{PREFIX}(\d+)x\d+-", name)
+        if m and not psutil.pid_exists(int(m.group(1))):
+            _kill_inside(name)
+            _ip("netns", "del", name, check=False)
+
+
 class Hosts:
     """Namespaces ``n0``, ``n1`` (nodes) and ``lap`` (laptop) on a bridge in a namespace of its own."""
 
     def __init__(self, tmp: Path) -> None:
-        tag = f"rtd{os.getpid() % 100000}{random.randrange(100):02d}"
+        tag = f"{PREFIX}{os.getpid()}x{random.randrange(100):02d}"
         self.tmp = tmp
         self.subnet = f"10.203.{random.randrange(1, 255)}"
         self.bridge = f"{tag}-br"
@@ -69,12 +95,8 @@ class Hosts:
         for p in self.procs:
             if p.poll() is None:
                 p.kill()
-        for h, ns in self.names.items():
-            for pid in self.pids(h) if ns in self.made else []:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+        for ns in self.made:
+            _kill_inside(ns)
         for ns in reversed(self.made):
             _ip("netns", "del", ns, check=False)
 
@@ -97,6 +119,19 @@ class Hosts:
             env=self.env(h),
             stdout=log,
             stderr=subprocess.STDOUT,
+        )
+        self.procs.append(p)
+        return p
+
+    def spawn(self, h: str, *args: str) -> subprocess.Popen:
+        """A process in namespace ``h`` whose stdout the test reads line by line (killed by ``down``)."""
+        p = subprocess.Popen(
+            ["ip", "netns", "exec", self.names[h], *args],
+            cwd=ROOT,
+            env=self.env(h),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
         )
         self.procs.append(p)
         return p

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from netns import Hosts
+from netns import Hosts, sweep
 
 from conftest import PY, SCRIPTS, marker_line
 
@@ -32,6 +32,7 @@ FULL = os.environ.get("RTDEBUG_FULL") == "1"
 
 @pytest.fixture
 def hosts(tmp_path):
+    sweep()
     h = Hosts(tmp_path)
     try:
         try:
@@ -142,14 +143,19 @@ def wait_empty(hosts: Hosts, names: list[str], timeout: float) -> list[int]:
     return left
 
 
-def test_two_hosts_one_view_attach_every_rank_and_kill_one_node(hosts, tmp_path):
+def start_job(hosts: Hosts, tmp_path: Path, nproc: int) -> tuple[subprocess.Popen, subprocess.Popen, str, dict]:
+    """Both nodes started; the job as the laptop sees it once every rank is ready."""
     stop = tmp_path / "stop"
+    n0 = hosts.start("n0", node_args(hosts, "n0", stop, nproc))
+    n1 = hosts.start("n1", node_args(hosts, "n1", stop, nproc))
     store = f"{hosts.addr['n0']}:{RDZV_PORT}"
-    n0 = hosts.start("n0", node_args(hosts, "n0", stop, 1))
-    n1 = hosts.start("n1", node_args(hosts, "n1", stop, 1))
+    return n0, n1, store, wait_view(hosts, "lap", 2 * nproc, "--store", store)
+
+
+def test_two_hosts_one_view_attach_every_rank_and_lose_a_node(hosts, tmp_path):
+    n0, n1, store, job = start_job(hosts, tmp_path, 1)
 
     # the laptop (no registry of its own) sees every rank of the job through the store
-    job = wait_view(hosts, "lap", 2, "--store", store)
     assert job["source"] == f"store {store}" and job["store"] == store
     ranks = {r["rank"]: r for r in job["ranks"]}
     assert sorted(ranks) == [0, 1]
@@ -185,10 +191,8 @@ def test_two_hosts_one_view_attach_every_rank_and_kill_one_node(hosts, tmp_path)
     assert v.returncode == 0, v.stderr
     connects = [c["connect"] for c in json.loads(v.stdout)["configurations"][:2]]
     assert connects == [{"host": ranks[n]["host"], "port": ranks[n]["port"]} for n in (0, 1)]
-    assert (
-        f"rtdebug: warning: rank 0 of job {job['session_id']} runs on {ranks[0]['host']}, not on --hosts entry"
-        in v.stderr
-    )
+    warning = f"rtdebug: warning: rank 0 of job {job['session_id']} runs on {ranks[0]['host']}, not on --hosts entry"
+    assert warning in v.stderr
 
     # the endpoints admit the laptop only (--debug-allow): the other node gets no reply at all
     other = "n1" if ranks[0]["host"] == hosts.addr["n0"] else "n0"
@@ -202,24 +206,51 @@ def test_two_hosts_one_view_attach_every_rank_and_kill_one_node(hosts, tmp_path)
         assert where["host"] == ranks[rank]["host"]
         assert value == f"{rank}|{where['host']}|{where['host']}", value
 
-    # SIGKILL the launcher of the node that hosts the store: both nodes end, nothing left on either
+    # node 0's rank stays stopped at a breakpoint; node 1's launcher is SIGKILLed. torchrun alone
+    # would leave node 0 waiting until its next collective; the view marks node 1's rank lost, and
+    # node 0 ends itself: nothing left on either host.
+    r0 = next(r for r in ranks.values() if r["host"] == hosts.addr["n0"])
+    r1 = next(r for r in ranks.values() if r["host"] == hosts.addr["n1"])
+    line = str(marker_line(SCRIPT, "multinode step"))
+    holder = hosts.spawn("lap", PY, str(PROBE), r0["host"], str(r0["port"]), str(SCRIPT), line, "1", "hold")
+    assert json.loads(holder.stdout.readline())["line"] == int(line)
+    n1.kill()
+    deadline = time.monotonic() + 90
+    while True:
+        view = ps_json(hosts, "lap", "--store", store)["sessions"][0]
+        lost = next(r for r in view["ranks"] if r["rank"] == r1["rank"])
+        if lost["state"] == "failed":
+            break
+        assert time.monotonic() < deadline, view
+        time.sleep(1)
+    assert lost["error"].startswith("lost: not heard from for ~") and hosts.addr["n1"] in lost["error"]
+    left = wait_empty(hosts, ["n0", "n1"], timeout=150)
+    assert not left, f"still running: {left}\nn0: {hosts.log('n0')}"
+    assert n0.wait(timeout=30) != 0
+    ended = "has not been heard from for ~30s; ending this node (the job cannot go on without it)"
+    assert ended in hosts.log("n0", tail=1 << 30)
+    gone = hosts.rtdebug("lap", "ps", "--store", store)
+    assert gone.returncode == 1
+    assert f"rtdebug: error: cannot reach the job store at {store}: the job has ended" in gone.stderr
+    assert ps_json(hosts, "n0")["sessions"] == [] and ps_json(hosts, "n1")["sessions"] == []
+
+
+@pytest.mark.skipif(not FULL, reason="RTDEBUG_FULL=1: SIGKILL of the node that hosts the store")
+def test_full_kill_the_node_that_hosts_the_store(hosts, tmp_path):
+    """torchrun's own failure detection ends node 1 (its agent loses the rendezvous store)."""
+    n0, n1, store, _ = start_job(hosts, tmp_path, 1)
     n0.kill()
     left = wait_empty(hosts, ["n0", "n1"], timeout=120)
     assert not left, f"still running: {left}\nn1: {hosts.log('n1')}"
     assert n1.wait(timeout=30) != 0
     gone = hosts.rtdebug("lap", "ps", "--store", store)
-    assert gone.returncode == 1
     assert f"rtdebug: error: cannot reach the job store at {store}: the job has ended" in gone.stderr
     assert ps_json(hosts, "n1")["sessions"] == []
 
 
 @pytest.mark.skipif(not FULL, reason="RTDEBUG_FULL=1: 2 nodes x 2 ranks, stopped from the laptop")
 def test_full_two_by_two_stop_from_laptop(hosts, tmp_path):
-    stop = tmp_path / "stop"
-    store = f"{hosts.addr['n0']}:{RDZV_PORT}"
-    n0 = hosts.start("n0", node_args(hosts, "n0", stop, 2))
-    n1 = hosts.start("n1", node_args(hosts, "n1", stop, 2))
-    job = wait_view(hosts, "lap", 4, "--store", store)
+    n0, n1, store, job = start_job(hosts, tmp_path, 2)
     by_host: dict[str, list[int]] = {}
     for r in job["ranks"]:
         by_host.setdefault(r["host"], []).append(r["rank"])

@@ -130,14 +130,44 @@ def test_published_ranks_read_back_as_one_schema_valid_session(store):
 
 
 def test_a_rank_whose_heartbeat_stopped_is_shown_lost(store):
+    """Judged by the job's logical clock (a counter every heartbeat advances), never by comparing
+    clocks: rank 1's node clock is an hour ahead, yet it is the one that stopped."""
     now = time.time()
-    store.set(publish.node_key("job", 0), json.dumps(dict(node_entry(0), heartbeat=now)))
-    store.set(publish.rank_key("job", 0), json.dumps(dict(rank_entry(0), heartbeat=now)))
-    store.set(publish.rank_key("job", 1), json.dumps(dict(rank_entry(1), node_ip="10.9.9.2", heartbeat=now - 30)))
+    store.set(publish.node_key("job", 0), json.dumps(dict(node_entry(0), heartbeat=now, tick=40)))
+    store.set(publish.rank_key("job", 0), json.dumps(dict(rank_entry(0), heartbeat=now, tick=40)))
+    late = dict(rank_entry(1), node_ip="10.9.9.2", heartbeat=now + 3600, tick=10)
+    store.set(publish.rank_key("job", 1), json.dumps(late))
     [s] = StoreView("127.0.0.1", store.port).sessions()
     assert s["ranks"][0]["state"] == "ready"
     assert s["ranks"][1]["state"] == "failed"
-    assert s["ranks"][1]["error"].startswith("lost: no heartbeat for 30s (its node 10.9.9.2 is gone?)")
+    assert s["ranks"][1]["error"] == "lost: not heard from for ~30s (its node 10.9.9.2 is gone?)"
+    store.set(publish.rank_key("job", 1), json.dumps(dict(late, tick=38)))  # one round behind: fine
+    assert [r["state"] for r in StoreView("127.0.0.1", store.port).sessions()[0]["ranks"]] == ["ready", "ready"]
+
+
+@pytest.mark.parametrize("peer_state, ends", [("ready", True), ("exited", False)])
+def test_a_node_ends_itself_when_a_peer_is_lost(store, capfd, peer_state, ends):
+    """A watching node whose peer stopped ticking stops its own launcher; a peer that ended cleanly
+    (or a job that may continue, watch_peers=False) does not count."""
+    store.set(publish.rank_key("job", 1), json.dumps(dict(rank_entry(1, state=peer_state), node_ip="10.9.9.2")))
+    launcher = subprocess.Popen(["sleep", "60"])
+    p = publish.Publisher(
+        "127.0.0.1", store.port, "job", 0, heartbeat_s=0.05, launcher_pid=launcher.pid, watch_peers=True
+    )
+    try:
+        p.update(rank_entry(0))
+        if ends:
+            assert launcher.wait(timeout=30) == -15
+            assert (
+                "rtdebug: rank 0: rank 1 (node 10.9.9.2) has not been heard from for ~30s; ending this node"
+                in capfd.readouterr().err
+            )
+        else:
+            wait_for(lambda: int(store.add(publish.tick_key("job"), 0)) > 100)  # well past the threshold
+            assert launcher.poll() is None
+    finally:
+        p.close()
+        launcher.kill()
 
 
 def test_unreachable_store(store):
@@ -173,6 +203,10 @@ def test_job_store():
     assert multinode.job_store(c10d, 1) is None  # one node: the local registry sees every rank
     assert multinode.job_store(Namespace(**{**vars(c10d), "rdzv_backend": "static"}), 2) is None
     assert multinode.job_store(Namespace(**{**vars(c10d), "standalone": True}), 2) is None
+    # a node ends itself over a lost peer only when the job cannot go on without it
+    assert multinode.fixed_job(Namespace(nnodes="2", max_restarts=0))
+    assert not multinode.fixed_job(Namespace(nnodes="1:2", max_restarts=0))
+    assert not multinode.fixed_job(Namespace(nnodes="2", max_restarts=3))
 
 
 def test_debug_host_auto():
