@@ -104,10 +104,12 @@ def test_hang_example_two_groups_then_sigstop_is_unresponsive(job, registry_dir,
 
 
 def test_failing_rank_reports_where_the_others_are(job, port_base):
+    """Also with the no-progress sampling off (--hang-report 0): a failure always reports."""
     script = SCRIPTS / "stacks_crash.py"
-    j = job("torchrun", "--debug-port-base", str(port_base), "--nproc-per-node", "2", str(script))
+    j = job("torchrun", "--debug-port-base", str(port_base), "--hang-report", "0", "--nproc-per-node", "2", str(script))
     assert j.wait(240) != 0
     out = j.output()
+    assert "rtdebug: no rank's stack has changed" not in out
     assert "rtdebug: rank 1 (ZeroDivisionError: bad batch in rank 1) failed; where the other ranks are:" in out, out[
         -4000:
     ]
@@ -216,3 +218,10 @@ def test_rank_stopped_at_a_breakpoint_is_dumped(job, registry_dir, port_base):
     finally:
         c.disconnect()
     assert j.wait(120) == 0, j.output()[-3000:]
+
+
+def test_bad_hang_report_is_a_usage_error(registry_dir):
+    out = rtdebug("torchrun", "--hang-report", "-1", "--nproc-per-node", "1", str(HANG))
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip() == "rtdebug: error: --hang-report must be >= 0 seconds (0 = off), got -1"
+    assert not any(registry_dir.glob("*/session.json"))  # nothing was started or registered
