@@ -11,14 +11,17 @@ import os
 import time
 from typing import Any
 
-from harness.stackgroup import ranks_word, where
+from harness.stackgroup import STDLIB_RE, ranks_word, where
 
 
 def short_path(path: str) -> str:
-    """Relative to the cwd when under it, else from the package dir after site-packages."""
+    """Relative to the cwd when under it, else from the package dir (site-packages, the stdlib)."""
     for marker in ("/site-packages/", "/dist-packages/"):
         if marker in path:
             return path.split(marker, 1)[1]
+    stdlib = STDLIB_RE.search(path)
+    if stdlib is not None:
+        return path[stdlib.end() :]
     try:
         rel = os.path.relpath(path)
     except ValueError:

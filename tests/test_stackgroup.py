@@ -198,6 +198,7 @@ def test_rank_list_and_short_paths():
     assert stackgroup.rank_list([3, 0, 2, 4, 7]) == "0,2-4,7"
     assert stackgroup.ranks_word([5]) == "rank 5"
     assert stackformat.short_path(TORCH) == "torch/distributed/distributed_c10d.py"
+    assert stackformat.short_path(THREADING) == "threading.py"
 
 
 def test_render_names_unresponsive_and_exited_ranks():
