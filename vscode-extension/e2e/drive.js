@@ -131,6 +131,8 @@ function startJob(portBase, torchrunArgs = ['--nproc-per-node', '2'], target = s
   const { page, close } = await wb.openWorkbench(url);
   try {
     step('workbench loaded');
+    // The tracer sets the breakpoints when it activates (onStartupFinished): slow under load.
+    await wb.waitFor('the e2e tracer to activate', () => traceLines().some((e) => e.kind === 'breakpoint-set'), 120000);
     if (want('attach-all')) await attachAllFlow(page, portBase);
     if (want('f5')) {
       await f5Launch(page, 'F5 plain_ddp (rtdebug)', 'plain_ddp.py', plainLine, [0, 1]);

@@ -50,6 +50,7 @@ async function ranksFlow(ctx) {
       && /stopped \(pause\) at allstop_ddp\.py:\d+/.test(await rowText(1)), 15000);
     step(`ok: the view shows "${(await rowText(0)).split(',')[1].trim()}" / "${(await rowText(1)).split(',')[1].trim()}"`);
     await page.screenshot({ path: path.join(art, 'vscode-e2e-ranks-view-allstop.png') });
+    await sidebarShot(page, path.join(art, 'vscode-e2e-ranks-sidebar-allstop.png'));
 
     await wb.runCommand(page, 'rtdebug: Evaluate in All Ranks');
     await wb.answer(page, 'Expression to evaluate', 'dist.get_rank()');
@@ -58,7 +59,8 @@ async function ranksFlow(ctx) {
     check((doc.match(/⚠ differs/g) || []).length === 2, 'values that differ from the majority are marked (no majority: both)');
     await page.waitForTimeout(1000);
     await page.screenshot({ path: path.join(art, 'vscode-e2e-evaluate-all-ranks.png') });
-    await page.locator('.part.sidebar').screenshot({ path: path.join(art, 'vscode-e2e-ranks-sidebar-allstop.png') });
+    const ed = await page.locator('.part.editor').boundingBox();
+    if (ed) await page.screenshot({ path: path.join(art, 'vscode-e2e-evaluate-table.png'), clip: { x: ed.x, y: ed.y, width: ed.width, height: Math.min(ed.height, 260) } });
 
     const mark = traceLines().length;
     // VS Code's own Continue (F5 while stopped) on the focused rank: the tracker sees the request.
@@ -75,6 +77,7 @@ async function ranksFlow(ctx) {
     if (hasStacks) check(/blocked in \S+ \(\S+:\d+\)/.test(blocked), `rank 1 is shown blocked where rtdebug stacks says: ${blocked}`);
     else check(/blocked: pause pending; no stack/.test(blocked), `rank 1 is shown blocked (no "rtdebug stacks" in this harness yet): ${blocked}`);
     await page.screenshot({ path: path.join(art, 'vscode-e2e-ranks-view-blocked.png') });
+    if (hasStacks) await showStacks(page, check, art, bp2);
 
     await wb.runCommand(page, 'rtdebug: Continue All Ranks');
     const code = await wb.withTimeout(job.exited, 120000, 'timeout');
@@ -84,6 +87,45 @@ async function ranksFlow(ctx) {
   } finally {
     if (job.job.exitCode === null) { try { process.kill(-job.job.pid, 'SIGTERM'); } catch { /* gone */ } }
   }
+}
+
+/** The Run and Debug side bar, wider, with Variables / Watch / Breakpoints collapsed (for the README). */
+async function sidebarShot(page, file) {
+  for (const name of ['Variables', 'Watch', 'Breakpoints']) {
+    const h = page.locator('.part.sidebar .pane-header', { hasText: new RegExp(`^${name}`) }).first();
+    if (await h.count() && (await h.getAttribute('aria-expanded')) === 'true') await h.click();
+  }
+  const sash = page.locator('.part.sidebar + .monaco-sash, .monaco-sash.vertical').first();
+  const box = await page.locator('.part.sidebar').boundingBox();
+  if (box && await sash.count()) {
+    await page.mouse.move(box.x + box.width + 1, box.y + 200);
+    await page.mouse.down();
+    await page.mouse.move(box.x + 640, box.y + 200, { steps: 8 });
+    await page.mouse.up();
+  }
+  await page.waitForTimeout(500);
+  const sb = await page.locator('.part.sidebar').boundingBox();
+  const end = await page.locator('.part.sidebar .monaco-list-row[aria-label^="rank 1,"]').first().boundingBox();
+  const height = end ? Math.min(sb.height, end.y + end.height + 12 - sb.y) : sb.height;
+  await page.screenshot({ path: file, clip: { x: sb.x, y: sb.y, width: sb.width, height } });
+}
+
+/** "Show Stacks of All Ranks" while rank 0 is at a breakpoint and rank 1 waits in all_reduce. */
+async function showStacks(page, check, art, bp2) {
+  await wb.runCommand(page, 'rtdebug: Show Stacks of All Ranks');
+  const group = (prefix) => page.locator(`.pane-body .monaco-list-row[aria-label^="${prefix}"]`).first();
+  await group('rank 1, 1 ranks, innermost all_reduce').waitFor({ state: 'visible', timeout: 60000 });
+  const g0 = group('rank 0, 1 ranks, innermost main ');
+  await g0.waitFor({ state: 'visible', timeout: 10000 });
+  const g0label = await g0.getAttribute('aria-label');
+  check(g0label.includes(`(allstop_ddp.py:${bp2})`), `Rank Stacks view: rank 0 in main at the breakpoint line, rank 1 in all_reduce (${g0label})`);
+  await g0.click(); // collapse it: the list is virtual, rank 1's frames must be on screen to be clicked
+  const callSite = bp2 + 1; // rank 1's frame in main: the all_reduce line after the breakpoint
+  const frame = page.locator(`.pane-body .monaco-list-row[aria-label^="frame main, allstop_ddp.py:${callSite}"]`).first();
+  await frame.click();
+  await wb.waitFor(`the editor at line ${callSite}`, async () => (await wb.statusBarText(page)).includes(`Ln ${callSite},`), 15000);
+  check(true, `a frame of the Rank Stacks view opens allstop_ddp.py at line ${callSite}`);
+  await page.screenshot({ path: path.join(art, 'vscode-e2e-rank-stacks.png') });
 }
 
 module.exports = { ranksFlow };

@@ -47,10 +47,10 @@ cat > "$RUN/cs/user/User/settings.json" <<JSON
   "workbench.secondarySideBar.defaultVisibility": "hidden",
   "rtdebug.pythonPath": "$PY", "rtdebug.allStop": false, "python.defaultInterpreterPath": "$PY" }
 JSON
-# rtdebug.pythonPath is machine-overridable: in a remote window (code-server is one) VS Code takes it from
-# the remote machine's settings, not from the browser user's, so it goes there too.
+# rtdebug.pythonPath (machine-overridable) and python.defaultInterpreterPath (machine): in a remote window
+# (code-server is one) VS Code takes them from the remote machine's settings, not the browser user's.
 mkdir -p "$RUN/cs/user/Machine"
-printf '{ "rtdebug.pythonPath": "%s" }\n' "$PY" > "$RUN/cs/user/Machine/settings.json"
+printf '{ "rtdebug.pythonPath": "%s", "python.defaultInterpreterPath": "%s" }\n' "$PY" "$PY" > "$RUN/cs/user/Machine/settings.json"
 CSARGS="--config $RUN/cs/config.yaml --user-data-dir $RUN/cs/user --extensions-dir $RUN/cs/ext --disable-telemetry --disable-update-check --disable-workspace-trust --disable-getting-started-override"
 
 # the workspace: the bundled examples, and a launch.json of the user's whose comment must survive

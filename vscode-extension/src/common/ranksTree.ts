@@ -57,7 +57,8 @@ export function rankViewState(r: RankEntry, dbg: RankDebugInfo | undefined): { s
 export function sessionRow(s: Session): Row {
   const e = s.entry;
   const where = e.source && e.source !== 'local' ? e.source : `node ${e.node_rank ?? 0} · ${e.host}`;
-  const nnodes = e.nnodes && e.nnodes !== '1' ? ` · ${e.nnodes} nodes` : '';
+  const maxNodes = Number(String(e.nnodes ?? '1').split(':').pop());
+  const nnodes = maxNodes > 1 ? ` · ${e.nnodes} nodes` : '';
   const desc = `${e.mode} ${basename(e.script)} · ${s.ranks.length} rank(s)${nnodes} · ${where} · ${e.state}`;
   return {
     id: `session:${e.session_id}`,

@@ -18,6 +18,7 @@ export function parseStacks(text: string): StacksReport {
     if (!Array.isArray(g.ranks) || !Array.isArray(g.frames)) throw new Error(`stacks --json: group ${i} needs "ranks" and "frames"`);
     return {
       ranks: (g.ranks as unknown[]).map(Number).sort((a, b) => a - b),
+      // line is null when the dump could not tell (faulthandler's "???"): 0 here, shown without a line.
       frames: (g.frames as Record<string, unknown>[]).map((f) => ({ file: String(f.file ?? ''), line: Number(f.line ?? 0), function: String(f.function ?? '?') })),
       threads: g.threads,
     };
@@ -51,6 +52,7 @@ export function departsAt(g: StackGroup, majority: StackGroup): number | undefin
 }
 
 const sameFrame = (x: Frame, y: Frame) => x.file === y.file && x.line === y.line && x.function === y.function;
+const at = (f: Frame) => (f.line > 0 ? `${basename(f.file)}:${f.line}` : basename(f.file));
 
 export interface GroupRow { label: string; description: string; tooltip: string; representative: number; accessibilityLabel: string }
 export interface FrameRow { label: string; description: string; tooltip: string; file: string; line: number; departs: boolean }
@@ -59,7 +61,7 @@ export function groupRow(g: StackGroup, majority: StackGroup): GroupRow {
   const who = `${g.ranks.length === 1 ? 'rank' : 'ranks'} ${compressRanks(g.ranks)}`;
   const top = g.frames[0];
   const caller = g.frames[1];
-  const summary = top ? `${top.function}${caller ? ` ← ${caller.function}` : ''} (${basename(top.file)}:${top.line})` : '(no Python frames)';
+  const summary = top ? `${top.function}${caller ? ` ← ${caller.function}` : ''} (${at(top)})` : '(no Python frames)';
   const odd = g !== majority ? ' · differs from the majority' : '';
   return {
     label: `${who}: ${summary}`,
@@ -74,8 +76,8 @@ export function frameRows(g: StackGroup, majority: StackGroup): FrameRow[] {
   const d = departsAt(g, majority);
   return g.frames.map((f, i) => ({
     label: f.function,
-    description: `${basename(f.file)}:${f.line}${i === d ? ' · departs from the majority here' : ''}`,
-    tooltip: `${f.file}:${f.line}`,
+    description: `${at(f)}${i === d ? ' · departs from the majority here' : ''}`,
+    tooltip: f.line > 0 ? `${f.file}:${f.line}` : f.file,
     file: f.file, line: f.line, departs: i === d,
   }));
 }

@@ -44,4 +44,6 @@ test('session row: mode, script, node/cluster, state', () => {
   const remote = sessionRow({ ...s, entry: { ...s.entry, nnodes: '2', source: 'ray 10.0.0.1:6379', state: 'orphaned' } });
   assert.equal(remote.description, 'torchrun t.py · 2 rank(s) · 2 nodes · ray 10.0.0.1:6379 · orphaned');
   assert.equal(remote.icon, 'warning');
+  assert.doesNotMatch(sessionRow({ ...s, entry: { ...s.entry, nnodes: '1:1' } }).description, /nodes/);
+  assert.match(sessionRow({ ...s, entry: { ...s.entry, nnodes: '1:4' } }).description, / · 1:4 nodes · /);
 });

@@ -47,3 +47,9 @@ test('frame rows open file:line; the frame where a group departs from the majori
   ]);
   assert.equal(rows[1].description, 'hang.py:57 · departs from the majority here');
 });
+
+test('a frame whose line the dump could not tell (null) is shown without one', () => {
+  const rep = parseStacks('{"session_id":"s","groups":[{"ranks":[0],"frames":[{"file":"/x/lib.py","line":null,"function":"wait"}]}],"unresponsive":[]}');
+  assert.equal(groupRow(rep.groups[0], rep.groups[0]).label, 'rank 0: wait (lib.py)');
+  assert.equal(frameRows(rep.groups[0], rep.groups[0])[0].description, 'lib.py');
+});
