@@ -4,8 +4,15 @@ Every torchrun flag passes through untouched; the harness only swaps the
 training script for ``-m harness.bootstrap <script>``. Before starting, it
 reserves the ports of this node's ranks in the registry (under its lock) and
 checks that they are free. torchrun runs in its own process group so that the
-launcher alone decides teardown: Ctrl-C or SIGTERM -> SIGTERM to torchrun
-(which stops its workers) -> SIGKILL to whatever is left.
+launcher alone decides teardown: Ctrl-C, SIGTERM or SIGHUP (terminal closed) ->
+SIGTERM to torchrun (which stops its workers) -> SIGKILL to whatever is left.
+When the launcher itself is killed, ``harness.lifetime``'s guards end the rest.
+
+One torch import on the launch path: the launcher needs torch for torchrun's own
+parser, so it forks the agent (``harness.agent``) instead of starting a second
+interpreter that imports torch again (1.5x plain torchrun to the first step).
+Not importing torch here at all would mean re-implementing torchrun's option
+parsing; forking keeps its exact errors. Hence no CUDA call in the launcher.
 """
 
 from __future__ import annotations
@@ -18,13 +25,14 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from harness import hangwatch, localmode, processes
+from harness import agent, hangwatch, lifetime, localmode, multinode, processes
 from harness.config import RankConfig, Target, check_host
 from harness.errors import usage
 from harness.ports import check_ports_free, ports_for_ranks
-from harness.registry import Registry, session_entry
+from harness.publish import ENV_STORE, ENV_WATCH
+from harness.registry import Registry, process_create_time, session_entry
 
 READY_LINE = "rtdebug: all {n} local ranks ready (session {sid})"
 START_LINE = "rtdebug: session {sid} starting"
@@ -40,15 +48,21 @@ class TorchrunPlan:
     nproc_per_node: int
     node_rank: int | None
     local_ranks: list[int]  # global ranks whose ports this node must own
+    store: str | None = None  # c10d rendezvous store of a multi-node job (harness.multinode)
+    rdzv_id: str | None = None
+    watch_peers: bool = False  # a lost peer node ends this one (harness.multinode.fixed_job)
 
     @property
     def max_world_size(self) -> int:
         return max_nodes_of(self.nnodes) * self.nproc_per_node
 
-    def command(self) -> list[str]:
+    def torchrun_args(self) -> list[str]:
         inner = ["-m", "harness.bootstrap"] + (["-m"] if self.target.module else [])
-        return [sys.executable, "-m", "torch.distributed.run", *self.torchrun_options,
-                *inner, self.target.target, *self.target.args]
+        return [*self.torchrun_options, *inner, self.target.target, *self.target.args]
+
+    def command(self) -> list[str]:
+        """The agent as a command line (``harness.agent`` forks it instead when it safely can)."""
+        return [sys.executable, "-m", "torch.distributed.run", *self.torchrun_args()]
 
 
 def max_nodes_of(nnodes: str) -> int:
@@ -86,29 +100,33 @@ def plan_torchrun(parsed: argparse.Namespace, tokens: list[str]) -> TorchrunPlan
         raise usage(f"--nproc-per-node {parsed.nproc_per_node}: {exc}") from None
     static = parsed.rdzv_backend == "static" and not parsed.standalone
     ranks, node_rank = local_global_ranks(nproc, parsed.nnodes, parsed.node_rank, static)
-    return TorchrunPlan(options, target, parsed.nnodes, nproc, node_rank, ranks)
+    store = multinode.job_store(parsed, max_nodes_of(parsed.nnodes))
+    return TorchrunPlan(options, target, parsed.nnodes, nproc, node_rank, ranks, store, parsed.rdzv_id,
+                        bool(store) and multinode.fixed_job(parsed))
 
 
 class Launcher:
     def __init__(self, plan: TorchrunPlan, cfg: RankConfig, registry: Registry) -> None:
         self.plan, self.cfg, self.registry = plan, cfg, registry
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | agent.ForkedAgent | None = None
         self._stopping = threading.Event()
 
     def _session_entry(self, ports: list[int]) -> dict[str, Any]:
         return session_entry(
             self.cfg.session_id, "torchrun", script=self.plan.target.display, nnodes=self.plan.nnodes,
             nproc_per_node=self.plan.nproc_per_node, node_rank=self.plan.node_rank, host=self.cfg.host,
-            port_base=self.cfg.port_base, ports=ports, wait=self.cfg.wait)
+            port_base=self.cfg.port_base, ports=ports, wait=self.cfg.wait,
+            **({"store": self.plan.store, "rdzv_id": self.plan.rdzv_id} if self.plan.store else {}))
 
     def environment(self) -> dict[str, str]:
-        import torch
-
         env = dict(os.environ)
         env.pop("DEBUGPY_RUNNING", None)  # or ranks under a debugged launcher skip their own listen
         env.update(localmode.ray_env(env))
-        env.update(localmode.nccl_env(self.cfg.pg_timeout_s, torch.cuda.is_available(), env))
+        # Only NCCL reads the heartbeat variable: set it GPU or not, so the launcher never
+        # initialises CUDA before forking the agent (harness.agent).
+        env.update(localmode.nccl_env(self.cfg.pg_timeout_s, True, env))
         env.update(self.cfg.to_env())
+        env.update(lifetime.launcher_env())
         env.setdefault("PYTHONUNBUFFERED", "1")
         return env
 
@@ -118,6 +136,9 @@ class Launcher:
         env = self.environment()  # raises before anything is reserved
         self.registry.ensure()
         env["RTDEBUG_REGISTRY_DIR"] = str(self.registry.root)
+        if self.plan.store:
+            env[ENV_STORE] = self.plan.store  # the ranks publish themselves there (harness.publish)
+            env[ENV_WATCH] = "1" if self.plan.watch_peers else "0"
         check_ports_free(ports, self.cfg.host)
         self.registry.create_session(self._session_entry(ports))
         sid = self.cfg.session_id
@@ -125,19 +146,22 @@ class Launcher:
               f"debug ports {ports[0]}-{ports[-1]} on {self.cfg.host})", flush=True)
         if "RAY_TRAIN_V2_ENABLED" not in os.environ:
             print("rtdebug: set RAY_TRAIN_V2_ENABLED=1 for the ranks (Ray Train local mode needs V2)", flush=True)
-        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         code = 1
         try:
-            self.proc = subprocess.Popen(self.plan.command(), env=env, start_new_session=True)
-            self.registry.update_session(sid, state="running")
+            self.proc = agent.start(self.plan.torchrun_args(), env)  # before any thread of ours starts
+            self.registry.update_session(sid, state="running", agent_pid=self.proc.pid,
+                                         agent_create_time=process_create_time(self.proc.pid))
             threading.Thread(target=self._announce_ready, daemon=True).start()
-            hangwatch.start(self.registry, sid, self.proc, self.cfg)  # grouped stacks on failure / no progress
+            # grouped stacks on failure / no progress; ForkedAgent has the Popen surface it uses (pid, poll)
+            hangwatch.start(self.registry, sid, cast(subprocess.Popen, self.proc), self.cfg)
             code = self.proc.wait()
         finally:
             self._teardown()
             for s, h in old.items():
                 signal.signal(s, h)
             state = "stopped" if self._stopping.is_set() else ("exited" if code == 0 else "failed")
+            self._close_ranks(state)
             self.registry.update_session(sid, state=state, exit_code=code, ended_at=time.time())
             print(f"rtdebug: session {sid} {state} (exit code {code})", flush=True)
         return code
@@ -161,9 +185,14 @@ class Launcher:
         left = {p.pid: p for p in processes.tree([self.proc.pid]) + processes.group_members(self.proc.pid)}
         if left:
             processes.terminate(list(left.values()), grace_s=5)
+
+    def _close_ranks(self, session_state: str) -> None:
+        """Ranks that ended without recording it: stopped by us, or killed with the job."""
         for r in self.registry.ranks(self.cfg.session_id):
-            if r["state"] in ("starting", "ready", "attached"):
-                self.registry.write_rank(dict(r, state="exited", updated_at=time.time()))
+            if r["state"] in ("starting", "ready", "attached", "orphaned"):
+                failed = session_state == "failed"
+                self.registry.write_rank(dict(r, state="failed" if failed else "exited", updated_at=time.time(),
+                                              error="ended by the job's teardown" if failed else r.get("error")))
 
     def _announce_ready(self) -> None:
         want = set(self.plan.local_ranks) if self.plan.node_rank is not None else None
@@ -193,4 +222,4 @@ def format_table(ranks: list[dict[str, Any]], session_id: str) -> str:
         rows.append((str(r["rank"]), str(r["local_rank"]), str(r["pid"]), f"{r['host']}:{r['port']}",
                      rank_state(r), f"rtdebug attach --session {session_id} --rank {r['rank']}"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)

@@ -1,0 +1,70 @@
+"""The torchrun agent is forked from the launcher (one torch import), and behaves as a spawned one would."""
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import psutil
+import pytest
+
+from harness.agent import ForkedAgent, cuda_loaded
+
+from conftest import ROOT, wait_ranks
+
+SCRIPT = ROOT / "tests" / "scripts" / "fault_job.py"
+
+
+def _fork_exit(code: int, after_s: float) -> int:
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(after_s)
+        os._exit(code)
+    return pid
+
+
+def test_forked_agent_has_the_popen_surface_the_launcher_uses():
+    a = ForkedAgent(_fork_exit(3, 1.0))
+    assert a.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        a.wait(timeout=0.1)
+    polled: list[int | None] = []
+    t = threading.Timer(0.3, lambda: polled.append(a.poll()))
+    t.start()  # a poll from another thread while this one blocks in wait() must not steal the status
+    assert a.wait() == 3
+    t.join()
+    assert polled in ([None], [3])
+    assert a.poll() == 3 and a.returncode == 3
+    b = ForkedAgent(_fork_exit(0, 30))
+    b.send_signal(signal.SIGTERM)
+    assert b.wait(timeout=10) == -signal.SIGTERM
+    b.send_signal(signal.SIGTERM)  # already reaped: no error, nothing signalled
+
+
+def test_no_cuda_in_this_process():
+    assert not cuda_loaded()  # CPU test machine; the launcher must not load it either (see below)
+
+
+@pytest.mark.e2e
+def test_torchrun_agent_is_a_fork_of_the_launcher(job, registry_dir, port_base):
+    j = job("torchrun", "--debug-port-base", str(port_base), "--nproc-per-node", "2", str(SCRIPT), "--steps", "100000")
+    sid = j.session_id()
+    ranks = wait_ranks(registry_dir, sid, 2)
+    session = json.loads((registry_dir / sid / "session.json").read_text())
+    launcher, agent = psutil.Process(j.proc.pid), psutil.Process(session["agent_pid"])
+    assert agent.ppid() == launcher.pid
+    assert agent.cmdline() == launcher.cmdline(), "the agent exec'd a second interpreter (second torch import)"
+    assert os.getsid(agent.pid) == agent.pid  # its own session: the launcher alone decides teardown
+    assert abs(agent.create_time() - session["agent_create_time"]) < 0.01
+    assert not any("libcuda" in m.path for m in launcher.memory_maps())
+    for r in ranks.values():
+        assert psutil.Process(r["pid"]).ppid() == agent.pid
+        env = psutil.Process(r["pid"]).environ()
+        assert env["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"] == "7200"  # set without asking whether there is a GPU
+        assert env["RTDEBUG_SESSION"] == sid
+    j.proc.send_signal(signal.SIGTERM)
+    assert j.wait(60) != 0
+    assert "stopped" in j.output()
+    assert not agent.is_running() or agent.status() == psutil.STATUS_ZOMBIE
