@@ -63,10 +63,11 @@ class StoreView:
     def __init__(self, host: str, port: int, explicit: bool = True, local_ids: frozenset[str] = frozenset()) -> None:
         self.host, self.port, self.explicit, self.local_ids = host, port, explicit, local_ids
         self.label = f"store {host}:{port}"
+        self._store: Any = None  # one client per view: `attach` polls it
 
     # -- reading ------------------------------------------------------------
     def _raw(self) -> dict[str, Entry]:
-        if not publish.reachable(self.host, self.port, timeout=READ_TIMEOUT_S):
+        if self._store is None and not publish.reachable(self.host, self.port, timeout=READ_TIMEOUT_S):
             if self.explicit:
                 raise HarnessError(
                     f"cannot reach the job store at {self.host}:{self.port}: the job has ended "
@@ -74,10 +75,14 @@ class StoreView:
                 )
             return {}
         try:
-            store = publish.connect(self.host, self.port, READ_TIMEOUT_S, quiet=True)
-            keys = [k for k in store.list_keys() if k.startswith(publish.PREFIX + "/")]
-            values = store.multi_get(keys) if keys else []
-        except Exception as exc:  # the store went away between connect and read
+            if self._store is None:
+                self._store = publish.connect(self.host, self.port, READ_TIMEOUT_S, quiet=True)
+            keys = [k for k in self._store.list_keys() if k.startswith(publish.PREFIX + "/")]
+            values = self._store.multi_get(keys) if keys else []
+        except Exception as exc:  # the store went away (the job ended) since the last read
+            self._store = None
+            if not publish.reachable(self.host, self.port, timeout=READ_TIMEOUT_S):
+                return self._raw()  # says so the usual way
             if self.explicit:
                 raise HarnessError(
                     f"the job store at {self.host}:{self.port} stopped answering: "
@@ -95,7 +100,7 @@ class StoreView:
         return out
 
     def _jobs(self) -> dict[str, dict[str, dict[int, Entry]]]:
-        """run id -> {"rank": {N: entry}, "node": {group rank: entry}, "stop": {...}}."""
+        """run id -> {"rank": {N: entry}, "node": {group rank: entry}}."""
         jobs: dict[str, dict[str, dict[int, Entry]]] = {}
         for key, entry in self._raw().items():
             parts = key.split("/")
