@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import Iterable
+import time
+from collections.abc import Iterable
 
 import psutil
 
@@ -42,6 +43,24 @@ def group_members(pgid: int) -> list[psutil.Process]:
     return out
 
 
+def _gone(p: psutil.Process) -> bool:
+    """Exited, or a zombie: it holds no port and runs nothing, and only its parent can reap it
+    (psutil.wait_procs would wait out the whole grace period for another process's zombie)."""
+    try:
+        return p.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
+def _wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    deadline = time.monotonic() + timeout
+    alive = [p for p in procs if not _gone(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [p for p in alive if not _gone(p)]
+    return alive
+
+
 def terminate(procs: list[psutil.Process], grace_s: float = 10.0) -> list[psutil.Process]:
     """SIGTERM, wait up to ``grace_s``, then SIGKILL what is left. Returns what survived."""
     for p in procs:
@@ -49,11 +68,10 @@ def terminate(procs: list[psutil.Process], grace_s: float = 10.0) -> list[psutil
             p.send_signal(signal.SIGTERM)
         except psutil.Error:
             pass
-    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    alive = _wait_gone(procs, grace_s)
     for p in alive:
         try:
             p.kill()
         except psutil.Error:
             pass
-    _, alive = psutil.wait_procs(alive, timeout=5)
-    return alive
+    return _wait_gone(alive, 5)
