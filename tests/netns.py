@@ -111,12 +111,13 @@ class Hosts:
             RTDEBUG_STORE="",
         )
 
-    def start(self, h: str, args: list[str]) -> subprocess.Popen:
+    def start(self, h: str, args: list[str], **env: str) -> subprocess.Popen:
+        """``rtdebug ARGS`` in namespace ``h``, output to ``<tmp>/<h>.log``."""
         log = open(self.tmp / f"{h}.log", "wb")
         p = subprocess.Popen(
             ["ip", "netns", "exec", self.names[h], PY, "-m", "harness", *args],
             cwd=ROOT,
-            env=self.env(h),
+            env=dict(self.env(h), **env),
             stdout=log,
             stderr=subprocess.STDOUT,
         )

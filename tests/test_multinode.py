@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from netns import Hosts, sweep
 
-from conftest import PY, SCRIPTS, marker_line
+from conftest import EXAMPLES, PY, SCRIPTS, marker_line
 
 pytestmark = [pytest.mark.e2e, pytest.mark.netns]
 
@@ -264,3 +264,37 @@ def test_full_two_by_two_stop_from_laptop(hosts, tmp_path):
     assert f"through the store at {store}" in r.stdout
     assert not wait_empty(hosts, ["n0", "n1"], timeout=120)
     assert n0.wait(timeout=30) is not None and n1.wait(timeout=30) is not None
+
+
+@pytest.mark.skipif(not FULL, reason="RTDEBUG_FULL=1: the guide's Ray Train local-mode example on two hosts")
+def test_full_guide_command_ray_local_mode(hosts, tmp_path):
+    """RAY_TRAIN_V2_ENABLED=1 and a TorchTrainer in local mode: Ray's LocalTorchController builds the
+    process group on two hosts while every rank also publishes itself into the rendezvous store."""
+    ep = f"{hosts.addr['n0']}:{RDZV_PORT}"
+    procs = {}
+    for node in ("n0", "n1"):
+        args = [
+            "torchrun",
+            "--debug-host",
+            "auto",
+            "--nnodes=2",
+            "--nproc-per-node=1",
+            f"--node_rank={0 if node == 'n0' else 1}",
+            "--rdzv_backend=c10d",
+            f"--rdzv_endpoint={ep}",
+            "--rdzv_id=job_id",
+            "--local-addr",
+            hosts.addr[node],
+            "--rdzv-conf",
+            f"is_host={1 if node == 'n0' else 0}",
+            str(EXAMPLES / "ddp_fashion.py"),
+            "--epochs",
+            "2",
+        ]
+        procs[node] = hosts.start(node, args, RAY_TRAIN_V2_ENABLED="1")
+    job = wait_view(hosts, "lap", 2, "--store", ep)
+    assert sorted(r["host"] for r in job["ranks"]) == [hosts.addr["n0"], hosts.addr["n1"]]
+    for node, p in procs.items():
+        assert p.wait(timeout=400) == 0, hosts.log(node)
+        assert "final metrics" in hosts.log(node)
+    assert not wait_empty(hosts, ["n0", "n1"], timeout=60)
