@@ -289,7 +289,7 @@ def test_full_guide_command_ray_local_mode(hosts, tmp_path):
             f"is_host={1 if node == 'n0' else 0}",
             str(EXAMPLES / "ddp_fashion.py"),
             "--epochs",
-            "2",
+            "6",  # long enough for the view to see both ranks ready before they finish
         ]
         procs[node] = hosts.start(node, args, RAY_TRAIN_V2_ENABLED="1")
     job = wait_view(hosts, "lap", 2, "--store", ep)
