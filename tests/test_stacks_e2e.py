@@ -197,9 +197,21 @@ def test_no_session_is_one_line(registry_dir):
 
 
 def test_rank_stopped_at_a_breakpoint_is_dumped(job, registry_dir, port_base):
+    """Also: while a client is attached, standing still is no hang (--hang-report 2 stays quiet)."""
     script = SCRIPTS / "stacks_breakpoint.py"
     line = marker_line(script, "stacks bp")
-    j = job("torchrun", "--debug-port-base", str(port_base), "--wait", "1", "--nproc-per-node", "2", str(script))
+    j = job(
+        "torchrun",
+        "--debug-port-base",
+        str(port_base),
+        "--wait",
+        "1",
+        "--hang-report",
+        "2",
+        "--nproc-per-node",
+        "2",
+        str(script),
+    )
     sid = j.session_id()
     wait_ranks(registry_dir, sid, 2)
     c = DAPClient("127.0.0.1", port_base + 1)
@@ -213,6 +225,8 @@ def test_rank_stopped_at_a_breakpoint_is_dumped(job, registry_dir, port_base):
         assert g1["debugger"] is True and g1["label"].endswith("[stopped in the debugger]")
         main = next(t for t in g1["threads"] if t["main"])
         assert any("pydevd" in f["file"] for f in main["frames"])  # kept, just not in the group's key
+        time.sleep(5)  # > 2 s of identical stacks: a report would be due, were no client attached
+        assert "rtdebug: no rank's stack has changed" not in j.output()
         c.request("setBreakpoints", source={"path": str(script)}, breakpoints=[])
         c.continue_(stopped["threadId"])
     finally:
