@@ -30,6 +30,12 @@ never falls back to an open port.
 The accept and relay threads are marked ``pydev_do_not_trace`` and
 ``is_pydev_daemon_thread`` before they start, or a breakpoint that suspends the
 process would freeze the relay that carries the client's ``continue``.
+
+Speed: when the last client leaves, the rank is resumed and untraced again
+(``harness.tracing``); each new connection gets a short GIL switch interval for
+its handshake (``harness.gil``); and debugpy's environment description (metadata
+of every installed package, seconds on a first attach) is skipped when no
+``DEBUGPY_LOG_DIR`` would receive it.
 """
 
 from __future__ import annotations
@@ -41,11 +47,13 @@ import sys
 import threading
 from collections.abc import Callable
 
+from harness import gil, tracing
 from harness.access import AllowList, Refusal, check
 from harness.errors import HarnessError
 from harness.ports import port_holder
 
 StateCallback = Callable[[str], None]
+ATTACH_BOOST_S = 5.0
 
 
 class _Handoff:
@@ -86,20 +94,33 @@ def _listen_via_handoff(handoff: _Handoff) -> None:
     from debugpy.server import api  # noqa: F401  (imports the vendored pydevd)
 
     pydevd = sys.modules["pydevd"]
+    _skip_environment_log()
     original = getattr(pydevd, "create_server_socket", None)
     if original is None:
         raise RuntimeError("this debugpy's pydevd has no create_server_socket; rtdebug needs debugpy 1.8")
-    pydevd.create_server_socket = lambda host, port: handoff
+    setattr(pydevd, "create_server_socket", lambda host, port: handoff)  # noqa: B010  (untyped module)
     try:
         debugpy.listen(("127.0.0.1", 0), in_process_debug_adapter=True)
     finally:
-        pydevd.create_server_socket = original
+        setattr(pydevd, "create_server_socket", original)  # noqa: B010
     py_db = pydevd.get_global_debugger()
     thread = getattr(py_db, "_waiting_for_connection_thread", None)
     if getattr(thread, "_server_socket", None) is not handoff:
         if thread is not None:
             thread.do_kill_pydev_thread()  # closes whatever it listens on
         raise RuntimeError("pydevd did not take rtdebug's socket handoff (unsupported debugpy version)")
+
+
+def _skip_environment_log() -> None:
+    """debugpy's first ``listen`` describes the environment -- the metadata of every installed
+    distribution, ~2.5 s of a 2.6 s start on a loaded machine -- for a log file that only
+    exists with ``DEBUGPY_LOG_DIR``. Without one nothing reads it: skip it."""
+    from debugpy.common import log
+    from debugpy.server import api
+
+    ensure = getattr(api, "ensure_logging", None)
+    if log.log_dir is None and ensure is not None and hasattr(ensure, "ensured"):
+        ensure.ensured = True
 
 
 def _daemon_thread(target, name: str, *args) -> threading.Thread:
@@ -127,25 +148,6 @@ def _pump(src: socket.socket, dst: socket.socket) -> None:
                 pass
 
 
-def _resume_abandoned() -> None:
-    """The last client is gone: resume and clear breakpoints as a DAP ``disconnect`` would.
-
-    pydevd keeps threads suspended when its client socket closes without a ``disconnect``
-    (a crashed VS Code, a reset connection) until the next client comes, so a rank stopped
-    at a breakpoint would hang its job forever. After a clean disconnect this is a no-op.
-    """
-    pydevd = sys.modules.get("pydevd")
-    py_db = pydevd.get_global_debugger() if pydevd is not None else None
-    if py_db is None:
-        return
-    try:
-        from _pydevd_bundle.pydevd_api import PyDevdAPI
-
-        PyDevdAPI().request_disconnect(py_db, resume_threads=True)
-    except Exception as exc:  # never let the relay thread die on pydevd internals
-        print(f"rtdebug: could not resume after the client left: {exc}", file=sys.stderr)
-
-
 def debugger_active() -> bool:
     """True if this process already runs under a debugger (e.g. VS Code launched it)."""
     pydevd = sys.modules.get("pydevd")
@@ -166,6 +168,7 @@ class Endpoint:
         self.refused_count = 0
         self._clients = 0
         self._lock = threading.Lock()
+        self._trace_lock = threading.Lock()  # orders tracing off (last client gone) / on (next one)
         self._inner: _Handoff | None = None
         self._sock: socket.socket | None = None
 
@@ -203,14 +206,10 @@ class Endpoint:
         with self._lock:
             if self._inner is None:
                 os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
-                interval = sys.getswitchinterval()
-                sys.setswitchinterval(min(interval, 0.0002))
-                try:
+                with gil.boosted():
                     handoff = _Handoff()
                     _listen_via_handoff(handoff)
                     self._inner = handoff
-                finally:
-                    sys.setswitchinterval(interval)
             return self._inner
 
     def _accept_loop(self) -> None:
@@ -222,15 +221,19 @@ class Endpoint:
                 return
             if not self._admit(client):
                 continue
+            gil.boost(ATTACH_BOOST_S)  # the handshake: hundreds of GIL round trips (harness.gil)
             try:
-                upstream = self.start_debugpy().connect()
+                handoff = self.start_debugpy()
+                with self._trace_lock:
+                    tracing.on()  # before pydevd reads a byte: the client's breakpoints must bind
+                    with self._lock:
+                        self._clients += 1
+                        self.attach_count += 1
+                upstream = handoff.connect()
             except Exception as exc:  # debugpy failed to start: tell the client by closing
                 print(f"rtdebug: could not start debugpy on port {self.port}: {exc}", file=sys.stderr)
                 client.close()
                 continue
-            with self._lock:
-                self._clients += 1
-                self.attach_count += 1
             self.on_state("attached")
             _daemon_thread(self._relay, f"rtdebug-relay-{self.port}", client, upstream)
 
@@ -262,7 +265,9 @@ class Endpoint:
             self._clients -= 1
             left = self._clients
         if left == 0:
-            _resume_abandoned()
+            with self._trace_lock:
+                if self._clients == 0:
+                    tracing.client_gone()
             self.on_state("ready")
 
     def client_connected(self) -> bool:
