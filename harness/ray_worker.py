@@ -61,6 +61,7 @@ class RtdebugCallback(WorkerCallback, ControllerCallback):
         self.session_id = f"{parent}-ray{next(_runs)}"
         self.port_base = int(env.get(WORKER_PORT_BASE_VAR, DEFAULT_PORT_BASE + 1))
         self.host = env.get("RTDEBUG_HOST", "127.0.0.1")
+        self.allow = env.get("RTDEBUG_ALLOW", "")
         self.wait = env.get("RTDEBUG_WAIT", "none")
         self.eager = _flag("RTDEBUG_EAGER")
         self.post_mortem = _flag("RTDEBUG_POST_MORTEM")
@@ -119,8 +120,10 @@ def _start_worker(cb: RtdebugCallback) -> None:
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     rc = ray.get_runtime_context()
     node_ip = ray.util.get_node_ip_address()
+    # loopback on the driver's machine; on another node its address, under the --allow access rules
+    loopback = cb.host in ("127.0.0.1", "localhost", "::1")
     same_machine = socket.gethostname() == cb.driver_hostname
-    host = cb.host if same_machine or cb.host not in ("127.0.0.1", "localhost") else node_ip
+    host = cb.host if (loopback and same_machine) or (not loopback and cb.host != "auto") else node_ip
     port = port_for_rank(cb.port_base, rank)
     os.environ.setdefault("RANK", str(rank))  # harness.breakpoint(rank=...) before Ray's torch setup sets it
     localmode.install(cb.pg_timeout_s)
@@ -129,17 +132,18 @@ def _start_worker(cb: RtdebugCallback) -> None:
     threading.current_thread().pydev_do_not_trace = True  # type: ignore[attr-defined]
     sys.breakpointhook = breakpointhook
     os.environ["PYTHONBREAKPOINT"] = "harness.ray_worker.breakpointhook"
-    wait = localmode_waits(cb.wait, rank)
+    wait = _waits(cb.wait, rank)
     record = RankRecord(ray_kv.connected(), cb.session_id, rank, host, port, wait, cb.script,
                         local_rank=ctx.get_local_rank(), node_rank=ctx.get_node_rank(), world_size=world)
     record.set(cwd=cb.cwd, node_id=rc.get_node_id(), node_ip=node_ip, actor_id=rc.get_actor_id() or "",
                job_id=rc.get_job_id(), hostname=socket.gethostname())
     _Worker.record = record
-    endpoint = Endpoint(host, port)
+    endpoint = Endpoint(host, port, allow=cb.allow, label=f"rank {rank}")
+    endpoint.on_refused = lambda: record.set(refused_count=endpoint.refused_count)
     endpoint.on_state = lambda state: record.set(state=state, lazy=endpoint.lazy,
                                                  attach_count=endpoint.attach_count)
     try:
-        endpoint.start(eager=cb.eager or wait)
+        _start_endpoint(endpoint, cb.eager or wait)
     except Exception as exc:
         message = getattr(exc, "message", str(exc))
         record.set(state="failed", error=message)
@@ -151,7 +155,21 @@ def _start_worker(cb: RtdebugCallback) -> None:
     runner.run = _wrap_run(runner.run, cb, rank, wait, record, endpoint)
 
 
-def localmode_waits(wait: str, rank: int) -> bool:
+def _start_endpoint(endpoint, eager: bool, patience_s: float = 15.0) -> None:
+    """Bind, giving a restarted group's predecessor on this node a moment to release the port."""
+    from harness.errors import HarnessError
+
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            return endpoint.start(eager=eager)
+        except HarnessError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def _waits(wait: str, rank: int) -> bool:
     from harness.ports import parse_rank_list
 
     ranks = parse_rank_list(wait)

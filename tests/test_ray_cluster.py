@@ -19,6 +19,7 @@ import pytest
 
 from conftest import SCRIPTS, alive, marker_line, port_free, rtdebug
 from dap import DAPClient
+from harness.localmode import DEFAULT_PG_TIMEOUT_S
 
 sys.path.insert(0, str(SCRIPTS))
 from ray_cluster import AUTH_MODE, RayCluster  # noqa: E402
@@ -28,6 +29,7 @@ full = pytest.mark.skipif(os.environ.get("RTDEBUG_FULL") != "1", reason="RTDEBUG
 SCRIPT = SCRIPTS / "ray_workers.py"
 STEP_LINE = marker_line(SCRIPT, "step")
 RANK_EXPR = "__import__('ray').train.get_context().get_world_rank()"
+PG_TIMEOUT_EXPR = "__import__('harness.ray_worker', fromlist=['_'])._Worker.pg_timeout_applied"
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +114,8 @@ def test_workers_attach_on_two_nodes_and_a_paused_worker_kills_nothing(cluster, 
         frame = c.top_frame(ev["threadId"])
         assert frame["line"] == STEP_LINE
         assert c.evaluate(RANK_EXPR, frame["id"]) == str(n)
+        # Ray's process group got --pg-timeout (default 2 h), not TorchConfig's 1800 s
+        assert c.evaluate(PG_TIMEOUT_EXPR, frame["id"]) == str(int(DEFAULT_PG_TIMEOUT_S))
         stopped[n] = ev["threadId"]
     # rank 1 runs on into the next all_reduce and waits there; rank 0 stays paused for 30 s, 3x the
     # health-check timeout: Ray's health check must still be answered by the paused worker
@@ -171,3 +175,27 @@ def test_harness_breakpoint_in_one_worker_and_exit_codes(cluster, job, registry_
     failing = _start(job, cluster, port_base + 10, tmp_path, "--steps", "2", "--fail-rank", "1")
     assert failing.wait(240) == 1
     assert "rank 1 failed on purpose" in failing.output()
+
+
+@full
+def test_worker_group_restart_reregisters_with_new_pids(cluster, job, registry_dir, port_base, tmp_path):
+    until, gate = tmp_path / "finish", tmp_path / "go"
+    j = _start(job, cluster, port_base, tmp_path, "--until-file", str(until), "--fail-once", str(tmp_path / "failed"),
+               "--max-failures", "1", "--step-sleep", "0.2", "--gate-file", str(gate))
+    s = _ray_session(cluster, registry_dir, j)  # the first group, held at the gate
+    first = (s["session_id"], {r["rank"]: r["pid"] for r in s["ranks"]})
+    gate.write_text("go")
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:  # the first group registers, rank 1 fails once, a new group registers
+        s = _ray_session(cluster, registry_dir, j)
+        pids = {r["rank"]: r["pid"] for r in s["ranks"] if r["state"] in ("ready", "attached")}
+        if len(pids) == 2 and not set(pids.values()) & set(first[1].values()):
+            break
+        time.sleep(2)
+    else:
+        raise AssertionError(f"no re-registration after the restart:\n{j.output()[-4000:]}")
+    assert s["session_id"] == first[0]
+    assert all(psutil.pid_exists(p) for p in pids.values())
+    until.write_text("done")
+    assert j.wait(240) == 0, j.output()[-4000:]
+    assert "rank 1 fails once on purpose" in j.output()

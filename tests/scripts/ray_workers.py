@@ -26,6 +26,8 @@ p.add_argument("--bp-rank", type=int, default=-1)
 p.add_argument("--bp-timeout", type=float, default=0.0)
 p.add_argument("--until-file", default=None, help="after --steps, keep stepping until this file exists")
 p.add_argument("--gate-file", default=None, help="start stepping only once this file exists")
+p.add_argument("--fail-once", default=None, help="rank 1 raises at step 1 unless this file exists (creates it)")
+p.add_argument("--max-failures", type=int, default=0, help="FailureConfig(max_failures): group restarts")
 args = p.parse_args()
 
 
@@ -47,6 +49,9 @@ def train_fn(config):
         total += t  # BREAKPOINT: step
         print(f"worker rank {rank} step {step} pid {os.getpid()}", flush=True)
         time.sleep(config["step_sleep"])
+        if rank == 1 and step == 1 and config["fail_once"] and not os.path.exists(config["fail_once"]):
+            open(config["fail_once"], "w").close()
+            raise RuntimeError("rank 1 fails once on purpose")
         if rank == config["fail_rank"]:
             raise RuntimeError(f"rank {rank} failed on purpose")
         if rank == config["bp_rank"] and step == 0:
@@ -63,9 +68,11 @@ resources = {"CPU": 0.5, args.slot: 1} if args.slot else {"CPU": 0.5}
 trainer = ray.train.torch.TorchTrainer(
     train_fn,
     train_loop_config={"steps": args.steps, "step_sleep": args.step_sleep, "fail_rank": args.fail_rank,
-                       "bp_rank": args.bp_rank, "bp_timeout": args.bp_timeout, "until": args.until_file, "gate": args.gate_file},
+                       "bp_rank": args.bp_rank, "bp_timeout": args.bp_timeout, "until": args.until_file, "gate": args.gate_file,
+                       "fail_once": args.fail_once},
     scaling_config=ScalingConfig(num_workers=args.workers, resources_per_worker=resources),
-    run_config=ray.train.RunConfig(storage_path=os.environ.get("RTDEBUG_TEST_STORAGE", "/tmp/rtdebug-ray-results")),
+    run_config=ray.train.RunConfig(storage_path=os.environ.get("RTDEBUG_TEST_STORAGE", "/tmp/rtdebug-ray-results"),
+                                   failure_config=ray.train.FailureConfig(max_failures=args.max_failures)),
 )
 result = trainer.fit()
 print(f"ray run finished: error={result.error}", flush=True)
