@@ -55,6 +55,13 @@ def boost(seconds: float) -> None:
     t.start()
 
 
+def end() -> None:
+    """Nothing left to hurry for (the last client left): restore the interval within 0.1 s."""
+    global _until
+    with _lock:
+        _until = 0.0
+
+
 def _expire() -> None:
     global _saved
     while True:
@@ -65,4 +72,4 @@ def _expire() -> None:
                     sys.setswitchinterval(_saved)
                 _saved = None
                 return
-        time.sleep(left)
+        time.sleep(min(left, 0.1))

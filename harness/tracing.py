@@ -112,7 +112,12 @@ def client_gone() -> None:
         PyDevdAPI().request_disconnect(py_db, resume_threads=True)
     except Exception as exc:  # never let the relay thread die on pydevd internals
         print(f"rtdebug: could not resume after the client left: {exc}", file=sys.stderr)
+    off_quietly()
+
+
+def off_quietly() -> None:
+    """``off()`` that reports a failure on stderr instead of raising."""
     try:
         off()
-    except Exception as exc:  # a pydevd change must cost speed, never the relay thread
-        print(f"rtdebug: could not switch tracing off after the client left: {exc}", file=sys.stderr)
+    except Exception as exc:  # a pydevd change must cost speed, never the rank or the relay thread
+        print(f"rtdebug: could not switch debugger tracing off: {exc}", file=sys.stderr)

@@ -1,7 +1,8 @@
 """After the last client leaves, a rank runs untraced (full speed on 3.11); the next client still stops.
 
-A real process with a lazy endpoint reports, every step, whether ``sys.gettrace()`` is None in its main
-thread, in a thread that was running before the first attach, and in a thread started while detached.
+A real process with a lazy (or eager: debugpy started, nobody attached) endpoint reports, every step,
+whether ``sys.gettrace()`` is None in its main thread, in a thread that was running before the first
+attach, and in a thread started while detached.
 A real DAP client attaches (breakpoint hit), detaches, and the report must turn untraced; a re-attach
 must stop at the breakpoint again; a client that vanishes without ``disconnect`` counts as detached too.
 On 3.12+ pydevd uses ``sys.monitoring`` (``sys.gettrace()`` is None throughout), so only the stops are
@@ -27,7 +28,7 @@ PROGRAM = textwrap.dedent("""
     import json, os, sys, threading, time
     from harness.endpoint import Endpoint
     ep = Endpoint("127.0.0.1", int(sys.argv[1]))
-    ep.start()
+    ep.start(eager=sys.argv[3] == "eager")
     report, seen = sys.argv[2], {}
     def work(i):
         x = i * 2  # BREAK
@@ -90,17 +91,18 @@ def _stop_once(port: int, script, line: int, vanish: bool = False) -> None:
     c.disconnect()
 
 
-def test_untraced_after_detach_and_reattach_stops(tmp_path, port_base):
+@pytest.mark.parametrize("mode", ["lazy", "eager"])
+def test_untraced_after_detach_and_reattach_stops(tmp_path, port_base, mode):
     script = tmp_path / "prog.py"
     script.write_text(PROGRAM)
     report = tmp_path / "state.json"
     line = _line(script)
     log = open(tmp_path / "out.log", "w+")
     p = subprocess.Popen(
-        [sys.executable, str(script), str(port_base), str(report)], stdout=log, stderr=subprocess.STDOUT
+        [sys.executable, str(script), str(port_base), str(report), mode], stdout=log, stderr=subprocess.STDOUT
     )
     try:
-        _wait_state(report, {"main": True, "early": True})  # lazy: nothing traced before a client
+        _wait_state(report, {"main": True, "early": True})  # nothing traced before a client, eager too
         _stop_once(port_base, script, line)
         if SETTRACE:
             _wait_state(report, {"main": True, "early": True})
