@@ -21,15 +21,21 @@ AUTO = "auto"
 
 
 def job_store(parsed: Any, max_nodes: int) -> str | None:
-    """``host:port`` of the c10d rendezvous store of a multi-node job, else None.
+    """``host:port`` of the store torchrun's agents host for a multi-node job, else None.
 
-    Single-node and static jobs see every rank in this machine's registry already."""
-    if parsed.rdzv_backend != "c10d" or getattr(parsed, "standalone", False) or max_nodes <= 1:
+    c10d: the rendezvous store at ``--rdzv-endpoint``. static: the agent store at
+    ``--master-addr:--master-port`` (or the static endpoint), the one the ranks'
+    ``init_process_group`` uses. A single-node job's registry sees every rank already."""
+    if getattr(parsed, "standalone", False) or max_nodes <= 1:
         return None
-    if not parsed.rdzv_endpoint:
-        return None
+    if parsed.rdzv_backend == "static":
+        endpoint = parsed.rdzv_endpoint or f"{parsed.master_addr}:{parsed.master_port}"
+    elif parsed.rdzv_backend == "c10d" and parsed.rdzv_endpoint:
+        endpoint = parsed.rdzv_endpoint
+    else:
+        return None  # etcd and other backends: no store of torchrun's to publish into
     try:
-        host, port = split_endpoint(parsed.rdzv_endpoint, C10D_DEFAULT_PORT)
+        host, port = split_endpoint(endpoint, C10D_DEFAULT_PORT)
     except ValueError:
         return None  # torchrun reports its own malformed endpoint
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -44,29 +44,20 @@ def hosts(tmp_path):
         h.down()
 
 
-def node_args(hosts: Hosts, node: str, stop: Path, nproc: int) -> list[str]:
-    """The guide's c10d command, through rtdebug. Both namespaces share the machine's hostname,
-    so torchrun is told which node hosts the rendezvous store and which address is its own."""
-    ep = f"{hosts.addr['n0']}:{RDZV_PORT}"
-    return [
-        "torchrun",
-        "--debug-host",
-        "auto",
-        "--debug-allow",
-        hosts.addr["lap"],
-        "--nnodes=2",
-        f"--nproc-per-node={nproc}",
-        f"--node_rank={0 if node == 'n0' else 1}",
-        "--rdzv_backend=c10d",
-        f"--rdzv_endpoint={ep}",
-        "--rdzv_id=job",
-        "--local-addr",
-        hosts.addr[node],
-        "--rdzv-conf",
-        f"is_host={1 if node == 'n0' else 0}",
-        str(SCRIPT),
-        str(stop),
-    ]
+def node_args(hosts: Hosts, node: str, script: list[str], nproc: int = 1, static: bool = False) -> list[str]:
+    """The guide's c10d command (or static rendezvous), through rtdebug. Both namespaces share the
+    machine's hostname, so torchrun is told which node hosts the store and which address is its own."""
+    n0 = hosts.addr["n0"]
+    if static:
+        rdzv = f"--node-rank={0 if node == 'n0' else 1} --master-addr {n0} --master-port {RDZV_PORT}"
+    else:
+        rdzv = (
+            f"--node_rank={0 if node == 'n0' else 1} --rdzv_backend=c10d --rdzv_endpoint={n0}:{RDZV_PORT} "
+            f"--rdzv_id=job --rdzv-conf is_host={1 if node == 'n0' else 0}"
+        )
+    harness = f"--debug-host auto --debug-allow {hosts.addr['lap']}"
+    return [*harness.split(), "--nnodes=2", f"--nproc-per-node={nproc}", *rdzv.split(),
+            "--local-addr", hosts.addr[node], *script]  # fmt: skip
 
 
 KNOCK = """
@@ -146,8 +137,8 @@ def wait_empty(hosts: Hosts, names: list[str], timeout: float) -> list[int]:
 def start_job(hosts: Hosts, tmp_path: Path, nproc: int) -> tuple[subprocess.Popen, subprocess.Popen, str, dict]:
     """Both nodes started; the job as the laptop sees it once every rank is ready."""
     stop = tmp_path / "stop"
-    n0 = hosts.start("n0", node_args(hosts, "n0", stop, nproc))
-    n1 = hosts.start("n1", node_args(hosts, "n1", stop, nproc))
+    n0 = hosts.start("n0", ["torchrun", *node_args(hosts, "n0", [str(SCRIPT), str(stop)], nproc)])
+    n1 = hosts.start("n1", ["torchrun", *node_args(hosts, "n1", [str(SCRIPT), str(stop)], nproc)])
     store = f"{hosts.addr['n0']}:{RDZV_PORT}"
     return n0, n1, store, wait_view(hosts, "lap", 2 * nproc, "--store", store)
 
@@ -273,28 +264,30 @@ def test_full_guide_command_ray_local_mode(hosts, tmp_path):
     ep = f"{hosts.addr['n0']}:{RDZV_PORT}"
     procs = {}
     for node in ("n0", "n1"):
-        args = [
-            "torchrun",
-            "--debug-host",
-            "auto",
-            "--nnodes=2",
-            "--nproc-per-node=1",
-            f"--node_rank={0 if node == 'n0' else 1}",
-            "--rdzv_backend=c10d",
-            f"--rdzv_endpoint={ep}",
-            "--rdzv_id=job_id",
-            "--local-addr",
-            hosts.addr[node],
-            "--rdzv-conf",
-            f"is_host={1 if node == 'n0' else 0}",
-            str(EXAMPLES / "ddp_fashion.py"),
-            "--epochs",
-            "6",  # long enough for the view to see both ranks ready before they finish
-        ]
+        # enough epochs for the view to see both ranks ready before they finish
+        args = ["torchrun", *node_args(hosts, node, [str(EXAMPLES / "ddp_fashion.py"), "--epochs", "6"])]
         procs[node] = hosts.start(node, args, RAY_TRAIN_V2_ENABLED="1")
     job = wait_view(hosts, "lap", 2, "--store", ep)
     assert sorted(r["host"] for r in job["ranks"]) == [hosts.addr["n0"], hosts.addr["n1"]]
     for node, p in procs.items():
         assert p.wait(timeout=400) == 0, hosts.log(node)
         assert "final metrics" in hosts.log(node)
+    assert not wait_empty(hosts, ["n0", "n1"], timeout=60)
+
+
+@pytest.mark.skipif(not FULL, reason="RTDEBUG_FULL=1: static rendezvous on two hosts")
+def test_full_static_rendezvous_view_through_the_agent_store(hosts, tmp_path):
+    """Static rendezvous: the ranks publish into the agent store at --master-addr:--master-port."""
+    stop = tmp_path / "stop"
+    procs = {}
+    for node in ("n0", "n1"):
+        args = ["torchrun", *node_args(hosts, node, [str(SCRIPT), str(stop)], static=True)]
+        procs[node] = hosts.start(node, args)
+    job = wait_view(hosts, "lap", 2, "--store", f"{hosts.addr['n0']}:{RDZV_PORT}")
+    placed = {r["rank"]: r["host"] for r in job["ranks"]}
+    assert placed == {0: hosts.addr["n0"], 1: hosts.addr["n1"]}  # static: node rank N runs ranks N*nproc...
+    assert {r["rank"]: r["host"] for r in wait_view(hosts, "n1", 2)["ranks"]} == placed
+    stop.write_text("done")
+    for node, p in procs.items():
+        assert p.wait(timeout=120) == 0, hosts.log(node)
     assert not wait_empty(hosts, ["n0", "n1"], timeout=60)

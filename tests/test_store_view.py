@@ -201,7 +201,9 @@ def test_job_store():
     assert multinode.job_store(c10d, 2) == "10.1.2.3:29400"
     assert multinode.job_store(Namespace(**{**vars(c10d), "rdzv_endpoint": "[fe80::1]:29500"}), 2) == "[fe80::1]:29500"
     assert multinode.job_store(c10d, 1) is None  # one node: the local registry sees every rank
-    assert multinode.job_store(Namespace(**{**vars(c10d), "rdzv_backend": "static"}), 2) is None
+    static = Namespace(rdzv_backend="static", rdzv_endpoint="", master_addr="10.1.2.3", master_port=29501)
+    assert multinode.job_store(static, 2) == "10.1.2.3:29501"  # the agent store the ranks' process group uses
+    assert multinode.job_store(Namespace(**{**vars(c10d), "rdzv_backend": "etcd"}), 2) is None
     assert multinode.job_store(Namespace(**{**vars(c10d), "standalone": True}), 2) is None
     # a node ends itself over a lost peer only when the job cannot go on without it
     assert multinode.fixed_job(Namespace(nnodes="2", max_restarts=0))
