@@ -58,15 +58,13 @@ def _line(script) -> int:
 
 
 def _state(report) -> dict:
-    for _ in range(50):
-        try:
-            return json.loads(report.read_text())
-        except (OSError, ValueError):
-            time.sleep(0.02)
-    raise AssertionError("no report from the rank")
+    try:
+        return json.loads(report.read_text())
+    except (OSError, ValueError):
+        return {}  # not written yet (an eager rank starts debugpy first), or being replaced
 
 
-def _wait_state(report, want: dict, timeout: float = 30.0) -> dict:
+def _wait_state(report, want: dict, timeout: float = 90.0) -> dict:
     deadline = time.monotonic() + timeout
     while True:
         s = _state(report)
