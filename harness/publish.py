@@ -214,7 +214,7 @@ class Publisher:
 
     def _watch(self, store: Any, tick: int) -> None:
         prefix = f"{PREFIX}/{self.run_id}/rank/"
-        keys = [k for k in store.list_keys() if k.startswith(prefix)]
+        keys = [k for k in store.list_keys() if k.startswith(prefix) and k[len(prefix) :].isdigit()]
         ranks = [json.loads(v) for v in store.multi_get(keys)] if keys else []
         behind = rounds_behind(ranks, tick)
         gone = [r for r in ranks if behind.get(int(r["rank"]), 0) > PEER_LOST_ROUNDS]

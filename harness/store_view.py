@@ -1,4 +1,4 @@
-"""The store view: every rank of a multi-node torchrun job, read from the job's own c10d store.
+"""The store view: every rank of a multi-node torchrun job, read from the job's own store.
 
 The ranks publish their entries there (``harness.publish``); this module reads
 them back from any machine that can reach the store (``--store HOST:PORT`` or
@@ -8,9 +8,9 @@ by the session id of this machine's own launcher of that job (so it merges with
 this machine's files into one session), else by node 0's; any node's id finds it.
 
 A rank is "lost" (shown ``failed``) when its heartbeat falls behind the job's
-logical clock (``publish.rounds_behind``): its node died without saying so. When the store itself is gone the
-job has ended (torchrun's agent hosts it); an explicit ``--store`` then fails
-with one line, an auto-found one is skipped.
+logical clock (``publish.rounds_behind``): its node died without saying so.
+When the store itself is gone the job has ended (torchrun's agent hosts it); an
+explicit ``--store`` then fails with one line, an auto-found one is skipped.
 """
 
 from __future__ import annotations
@@ -103,10 +103,10 @@ class StoreView:
         """run id -> {"rank": {N: entry}, "node": {group rank: entry}}."""
         jobs: dict[str, dict[str, dict[int, Entry]]] = {}
         for key, entry in self._raw().items():
-            parts = key.split("/")
-            if len(parts) != 4 or parts[2] not in ("rank", "node") or not parts[3].isdigit():
-                continue
-            jobs.setdefault(parts[1], {"rank": {}, "node": {}})[parts[2]][int(parts[3])] = entry
+            parts = key[len(publish.PREFIX) + 1 :].rsplit("/", 2)  # a run id may contain "/"
+            if len(parts) != 3 or parts[1] not in ("rank", "node") or not parts[2].isdigit():
+                continue  # the job's tick and stop keys
+            jobs.setdefault(parts[0], {"rank": {}, "node": {}})[parts[1]][int(parts[2])] = entry
         return jobs
 
     def _session(self, run_id: str, job: dict[str, dict[int, Entry]]) -> Entry | None:

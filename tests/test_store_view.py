@@ -271,3 +271,13 @@ def test_debug_host_auto_is_for_torchrun_only(capsys):
         "rtdebug: error: --host auto picks the address toward a multi-node job's rendezvous host: "
         "it is for `rtdebug torchrun --debug-host auto`\n"
     )
+
+
+def test_run_ids_with_slashes_and_the_jobs_own_keys(store):
+    store.set(publish.node_key("team/job", 0), json.dumps(dict(node_entry(0), tick=3)))
+    for rank in (0, 1):
+        store.set(publish.rank_key("team/job", rank), json.dumps(dict(rank_entry(rank), tick=3)))
+    store.add(publish.tick_key("team/job"), 3)
+    store.set(publish.stop_key("other"), b"1")
+    [s] = StoreView("127.0.0.1", store.port).sessions()
+    assert s["rdzv_id"] == "team/job" and [r["rank"] for r in s["ranks"]] == [0, 1]
