@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -32,6 +33,8 @@ FULL = os.environ.get("RTDEBUG_FULL") == "1"
 
 @pytest.fixture
 def hosts(tmp_path):
+    if shutil.which("ip") is None:
+        pytest.skip("cannot create network namespaces here: iproute2 (`ip`) is not installed")
     sweep()
     h = Hosts(tmp_path)
     try:
