@@ -16,7 +16,7 @@ import time
 import traceback
 from typing import Any
 
-from harness import localmode, postmortem, runtime
+from harness import lifetime, localmode, postmortem, publish, runtime
 from harness.config import RankConfig, Target
 from harness.endpoint import Endpoint
 from harness.errors import HarnessError
@@ -78,6 +78,8 @@ def preimport(target: Target) -> list[str]:
 class RankRecord:
     """This rank's registry entry, kept current as its state changes."""
 
+    publisher: Any = None  # harness.publish.Publisher of a multi-node job: the entry also goes to its store
+
     def __init__(self, registry: Registry, session_id: str, rank: int, host: str, port: int, wait: bool,
                  script: str, local_rank: int = 0, node_rank: int = 0, world_size: int = 1) -> None:
         self.registry = registry
@@ -98,6 +100,8 @@ class RankRecord:
             self.registry.write_rank(self.entry)
         except OSError:
             pass  # the session dir was removed by `stop`; nothing left to record
+        if self.publisher is not None:
+            self.publisher.update(self.entry, final=fields.get("state") in ("exited", "failed"))
 
 
 def serve_and_run(target: Target, record: RankRecord, endpoint: Endpoint | None, *,
@@ -167,9 +171,14 @@ def main(argv: list[str] | None = None) -> int:
             forcelocal.install()
         # SIGTERM keeps its default action: a rank blocked inside a C++ collective could not run a
         # Python handler, and the launcher marks the ranks' entries ended after teardown anyway.
+        records: list[RankRecord] = []
+        lifetime.guard_rank(lambda: [r.set(state="failed", error="launcher gone") for r in records])
         record = RankRecord(Registry(cfg.registry_dir), cfg.session_id, rank, cfg.host, port, cfg.waits(rank),
-                            target.display, local_rank=local_rank, node_rank=rank // max(local_world, 1),
+                            target.display, local_rank=local_rank,
+                            node_rank=int(os.environ.get("GROUP_RANK", rank // max(local_world, 1))),
                             world_size=world)
+        records.append(record)
+        publish.attach(record, rank, local_rank)
         try:
             return serve_and_run(target, record, Endpoint(cfg.host, port, allow=cfg.allow), eager=cfg.eager,
                                  wait=cfg.waits(rank), post_mortem=cfg.post_mortem,

@@ -11,11 +11,12 @@ import json
 import sys
 import warnings
 
-from harness import commands
+from harness import commands, control
 from harness.config import DEFAULT_POST_MORTEM_WAIT_S
 from harness.errors import HarnessError
 from harness.localmode import DEFAULT_PG_TIMEOUT_S
 from harness.ports import DEFAULT_PORT_BASE
+from harness.views import ViewOptions
 
 
 def _debug_options(p: argparse.ArgumentParser, port_flag: str, host_flag: str,
@@ -24,7 +25,8 @@ def _debug_options(p: argparse.ArgumentParser, port_flag: str, host_flag: str,
     g.add_argument(port_flag, type=int, default=DEFAULT_PORT_BASE, dest="port",
                    help=f"debug port (torchrun: base; rank N listens on base + N). Default {DEFAULT_PORT_BASE}")
     g.add_argument(host_flag, default="127.0.0.1", dest="host",
-                   help="address debug endpoints bind (default 127.0.0.1; others print a warning)")
+                   help="address debug endpoints bind (default 127.0.0.1; others print a warning). torchrun: "
+                        "auto = this node's address toward the rendezvous host (loopback jobs keep 127.0.0.1)")
     g.add_argument(allow_flag, default="", dest="allow", metavar="ADDR|CIDR[,...]",
                    help=f"with a non-loopback {host_flag}: other machines allowed to connect (default: none, "
                         "i.e. this host's own addresses); on this host only your own uid gets in")
@@ -123,13 +125,25 @@ def _cmd_torchrun(args) -> int:
     return commands.run_torchrun(parsed, rest)
 
 
+def _view_options(p: argparse.ArgumentParser) -> None:
+    """Where to find sessions besides this machine's registry (see harness.views)."""
+    g = p.add_argument_group("cluster views")
+    g.add_argument("--ray-address", metavar="ADDR", help="also list ranks of Ray Train workers on this Ray cluster "
+                   "(default: $RAY_ADDRESS)")
+    g.add_argument("--store", metavar="HOST:PORT", help="also list every rank of a multi-node torchrun job "
+                   "through its rendezvous store (default: $RTDEBUG_STORE)")
+
+
 def _add_ps(sub) -> None:
-    p = sub.add_parser("ps", help="list live sessions and their ranks", description="List live sessions.")
+    p = sub.add_parser("ps", help="list live sessions and their ranks",
+                       description="List live sessions (and orphaned ones: launcher gone, processes not).")
     p.add_argument("--json", action="store_true", help="machine-readable output (the registry schema)")
+    p.add_argument("--all", action="store_true", help="also list ended sessions still kept in the registry")
+    _view_options(p)
 
 
 def _cmd_ps(args) -> int:
-    return commands.ps(args.json)
+    return control.ps(args.json, args.all, ViewOptions.from_args(args))
 
 
 def _add_attach(sub) -> None:
@@ -140,10 +154,11 @@ def _add_attach(sub) -> None:
     p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="seconds to wait (default 60)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--vscode", action="store_true", help="hand off to VS Code (rtdebug extension) via a vscode:// URI")
+    _view_options(p)
 
 
 def _cmd_attach(args) -> int:
-    return commands.attach(args.rank, args.session, args.timeout, args.json, args.vscode)
+    return control.attach(args.rank, args.session, args.timeout, args.json, args.vscode, ViewOptions.from_args(args))
 
 
 def _add_stop(sub) -> None:
@@ -151,11 +166,12 @@ def _add_stop(sub) -> None:
                        description="Stop a session: launcher, torchrun, ranks; then check its ports are free.")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--session", help="session id (default: the only live session)")
-    g.add_argument("--all", action="store_true", help="stop every live session")
+    g.add_argument("--all", action="store_true", help="stop every live or orphaned session")
+    _view_options(p)
 
 
 def _cmd_stop(args) -> int:
-    return commands.stop(args.session, args.all)
+    return control.stop(args.session, args.all, ViewOptions.from_args(args))
 
 
 def _add_vscode(sub) -> None:
@@ -170,6 +186,7 @@ def _add_vscode(sub) -> None:
     p.add_argument("--wait", default="none")
     p.add_argument("--python", default="${command:python.interpreterPath}")
     p.add_argument("--json", action="store_true", help="accepted for symmetry; output is always JSON")
+    _view_options(p)  # multi-node: a running job's real placement replaces --hosts (harness.store_view)
 
 
 def _cmd_vscode(args) -> int:
@@ -183,8 +200,13 @@ def _cmd_vscode(args) -> int:
     if hosts is not None and len(hosts) != args.nnodes:
         raise usage(f"--hosts lists {len(hosts)} hosts for --nnodes {args.nnodes}")
     parse_rank_list(args.wait, args.nproc_per_node * args.nnodes)
+    endpoints = None
+    if args.mode == "torchrun" and args.nnodes > 1:
+        from harness.store_view import job_endpoints
+
+        endpoints = job_endpoints(ViewOptions.from_args(args), args.nproc_per_node, args.nnodes, hosts)
     out = vscode.generate(args.script, args.mode, args.nproc_per_node, args.nnodes, hosts,
-                          args.port_base, args.wait, args.python)
+                          args.port_base, args.wait, args.python, endpoints)
     print(json.dumps(out, indent=2))
     return 0
 

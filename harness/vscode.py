@@ -68,18 +68,28 @@ def torchrun_task(script: str, python: str, nproc: int, nnodes: int, port_base: 
 
 def generate(script: str, mode: str = "torchrun", nproc: int = 2, nnodes: int = 1,
              hosts: list[str] | None = None, port_base: int = DEFAULT_PORT_BASE, wait: str = "none",
-             python: str = "${command:python.interpreterPath}") -> dict[str, list[dict[str, Any]]]:
-    """The configurations, compounds, tasks and inputs ``rtdebug: `` owns for one script."""
+             python: str = "${command:python.interpreterPath}",
+             endpoints: dict[int, tuple[str, int]] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """The configurations, compounds, tasks and inputs ``rtdebug: `` owns for one script.
+
+    Multi-node: ``endpoints`` (rank -> host, port of a running job, from its store view) win;
+    without them and without ``hosts`` a rank's node is unknown until run time (c10d), so each
+    rank's config is resolved when it is launched (``type: rtdebug`` -> ``rtdebug attach --json``)."""
     out: dict[str, list[dict[str, Any]]] = {"configurations": [], "compounds": [], "tasks": [], "inputs": []}
     if mode == "run":
         out["configurations"].append(single_process(script))
         return out
+    resolve_later = nnodes > 1 and not hosts and not endpoints
     hosts = hosts or ["127.0.0.1"] * nnodes
     world = nproc * nnodes
     ports = ports_for_ranks(port_base, range(world))
     names = []
     for rank, port in enumerate(ports):
-        host = hosts[rank // nproc]
+        if resolve_later:
+            names.append(f"{PREFIX}attach rank {rank} (placed at run time)")
+            out["configurations"].append({"name": names[-1], "type": "rtdebug", "request": "attach", "rank": rank})
+            continue
+        host, port = endpoints[rank] if endpoints else (hosts[rank // nproc], port)
         name = rank_config_name(rank, host, port)
         names.append(name)
         out["configurations"].append(attach_config(name, host, port))
