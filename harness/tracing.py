@@ -12,7 +12,9 @@ did, in every thread, without needing those threads to run our code first:
 - the per-frame ``f_trace`` of every live frame is cleared (a loop that makes no
   calls gets no more line events dispatched into pydevd);
 - ``threading.settrace`` and pydevd's thread-start patch are undone, so threads
-  started while detached are untraced too.
+  started while detached are untraced too;
+- pydevd's polling threads (command, check-alive, writer) wake every 2 s
+  instead of 0.1-0.2 s (``_slow_polls``).
 
 ``on()`` redoes pydevd's own start sequence (patch_threads, enable_tracing on all
 threads, set_tracing_for_untraced_contexts) before the next client's first byte
@@ -23,11 +25,15 @@ harness own (``pydev_do_not_trace``) are never touched. 3.12+ debug through
 
 from __future__ import annotations
 
+import queue
 import sys
 import threading
 from types import FrameType
+from typing import Any
 
 _off = False
+DETACHED_POLL_S = 2.0  # pydevd's command / check-alive threads poll at 0.2 s: slower while nobody is attached
+_poll_s: float | None = None
 
 
 def _uses_settrace() -> bool:
@@ -78,8 +84,35 @@ def off() -> bool:
     frames.clear()  # no frame references kept alive
     if idents:
         pydevd_tracing.set_trace_to_threads(_untrace, thread_idents=idents, create_dummy_thread=False)
+    _slow_polls(True)
     _off = True
     return True
+
+
+def _slow_polls(slow: bool) -> None:
+    """Each wake of pydevd's polling threads takes the GIL from the main thread, which on a
+    loaded machine costs it a reschedule; nothing needs them while no client is attached."""
+    global _poll_s
+    pydevd: Any = sys.modules["pydevd"]  # untyped
+    if not isinstance(getattr(pydevd, "TIMEOUT_SLOW", None), (int, float)):
+        return
+    if slow and _poll_s is None:
+        _poll_s, pydevd.TIMEOUT_SLOW = pydevd.TIMEOUT_SLOW, max(pydevd.TIMEOUT_SLOW, DETACHED_POLL_S)
+        writer = getattr(_py_db(), "writer", None)
+        q = getattr(writer, "_cmd_queue", None)
+        if type(q) is queue.Queue:  # its writer polls every 0.1 s; a message still wakes it at once
+            q.__class__ = _SlowPollQueue
+    elif not slow and _poll_s is not None:
+        pydevd.TIMEOUT_SLOW, _poll_s = _poll_s, None
+
+
+class _SlowPollQueue(queue.Queue):
+    """pydevd's writer queue while detached: an empty poll waits 2 s instead of 0.1 s."""
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        if block and timeout is not None and _poll_s is not None:
+            timeout = max(timeout, DETACHED_POLL_S)
+        return super().get(block, timeout)
 
 
 def on() -> bool:
@@ -89,6 +122,7 @@ def on() -> bool:
     if not _off or py_db is None:
         return False
     _off = False
+    _slow_polls(False)
     py_db.patch_threads()
     py_db.enable_tracing(py_db.trace_dispatch, apply_to_all_threads=True)
     py_db.set_tracing_for_untraced_contexts()
