@@ -199,3 +199,30 @@ def test_worker_group_restart_reregisters_with_new_pids(cluster, job, registry_d
     until.write_text("done")
     assert j.wait(240) == 0, j.output()[-4000:]
     assert "rank 1 fails once on purpose" in j.output()
+
+
+@full
+def test_post_mortem_keeps_the_failed_worker_attachable(cluster, job, registry_dir, port_base, tmp_path):
+    j = _start(job, cluster, port_base, tmp_path, "--steps", "3", "--fail-rank", "1",
+               run_args=("--post-mortem", "--post-mortem-wait", "120"))
+    j.wait_output(f"rtdebug: rank 1 failed; post-mortem: attach to 127.0.0.1:{port_base + 2} within", 300)
+    s = next(x for x in _ps(cluster, registry_dir) if x["mode"] == "ray")
+    r1 = next(r for r in s["ranks"] if r["rank"] == 1)
+    assert r1["state"] == "failed" and "rank 1 failed on purpose" in r1["error"]
+    c = DAPClient(r1["host"], r1["port"])
+    c.attach()
+    ev = c.wait_stopped(120)
+    assert ev["reason"] == "exception"
+    frame = c.top_frame(ev["threadId"])
+    assert frame["name"] == "train_fn" and c.evaluate("rank", frame["id"]) == "1"
+    c.continue_(ev["threadId"])
+    c.disconnect()
+    # the driver's fit() now raises: with --post-mortem the driver waits for a client too; attach and go on
+    j.wait_output(f"rtdebug: rank 0 failed; post-mortem: attach to 127.0.0.1:{port_base} within", 240)
+    d = DAPClient("127.0.0.1", port_base)
+    d.attach()
+    ev = d.wait_stopped(120)
+    d.continue_(ev["threadId"])
+    d.disconnect()
+    assert j.wait(240) == 1
+    assert "rank 1 failed on purpose" in j.output()

@@ -73,10 +73,17 @@ class RayCluster:
             self.stop()
             raise RuntimeError(f"ray start failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
 
-    def start_head(self, num_cpus: int = 2, resources: str | None = None) -> str:
-        gcs, dashboard = _free_ports(2)
-        self._start(["--head", "--port", str(gcs), "--temp-dir", self.temp_dir, "--include-dashboard=false",
-                     "--dashboard-port", str(dashboard)], num_cpus, resources)
+    def start_head(self, num_cpus: int = 2, resources: str | None = None, tries: int = 2) -> str:
+        for attempt in range(tries):  # on a loaded machine `ray start` can time out; a fresh try usually works
+            gcs, dashboard = _free_ports(2)
+            try:
+                self._start(["--head", "--port", str(gcs), "--temp-dir", self.temp_dir,
+                             "--include-dashboard=false", "--dashboard-port", str(dashboard)], num_cpus, resources)
+                break
+            except RuntimeError:
+                if attempt == tries - 1:
+                    raise
+                self.temp_dir = tempfile.mkdtemp(prefix="rtdray-", dir="/tmp")  # stop() removed the old one
         self.address = Path(self.temp_dir, "ray_current_cluster").read_text().strip()
         return self.address
 
