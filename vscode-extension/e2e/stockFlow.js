@@ -34,15 +34,25 @@ async function stockFlow(ctx) {
   // 2. one rank: "rtdebug: attach rank 1 (host:port)" against a running job whose rank 1 waits for it
   const job = startJob(portBase, ['--nproc-per-node', '2'], path.join(ws, 'examples', 'plain_ddp.py'), '1');
   try {
-    await wb.waitFor('the job ready', () => job.out.some((l) => l.startsWith('rtdebug: all 2 local ranks ready')), 180000);
+    await wb.waitFor('the job ready', () => {
+      if (job.job.exitCode !== null) throw new Error(`the job exited (${job.job.exitCode}) before its ranks were ready:\n${job.out.slice(-15).join('\n')}`);
+      return job.out.some((l) => l.startsWith('rtdebug: all 2 local ranks ready'));
+    }, 240000);
     const rank1 = cfgName(/"name": "(rtdebug: attach rank 1 \([^)]*\))"/);
     mark = traceLines().length;
     await selectAndStart(page, rank1);
     const e2 = await wb.waitFor('rank 1 to stop', () => stopsIn(mark, 'plain_ddp.py')[0], 120000);
     check(e2.type === 'debugpy' && e2.name === rank1 && e2.reason === 'breakpoint' && e2.line === plainLine && e2.eval === '1',
       `stock debugpy attach "${rank1}" stopped at plain_ddp.py:${plainLine} in rank 1`);
-    await wb.runCommand(page, 'Debug: Stop');
-    check(await wb.withTimeout(job.exited, 120000, 'timeout') === 0, 'after Debug: Stop (detach) the job finishes with exit 0');
+    // Disconnect (the toolbar's button on an attach session) leaves the rank running; "Debug: Stop" sends
+    // disconnect with terminateDebuggee: true, which debugpy honours by ending the rank (and so the job).
+    await wb.runCommand(page, 'Debug: Disconnect');
+    const code = await wb.withTimeout(job.exited, 120000, 'timeout');
+    if (code !== 0) console.error('--- job output (tail)\n' + job.out.filter((l) => l.trim()).slice(-120).join('\n'));
+    check(code === 0, `after Debug: Disconnect the job finishes with exit 0 (got ${code})`);
+  } catch (e) {
+    console.error('--- job output (tail)\n' + job.out.filter((l) => l.trim()).slice(-40).join('\n'));
+    throw e;
   } finally {
     if (job.job.exitCode === null) { try { process.kill(-job.job.pid, 'SIGTERM'); } catch { /* gone */ } }
   }

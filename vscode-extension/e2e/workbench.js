@@ -23,13 +23,23 @@ const widget = (page) => page.locator('.quick-input-widget');
 
 /** F1, type the title, click the row that has it (Enter alone can pick the wrong row). */
 async function runCommand(page, title) {
-  await page.keyboard.press('Escape');
-  await page.keyboard.press('F1');
-  await page.waitForSelector('.quick-input-widget input', { state: 'visible', timeout: 20000 });
-  await page.keyboard.type(title, { delay: 15 });
-  const row = widget(page).locator('.monaco-list-row', { hasText: title }).first();
-  await row.waitFor({ state: 'visible', timeout: 30000 });
-  await row.click();
+  // Under load the palette can lose focus and close while typing (a terminal or webview taking focus):
+  // try again, up to three times.
+  for (let attempt = 1; ; attempt++) {
+    await page.keyboard.press('Escape');
+    await page.keyboard.press('F1');
+    await page.waitForSelector('.quick-input-widget input', { state: 'visible', timeout: 20000 });
+    await page.keyboard.type(title, { delay: 15 });
+    const row = widget(page).locator('.monaco-list-row', { hasText: title }).first();
+    try {
+      await row.waitFor({ state: 'visible', timeout: attempt < 3 ? 15000 : 30000 });
+    } catch (e) {
+      if (attempt >= 3) throw e;
+      continue;
+    }
+    await row.click();
+    return;
+  }
 }
 
 /** Wait until the quick input shows `text` (its title, prompt or a row). */
