@@ -78,12 +78,13 @@ export function rankRow(s: Session, r: RankEntry, dbg: RankDebugInfo | undefined
   const [icon, color] = ICONS[v.state];
   const ours = dbg ? '.attached' : '';
   const refused = r.refused_count ? ` · ${r.refused_count} refused` : '';
+  const node = r.hostname || r.node_ip ? ` · on ${r.hostname || r.node_ip}` : '';
   return {
     id: `rank:${s.entry.session_id}/${r.rank}`,
     label: `rank ${r.rank}`,
-    description: `${v.text} · local ${r.local_rank} · ${r.host}:${r.port} · pid ${r.pid}${refused}`,
+    description: `${v.text} · local ${r.local_rank} · ${r.host}:${r.port} · pid ${r.pid}${node}${refused}`,
     tooltip: [`rank ${r.rank} of ${r.world_size} (local rank ${r.local_rank}, node ${r.node_rank})`, `state: ${v.text}`,
-      `debug endpoint ${r.host}:${r.port}, pid ${r.pid}`, `session ${s.entry.session_id}`,
+      `debug endpoint ${r.host}:${r.port}, pid ${r.pid}${node ? `, node ${r.hostname ?? ''} ${r.node_ip ?? ''}`.trimEnd() : ''}`, `session ${s.entry.session_id}`,
       ...(r.refused_count ? [`${r.refused_count} connection(s) refused by the endpoint's access rule`] : [])].join('\n'),
     contextValue: `rtdebugRank.${v.state}${ours}`,
     icon, color,

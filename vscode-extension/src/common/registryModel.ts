@@ -8,7 +8,7 @@ export type RankState = 'starting' | 'ready' | 'attached' | 'exited' | 'failed' 
 export type SessionState = 'starting' | 'running' | 'exited' | 'failed' | 'stopped' | 'orphaned';
 
 export interface SessionEntry {
-  schema_version: 1; kind: 'session'; session_id: string; mode: 'run' | 'torchrun';
+  schema_version: 1; kind: 'session'; session_id: string; mode: 'run' | 'torchrun' | 'ray';
   launcher_pid: number; launcher_create_time: number; command: string[]; cwd: string; script: string;
   nnodes: string; nproc_per_node: number; node_rank?: number | null; host: string; port_base: number;
   ports: number[]; wait?: string; started_at: number; updated_at: number; ended_at?: number | null;
@@ -24,6 +24,8 @@ export interface RankEntry {
   updated_at: number; exit_code?: number | null; error?: string | null;
   /** Connections the rank's endpoint refused (access rule); newer harnesses only. */
   refused_count?: number;
+  /** Store view and Ray workers: the rank's node (where a client reaches it). */
+  node_ip?: string; hostname?: string;
 }
 
 export interface Session { entry: SessionEntry; ranks: RankEntry[] }

@@ -33,6 +33,9 @@ test('rank row: what the view shows, the menus match and a screen reader says', 
   assert.match(row.tooltip, /2 connection\(s\) refused/);
   assert.equal(row.icon, 'debug-pause');
   assert.equal(rankRow(s, { ...s.ranks[0], state: 'ready' }, undefined).contextValue, 'rtdebugRank.ready');
+  const remote = rankRow(s, { ...s.ranks[0], refused_count: 0, host: '10.0.0.2', hostname: 'node-b', node_ip: '10.0.0.2' }, undefined);
+  assert.match(remote.description, /10\.0\.0\.2:5679 · pid 101 · on node-b$/);
+  assert.match(remote.tooltip, /node node-b 10\.0\.0\.2/);
 });
 
 test('session row: mode, script, node/cluster, state', () => {
