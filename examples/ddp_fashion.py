@@ -11,14 +11,13 @@ import argparse
 import os
 import tempfile
 
-import torch
-from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
-
 import ray.train
 import ray.train.torch
+import torch
 from ray.train import Checkpoint, ScalingConfig
 from ray.train.torch import TorchTrainer
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
 
 def synthetic_fashion(n: int, seed: int = 0) -> TensorDataset:
@@ -35,7 +34,8 @@ def train_func(config):
     loader = DataLoader(synthetic_fashion(config["samples"]), batch_size=config["batch_size"], shuffle=True)
     loader = ray.train.torch.prepare_data_loader(loader)
     model = ray.train.torch.prepare_model(
-        nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, 64), nn.ReLU(), nn.Linear(64, 10)))
+        nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, 64), nn.ReLU(), nn.Linear(64, 10))
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     loss_fn = nn.CrossEntropyLoss()
     for epoch in range(config["epochs"]):
@@ -62,8 +62,11 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=512)
     p.add_argument("--batch-size", type=int, default=32)
     a = p.parse_args()
-    trainer = TorchTrainer(train_func, train_loop_config=vars(a) | {"batch_size": a.batch_size},
-                           scaling_config=ScalingConfig(num_workers=0))
+    trainer = TorchTrainer(
+        train_func,
+        train_loop_config=vars(a) | {"batch_size": a.batch_size},
+        scaling_config=ScalingConfig(num_workers=0),
+    )
     result = trainer.fit()
     print(f"rank {os.environ.get('RANK', 0)} final metrics: {result.metrics}", flush=True)
 

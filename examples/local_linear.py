@@ -7,8 +7,8 @@ last metrics/checkpoint in memory, get_storage() raises.
 
 import argparse
 
-import torch
 import ray.train
+import torch
 from ray.train import ScalingConfig
 from ray.train.torch import TorchTrainer
 
@@ -33,8 +33,9 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--lr", type=float, default=0.1)
     a = p.parse_args()
-    trainer = TorchTrainer(train_func, train_loop_config={"epochs": a.epochs, "lr": a.lr},
-                           scaling_config=ScalingConfig(num_workers=0))
+    trainer = TorchTrainer(
+        train_func, train_loop_config={"epochs": a.epochs, "lr": a.lr}, scaling_config=ScalingConfig(num_workers=0)
+    )
     result = trainer.fit()
     print(f"final metrics: {result.metrics}", flush=True)
 

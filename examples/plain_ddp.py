@@ -1,6 +1,6 @@
 """Plain PyTorch DDP, no Ray at all: the harness must not need Ray.
 
-    rtdebug torchrun --nproc-per-node 2 examples/plain_ddp.py
+rtdebug torchrun --nproc-per-node 2 examples/plain_ddp.py
 """
 
 import argparse

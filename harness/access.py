@@ -71,7 +71,7 @@ def own_addresses() -> set[IPAddress]:
 def _decode(field: str) -> tuple[IPAddress, int]:
     """``0100007F:1F90`` -> (127.0.0.1, 8080). The kernel prints each 32-bit word in host byte order."""
     hexaddr, hexport = field.split(":")
-    raw = b"".join(struct.pack("=I", int(hexaddr[i:i + 8], 16)) for i in range(0, len(hexaddr), 8))
+    raw = b"".join(struct.pack("=I", int(hexaddr[i : i + 8], 16)) for i in range(0, len(hexaddr), 8))
     return _ip(socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, raw)), int(hexport, 16)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Iterable
+from collections.abc import Iterable
 
 from harness import runtime
 
@@ -56,6 +56,11 @@ def breakpoint(rank: int | Iterable[int] | None = None, *, timeout: float = 0.0)
         return False
     import pydevd
 
-    pydevd.settrace(suspend=True, trace_only_current_thread=True, patch_multiprocessing=False,
-                    stop_at_frame=sys._getframe(1), notify_stdin=False)
+    pydevd.settrace(
+        suspend=True,
+        trace_only_current_thread=True,
+        patch_multiprocessing=False,
+        stop_at_frame=sys._getframe(1),
+        notify_stdin=False,
+    )
     return True

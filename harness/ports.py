@@ -7,7 +7,7 @@ worker LOCAL_RANK=0, and global ranks keep ports distinct across nodes.
 from __future__ import annotations
 
 import socket
-from typing import Iterable
+from collections.abc import Iterable
 
 import psutil
 
@@ -69,8 +69,7 @@ def check_ports_free(ports: Iterable[int], host: str = "127.0.0.1") -> None:
         if not is_port_free(port, host):
             holder = port_holder(port) or "an unknown process"
             raise HarnessError(
-                f"debug port {port} is already in use by {holder}; "
-                f"pick another range with --debug-port-base"
+                f"debug port {port} is already in use by {holder}; pick another range with --debug-port-base"
             )
 
 

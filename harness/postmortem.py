@@ -47,7 +47,8 @@ def handle(endpoint, exc: BaseException, wait_s: float, rank: int) -> None:
         print(
             f"rtdebug: rank {rank} failed; post-mortem: attach to {endpoint.host}:{endpoint.port} "
             f"within {wait_s:g}s to inspect it",
-            file=sys.stderr, flush=True,
+            file=sys.stderr,
+            flush=True,
         )
         if not endpoint.wait_for_client(wait_s):
             print(f"rtdebug: rank {rank}: no debugger attached, exiting", file=sys.stderr, flush=True)

@@ -23,13 +23,17 @@ END_PATTERN = r"^rtdebug: all \d+ local ranks ready"
 HIDE_HARNESS = [{"module": "harness", "include": False}]
 
 
-def attach_config(name: str, host: str, port: int, remote_root: str = "${workspaceFolder}",
-                  just_my_code: bool = True) -> dict[str, Any]:
+def attach_config(
+    name: str, host: str, port: int, remote_root: str = "${workspaceFolder}", just_my_code: bool = True
+) -> dict[str, Any]:
     return {
-        "name": name, "type": "debugpy", "request": "attach",
+        "name": name,
+        "type": "debugpy",
+        "request": "attach",
         "connect": {"host": host, "port": port},
         "pathMappings": [{"localRoot": "${workspaceFolder}", "remoteRoot": remote_root}],
-        "justMyCode": just_my_code, "rules": HIDE_HARNESS,
+        "justMyCode": just_my_code,
+        "rules": HIDE_HARNESS,
     }
 
 
@@ -44,32 +48,59 @@ def rank_config_name(rank: int, host: str, port: int) -> str:
 def single_process(script: str, port: int | None = None) -> dict[str, Any]:
     """F5 through the harness: VS Code's debugpy launches it, the harness sees the debugger and just runs."""
     return {
-        "name": f"{PREFIX}{script} (single process)", "type": "debugpy", "request": "launch",
-        "module": "harness", "args": ["run", script], "cwd": "${workspaceFolder}",
-        "console": "integratedTerminal", "justMyCode": True, "rules": HIDE_HARNESS,
+        "name": f"{PREFIX}{script} (single process)",
+        "type": "debugpy",
+        "request": "launch",
+        "module": "harness",
+        "args": ["run", script],
+        "cwd": "${workspaceFolder}",
+        "console": "integratedTerminal",
+        "justMyCode": True,
+        "rules": HIDE_HARNESS,
     }
 
 
 def torchrun_task(script: str, python: str, nproc: int, nnodes: int, port_base: int, wait: str) -> dict[str, Any]:
-    args = ["-m", "harness", "torchrun", "--debug-port-base", str(port_base), "--wait", wait,
-            "--nproc-per-node", str(nproc)]
+    args = [
+        "-m",
+        "harness",
+        "torchrun",
+        "--debug-port-base",
+        str(port_base),
+        "--wait",
+        wait,
+        "--nproc-per-node",
+        str(nproc),
+    ]
     if nnodes > 1:
         args += ["--nnodes", str(nnodes)]
     return {
-        "label": f"{PREFIX}torchrun {script}", "type": "process", "command": python,
-        "args": [*args, script], "isBackground": True, "options": {"cwd": "${workspaceFolder}"},
+        "label": f"{PREFIX}torchrun {script}",
+        "type": "process",
+        "command": python,
+        "args": [*args, script],
+        "isBackground": True,
+        "options": {"cwd": "${workspaceFolder}"},
         "problemMatcher": {
-            "owner": "rtdebug", "source": "rtdebug",
+            "owner": "rtdebug",
+            "source": "rtdebug",
             "pattern": {"regexp": r"^rtdebug: (?:rank \d+: )?(error: .*)$", "message": 1},
             "background": {"activeBegin": True, "beginsPattern": BEGIN_PATTERN, "endsPattern": END_PATTERN},
         },
     }
 
 
-def generate(script: str, mode: str = "torchrun", nproc: int = 2, nnodes: int = 1,
-             hosts: list[str] | None = None, port_base: int = DEFAULT_PORT_BASE, wait: str = "none",
-             python: str = "${command:python.interpreterPath}",
-             endpoints: dict[int, tuple[str, int]] | None = None) -> dict[str, list[dict[str, Any]]]:
+def generate(
+    script: str,
+    mode: str = "torchrun",
+    nproc: int = 2,
+    nnodes: int = 1,
+    hosts: list[str] | None = None,
+    port_base: int = DEFAULT_PORT_BASE,
+    wait: str = "none",
+    python: str = "${command:python.interpreterPath}",
+    endpoints: dict[int, tuple[str, int]] | None = None,
+) -> dict[str, list[dict[str, Any]]]:
     """The configurations, compounds, tasks and inputs ``rtdebug: `` owns for one script.
 
     Multi-node: ``endpoints`` (rank -> host, port of a running job, from its store view) win;
@@ -93,18 +124,30 @@ def generate(script: str, mode: str = "torchrun", nproc: int = 2, nnodes: int = 
         name = rank_config_name(rank, host, port)
         names.append(name)
         out["configurations"].append(attach_config(name, host, port))
-    out["configurations"].append({
-        "name": f"{PREFIX}attach to rank…", "type": "rtdebug", "request": "attach",
-        "rank": "${input:rtdebugRank}",
-    })
+    out["configurations"].append(
+        {
+            "name": f"{PREFIX}attach to rank…",
+            "type": "rtdebug",
+            "request": "attach",
+            "rank": "${input:rtdebugRank}",
+        }
+    )
     task = torchrun_task(script, python, nproc, nnodes, port_base, wait)
     out["tasks"].append(task)
-    out["compounds"].append({
-        "name": f"{PREFIX}all ranks ({script})", "configurations": names,
-        "preLaunchTask": task["label"], "stopAll": True,
-    })
-    out["inputs"].append({
-        "id": "rtdebugRank", "type": "promptString", "description": f"Rank to attach to (0-{world - 1})",
-        "default": "0",
-    })
+    out["compounds"].append(
+        {
+            "name": f"{PREFIX}all ranks ({script})",
+            "configurations": names,
+            "preLaunchTask": task["label"],
+            "stopAll": True,
+        }
+    )
+    out["inputs"].append(
+        {
+            "id": "rtdebugRank",
+            "type": "promptString",
+            "description": f"Rank to attach to (0-{world - 1})",
+            "default": "0",
+        }
+    )
     return out

@@ -60,8 +60,9 @@ class Job:
     def __init__(self, args: list[str], cwd: Path, env: dict[str, str], log: Path) -> None:
         self.log = log
         self._f = open(log, "wb")
-        self.proc = subprocess.Popen([PY, "-m", "harness", *args], cwd=cwd, env=env,
-                                     stdout=self._f, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [PY, "-m", "harness", *args], cwd=cwd, env=env, stdout=self._f, stderr=subprocess.STDOUT
+        )
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -85,7 +86,7 @@ class Job:
         try:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"job still running after {timeout}s:\n{self.output()[-4000:]}")
+            raise AssertionError(f"job still running after {timeout}s:\n{self.output()[-4000:]}") from None
 
     def descendants(self) -> list[psutil.Process]:
         try:
@@ -133,8 +134,9 @@ def read_ranks(registry_dir: Path, session_id: str) -> dict[int, dict]:
     return out
 
 
-def wait_ranks(registry_dir: Path, session_id: str, n: int, states=("ready", "attached"),
-               timeout: float = 120) -> dict[int, dict]:
+def wait_ranks(
+    registry_dir: Path, session_id: str, n: int, states=("ready", "attached"), timeout: float = 120
+) -> dict[int, dict]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         ranks = read_ranks(registry_dir, session_id)
@@ -147,8 +149,9 @@ def wait_ranks(registry_dir: Path, session_id: str, n: int, states=("ready", "at
 def rtdebug(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     e = dict(os.environ)
     e.update(env or {})
-    return subprocess.run([PY, "-m", "harness", *args], cwd=ROOT, env=e, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [PY, "-m", "harness", *args], cwd=ROOT, env=e, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def alive(pids: list[int]) -> list[int]:

@@ -85,8 +85,9 @@ class DAPClient:
                 self._cv.wait(left)
 
     def response(self, seq: int, timeout: float | None = None) -> dict[str, Any]:
-        m = self._wait(lambda m: m.get("type") == "response" and m.get("request_seq") == seq,
-                       f"response to request {seq}", timeout)
+        m = self._wait(
+            lambda m: m.get("type") == "response" and m.get("request_seq") == seq, f"response to request {seq}", timeout
+        )
         if not m.get("success"):
             raise DAPError(f"{m.get('command')} failed: {m.get('message')}")
         return m.get("body") or {}
@@ -95,24 +96,40 @@ class DAPClient:
         return self.response(self.send(command, **arguments), timeout)
 
     def event(self, name: str, timeout: float | None = None) -> dict[str, Any]:
-        return self._wait(lambda m: m.get("type") == "event" and m.get("event") == name,
-                          f"event {name!r}", timeout).get("body") or {}
+        return (
+            self._wait(lambda m: m.get("type") == "event" and m.get("event") == name, f"event {name!r}", timeout).get(
+                "body"
+            )
+            or {}
+        )
 
     # -- the attach sequence debugpy expects --------------------------------
-    def attach(self, breakpoints: dict[str, list[int]] | None = None, just_my_code: bool = True,
-               exception_filters: list[str] | None = None, **config: Any) -> dict[str, dict]:
+    def attach(
+        self,
+        breakpoints: dict[str, list[int]] | None = None,
+        just_my_code: bool = True,
+        exception_filters: list[str] | None = None,
+        **config: Any,
+    ) -> dict[str, dict]:
         """initialize -> attach -> initialized -> setBreakpoints -> configurationDone.
 
         Returns the setBreakpoints bodies per file (their ``verified`` flags).
         """
-        self.request("initialize", adapterID="debugpy", clientID="rtdebug-tests",
-                     pathFormat="path", linesStartAt1=True, columnsStartAt1=True)
+        self.request(
+            "initialize",
+            adapterID="debugpy",
+            clientID="rtdebug-tests",
+            pathFormat="path",
+            linesStartAt1=True,
+            columnsStartAt1=True,
+        )
         attach_seq = self.send("attach", justMyCode=just_my_code, name="test attach", **config)
         self.event("initialized")
         verified = {}
         for path, lines in (breakpoints or {}).items():
-            verified[path] = self.request("setBreakpoints", source={"path": path},
-                                          breakpoints=[{"line": n} for n in lines])
+            verified[path] = self.request(
+                "setBreakpoints", source={"path": path}, breakpoints=[{"line": n} for n in lines]
+            )
         self.request("setExceptionBreakpoints", filters=exception_filters or [])
         self.request("configurationDone")
         self.response(attach_seq)

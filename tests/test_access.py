@@ -15,19 +15,21 @@ import time
 
 import psutil
 import pytest
-from conftest import EXAMPLES, marker_line, read_ranks, rtdebug, wait_ranks
-from dap import DAPClient
 
 from harness.access import AllowList, check, own_addresses, parse_allow, peer_uid, tcp_rows
 from harness.config import RankConfig
 from harness.errors import HarnessError
 
+from conftest import EXAMPLES, marker_line, read_ranks, rtdebug, wait_ranks
+from dap import DAPClient
+
 NOBODY = 65534
 SETPRIV = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
 # A stdlib-only python the unprivileged uid can run (the venv may live under an unreadable home).
 FOREIGN_PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-needs_setpriv = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
-                                   reason="needs root and setpriv to act as another uid")
+needs_setpriv = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv to act as another uid"
+)
 
 
 def _pair(family: int = socket.AF_INET, host: str = "127.0.0.1"):
@@ -88,8 +90,10 @@ def test_peer_uid_of_foreign_socket():
                 assert peer_uid(conn.getsockname(), conn.getpeername()) == NOBODY
                 refusal = check(conn, AllowList())
                 assert refusal is not None and refusal.uid == NOBODY
-                assert refusal.line.startswith("refused debug connection from 127.0.0.1:") and \
-                    f"(uid {NOBODY}): its socket belongs to another user" in refusal.line
+                assert (
+                    refusal.line.startswith("refused debug connection from 127.0.0.1:")
+                    and f"(uid {NOBODY}): its socket belongs to another user" in refusal.line
+                )
         finally:
             p.kill()
             p.wait()
@@ -115,8 +119,9 @@ def test_bad_cidr_is_a_one_line_usage_error(spec):
     with pytest.raises(HarnessError) as err:
         RankConfig(session_id="s", allow=spec)
     assert err.value.exit_code == 2
-    assert err.value.message == (f"--debug-allow/--allow: {bad!r} is not an IP address or CIDR "
-                                 "(e.g. 10.0.0.0/8 or 192.168.1.7)")
+    assert err.value.message == (
+        f"--debug-allow/--allow: {bad!r} is not an IP address or CIDR (e.g. 10.0.0.0/8 or 192.168.1.7)"
+    )
 
 
 def test_allow_round_trips_through_env():
@@ -129,8 +134,10 @@ def test_cli_rejects_bad_allow_before_starting_anything(tmp_path, registry_dir):
     script.write_text("print('ran')\n")
     r = rtdebug("torchrun", "--debug-allow", "10.1.2.0/40", "--nproc-per-node", "1", str(script))
     assert r.returncode == 2
-    assert r.stderr.strip() == ("rtdebug: error: --debug-allow/--allow: '10.1.2.0/40' is not an IP address "
-                                "or CIDR (e.g. 10.0.0.0/8 or 192.168.1.7)")
+    assert r.stderr.strip() == (
+        "rtdebug: error: --debug-allow/--allow: '10.1.2.0/40' is not an IP address "
+        "or CIDR (e.g. 10.0.0.0/8 or 192.168.1.7)"
+    )
     assert "ran" not in r.stdout
     r = rtdebug("run", "--allow", "x.y", str(script))
     assert r.returncode == 2 and r.stderr.startswith("rtdebug: error: --debug-allow/--allow: 'x.y' is not")
@@ -139,7 +146,7 @@ def test_cli_rejects_bad_allow_before_starting_anything(tmp_path, registry_dir):
 
 # -- a foreign uid against a real 2-rank job -------------------------------------------------------
 
-INTRUDER = textwrap.dedent('''
+INTRUDER = textwrap.dedent("""
     import json, os, socket, sys
     out = []
     body = json.dumps({"seq": 1, "type": "request", "command": "initialize",
@@ -166,17 +173,22 @@ INTRUDER = textwrap.dedent('''
             r["error"] = str(exc)
         out.append(r)
     print(json.dumps({"uid": os.getuid(), "results": out}))
-''')
+""")
 
 
 def _listening_ports(pids: list[int]) -> dict[int, list[int]]:
-    return {pid: sorted({c.laddr.port for c in psutil.Process(pid).net_connections("inet")
-                         if c.status == psutil.CONN_LISTEN}) for pid in pids}
+    return {
+        pid: sorted(
+            {c.laddr.port for c in psutil.Process(pid).net_connections("inet") if c.status == psutil.CONN_LISTEN}
+        )
+        for pid in pids
+    }
 
 
 def _intrude(ports: list[int]) -> list[dict]:
-    r = subprocess.run([*SETPRIV, FOREIGN_PY, "-c", INTRUDER, *map(str, ports)], capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [*SETPRIV, FOREIGN_PY, "-c", INTRUDER, *map(str, ports)], capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["uid"] == NOBODY  # it really ran as the other user
@@ -197,8 +209,20 @@ def _wait_refused(registry_dir, sid, want: int, timeout: float = 30) -> dict[int
 def test_foreign_uid_gets_into_no_rank_port_and_owner_still_attaches(job, registry_dir, port_base):
     script = EXAMPLES / "plain_ddp.py"
     line = marker_line(script, "plain step")
-    j = job("torchrun", "--debug-port-base", str(port_base), "--wait", "all", "--nproc-per-node", "2",
-            str(script), "--epochs", "1", "--samples", "64")
+    j = job(
+        "torchrun",
+        "--debug-port-base",
+        str(port_base),
+        "--wait",
+        "all",
+        "--nproc-per-node",
+        "2",
+        str(script),
+        "--epochs",
+        "1",
+        "--samples",
+        "64",
+    )
     sid = j.session_id()
     ranks = wait_ranks(registry_dir, sid, 2)
     pids = {r["rank"]: r["pid"] for r in ranks.values()}

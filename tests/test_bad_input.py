@@ -17,8 +17,8 @@ pytestmark = pytest.mark.e2e
 
 def one_line_error(r: subprocess.CompletedProcess, code: int, text: str) -> None:
     assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
-    lines = [l for l in r.stderr.splitlines() if l.strip()]
-    assert any(text in l for l in lines), r.stderr
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert any(text in line for line in lines), r.stderr
     assert "Traceback" not in r.stderr, r.stderr
 
 
@@ -64,8 +64,9 @@ def test_port_in_use_names_holder(registry_dir, port_base):
     with socket.socket() as s:
         s.bind(("127.0.0.1", port_base + 1))
         s.listen()
-        r = rtdebug("torchrun", "--debug-port-base", str(port_base), "--nproc-per-node", "2",
-                    str(EXAMPLES / "plain_ddp.py"))
+        r = rtdebug(
+            "torchrun", "--debug-port-base", str(port_base), "--nproc-per-node", "2", str(EXAMPLES / "plain_ddp.py")
+        )
     one_line_error(r, 1, f"debug port {port_base + 1} is already in use by python")
     assert f"pid {os.getpid()}" in r.stderr and "--debug-port-base" in r.stderr
     assert port_free(port_base)
@@ -106,12 +107,15 @@ def test_script_that_sets_v2_off(registry_dir, port_base):
 
 
 def test_ray_data_with_two_ranks(job, registry_dir, port_base):
-    j = job("torchrun", "--debug-port-base", str(port_base), "--nproc-per-node", "2",
-            str(SCRIPTS / "ray_data_two_ranks.py"))
+    j = job(
+        "torchrun", "--debug-port-base", str(port_base), "--nproc-per-node", "2", str(SCRIPTS / "ray_data_two_ranks.py")
+    )
     assert j.wait(180) != 0
     out = j.output()
-    assert "Ray Data (datasets=) is not supported in local mode with more than one rank; " \
-           "load data with a torch DataLoader + DistributedSampler" in out
+    assert (
+        "Ray Data (datasets=) is not supported in local mode with more than one rank; "
+        "load data with a torch DataLoader + DistributedSampler" in out
+    )
     assert "AssertionError" not in out
 
 
@@ -120,14 +124,17 @@ def test_attach_errors(job, registry_dir, port_base):
     one_line_error(r, 1, "no live rtdebug session")
     r = rtdebug("attach", "--rank", "0", "--session", "nope")
     one_line_error(r, 1, "no live session 'nope'")
-    j = job("torchrun", "--debug-port-base", str(port_base), "--nproc-per-node", "2",
-            str(SCRIPTS / "rank1_exits_early.py"))
+    j = job(
+        "torchrun", "--debug-port-base", str(port_base), "--nproc-per-node", "2", str(SCRIPTS / "rank1_exits_early.py")
+    )
     sid = j.session_id()
     wait_ranks(registry_dir, sid, 1, states=("exited",))
-    one_line_error(rtdebug("attach", "--rank", "5", "--session", sid), 2,
-                   f"rank 5 is out of range: session {sid} has world size 2")
-    one_line_error(rtdebug("attach", "--rank", "1", "--session", sid), 1,
-                   f"rank 1 of session {sid} has exited (exit code 0)")
+    one_line_error(
+        rtdebug("attach", "--rank", "5", "--session", sid), 2, f"rank 5 is out of range: session {sid} has world size 2"
+    )
+    one_line_error(
+        rtdebug("attach", "--rank", "1", "--session", sid), 1, f"rank 1 of session {sid} has exited (exit code 0)"
+    )
     r = rtdebug("attach", "--rank", "0", "--session", sid, "--json")
     assert r.returncode == 0, r.stderr
     cfg = json.loads(r.stdout)
@@ -139,10 +146,28 @@ def test_overlapping_sessions_at_once(registry_dir, port_base, tmp_path):
     """Two launchers racing for the same ports: exactly one gets them, the other a clear error."""
     script = str(SCRIPTS / "rank1_exits_early.py")
     env = dict(os.environ, RTDEBUG_REGISTRY_DIR=str(registry_dir))
-    procs = [subprocess.Popen([PY, "-m", "harness", "torchrun", "--debug-port-base", str(port_base),
-                               "--nproc-per-node", "2", script, "30"],
-                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [
+                PY,
+                "-m",
+                "harness",
+                "torchrun",
+                "--debug-port-base",
+                str(port_base),
+                "--nproc-per-node",
+                "2",
+                script,
+                "30",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     try:
         outs = [p.communicate(timeout=180) for p in procs]
     finally:
@@ -150,6 +175,6 @@ def test_overlapping_sessions_at_once(registry_dir, port_base, tmp_path):
             p.kill()
     codes = sorted(p.returncode for p in procs)
     assert codes == [0, 1], (codes, outs)
-    loser = next(o for p, o in zip(procs, outs) if p.returncode == 1)
+    loser = next(o for p, o in zip(procs, outs, strict=True) if p.returncode == 1)
     assert "Traceback" not in loser[1]
     assert ("is reserved by session" in loser[1]) or ("is already in use by" in loser[1]), loser[1]

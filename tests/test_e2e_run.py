@@ -38,8 +38,18 @@ def test_run_single_process_breakpoint_and_result(job, registry_dir, port_base):
 
 
 def test_wait_rank0_blocks_rank1_runs_then_stop_cleans_up(job, registry_dir, port_base):
-    j = job("torchrun", "--debug-port-base", str(port_base), "--wait", "0", "--nproc-per-node", "2",
-            str(EXAMPLES / "plain_ddp.py"), "--epochs", "1000")
+    j = job(
+        "torchrun",
+        "--debug-port-base",
+        str(port_base),
+        "--wait",
+        "0",
+        "--nproc-per-node",
+        "2",
+        str(EXAMPLES / "plain_ddp.py"),
+        "--epochs",
+        "1000",
+    )
     sid = j.session_id()
     ranks = wait_ranks(registry_dir, sid, 2)
     assert ranks[0]["wait"] is True and ranks[1]["wait"] is False
@@ -85,8 +95,17 @@ def test_user_breakpoint_stops_only_named_rank(job, registry_dir, port_base):
 def test_post_mortem_keeps_failed_rank_attachable(job, registry_dir, port_base):
     script = SCRIPTS / "crash_rank1.py"
     raise_line = next(i for i, text in enumerate(script.read_text().splitlines(), 1) if "RAISE SITE" in text)
-    j = job("torchrun", "--debug-port-base", str(port_base), "--post-mortem", "--post-mortem-wait", "60",
-            "--nproc-per-node", "2", str(script))
+    j = job(
+        "torchrun",
+        "--debug-port-base",
+        str(port_base),
+        "--post-mortem",
+        "--post-mortem-wait",
+        "60",
+        "--nproc-per-node",
+        "2",
+        str(script),
+    )
     sid = j.session_id()
     j.wait_output("rank 1 failed; post-mortem: attach to")
     ranks = read_ranks(registry_dir, sid)
@@ -128,9 +147,27 @@ def test_run_under_existing_debugger_starts_no_second_listener(tmp_path, registr
     script = EXAMPLES / "local_linear.py"
     line = marker_line(script, "local step")
     log = open(tmp_path / "f5.log", "w+")
-    p = subprocess.Popen([sys.executable, "-m", "debugpy", "--listen", f"127.0.0.1:{port_base}", "--wait-for-client",
-                          "-m", "harness", "run", "--port", str(port_base + 1), str(script), "--epochs", "3"],
-                         stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYDEVD_DISABLE_FILE_VALIDATION="1"))
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "debugpy",
+            "--listen",
+            f"127.0.0.1:{port_base}",
+            "--wait-for-client",
+            "-m",
+            "harness",
+            "run",
+            "--port",
+            str(port_base + 1),
+            str(script),
+            "--epochs",
+            "3",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=dict(os.environ, PYDEVD_DISABLE_FILE_VALIDATION="1"),
+    )
     try:
         c = DAPClient("127.0.0.1", port_base)
         c.attach({str(script): [line]})
@@ -159,8 +196,16 @@ def test_run_module_target(job, port_base):
 def test_ctrl_c_stops_everything(job, registry_dir, port_base):
     import signal
 
-    j = job("torchrun", "--debug-port-base", str(port_base), "--nproc-per-node", "2",
-            str(EXAMPLES / "plain_ddp.py"), "--epochs", "1000")
+    j = job(
+        "torchrun",
+        "--debug-port-base",
+        str(port_base),
+        "--nproc-per-node",
+        "2",
+        str(EXAMPLES / "plain_ddp.py"),
+        "--epochs",
+        "1000",
+    )
     sid = j.session_id()
     ranks = wait_ranks(registry_dir, sid, 2)
     pids = [r["pid"] for r in ranks.values()] + [p.pid for p in j.descendants()]

@@ -20,8 +20,9 @@ def test_breakpoint_stops_in_each_rank(example, job, registry_dir, port_base):
     marker, expr, extra = CASES[example]
     script = EXAMPLES / f"{example}.py"
     line = marker_line(script, marker)
-    j = job("torchrun", "--debug-port-base", str(port_base), "--wait", "all",
-            "--nproc-per-node", "2", str(script), *extra)
+    j = job(
+        "torchrun", "--debug-port-base", str(port_base), "--wait", "all", "--nproc-per-node", "2", str(script), *extra
+    )
     sid = j.session_id()
     ranks = wait_ranks(registry_dir, sid, 2)
     j.wait_output("rtdebug: all 2 local ranks ready")
@@ -55,8 +56,18 @@ def test_lazy_rank_attaches_mid_run(job, registry_dir, port_base):
     """No --wait: both ranks run at once; attaching later still stops at the breakpoint."""
     script = EXAMPLES / "plain_ddp.py"
     line = marker_line(script, "plain step")
-    j = job("torchrun", "--debug-port-base", str(port_base), "--nproc-per-node", "2",
-            str(script), "--epochs", "400", "--samples", "64")
+    j = job(
+        "torchrun",
+        "--debug-port-base",
+        str(port_base),
+        "--nproc-per-node",
+        "2",
+        str(script),
+        "--epochs",
+        "400",
+        "--samples",
+        "64",
+    )
     sid = j.session_id()
     ranks = wait_ranks(registry_dir, sid, 2)
     assert all(r["lazy"] for r in ranks.values())
@@ -80,10 +91,23 @@ def test_two_nodes_static_rendezvous_ports_follow_global_rank(job, registry_dir,
     script = EXAMPLES / "plain_ddp.py"
     line = marker_line(script, "plain step")
     master = str(random.randrange(41000, 49000))
-    common = ["--debug-port-base", str(port_base), "--wait", "all", "--nnodes", "2", "--nproc-per-node", "1",
-              "--master-addr", "127.0.0.1", "--master-port", master]
-    nodes = [job("torchrun", *common, "--node-rank", str(n), str(script), "--epochs", "1", "--samples", "32")
-             for n in (0, 1)]
+    common = [
+        "--debug-port-base",
+        str(port_base),
+        "--wait",
+        "all",
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "1",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        master,
+    ]
+    nodes = [
+        job("torchrun", *common, "--node-rank", str(n), str(script), "--epochs", "1", "--samples", "32") for n in (0, 1)
+    ]
     sids = [j.session_id() for j in nodes]
     for n, sid in enumerate(sids):
         ranks = wait_ranks(registry_dir, sid, 1)
@@ -111,8 +135,20 @@ def test_breakpoint_in_preimported_torch_module(job, registry_dir, port_base):
     lines, start = inspect.getsourcelines(F.mse_loss)
     body = start + next(i for i, text in enumerate(lines) if text.strip().startswith("if has_torch_function"))
     torch_file = inspect.getsourcefile(F)
-    j = job("torchrun", "--debug-port-base", str(port_base), "--wait", "all", "--nproc-per-node", "2",
-            str(EXAMPLES / "plain_ddp.py"), "--epochs", "1", "--samples", "32")
+    j = job(
+        "torchrun",
+        "--debug-port-base",
+        str(port_base),
+        "--wait",
+        "all",
+        "--nproc-per-node",
+        "2",
+        str(EXAMPLES / "plain_ddp.py"),
+        "--epochs",
+        "1",
+        "--samples",
+        "32",
+    )
     wait_ranks(registry_dir, j.session_id(), 2)
     clients = [DAPClient("127.0.0.1", port_base + r) for r in (0, 1)]
     for c in clients:

@@ -11,8 +11,17 @@ pytestmark = pytest.mark.e2e
 
 @pytest.mark.parametrize("timeout_s, expect_ok", [(5, False), (120, True)])
 def test_paused_rank0_vs_pg_timeout(timeout_s, expect_ok, job, port_base):
-    j = job("torchrun", "--debug-port-base", str(port_base), "--pg-timeout", str(timeout_s),
-            "--nproc-per-node", "2", str(SCRIPTS / "pause_rank0.py"), "10")
+    j = job(
+        "torchrun",
+        "--debug-port-base",
+        str(port_base),
+        "--pg-timeout",
+        str(timeout_s),
+        "--nproc-per-node",
+        "2",
+        str(SCRIPTS / "pause_rank0.py"),
+        "10",
+    )
     code = j.wait(240)
     out = j.output()
     if expect_ok:

@@ -18,14 +18,17 @@ def test_range_beyond_65535_is_a_usage_error():
     assert "use a base of at most 65532" in str(e.value)
 
 
-@pytest.mark.parametrize("text, expect", [("none", frozenset()), ("all", None), ("0", {0}),
-                                          ("0,2-3", {0, 2, 3}), (" 1 , 1 ", {1})])
+@pytest.mark.parametrize(
+    "text, expect", [("none", frozenset()), ("all", None), ("0", {0}), ("0,2-3", {0, 2, 3}), (" 1 , 1 ", {1})]
+)
 def test_parse_rank_list(text, expect):
     assert parse_rank_list(text, 4) == expect
 
 
-@pytest.mark.parametrize("text, msg", [("a", "use none, all"), ("3-1", "use none, all"), ("4", "rank 4 >= world size 4"),
-                                       ("-1", "use none, all")])
+@pytest.mark.parametrize(
+    "text, msg",
+    [("a", "use none, all"), ("3-1", "use none, all"), ("4", "rank 4 >= world size 4"), ("-1", "use none, all")],
+)
 def test_parse_rank_list_errors(text, msg):
     with pytest.raises(HarnessError) as e:
         parse_rank_list(text, 4)

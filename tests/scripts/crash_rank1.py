@@ -1,6 +1,5 @@
 """Rank 1 raises in its train step; used for --post-mortem."""
 
-
 import torch.distributed as dist
 
 dist.init_process_group("gloo")
