@@ -205,16 +205,16 @@ def main() -> int:
         job(args)
         return 0
     sys.path.insert(0, str(ROOT / "tests" / "scripts"))
-    from ray_cluster import AUTH_MODE, RayCluster
-
     import tempfile
+
+    from ray_cluster import AUTH_MODE, RayCluster
 
     os.environ["RAY_AUTH_MODE"] = AUTH_MODE
     cluster = RayCluster()
     rounds = []
     try:
         address = cluster.start_head(num_cpus=2)
-        for i in range(args.rounds):
+        for _ in range(args.rounds):
             work = Path(tempfile.mkdtemp(prefix="rtdray-bench-"))
             r = one_round(address, work, args.window, args.port)
             print(json.dumps(r), flush=True)
@@ -229,16 +229,17 @@ def main() -> int:
     ratio = [r["harness_over_plain"] for r in rounds]
     aa = [r["b_over_a"] for r in rounds]
     att = [r["attach_all_s"] for r in rounds]
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     text = f"""# Ray Train workers: bench results
 
-`bench/ray_bench.py --rounds {args.rounds} --window {args.window:g}`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())};
+`bench/ray_bench.py --rounds {args.rounds} --window {args.window:g}`, {when};
 {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end, Python {platform.python_version()},
 torch {torch.__version__}, ray {ray.__version__}. Median [min–max] over {len(rounds)} rounds. Each round: three
 2-worker TorchTrainer jobs on one local Ray cluster at the same time, one wall-clock window for all.
 
 | Measure | Result | Goal |
 |---|---|---|
-| steps/s, worker with the harness ready to attach (nobody attached) / mean of the two plain jobs | **{_med(ratio)}** | ≥ 0.99 |
+| steps/s, worker ready to attach (nobody attached) / mean of the two plain jobs | **{_med(ratio)}** | ≥ 0.99 |
 | ↳ noise floor: second plain job / first plain job (A/A) | {_med(aa)} | |
 | attach-all, 2 workers: two DAP clients in parallel, one breakpoint, until both `stopped` | {_med(att)} s | |
 

@@ -57,7 +57,8 @@ def local_copy(scaling_config):
 
 def describe(before) -> str:
     ignored = ignored_options(before)
-    line = f"rtdebug: --force-local: ScalingConfig(num_workers={before.num_workers!r}) runs in local mode (num_workers=0)"
+    line = (f"rtdebug: --force-local: ScalingConfig(num_workers={before.num_workers!r}) runs in local mode "
+            "(num_workers=0)")
     if ignored:
         line += "; local mode ignores " + ", ".join(ignored)
     return line

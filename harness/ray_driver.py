@@ -12,7 +12,7 @@ never pays for it, and Ray ignores the callback when ``num_workers == 0``.
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from collections.abc import Mapping
 
 from harness.config import RankConfig
 from harness.errors import usage

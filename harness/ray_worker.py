@@ -83,7 +83,8 @@ class RtdebugCallback(WorkerCallback, ControllerCallback):
         n = train_run_context.scaling_config.max_workers
         entry = session_entry(
             self.session_id, "ray", launcher_pid=self.driver_pid, launcher_create_time=self.driver_create_time,
-            command=self.command, cwd=self.cwd, state="running", script=self.script, nnodes="1", nproc_per_node=max(n, 1),
+            command=self.command, cwd=self.cwd, state="running", script=self.script, nnodes="1",
+            nproc_per_node=max(n, 1),
             node_rank=None, host=self.host, port_base=self.port_base,
             ports=[port_for_rank(self.port_base, r) for r in range(n)], wait=self.wait,
             ray_address=ctx.gcs_address, ray_job_id=ctx.get_job_id(), driver_hostname=self.driver_hostname)

@@ -7,9 +7,10 @@ import re
 
 import pytest
 
+from harness import forcelocal
+
 from conftest import SCRIPTS, marker_line, port_free, wait_ranks
 from dap import DAPClient
-from harness import forcelocal
 
 SCRIPT = SCRIPTS / "force_local_4gpu.py"
 

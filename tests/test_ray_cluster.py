@@ -12,14 +12,14 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 
+from harness.localmode import DEFAULT_PG_TIMEOUT_S
+
 from conftest import SCRIPTS, alive, marker_line, port_free, rtdebug
 from dap import DAPClient
-from harness.localmode import DEFAULT_PG_TIMEOUT_S
 
 sys.path.insert(0, str(SCRIPTS))
 from ray_cluster import AUTH_MODE, RayCluster  # noqa: E402
