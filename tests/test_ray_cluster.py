@@ -226,3 +226,23 @@ def test_post_mortem_keeps_the_failed_worker_attachable(cluster, job, registry_d
     d.disconnect()
     assert j.wait(240) == 1
     assert "rank 1 failed on purpose" in j.output()
+
+
+@full
+def test_wait_blocks_each_worker_until_a_client_attaches(cluster, job, registry_dir, port_base, tmp_path):
+    j = _start(job, cluster, port_base, tmp_path, "--steps", "2", run_args=("--wait",))
+    d = DAPClient("127.0.0.1", port_base)  # --wait: the driver first waits for a client itself
+    d.attach()
+    s = _ray_session(cluster, registry_dir, j)
+    assert all(r["wait"] is True and r["lazy"] is False for r in s["ranks"])  # debugpy started at once
+    for n in (0, 1):
+        j.wait_output(f"rtdebug: rank {n} waiting for a debugger on 127.0.0.1:{port_base + 1 + n}", 240)
+    time.sleep(3)
+    assert "worker rank 0 step 0" not in j.output()  # nobody steps before both workers have a client
+    clients = [DAPClient("127.0.0.1", port_base + 1 + n) for n in (0, 1)]
+    for c in clients:
+        c.attach()
+    assert j.wait(240) == 0, j.output()[-4000:]
+    for c in clients + [d]:
+        c.close()
+    assert "worker rank 1 step 1" in j.output()
