@@ -84,9 +84,12 @@ class LocalView:
 
 
 def _wanted(opts: ViewOptions, name: str) -> bool:
-    # the store view is always asked: without --store it opens the stores that live local sessions of
-    # multi-node jobs record (cheap: no torch import unless there is one), so `ps` on any node sees every rank
-    return True if name == "store" else bool(opts.ray_address) if name == "ray" else True
+    """Every backend is asked; each one's ``open_view`` is cheap when it has nothing to show.
+
+    Without --store / --ray-address they open only what live local sessions record (a multi-node job's
+    store, the Ray cluster a ``rtdebug run`` used), so ``ps`` imports torch or ray only when there is one.
+    """
+    return True
 
 
 def _merge(first: Entry, other: Entry) -> Entry:
