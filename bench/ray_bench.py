@@ -75,10 +75,16 @@ def job(args) -> None:
 
     ray.init()
     trainer = ray.train.torch.TorchTrainer(
-        train_fn, train_loop_config={"start_file": args.start_file, "window": args.window, "label": args.label,
-                                     "hold": args.hold},
+        train_fn,
+        train_loop_config={
+            "start_file": args.start_file,
+            "window": args.window,
+            "label": args.label,
+            "hold": args.hold,
+        },
         scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 0.25}),
-        run_config=ray.train.RunConfig(storage_path=args.storage))
+        run_config=ray.train.RunConfig(storage_path=args.storage),
+    )
     trainer.fit()
 
 
@@ -118,8 +124,13 @@ def _attach_all(ports: list[int]) -> float:
 def _wait_ready(address: str, reg: Path, env: dict, timeout: float = 900) -> list[int]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        r = subprocess.run([sys.executable, "-m", "harness", "ps", "--json", "--ray-address", address],
-                           env=env, capture_output=True, text=True, cwd=ROOT)
+        r = subprocess.run(
+            [sys.executable, "-m", "harness", "ps", "--json", "--ray-address", address],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
         for s in json.loads(r.stdout or '{"sessions": []}')["sessions"]:
             ports = [x["port"] for x in s["ranks"] if x["state"] in ("ready", "attached")]
             if s["mode"] == "ray" and len(ports) == 2:
@@ -139,19 +150,41 @@ def _ready_workers(work: Path, labels) -> set[str]:
 
 
 def one_round(address: str, work: Path, window: float, port: int) -> dict:
-    env = dict(os.environ, RAY_ADDRESS=address, RAY_DEDUP_LOGS="0", RTDEBUG_REGISTRY_DIR=str(work / "reg"),
-               PYTHONUNBUFFERED="1")
+    env = dict(
+        os.environ,
+        RAY_ADDRESS=address,
+        RAY_DEDUP_LOGS="0",
+        RTDEBUG_REGISTRY_DIR=str(work / "reg"),
+        PYTHONUNBUFFERED="1",
+    )
     hold = work / "hold"
     hold.unlink(missing_ok=True)
     start_file = work / "start"
     common = ["--start-file", str(start_file), "--window", str(window), "--storage", str(work / "results")]
     me = str(Path(__file__).resolve())
-    cmds = {"plain_a": [sys.executable, me, "--job", "--label", "plain_a", *common],
-            "plain_b": [sys.executable, me, "--job", "--label", "plain_b", *common],
-            "harness": [sys.executable, "-m", "harness", "run", "--port", str(port), me, "--job", "--label",
-                        "harness", "--hold", str(hold), *common]}
-    procs = {k: subprocess.Popen(c, env=env, cwd=ROOT, stdout=open(work / f"{k}.log", "wb"),
-                                 stderr=subprocess.STDOUT) for k, c in cmds.items()}
+    cmds = {
+        "plain_a": [sys.executable, me, "--job", "--label", "plain_a", *common],
+        "plain_b": [sys.executable, me, "--job", "--label", "plain_b", *common],
+        "harness": [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            "--port",
+            str(port),
+            me,
+            "--job",
+            "--label",
+            "harness",
+            "--hold",
+            str(hold),
+            *common,
+        ],
+    }
+    procs = {
+        k: subprocess.Popen(c, env=env, cwd=ROOT, stdout=open(work / f"{k}.log", "wb"), stderr=subprocess.STDOUT)
+        for k, c in cmds.items()
+    }
     try:
         ports = _wait_ready(address, work / "reg", env)
         deadline = time.monotonic() + 600
@@ -182,8 +215,12 @@ def one_round(address: str, work: Path, window: float, port: int) -> dict:
         counts = [int(ln.split()[-1]) for ln in text.splitlines() if f"BENCH {k} " in ln]
         steps[k] = min(counts) / window
     plain = (steps["plain_a"] + steps["plain_b"]) / 2
-    return {"steps_per_s": steps, "harness_over_plain": steps["harness"] / plain,
-            "b_over_a": steps["plain_b"] / steps["plain_a"], "attach_all_s": attach_s}
+    return {
+        "steps_per_s": steps,
+        "harness_over_plain": steps["harness"] / plain,
+        "b_over_a": steps["plain_b"] / steps["plain_a"],
+        "attach_all_s": attach_s,
+    }
 
 
 def _med(xs: list[float]) -> str:

@@ -21,7 +21,7 @@ from harness.config import RankConfig, Target
 from harness.endpoint import Endpoint
 from harness.errors import HarnessError
 from harness.ports import port_for_rank
-from harness.registry import SCHEMA_VERSION, Registry, process_create_time
+from harness.registry import SCHEMA_VERSION, RankWriter, Registry, process_create_time
 
 
 def execute(target: Target) -> int:
@@ -80,17 +80,45 @@ class RankRecord:
 
     publisher: Any = None  # harness.publish.Publisher of a multi-node job: the entry also goes to its store
 
-    def __init__(self, registry: Registry, session_id: str, rank: int, host: str, port: int, wait: bool,
-                 script: str, local_rank: int = 0, node_rank: int = 0, world_size: int = 1) -> None:
+    def __init__(
+        self,
+        registry: RankWriter,
+        session_id: str,
+        rank: int,
+        host: str,
+        port: int,
+        wait: bool,
+        script: str,
+        local_rank: int = 0,
+        node_rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
         self.registry = registry
         now = time.time()
         pid = os.getpid()
         self.entry = {
-            "schema_version": SCHEMA_VERSION, "kind": "rank", "session_id": session_id, "rank": rank,
-            "local_rank": local_rank, "node_rank": node_rank, "world_size": world_size, "host": host,
-            "port": port, "pid": pid, "create_time": process_create_time(pid) or now, "state": "starting",
-            "lazy": True, "wait": wait, "attach_count": 0, "script": script, "cwd": os.getcwd(),
-            "started_at": now, "updated_at": now, "exit_code": None, "error": None, "refused_count": 0,
+            "schema_version": SCHEMA_VERSION,
+            "kind": "rank",
+            "session_id": session_id,
+            "rank": rank,
+            "local_rank": local_rank,
+            "node_rank": node_rank,
+            "world_size": world_size,
+            "host": host,
+            "port": port,
+            "pid": pid,
+            "create_time": process_create_time(pid) or now,
+            "state": "starting",
+            "lazy": True,
+            "wait": wait,
+            "attach_count": 0,
+            "script": script,
+            "cwd": os.getcwd(),
+            "started_at": now,
+            "updated_at": now,
+            "exit_code": None,
+            "error": None,
+            "refused_count": 0,
         }
         registry.write_rank(self.entry)
 
@@ -104,15 +132,25 @@ class RankRecord:
             self.publisher.update(self.entry, final=fields.get("state") in ("exited", "failed"))
 
 
-def serve_and_run(target: Target, record: RankRecord, endpoint: Endpoint | None, *,
-                  eager: bool, wait: bool, post_mortem: bool, post_mortem_wait_s: float,
-                  rank: int) -> int:
+def serve_and_run(
+    target: Target,
+    record: RankRecord,
+    endpoint: Endpoint | None,
+    *,
+    eager: bool,
+    wait: bool,
+    post_mortem: bool,
+    post_mortem_wait_s: float,
+    rank: int,
+) -> int:
     """Shared by ranks and `rtdebug run`: open the endpoint, maybe wait, run, record the end."""
     from harness import stacks  # `rtdebug stacks` answers by signal, even from a rank blocked in C++
 
     # written at once: a rank stuck before `ready` (pre-imports, the endpoint) can be dumped too
-    record.set(stacks=stacks.arm(record.registry.session_dir(record.entry["session_id"]), rank))
+    assert isinstance(record.registry, Registry)  # ranks of torchrun and `rtdebug run` write local files
+    record.set(stacks=stacks.arm(record.registry.session_dir(str(record.entry["session_id"])), rank))
     if endpoint is not None:
+
         def on_state(state: str) -> None:
             if record.entry["state"] in ("exited", "failed"):  # a post-mortem client leaving: still failed
                 state = record.entry["state"]
@@ -127,8 +165,11 @@ def serve_and_run(target: Target, record: RankRecord, endpoint: Endpoint | None,
         runtime.endpoint = endpoint
         record.set(state="ready", lazy=endpoint.lazy)
         if wait:
-            print(f"rtdebug: rank {rank} waiting for a debugger on {endpoint.host}:{endpoint.port}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"rtdebug: rank {rank} waiting for a debugger on {endpoint.host}:{endpoint.port}",
+                file=sys.stderr,
+                flush=True,
+            )
             endpoint.wait_for_client()
     else:
         record.set(state="ready")
@@ -172,17 +213,37 @@ def main(argv: list[str] | None = None) -> int:
         # SIGTERM keeps its default action: a rank blocked inside a C++ collective could not run a
         # Python handler, and the launcher marks the ranks' entries ended after teardown anyway.
         records: list[RankRecord] = []
-        lifetime.guard_rank(lambda: [r.set(state="failed", error="launcher gone") for r in records])
-        record = RankRecord(Registry(cfg.registry_dir), cfg.session_id, rank, cfg.host, port, cfg.waits(rank),
-                            target.display, local_rank=local_rank,
-                            node_rank=int(os.environ.get("GROUP_RANK", rank // max(local_world, 1))),
-                            world_size=world)
+
+        def launcher_gone() -> None:
+            for r in records:
+                r.set(state="failed", error="launcher gone")
+
+        lifetime.guard_rank(launcher_gone)
+        record = RankRecord(
+            Registry(cfg.registry_dir),
+            cfg.session_id,
+            rank,
+            cfg.host,
+            port,
+            cfg.waits(rank),
+            target.display,
+            local_rank=local_rank,
+            node_rank=int(os.environ.get("GROUP_RANK", rank // max(local_world, 1))),
+            world_size=world,
+        )
         records.append(record)
         publish.attach(record, rank, local_rank)
         try:
-            return serve_and_run(target, record, Endpoint(cfg.host, port, allow=cfg.allow), eager=cfg.eager,
-                                 wait=cfg.waits(rank), post_mortem=cfg.post_mortem,
-                                 post_mortem_wait_s=cfg.post_mortem_wait_s, rank=rank)
+            return serve_and_run(
+                target,
+                record,
+                Endpoint(cfg.host, port, allow=cfg.allow),
+                eager=cfg.eager,
+                wait=cfg.waits(rank),
+                post_mortem=cfg.post_mortem,
+                post_mortem_wait_s=cfg.post_mortem_wait_s,
+                rank=rank,
+            )
         except HarnessError as exc:  # e.g. the port was taken between the launcher's check and now
             record.set(state="failed", exit_code=exc.exit_code, error=exc.message)
             raise

@@ -12,45 +12,34 @@ import sys
 import warnings
 
 from harness import commands, control
-from harness.config import DEFAULT_POST_MORTEM_WAIT_S
 from harness.errors import HarnessError
-from harness.localmode import DEFAULT_PG_TIMEOUT_S
+from harness.options import HARNESS_FLAGS, _debug_options, split_harness_options, torchrun_parser
 from harness.ports import DEFAULT_PORT_BASE
 from harness.views import ViewOptions
 
-
-def _debug_options(p: argparse.ArgumentParser, port_flag: str, host_flag: str,
-                   allow_flag: str = "--debug-allow") -> None:
-    g = p.add_argument_group("debug harness")
-    g.add_argument(port_flag, type=int, default=DEFAULT_PORT_BASE, dest="port",
-                   help=f"debug port (torchrun: base; rank N listens on base + N). Default {DEFAULT_PORT_BASE}")
-    g.add_argument(host_flag, default="127.0.0.1", dest="host",
-                   help="address debug endpoints bind (default 127.0.0.1; others print a warning). torchrun: "
-                        "auto = this node's address toward the rendezvous host (loopback jobs keep 127.0.0.1)")
-    g.add_argument(allow_flag, default="", dest="allow", metavar="ADDR|CIDR[,...]",
-                   help=f"with a non-loopback {host_flag}: other machines allowed to connect (default: none, "
-                        "i.e. this host's own addresses); on this host only your own uid gets in")
-    g.add_argument("--eager", action="store_true", help="start debugpy at once instead of on first attach")
-    g.add_argument("--post-mortem", action="store_true",
-                   help="keep a rank that raised alive and stop the debugger at the raise site")
-    g.add_argument("--post-mortem-wait", type=float, default=DEFAULT_POST_MORTEM_WAIT_S, metavar="S",
-                   help=f"seconds a failed rank waits for a client (default {DEFAULT_POST_MORTEM_WAIT_S:g})")
-    g.add_argument("--pg-timeout", type=float, default=DEFAULT_PG_TIMEOUT_S, metavar="S",
-                   help=f"default torch.distributed process-group timeout (default {DEFAULT_PG_TIMEOUT_S:g}s), "
-                        "so peers of a paused rank do not time out")
-    g.add_argument("--force-local", action="store_true",
-                   help="run the script's Ray Train trainer in local mode (num_workers=0) whatever it asks for")
+__all__ = ["HARNESS_FLAGS", "build_parser", "main", "split_harness_options", "torchrun_parser"]
 
 
 def _add_run(sub) -> None:
-    p = sub.add_parser("run", help="run a single-process (local mode) script under the debugger",
-                       description="Run a script (or -m module) in this process with a debug endpoint.")
+    p = sub.add_parser(
+        "run",
+        help="run a single-process (local mode) script under the debugger",
+        description="Run a script (or -m module) in this process with a debug endpoint.",
+    )
     _debug_options(p, "--port", "--host", "--allow")
     p.add_argument("--wait", action="store_true", help="block before the script until a client attaches")
-    p.add_argument("--debug-port-base", type=int, default=None, metavar="P",
-                   help="Ray Train workers (num_workers > 0): world rank N listens on P + N (default: --port + 1)")
-    p.add_argument("--ray-address", metavar="ADDR",
-                   help="Ray cluster for the script's ray.init() (sets RAY_ADDRESS; default: $RAY_ADDRESS)")
+    p.add_argument(
+        "--debug-port-base",
+        type=int,
+        default=None,
+        metavar="P",
+        help="Ray Train workers (num_workers > 0): world rank N listens on P + N (default: --port + 1)",
+    )
+    p.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="Ray cluster for the script's ray.init() (sets RAY_ADDRESS; default: $RAY_ADDRESS)",
+    )
     p.add_argument("-m", dest="module", action="store_true", help="run the target as a module")
     p.add_argument("target", help="script path (or module name with -m)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
@@ -60,50 +49,10 @@ def _cmd_run(args) -> int:
     return commands.run_single(args)
 
 
-def torchrun_parser() -> argparse.ArgumentParser:
-    """torchrun's own parser plus the harness group, so torchrun errors read exactly as torchrun's."""
-    from torch.distributed.run import get_args_parser
-
-    p = get_args_parser()
-    p.prog = "rtdebug torchrun"
-    p.description = ("Start the real torchrun with a debug endpoint in every rank (port = base + RANK). "
-                     "Harness options go before torchrun's; every torchrun option passes through.")
-    _debug_options(p, "--debug-port-base", "--debug-host")
-    p.add_argument("--wait", dest="wait_ranks", default="none", metavar="none|all|RANKS",
-                   help="ranks that block before user code until a client attaches, e.g. 0 or 0,2-3")
-    g = p.add_argument_group("hangs")
-    g.add_argument("--check-collectives", action="store_true",
-                   help="TORCH_DISTRIBUTED_DEBUG=DETAIL for the ranks: a collective mismatch fails at once, "
-                        "in one line naming the ranks and the ops")
-    g.add_argument("--hang-report", type=float, default=None, metavar="S", dest="hang_report",
-                   help="write every rank's grouped stacks to the log when no rank's stack changed for S "
-                        "seconds (default: min(300, --pg-timeout/2); 0 = off). A failing rank always "
-                        "triggers a report of the others")
-    return p
-
-
-HARNESS_FLAGS = {"--debug-port-base": 1, "--debug-host": 1, "--debug-allow": 1, "--eager": 0, "--post-mortem": 0,
-                 "--post-mortem-wait": 1, "--pg-timeout": 1, "--wait": 1,
-                 "--force-local": 0, "--check-collectives": 0, "--hang-report": 1}
-
-
-def split_harness_options(tokens: list[str]) -> tuple[list[str], list[str]]:
-    """Leading harness options vs. the rest (torchrun options, script, script args)."""
-    i = 0
-    ours: list[str] = []
-    while i < len(tokens):
-        name = tokens[i].split("=", 1)[0]
-        if name not in HARNESS_FLAGS:
-            break
-        n = 0 if "=" in tokens[i] else HARNESS_FLAGS[name]
-        ours += tokens[i:i + 1 + n]
-        i += 1 + n
-    return ours, tokens[i:]
-
-
 def _add_torchrun(sub) -> None:
-    sub.add_parser("torchrun", add_help=False, help="run a job under real torchrun, one debug port per rank",
-                   prefix_chars="\0").add_argument("rest", nargs=argparse.REMAINDER)
+    sub.add_parser(
+        "torchrun", add_help=False, help="run a job under real torchrun, one debug port per rank", prefix_chars="\0"
+    ).add_argument("rest", nargs=argparse.REMAINDER)
 
 
 def _cmd_torchrun(args) -> int:
@@ -118,8 +67,9 @@ def _cmd_torchrun(args) -> int:
     ours, rest = split_harness_options(tokens)
     parser = torchrun_parser()
     parsed = parser.parse_args(ours + rest)
-    misplaced = [t for t in rest[:len(rest) - len(parsed.training_script_args) - 1]
-                 if t.split("=", 1)[0] in HARNESS_FLAGS]
+    misplaced = [
+        t for t in rest[: len(rest) - len(parsed.training_script_args) - 1] if t.split("=", 1)[0] in HARNESS_FLAGS
+    ]
     if misplaced:
         parser.error(f"harness option {misplaced[0]} must come before torchrun options")
     return commands.run_torchrun(parsed, rest)
@@ -128,15 +78,24 @@ def _cmd_torchrun(args) -> int:
 def _view_options(p: argparse.ArgumentParser) -> None:
     """Where to find sessions besides this machine's registry (see harness.views)."""
     g = p.add_argument_group("cluster views")
-    g.add_argument("--ray-address", metavar="ADDR", help="also list ranks of Ray Train workers on this Ray cluster "
-                   "(default: $RAY_ADDRESS)")
-    g.add_argument("--store", metavar="HOST:PORT", help="also list every rank of a multi-node torchrun job "
-                   "through its rendezvous store (default: $RTDEBUG_STORE)")
+    g.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="also list ranks of Ray Train workers on this Ray cluster (default: $RAY_ADDRESS)",
+    )
+    g.add_argument(
+        "--store",
+        metavar="HOST:PORT",
+        help="also list every rank of a multi-node torchrun job through its rendezvous store (default: $RTDEBUG_STORE)",
+    )
 
 
 def _add_ps(sub) -> None:
-    p = sub.add_parser("ps", help="list live sessions and their ranks",
-                       description="List live sessions (and orphaned ones: launcher gone, processes not).")
+    p = sub.add_parser(
+        "ps",
+        help="list live sessions and their ranks",
+        description="List live sessions (and orphaned ones: launcher gone, processes not).",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output (the registry schema)")
     p.add_argument("--all", action="store_true", help="also list ended sessions still kept in the registry")
     _view_options(p)
@@ -147,8 +106,11 @@ def _cmd_ps(args) -> int:
 
 
 def _add_attach(sub) -> None:
-    p = sub.add_parser("attach", help="wait for rank N and print what a client needs to attach",
-                       description="Wait until a rank is ready, then print host:port and a debugpy attach config.")
+    p = sub.add_parser(
+        "attach",
+        help="wait for rank N and print what a client needs to attach",
+        description="Wait until a rank is ready, then print host:port and a debugpy attach config.",
+    )
     p.add_argument("--rank", type=int, required=True)
     p.add_argument("--session", help="session id (default: the newest live session)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="seconds to wait (default 60)")
@@ -162,8 +124,11 @@ def _cmd_attach(args) -> int:
 
 
 def _add_stop(sub) -> None:
-    p = sub.add_parser("stop", help="stop a session's whole process tree",
-                       description="Stop a session: launcher, torchrun, ranks; then check its ports are free.")
+    p = sub.add_parser(
+        "stop",
+        help="stop a session's whole process tree",
+        description="Stop a session: launcher, torchrun, ranks; then check its ports are free.",
+    )
     g = p.add_mutually_exclusive_group()
     g.add_argument("--session", help="session id (default: the only live session)")
     g.add_argument("--all", action="store_true", help="stop every live or orphaned session")
@@ -175,8 +140,11 @@ def _cmd_stop(args) -> int:
 
 
 def _add_vscode(sub) -> None:
-    p = sub.add_parser("vscode", help="print VS Code launch/task configurations as JSON",
-                       description="Print the configurations, compounds, tasks and inputs for one script.")
+    p = sub.add_parser(
+        "vscode",
+        help="print VS Code launch/task configurations as JSON",
+        description="Print the configurations, compounds, tasks and inputs for one script.",
+    )
     p.add_argument("--script", required=True)
     p.add_argument("--mode", choices=["run", "torchrun"], default="torchrun")
     p.add_argument("--nproc-per-node", type=int, default=2)
@@ -205,24 +173,41 @@ def _cmd_vscode(args) -> int:
         from harness.store_view import job_endpoints
 
         endpoints = job_endpoints(ViewOptions.from_args(args), args.nproc_per_node, args.nnodes, hosts)
-    out = vscode.generate(args.script, args.mode, args.nproc_per_node, args.nnodes, hosts,
-                          args.port_base, args.wait, args.python, endpoints)
+    out = vscode.generate(
+        args.script,
+        args.mode,
+        args.nproc_per_node,
+        args.nnodes,
+        hosts,
+        args.port_base,
+        args.wait,
+        args.python,
+        endpoints,
+    )
     print(json.dumps(out, indent=2))
     return 0
 
 
 def _add_stacks(sub) -> None:
-    p = sub.add_parser("stacks", help="where is every rank? Python stacks of all ranks, grouped",
-                       description="Dump every thread's Python stack of each live rank (by signal: no debugger, "
-                                   "no ptrace, works while a rank is blocked in a C++ collective or stopped at a "
-                                   "breakpoint) and group ranks by identical main-thread stack.")
+    p = sub.add_parser(
+        "stacks",
+        help="where is every rank? Python stacks of all ranks, grouped",
+        description="Dump every thread's Python stack of each live rank (by signal: no debugger, "
+        "no ptrace, works while a rank is blocked in a C++ collective or stopped at a "
+        "breakpoint) and group ranks by identical main-thread stack.",
+    )
     p.add_argument("--session", help="session id (default: the newest live session)")
     p.add_argument("--rank", metavar="RANKS", help="ranks to dump, e.g. 0 or 0,2-3 (default: all)")
     p.add_argument("--json", action="store_true", help="one JSON object (what the VS Code extension reads)")
     p.add_argument("--native", action="store_true", help="add native frames with py-spy (needs ptrace rights)")
     p.add_argument("--threads", action="store_true", help="also print every rank's other threads")
-    p.add_argument("--timeout", type=float, default=3.0, metavar="S",
-                   help="a rank that has not answered after S seconds is listed as unresponsive (default 3)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=3.0,
+        metavar="S",
+        help="a rank that has not answered after S seconds is listed as unresponsive (default 3)",
+    )
 
 
 def _cmd_stacks(args) -> int:
@@ -231,14 +216,21 @@ def _cmd_stacks(args) -> int:
     return stacks.command(args.session, args.rank, args.json, args.native, args.timeout, args.threads)
 
 
-COMMANDS = {"run": (_add_run, _cmd_run), "torchrun": (_add_torchrun, _cmd_torchrun), "ps": (_add_ps, _cmd_ps),
-            "attach": (_add_attach, _cmd_attach), "stop": (_add_stop, _cmd_stop),
-            "vscode": (_add_vscode, _cmd_vscode), "stacks": (_add_stacks, _cmd_stacks)}
+COMMANDS = {
+    "run": (_add_run, _cmd_run),
+    "torchrun": (_add_torchrun, _cmd_torchrun),
+    "ps": (_add_ps, _cmd_ps),
+    "attach": (_add_attach, _cmd_attach),
+    "stop": (_add_stop, _cmd_stop),
+    "vscode": (_add_vscode, _cmd_vscode),
+    "stacks": (_add_stacks, _cmd_stacks),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="rtdebug", description="Debug Ray Train local-mode and torchrun jobs: one debug port per rank.")
+        prog="rtdebug", description="Debug Ray Train local-mode and torchrun jobs: one debug port per rank."
+    )
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for add, _ in COMMANDS.values():
         add(sub)

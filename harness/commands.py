@@ -10,21 +10,32 @@ import time
 from harness import bootstrap, localmode, multinode
 from harness.config import RankConfig, Target, check_host
 from harness.endpoint import Endpoint, debugger_active
-from harness.errors import HarnessError, usage
+from harness.errors import usage
 from harness.launcher import Launcher, plan_torchrun
 from harness.ports import check_ports_free, parse_rank_list, port_for_rank
 from harness.registry import Registry, new_session_id, session_entry
 
+
 def run_single(args) -> int:
     """``rtdebug run``: rank 0 of a one-process session, in this process."""
     if args.host == multinode.AUTO:
-        raise usage("--host auto picks the address toward a multi-node job's rendezvous host: "
-                    "it is for `rtdebug torchrun --debug-host auto`")
+        raise usage(
+            "--host auto picks the address toward a multi-node job's rendezvous host: "
+            "it is for `rtdebug torchrun --debug-host auto`"
+        )
     target = Target(args.target, list(args.args), module=args.module)
-    cfg = RankConfig(session_id=new_session_id(), port_base=args.port, host=args.host, allow=args.allow,
-                     wait="all" if args.wait else "none", eager=args.eager, post_mortem=args.post_mortem,
-                     post_mortem_wait_s=args.post_mortem_wait, pg_timeout_s=args.pg_timeout,
-                     force_local=args.force_local)
+    cfg = RankConfig(
+        session_id=new_session_id(),
+        port_base=args.port,
+        host=args.host,
+        allow=args.allow,
+        wait="all" if args.wait else "none",
+        eager=args.eager,
+        post_mortem=args.post_mortem,
+        post_mortem_wait_s=args.post_mortem_wait,
+        pg_timeout_s=args.pg_timeout,
+        force_local=args.force_local,
+    )
     added = localmode.ray_env(os.environ)
     os.environ.update(added)
     localmode.install(cfg.pg_timeout_s)
@@ -47,31 +58,65 @@ def run_single(args) -> int:
     os.environ.update(ray_driver.driver_env(cfg, target.display, port, args.debug_port_base, args.ray_address))
     reg = Registry()
     reg.ensure()
-    reg.create_session(session_entry(
-        cfg.session_id, "run", state="running", script=target.display, nnodes="1", nproc_per_node=1, node_rank=0,
-        host=cfg.host, port_base=port, ports=[port], wait=cfg.wait, **ray_driver.session_fields()))
+    reg.create_session(
+        session_entry(
+            cfg.session_id,
+            "run",
+            state="running",
+            script=target.display,
+            nnodes="1",
+            nproc_per_node=1,
+            node_rank=0,
+            host=cfg.host,
+            port_base=port,
+            ports=[port],
+            wait=cfg.wait,
+            **ray_driver.session_fields(),
+        )
+    )
     signal.signal(signal.SIGTERM, lambda s, f: sys.exit(128 + s))
     code = 1
     try:
         record = bootstrap.RankRecord(reg, cfg.session_id, 0, cfg.host, port, args.wait, target.display)
-        print(f"rtdebug: session {cfg.session_id} starting (1 rank, debug endpoint {cfg.host}:{port}; "
-              f"attach: rtdebug attach --session {cfg.session_id} --rank 0)", file=sys.stderr, flush=True)
-        code = bootstrap.serve_and_run(target, record, Endpoint(cfg.host, port, allow=cfg.allow), eager=cfg.eager,
-                                       wait=args.wait, post_mortem=cfg.post_mortem,
-                                       post_mortem_wait_s=cfg.post_mortem_wait_s, rank=0)
+        print(
+            f"rtdebug: session {cfg.session_id} starting (1 rank, debug endpoint {cfg.host}:{port}; "
+            f"attach: rtdebug attach --session {cfg.session_id} --rank 0)",
+            file=sys.stderr,
+            flush=True,
+        )
+        code = bootstrap.serve_and_run(
+            target,
+            record,
+            Endpoint(cfg.host, port, allow=cfg.allow),
+            eager=cfg.eager,
+            wait=args.wait,
+            post_mortem=cfg.post_mortem,
+            post_mortem_wait_s=cfg.post_mortem_wait_s,
+            rank=0,
+        )
     finally:
-        reg.update_session(cfg.session_id, state="exited" if code == 0 else "failed", exit_code=code,
-                           ended_at=time.time())
+        reg.update_session(
+            cfg.session_id, state="exited" if code == 0 else "failed", exit_code=code, ended_at=time.time()
+        )
     return code
 
 
 def run_torchrun(parsed, tokens: list[str]) -> int:
     plan = plan_torchrun(parsed, tokens)
     host = multinode.resolve_debug_host(parsed.host, parsed)
-    cfg = RankConfig(session_id=new_session_id(), port_base=parsed.port, host=host, allow=parsed.allow,
-                     wait=parsed.wait_ranks, eager=parsed.eager, post_mortem=parsed.post_mortem,
-                     post_mortem_wait_s=parsed.post_mortem_wait, pg_timeout_s=parsed.pg_timeout,
-                     force_local=parsed.force_local, check_collectives=parsed.check_collectives,
-                     hang_report_s=parsed.hang_report)
+    cfg = RankConfig(
+        session_id=new_session_id(),
+        port_base=parsed.port,
+        host=host,
+        allow=parsed.allow,
+        wait=parsed.wait_ranks,
+        eager=parsed.eager,
+        post_mortem=parsed.post_mortem,
+        post_mortem_wait_s=parsed.post_mortem_wait,
+        pg_timeout_s=parsed.pg_timeout,
+        force_local=parsed.force_local,
+        check_collectives=parsed.check_collectives,
+        hang_report_s=parsed.hang_report,
+    )
     parse_rank_list(cfg.wait, plan.max_world_size)
     return Launcher(plan, cfg, Registry()).run()

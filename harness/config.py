@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from harness.access import parse_allow
 from harness.errors import usage
@@ -89,7 +89,7 @@ class RankConfig:
         return env
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "RankConfig":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> RankConfig:
         env = os.environ if env is None else env
         if "RTDEBUG_SESSION" not in env:
             raise usage("harness.bootstrap runs inside `rtdebug torchrun`; RTDEBUG_SESSION is not set")

@@ -19,7 +19,7 @@ on stderr and ``on_refused`` (the registry's ``refused_count``).
 No second way in: ``debugpy.listen(in_process_debug_adapter=True)`` would leave
 pydevd's own listener on an ephemeral 127.0.0.1 port that any local user could
 connect to directly, bypassing the check. Instead pydevd's server socket is a
-``_Handoff``: while debugpy starts, pydevd's ``create_server_socket`` is swapped
+``Handoff``: while debugpy starts, pydevd's ``create_server_socket`` is swapped
 for one returning it, and its ``accept()`` yields one end of a fresh
 ``socketpair()`` each time an admitted client arrives; the relay holds the other
 end. So the rank has no listening socket but the checked one, with or without
@@ -42,7 +42,6 @@ of every installed package, seconds on a first attach) is skipped when no
 from __future__ import annotations
 
 import os
-import queue
 import socket
 import sys
 import threading
@@ -51,76 +50,11 @@ from collections.abc import Callable
 from harness import gil, tracing
 from harness.access import AllowList, Refusal, check
 from harness.errors import HarnessError
+from harness.handoff import Handoff, listen_via_handoff
 from harness.ports import port_holder
 
 StateCallback = Callable[[str], None]
 ATTACH_BOOST_S = 5.0
-
-
-class _Handoff:
-    """Stands in for pydevd's listening socket: ``accept()`` yields sockets the relay hands over."""
-
-    NAME = ("rtdebug-handoff", 0)
-
-    def __init__(self) -> None:
-        self._queue: queue.Queue[socket.socket | None] = queue.Queue()
-
-    def connect(self) -> socket.socket:
-        ours, theirs = socket.socketpair()
-        self._queue.put(theirs)
-        return ours
-
-    def accept(self) -> tuple[socket.socket, tuple[str, int]]:
-        conn = self._queue.get()
-        if conn is None:
-            raise OSError("rtdebug handoff closed")
-        return conn, self.NAME
-
-    def getsockname(self) -> tuple[str, int]:
-        return self.NAME
-
-    def listen(self, backlog: int = 0) -> None:
-        pass
-
-    def settimeout(self, value: float | None) -> None:
-        pass
-
-    def close(self) -> None:
-        self._queue.put(None)
-
-
-def _listen_via_handoff(handoff: _Handoff) -> None:
-    """``debugpy.listen`` with in-process adapter, pydevd's server socket being ``handoff``."""
-    import debugpy
-    from debugpy.server import api  # noqa: F401  (imports the vendored pydevd)
-
-    pydevd = sys.modules["pydevd"]
-    _skip_environment_log()
-    original = getattr(pydevd, "create_server_socket", None)
-    if original is None:
-        raise RuntimeError("this debugpy's pydevd has no create_server_socket; rtdebug needs debugpy 1.8")
-    setattr(pydevd, "create_server_socket", lambda host, port: handoff)  # noqa: B010  (untyped module)
-    try:
-        debugpy.listen(("127.0.0.1", 0), in_process_debug_adapter=True)
-    finally:
-        setattr(pydevd, "create_server_socket", original)  # noqa: B010
-    py_db = pydevd.get_global_debugger()
-    thread = getattr(py_db, "_waiting_for_connection_thread", None)
-    if getattr(thread, "_server_socket", None) is not handoff:
-        if thread is not None:
-            thread.do_kill_pydev_thread()  # closes whatever it listens on
-        raise RuntimeError("pydevd did not take rtdebug's socket handoff (unsupported debugpy version)")
-
-
-def _skip_environment_log() -> None:
-    """debugpy's first ``listen`` lists every installed distribution's metadata (~2.5 of 2.6 s,
-    profiled) for a log that only ``DEBUGPY_LOG_DIR`` creates. Without one, skip it."""
-    from debugpy.common import log
-    from debugpy.server import api
-
-    ensure = getattr(api, "ensure_logging", None)
-    if log.log_dir is None and ensure is not None and hasattr(ensure, "ensured"):
-        ensure.ensured = True
 
 
 def _daemon_thread(target, name: str, *args) -> threading.Thread:
@@ -155,9 +89,16 @@ def debugger_active() -> bool:
 
 
 class Endpoint:
-    def __init__(self, host: str, port: int, on_state: StateCallback | None = None, *,
-                 allow: str = "", label: str | None = None,
-                 on_refused: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        on_state: StateCallback | None = None,
+        *,
+        allow: str = "",
+        label: str | None = None,
+        on_refused: Callable[[], None] | None = None,
+    ) -> None:
         self.host = host
         self.port = port
         self.on_state = on_state or (lambda state: None)
@@ -169,7 +110,7 @@ class Endpoint:
         self._clients = 0
         self._lock = threading.Lock()
         self._trace_lock = threading.Lock()  # orders tracing off (last client gone) / on (next one)
-        self._inner: _Handoff | None = None
+        self._inner: Handoff | None = None
         self._sock: socket.socket | None = None
 
     @property
@@ -186,8 +127,7 @@ class Endpoint:
             s.close()
             holder = port_holder(self.port) or "another process"
             raise HarnessError(
-                f"debug port {self.port} is already in use by {holder}; "
-                f"pick another range with --debug-port-base"
+                f"debug port {self.port} is already in use by {holder}; pick another range with --debug-port-base"
             ) from None
         s.listen(8)
         self._sock = s
@@ -201,7 +141,7 @@ class Endpoint:
             if self._clients == 0:
                 tracing.off_quietly()
 
-    def start_debugpy(self) -> _Handoff:
+    def start_debugpy(self) -> Handoff:
         """Import and start debugpy once (idempotent); return the handoff that reaches it.
 
         On first attach this runs in the accept thread while the main thread may be busy in
@@ -213,8 +153,8 @@ class Endpoint:
             if self._inner is None:
                 os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
                 with gil.boosted():
-                    handoff = _Handoff()
-                    _listen_via_handoff(handoff)
+                    handoff = Handoff()
+                    listen_via_handoff(handoff)
                     self._inner = handoff
             return self._inner
 

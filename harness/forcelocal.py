@@ -31,8 +31,15 @@ V1_MESSAGE = (
     "use the V2 trainer (ray.train.torch.TorchTrainer with RAY_TRAIN_V2_ENABLED=1)"
 )
 # ScalingConfig fields local mode does not use, with the value that means "not set"
-IGNORED = {"use_gpu": False, "resources_per_worker": None, "placement_strategy": "PACK",
-           "label_selector": None, "accelerator_type": None, "use_tpu": False, "topology": None}
+IGNORED = {
+    "use_gpu": False,
+    "resources_per_worker": None,
+    "placement_strategy": "PACK",
+    "label_selector": None,
+    "accelerator_type": None,
+    "use_tpu": False,
+    "topology": None,
+}
 
 _said = False
 
@@ -50,15 +57,15 @@ def ignored_options(scaling_config) -> list[str]:
 def local_copy(scaling_config):
     """The same ScalingConfig with ``num_workers=0`` and the ignored options unset (so Ray's own
     checks, e.g. for GPUs or TPU topology, never run against options local mode does not use)."""
-    changes = {name: unset for name, unset in IGNORED.items()
-               if getattr(scaling_config, name, unset) != unset}
+    changes = {name: unset for name, unset in IGNORED.items() if getattr(scaling_config, name, unset) != unset}
     return dataclasses.replace(scaling_config, num_workers=0, **changes)
 
 
 def describe(before) -> str:
     ignored = ignored_options(before)
-    line = (f"rtdebug: --force-local: ScalingConfig(num_workers={before.num_workers!r}) runs in local mode "
-            "(num_workers=0)")
+    line = (
+        f"rtdebug: --force-local: ScalingConfig(num_workers={before.num_workers!r}) runs in local mode (num_workers=0)"
+    )
     if ignored:
         line += "; local mode ignores " + ", ".join(ignored)
     return line

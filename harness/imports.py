@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 _hooks: dict[str, list[Callable]] = {}
 
@@ -38,7 +38,7 @@ class _Finder(importlib.abc.MetaPathFinder):
             for cb in _hooks.pop(_name, []):
                 cb(module)
 
-        loader.exec_module = exec_module  # per-spec loader instance for source/extension modules
+        loader.exec_module = exec_module  # type: ignore[method-assign]  # per-spec loader instance, on purpose
         return spec
 
 

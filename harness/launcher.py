@@ -101,8 +101,17 @@ def plan_torchrun(parsed: argparse.Namespace, tokens: list[str]) -> TorchrunPlan
     static = parsed.rdzv_backend == "static" and not parsed.standalone
     ranks, node_rank = local_global_ranks(nproc, parsed.nnodes, parsed.node_rank, static)
     store = multinode.job_store(parsed, max_nodes_of(parsed.nnodes))
-    return TorchrunPlan(options, target, parsed.nnodes, nproc, node_rank, ranks, store, parsed.rdzv_id,
-                        bool(store) and multinode.fixed_job(parsed))
+    return TorchrunPlan(
+        options,
+        target,
+        parsed.nnodes,
+        nproc,
+        node_rank,
+        ranks,
+        store,
+        parsed.rdzv_id,
+        bool(store) and multinode.fixed_job(parsed),
+    )
 
 
 class Launcher:
@@ -113,10 +122,18 @@ class Launcher:
 
     def _session_entry(self, ports: list[int]) -> dict[str, Any]:
         return session_entry(
-            self.cfg.session_id, "torchrun", script=self.plan.target.display, nnodes=self.plan.nnodes,
-            nproc_per_node=self.plan.nproc_per_node, node_rank=self.plan.node_rank, host=self.cfg.host,
-            port_base=self.cfg.port_base, ports=ports, wait=self.cfg.wait,
-            **({"store": self.plan.store, "rdzv_id": self.plan.rdzv_id} if self.plan.store else {}))
+            self.cfg.session_id,
+            "torchrun",
+            script=self.plan.target.display,
+            nnodes=self.plan.nnodes,
+            nproc_per_node=self.plan.nproc_per_node,
+            node_rank=self.plan.node_rank,
+            host=self.cfg.host,
+            port_base=self.cfg.port_base,
+            ports=ports,
+            wait=self.cfg.wait,
+            **({"store": self.plan.store, "rdzv_id": self.plan.rdzv_id} if self.plan.store else {}),
+        )
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -142,16 +159,20 @@ class Launcher:
         check_ports_free(ports, self.cfg.host)
         self.registry.create_session(self._session_entry(ports))
         sid = self.cfg.session_id
-        print(START_LINE.format(sid=sid) + f" ({len(self.plan.local_ranks)} local ranks, "
-              f"debug ports {ports[0]}-{ports[-1]} on {self.cfg.host})", flush=True)
+        print(
+            START_LINE.format(sid=sid) + f" ({len(self.plan.local_ranks)} local ranks, "
+            f"debug ports {ports[0]}-{ports[-1]} on {self.cfg.host})",
+            flush=True,
+        )
         if "RAY_TRAIN_V2_ENABLED" not in os.environ:
             print("rtdebug: set RAY_TRAIN_V2_ENABLED=1 for the ranks (Ray Train local mode needs V2)", flush=True)
         old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
         code = 1
         try:
             self.proc = agent.start(self.plan.torchrun_args(), env)  # before any thread of ours starts
-            self.registry.update_session(sid, state="running", agent_pid=self.proc.pid,
-                                         agent_create_time=process_create_time(self.proc.pid))
+            self.registry.update_session(
+                sid, state="running", agent_pid=self.proc.pid, agent_create_time=process_create_time(self.proc.pid)
+            )
             threading.Thread(target=self._announce_ready, daemon=True).start()
             # grouped stacks on failure / no progress; ForkedAgent has the Popen surface it uses (pid, poll)
             hangwatch.start(self.registry, sid, cast(subprocess.Popen, self.proc), self.cfg)
@@ -191,8 +212,14 @@ class Launcher:
         for r in self.registry.ranks(self.cfg.session_id):
             if r["state"] in ("starting", "ready", "attached", "orphaned"):
                 failed = session_state == "failed"
-                self.registry.write_rank(dict(r, state="failed" if failed else "exited", updated_at=time.time(),
-                                              error="ended by the job's teardown" if failed else r.get("error")))
+                self.registry.write_rank(
+                    dict(
+                        r,
+                        state="failed" if failed else "exited",
+                        updated_at=time.time(),
+                        error="ended by the job's teardown" if failed else r.get("error"),
+                    )
+                )
 
     def _announce_ready(self) -> None:
         want = set(self.plan.local_ranks) if self.plan.node_rank is not None else None
@@ -219,7 +246,15 @@ def rank_state(r: dict[str, Any]) -> str:
 def format_table(ranks: list[dict[str, Any]], session_id: str) -> str:
     rows = [("RANK", "LOCAL", "PID", "ENDPOINT", "STATE", "ATTACH")]
     for r in sorted(ranks, key=lambda r: r["rank"]):
-        rows.append((str(r["rank"]), str(r["local_rank"]), str(r["pid"]), f"{r['host']}:{r['port']}",
-                     rank_state(r), f"rtdebug attach --session {session_id} --rank {r['rank']}"))
+        rows.append(
+            (
+                str(r["rank"]),
+                str(r["local_rank"]),
+                str(r["pid"]),
+                f"{r['host']}:{r['port']}",
+                rank_state(r),
+                f"rtdebug attach --session {session_id} --rank {r['rank']}",
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)

@@ -14,8 +14,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from datetime import timedelta
-from typing import Mapping
 
 from harness.errors import HarnessError, usage
 from harness.imports import when_imported

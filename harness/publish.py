@@ -31,6 +31,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -238,9 +239,9 @@ class Publisher:
                 pass
 
 
-def from_env(rank: int, env: dict[str, str] | None = None) -> Publisher | None:
+def from_env(rank: int, environ: Mapping[str, str] | None = None) -> Publisher | None:
     """The rank's publisher when the launcher named a job store, else None (single node)."""
-    env = os.environ if env is None else env  # type: ignore[assignment]
+    env: Mapping[str, str] = os.environ if environ is None else environ
     endpoint = env.get(ENV_STORE)
     run_id = env.get("TORCHELASTIC_RUN_ID")
     if not endpoint or not run_id:

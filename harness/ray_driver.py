@@ -30,8 +30,14 @@ def worker_port_base(driver_port: int, given: int | None) -> int:
     return base
 
 
-def driver_env(cfg: RankConfig, script: str, driver_port: int, port_base: int | None,
-               ray_address: str | None, env: Mapping[str, str] | None = None) -> dict[str, str]:
+def driver_env(
+    cfg: RankConfig,
+    script: str,
+    driver_port: int,
+    port_base: int | None,
+    ray_address: str | None,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, str]:
     """Environment additions for the driver process of ``rtdebug run``."""
     env = os.environ if env is None else env
     out = cfg.to_env()

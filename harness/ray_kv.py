@@ -27,10 +27,17 @@ def rank_key(sid: str, rank: int) -> str:
 class _KV:
     """Shared logic; subclasses give ``_put/_get_many/_keys/_del``."""
 
-    def _put(self, key: str, value: bytes) -> None: ...
-    def _get_many(self, keys: list[bytes]) -> dict[bytes, bytes]: ...
-    def _keys(self, prefix: str) -> list[bytes]: ...
-    def _del(self, key: str, prefix: bool) -> None: ...
+    def _put(self, key: str, value: bytes) -> None:
+        raise NotImplementedError
+
+    def _get_many(self, keys: list[bytes]) -> dict[bytes, bytes]:
+        raise NotImplementedError
+
+    def _keys(self, prefix: str) -> list[bytes]:
+        raise NotImplementedError
+
+    def _del(self, key: str, prefix: bool) -> None:
+        raise NotImplementedError
 
     def put_session(self, entry: Entry) -> None:
         self._put(session_key(entry["session_id"]), json.dumps(entry).encode())
@@ -92,7 +99,7 @@ class ClientKV(_KV):
     """From outside (the CLI): a GCS client on the cluster address."""
 
     def __init__(self, address: str, timeout_s: float = 10.0) -> None:
-        from ray._raylet import GcsClient
+        from ray._raylet import GcsClient  # type: ignore[attr-defined]  # compiled module, no stub
 
         try:  # a cluster with token auth: send the token when one is available, as ray.init() does
             from ray._private.authentication.authentication_token_setup import (

@@ -99,8 +99,9 @@ class RayView:
                 mine.append(r)
             out.append(dict(s, ranks=sorted(mine, key=lambda r: r["rank"]), source=self.label))
         for r in ranks:  # a rank whose session entry is gone belongs to an ended run
-            if r.get("session_id") not in live_ids and not any(s["session_id"] == r.get("session_id")
-                                                                  for s in sessions):
+            if r.get("session_id") not in live_ids and not any(
+                s["session_id"] == r.get("session_id") for s in sessions
+            ):
                 self.kv.delete_rank(r["session_id"], r["rank"])
         return out
 
@@ -119,8 +120,10 @@ class RayView:
         sid = session["session_id"]
         here = socket.gethostname()
         if session.get("driver_hostname") != here:
-            raise HarnessError(f"session {sid}'s driver runs on {session.get('driver_hostname')}; stop it there "
-                               f"(`rtdebug stop --session {session.get('parent_session', sid)}`)")
+            raise HarnessError(
+                f"session {sid}'s driver runs on {session.get('driver_hostname')}; stop it there "
+                f"(`rtdebug stop --session {session.get('parent_session', sid)}`)"
+            )
         ranks = [r for r in session["ranks"] if r.get("hostname") == here and is_alive(r["pid"], r["create_time"])]
         driver = []
         if is_alive(session["launcher_pid"], session["launcher_create_time"]):
@@ -151,8 +154,10 @@ class RayView:
         if busy:
             raise HarnessError(f"session {sid} stopped, but port {busy[0]} is still held")
         span = f"ports {min(ports)}-{max(ports)} free" if ports else "no ports on this machine"
-        return (f"rtdebug: stopped session {sid} (driver pid {session['launcher_pid']} and "
-                f"{len(ranks)} Ray workers ended, {span})")
+        return (
+            f"rtdebug: stopped session {sid} (driver pid {session['launcher_pid']} and "
+            f"{len(ranks)} Ray workers ended, {span})"
+        )
 
 
 class MultiRayView:

@@ -27,6 +27,7 @@ import socket
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from ray.train.v2._internal.execution.callback import ControllerCallback, WorkerCallback
 
@@ -37,14 +38,18 @@ from harness.ports import DEFAULT_PORT_BASE, port_for_rank
 from harness.ray_driver import WORKER_PORT_BASE_VAR
 from harness.registry import Registry, new_session_id, process_create_time, session_entry
 
+if TYPE_CHECKING:
+    from harness.bootstrap import RankRecord
+    from harness.endpoint import Endpoint
+
 _runs = itertools.count(1)
 
 
 class _Worker:
     """This worker process's debug state (one train context at a time)."""
 
-    record = None
-    endpoint = None
+    record: RankRecord | None = None
+    endpoint: Endpoint | None = None
     pg_timeout_applied: float | None = None
 
 
@@ -82,12 +87,25 @@ class RtdebugCallback(WorkerCallback, ControllerCallback):
         ctx = ray.get_runtime_context()
         n = train_run_context.scaling_config.max_workers
         entry = session_entry(
-            self.session_id, "ray", launcher_pid=self.driver_pid, launcher_create_time=self.driver_create_time,
-            command=self.command, cwd=self.cwd, state="running", script=self.script, nnodes="1",
+            self.session_id,
+            "ray",
+            launcher_pid=self.driver_pid,
+            launcher_create_time=self.driver_create_time,
+            command=self.command,
+            cwd=self.cwd,
+            state="running",
+            script=self.script,
+            nnodes="1",
             nproc_per_node=max(n, 1),
-            node_rank=None, host=self.host, port_base=self.port_base,
-            ports=[port_for_rank(self.port_base, r) for r in range(n)], wait=self.wait,
-            ray_address=ctx.gcs_address, ray_job_id=ctx.get_job_id(), driver_hostname=self.driver_hostname)
+            node_rank=None,
+            host=self.host,
+            port_base=self.port_base,
+            ports=[port_for_rank(self.port_base, r) for r in range(n)],
+            wait=self.wait,
+            ray_address=ctx.gcs_address,
+            ray_job_id=ctx.get_job_id(),
+            driver_hostname=self.driver_hostname,
+        )
         if self.parent_session:
             entry["parent_session"] = self.parent_session
             # the driver's own (file) entry learns where its workers are registered
@@ -134,15 +152,30 @@ def _start_worker(cb: RtdebugCallback) -> None:
     sys.breakpointhook = breakpointhook
     os.environ["PYTHONBREAKPOINT"] = "harness.ray_worker.breakpointhook"
     wait = _waits(cb.wait, rank)
-    record = RankRecord(ray_kv.connected(), cb.session_id, rank, host, port, wait, cb.script,
-                        local_rank=ctx.get_local_rank(), node_rank=ctx.get_node_rank(), world_size=world)
-    record.set(cwd=cb.cwd, node_id=rc.get_node_id(), node_ip=node_ip, actor_id=rc.get_actor_id() or "",
-               job_id=rc.get_job_id(), hostname=socket.gethostname())
+    record = RankRecord(
+        ray_kv.connected(),
+        cb.session_id,
+        rank,
+        host,
+        port,
+        wait,
+        cb.script,
+        local_rank=ctx.get_local_rank(),
+        node_rank=ctx.get_node_rank(),
+        world_size=world,
+    )
+    record.set(
+        cwd=cb.cwd,
+        node_id=rc.get_node_id(),
+        node_ip=node_ip,
+        actor_id=rc.get_actor_id() or "",
+        job_id=rc.get_job_id(),
+        hostname=socket.gethostname(),
+    )
     _Worker.record = record
     endpoint = Endpoint(host, port, allow=cb.allow, label=f"rank {rank}")
     endpoint.on_refused = lambda: record.set(refused_count=endpoint.refused_count)
-    endpoint.on_state = lambda state: record.set(state=state, lazy=endpoint.lazy,
-                                                 attach_count=endpoint.attach_count)
+    endpoint.on_state = lambda state: record.set(state=state, lazy=endpoint.lazy, attach_count=endpoint.attach_count)
     try:
         _start_endpoint(endpoint, cb.eager or wait)
     except Exception as exc:
@@ -183,8 +216,11 @@ def _wrap_run(original, cb: RtdebugCallback, rank: int, wait: bool, record, endp
     def run(target):
         def train():
             if wait:
-                print(f"rtdebug: rank {rank} waiting for a debugger on {endpoint.host}:{endpoint.port}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"rtdebug: rank {rank} waiting for a debugger on {endpoint.host}:{endpoint.port}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 endpoint.wait_for_client()
             try:
                 return target()
@@ -234,6 +270,11 @@ def breakpointhook(*args, **kwargs) -> bool:
         return False
     import pydevd
 
-    pydevd.settrace(suspend=True, trace_only_current_thread=True, patch_multiprocessing=False,
-                    stop_at_frame=sys._getframe(1), notify_stdin=False)
+    pydevd.settrace(
+        suspend=True,
+        trace_only_current_thread=True,
+        patch_multiprocessing=False,
+        stop_at_frame=sys._getframe(1),
+        notify_stdin=False,
+    )
     return True

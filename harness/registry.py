@@ -26,7 +26,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import filelock
 import psutil
@@ -63,6 +63,12 @@ REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
         "local_rank": int,
     },
 }
+
+
+class RankWriter(Protocol):
+    """Where a rank records its entry: this machine's files (``Registry``) or a cluster store."""
+
+    def write_rank(self, entry: dict[str, Any]) -> None: ...
 
 
 class Unreadable(ValueError):

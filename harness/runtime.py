@@ -7,4 +7,4 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from harness.endpoint import Endpoint
 
-endpoint: "Endpoint | None" = None
+endpoint: Endpoint | None = None

@@ -178,6 +178,8 @@ class StoreView:
     def stop(self, session: Entry) -> str:
         """Ask every rank, through the store, to stop its own node's launcher (graceful teardown)."""
         run_id = session.get("rdzv_id")
+        if not isinstance(run_id, str):
+            raise HarnessError(f"session {session['session_id']} records no rendezvous id to stop it by")
         try:
             store = publish.connect(self.host, self.port, READ_TIMEOUT_S, quiet=True)
             store.set(publish.stop_key(run_id), b"1")
@@ -198,7 +200,7 @@ class StoreView:
         raise HarnessError(f"job {session['session_id']} asked to stop, but ranks still run after 60s")
 
 
-def open_view(opts: Any) -> StoreView | None:
+def open_view(opts: Any) -> StoreView | MultiStoreView | None:
     """``--store``/``RTDEBUG_STORE`` (errors if unreachable), else the stores live local sessions record."""
     if getattr(opts, "store", None):
         try:
@@ -264,7 +266,7 @@ def job_endpoints(opts: Any, nproc: int, nnodes: int, hosts: list[str] | None) -
             continue
         out = {n: (connect_host(r)[0], int(r["port"])) for n, r in ranks.items()}
         wrong = [n for n, (h, _) in out.items() if hosts is not None and hosts[n // nproc] != h]
-        if wrong:
+        if wrong and hosts is not None:
             n = wrong[0]
             warnings.warn(
                 f"rank {n} of job {s['session_id']} runs on {out[n][0]}, not on --hosts entry "

@@ -12,8 +12,9 @@ def parse(tokens):
 
 
 def test_split_harness_options_keeps_torchrun_flags_untouched():
-    ours, rest = cli.split_harness_options(["--wait", "0", "--eager", "--pg-timeout=5", "--nproc-per-node", "2",
-                                            "--tee", "3", "train.py", "--wait", "x"])
+    ours, rest = cli.split_harness_options(
+        ["--wait", "0", "--eager", "--pg-timeout=5", "--nproc-per-node", "2", "--tee", "3", "train.py", "--wait", "x"]
+    )
     assert ours == ["--wait", "0", "--eager", "--pg-timeout=5"]
     assert rest == ["--nproc-per-node", "2", "--tee", "3", "train.py", "--wait", "x"]
 
@@ -21,8 +22,21 @@ def test_split_harness_options_keeps_torchrun_flags_untouched():
 def test_plan_passes_torchrun_options_and_script_args(tmp_path):
     script = tmp_path / "t.py"
     script.write_text("")
-    ns, rest = parse(["--debug-port-base", "7000", "--nproc-per-node", "3", "--master-port", "29999",
-                      "--local-ranks-filter", "0", str(script), "--lr", "1"])
+    ns, rest = parse(
+        [
+            "--debug-port-base",
+            "7000",
+            "--nproc-per-node",
+            "3",
+            "--master-port",
+            "29999",
+            "--local-ranks-filter",
+            "0",
+            str(script),
+            "--lr",
+            "1",
+        ]
+    )
     plan = plan_torchrun(ns, rest)
     assert plan.torchrun_options == ["--nproc-per-node", "3", "--master-port", "29999", "--local-ranks-filter", "0"]
     assert plan.command()[-5:] == ["-m", "harness.bootstrap", str(script), "--lr", "1"]
@@ -42,16 +56,23 @@ def test_no_python_rejected(tmp_path):
         plan_torchrun(ns, rest)
 
 
-@pytest.mark.parametrize("nnodes, node_rank, static, expect", [
-    ("1", 0, True, ([0, 1], 0)), ("2", 1, True, ([2, 3], 1)),
-    ("2", 0, False, ([0, 1, 2, 3], None)), ("1:3", 0, False, ([0, 1, 2, 3, 4, 5], None)),
-])
+@pytest.mark.parametrize(
+    "nnodes, node_rank, static, expect",
+    [
+        ("1", 0, True, ([0, 1], 0)),
+        ("2", 1, True, ([2, 3], 1)),
+        ("2", 0, False, ([0, 1, 2, 3], None)),
+        ("1:3", 0, False, ([0, 1, 2, 3, 4, 5], None)),
+    ],
+)
 def test_local_global_ranks(nnodes, node_rank, static, expect):
     assert local_global_ranks(2, nnodes, node_rank, static) == expect
 
 
 def test_vscode_command_prints_configs(capsys):
-    assert cli.main(["vscode", "--script", "examples/plain_ddp.py", "--nproc-per-node", "2", "--port-base", "6000"]) == 0
+    assert (
+        cli.main(["vscode", "--script", "examples/plain_ddp.py", "--nproc-per-node", "2", "--port-base", "6000"]) == 0
+    )
     out = json.loads(capsys.readouterr().out)
     names = [c["name"] for c in out["configurations"]]
     assert names[:2] == ["rtdebug: attach rank 0 (127.0.0.1:6000)", "rtdebug: attach rank 1 (127.0.0.1:6001)"]
@@ -92,8 +113,19 @@ def test_rank_table_states():
     assert rank_state(dict(base, state="ready", attach_count=2)) == "ready (detached)"
     assert rank_state(dict(base, state="attached", attach_count=1)) == "attached"
     table = format_table([dict(base, state="ready")], "sid")
-    assert table.splitlines()[1].split() == ["0", "0", "1", "127.0.0.1:5678", "ready", "rtdebug", "attach",
-                                             "--session", "sid", "--rank", "0"]
+    assert table.splitlines()[1].split() == [
+        "0",
+        "0",
+        "1",
+        "127.0.0.1:5678",
+        "ready",
+        "rtdebug",
+        "attach",
+        "--session",
+        "sid",
+        "--rank",
+        "0",
+    ]
 
 
 def test_nproc_gpu_without_cuda_is_a_usage_error(tmp_path):

@@ -12,12 +12,13 @@ import time
 
 import psutil
 import pytest
+
 from conftest import EXAMPLES, ROOT, marker_line, port_free, read_ranks, wait_ranks
 from dap import DAPClient
 
 pytestmark = pytest.mark.e2e
 
-PROGRAM = textwrap.dedent('''
+PROGRAM = textwrap.dedent("""
     import sys, time
     from harness.endpoint import Endpoint
     ep = Endpoint("127.0.0.1", int(sys.argv[1]), on_state=lambda s: print("STATE", s, flush=True))
@@ -29,7 +30,7 @@ PROGRAM = textwrap.dedent('''
     for i in range(2000):
         work(i)
         time.sleep(0.01)
-''')
+""")
 
 
 def _listening(pid: int) -> list[int]:
@@ -67,7 +68,7 @@ def test_attach_detach_reattach_with_one_listening_socket(tmp_path, port_base, m
 
 # -- allow-list: a real second machine, as two network namespaces joined by a veth pair ---------------
 
-SERVER = textwrap.dedent('''
+SERVER = textwrap.dedent("""
     import sys, time
     from harness.endpoint import Endpoint
     host, port, allow = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -84,7 +85,7 @@ SERVER = textwrap.dedent('''
     for i in range(100000):
         work(i)
         time.sleep(0.01)
-''')
+""")
 
 CLIENT = textwrap.dedent('''
     """Run in the other namespace: raw `initialize` from given source addresses, then one real DAP session."""
@@ -123,8 +124,13 @@ REFUSED = ("", "error [Errno 104] Connection reset by peer")  # closed unread (m
 def _from_other_host(ns: str, tmp_path, job: dict) -> dict:
     client = tmp_path / "client.py"
     client.write_text(CLIENT)
-    r = subprocess.run(["ip", "netns", "exec", ns, sys.executable, str(client), str(ROOT / "tests"), json.dumps(job)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=240)
+    r = subprocess.run(
+        ["ip", "netns", "exec", ns, sys.executable, str(client), str(ROOT / "tests"), json.dumps(job)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -170,16 +176,27 @@ def test_allow_list_admits_only_listed_remote_addresses(tmp_path, two_hosts):
     port = random.randrange(20000, 40000)
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
     log = open(tmp_path / "server.log", "w+")
-    p = subprocess.Popen(["ip", "netns", "exec", a, sys.executable, str(server), f"{net}.1", str(port), f"{net}.2"],
-                         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    p = subprocess.Popen(
+        ["ip", "netns", "exec", a, sys.executable, str(server), f"{net}.1", str(port), f"{net}.2"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 60
         while "READY" not in (tmp_path / "server.log").read_text():
             assert p.poll() is None and time.monotonic() < deadline, (tmp_path / "server.log").read_text()
             time.sleep(0.1)
-        got = _from_other_host(b, tmp_path, {
-            "host": f"{net}.1", "raw": [[port, f"{net}.3"], [port + 1, f"{net}.2"]],
-            "dap": {"port": port, "file": str(server), "line": 13, "expr": "port"}})
+        got = _from_other_host(
+            b,
+            tmp_path,
+            {
+                "host": f"{net}.1",
+                "raw": [[port, f"{net}.3"], [port + 1, f"{net}.2"]],
+                "dap": {"port": port, "file": str(server), "line": 13, "expr": "port"},
+            },
+        )
         assert all(reply in REFUSED for reply in got["raw"]), got
         assert got["line"] == 13 and got["value"] == str(port)  # the server's own variable, via the debugger
         out = (tmp_path / "server.log").read_text()
@@ -203,10 +220,37 @@ def test_torchrun_debug_allow_reaches_the_ranks(tmp_path, two_hosts, registry_di
     env = dict(os.environ, RTDEBUG_REGISTRY_DIR=str(registry_dir), PYTHONUNBUFFERED="1")
     log = tmp_path / "job.log"
     with open(log, "wb") as f:
-        p = subprocess.Popen(["ip", "netns", "exec", a, sys.executable, "-m", "harness", "torchrun",
-                              "--debug-host", f"{net}.1", "--debug-allow", f"{net}.2/32", "--debug-port-base",
-                              str(base), "--wait", "1", "--nproc-per-node", "2", str(script), "--epochs", "1",
-                              "--samples", "32"], cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT)
+        p = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                a,
+                sys.executable,
+                "-m",
+                "harness",
+                "torchrun",
+                "--debug-host",
+                f"{net}.1",
+                "--debug-allow",
+                f"{net}.2/32",
+                "--debug-port-base",
+                str(base),
+                "--wait",
+                "1",
+                "--nproc-per-node",
+                "2",
+                str(script),
+                "--epochs",
+                "1",
+                "--samples",
+                "32",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 120
         while "rtdebug: session " not in log.read_text():
@@ -214,9 +258,15 @@ def test_torchrun_debug_allow_reaches_the_ranks(tmp_path, two_hosts, registry_di
             time.sleep(0.1)
         sid = log.read_text().split("rtdebug: session ", 1)[1].split()[0]
         wait_ranks(registry_dir, sid, 2)
-        got = _from_other_host(b, tmp_path, {
-            "host": f"{net}.1", "raw": [[base, f"{net}.3"]],
-            "dap": {"port": base + 1, "file": str(script), "line": line, "expr": "dist.get_rank()"}})
+        got = _from_other_host(
+            b,
+            tmp_path,
+            {
+                "host": f"{net}.1",
+                "raw": [[base, f"{net}.3"]],
+                "dap": {"port": base + 1, "file": str(script), "line": line, "expr": "dist.get_rank()"},
+            },
+        )
         assert got["raw"][0] in REFUSED and got["line"] == line and got["value"] == "1", got
         assert p.wait(timeout=180) == 0, log.read_text()[-3000:]
         out = log.read_text()

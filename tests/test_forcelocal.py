@@ -18,10 +18,14 @@ SCRIPT = SCRIPTS / "force_local_4gpu.py"
 def test_local_copy_and_ignored_options():
     from ray.train.v2.api.config import ScalingConfig
 
-    sc = ScalingConfig(num_workers=4, use_gpu=True, resources_per_worker={"GPU": 1, "CPU": 2},
-                       placement_strategy="SPREAD")
+    sc = ScalingConfig(
+        num_workers=4, use_gpu=True, resources_per_worker={"GPU": 1, "CPU": 2}, placement_strategy="SPREAD"
+    )
     assert forcelocal.ignored_options(sc) == [
-        "use_gpu=True", "resources_per_worker={'GPU': 1, 'CPU': 2}", "placement_strategy='SPREAD'"]
+        "use_gpu=True",
+        "resources_per_worker={'GPU': 1, 'CPU': 2}",
+        "placement_strategy='SPREAD'",
+    ]
     local = forcelocal.local_copy(sc)
     assert (local.num_workers, local.use_gpu, local.resources_per_worker) == (0, False, None)
     assert sc.num_workers == 4  # the user's object is untouched
@@ -49,8 +53,10 @@ def test_run_force_local_breakpoint_in_train_fn(job, registry_dir, port_base):
     c.disconnect()
     assert j.wait(180) == 0, j.output()[-3000:]
     out = j.output()
-    assert ("rtdebug: --force-local: ScalingConfig(num_workers=4) runs in local mode (num_workers=0); "
-            "local mode ignores use_gpu=True") in out
+    assert (
+        "rtdebug: --force-local: ScalingConfig(num_workers=4) runs in local mode (num_workers=0); "
+        "local mode ignores use_gpu=True"
+    ) in out
     assert out.count("rtdebug: --force-local:") == 1
     assert _metrics(out) == [{"rank": 0, "world": 1}]
     assert port_free(port_base)
@@ -58,8 +64,7 @@ def test_run_force_local_breakpoint_in_train_fn(job, registry_dir, port_base):
 
 @pytest.mark.e2e
 def test_torchrun_force_local_two_ranks(job, port_base):
-    j = job("torchrun", "--debug-port-base", str(port_base), "--force-local", "--nproc-per-node", "2",
-            str(SCRIPT))
+    j = job("torchrun", "--debug-port-base", str(port_base), "--force-local", "--nproc-per-node", "2", str(SCRIPT))
     assert j.wait(240) == 0, j.output()[-3000:]
     out = j.output()
     assert out.count("rtdebug: --force-local: ScalingConfig(num_workers=4) runs in local mode") == 1
@@ -72,6 +77,8 @@ def test_force_local_refuses_v1_trainer_in_one_line(job, port_base):
     j = job("run", "--port", str(port_base), "--force-local", str(SCRIPTS / "force_local_v1.py"))
     assert j.wait(180) == 1
     out = j.output()
-    assert ("rtdebug: rank 0: --force-local: TorchTrainer is a Ray Train V1 trainer, which has no local mode; "
-            "use the V2 trainer (ray.train.torch.TorchTrainer with RAY_TRAIN_V2_ENABLED=1)") in out
+    assert (
+        "rtdebug: rank 0: --force-local: TorchTrainer is a Ray Train V1 trainer, which has no local mode; "
+        "use the V2 trainer (ray.train.torch.TorchTrainer with RAY_TRAIN_V2_ENABLED=1)"
+    ) in out
     assert "Traceback" not in out

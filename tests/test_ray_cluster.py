@@ -53,11 +53,25 @@ def cluster():
 
 
 def _start(job, cluster, port_base, tmp_path, *script_args, env=None, run_args=()):
-    e = {"RAY_TRAIN_WORKER_HEALTH_CHECK_TIMEOUT_S": "10", "RAY_DEDUP_LOGS": "0",
-         "RTDEBUG_TEST_STORAGE": str(tmp_path / "results")}
+    e = {
+        "RAY_TRAIN_WORKER_HEALTH_CHECK_TIMEOUT_S": "10",
+        "RAY_DEDUP_LOGS": "0",
+        "RTDEBUG_TEST_STORAGE": str(tmp_path / "results"),
+    }
     e.update(env or {})
-    return job("run", "--port", str(port_base), "--ray-address", cluster.address, *run_args, str(SCRIPT),
-               "--slot", "rtd_slot", *script_args, env=e)
+    return job(
+        "run",
+        "--port",
+        str(port_base),
+        "--ray-address",
+        cluster.address,
+        *run_args,
+        str(SCRIPT),
+        "--slot",
+        "rtd_slot",
+        *script_args,
+        env=e,
+    )
 
 
 def _ps(cluster, registry_dir) -> list[dict]:
@@ -80,11 +94,11 @@ def _ray_session(cluster, registry_dir, j, n: int = 2, timeout: float = 240) -> 
     raise AssertionError(f"no ray session with {n} ready workers:\n{j.output()[-4000:]}")
 
 
-def test_workers_attach_on_two_nodes_and_a_paused_worker_kills_nothing(cluster, job, registry_dir, port_base,
-                                                                       tmp_path):
+def test_workers_attach_on_two_nodes_and_a_paused_worker_kills_nothing(cluster, job, registry_dir, port_base, tmp_path):
     until, gate = tmp_path / "finish", tmp_path / "go"
-    j = _start(job, cluster, port_base, tmp_path, "--until-file", str(until), "--gate-file", str(gate),
-               "--step-sleep", "0.2")
+    j = _start(
+        job, cluster, port_base, tmp_path, "--until-file", str(until), "--gate-file", str(gate), "--step-sleep", "0.2"
+    )
     sid = j.session_id()
     s = _ray_session(cluster, registry_dir, j)
     assert s["session_id"].startswith(sid + "-ray") and s["source"] == f"ray {cluster.address}"
@@ -144,8 +158,15 @@ def test_stop_ends_driver_and_every_worker(cluster, job, registry_dir, port_base
     j = _start(job, cluster, port_base, tmp_path, "--until-file", str(tmp_path / "never"), "--step-sleep", "0.2")
     s = _ray_session(cluster, registry_dir, j)
     pids = [r["pid"] for r in s["ranks"]]
-    r = rtdebug("stop", "--ray-address", cluster.address, "--session", s["session_id"],
-                env={"RTDEBUG_REGISTRY_DIR": str(registry_dir)}, timeout=180)
+    r = rtdebug(
+        "stop",
+        "--ray-address",
+        cluster.address,
+        "--session",
+        s["session_id"],
+        env={"RTDEBUG_REGISTRY_DIR": str(registry_dir)},
+        timeout=180,
+    )
     assert r.returncode == 0, r.stderr
     assert f"rtdebug: stopped session {s['session_id']}" in r.stdout
     assert j.proc.wait(60) is not None
@@ -180,8 +201,22 @@ def test_harness_breakpoint_in_one_worker_and_exit_codes(cluster, job, registry_
 @full
 def test_worker_group_restart_reregisters_with_new_pids(cluster, job, registry_dir, port_base, tmp_path):
     until, gate = tmp_path / "finish", tmp_path / "go"
-    j = _start(job, cluster, port_base, tmp_path, "--until-file", str(until), "--fail-once", str(tmp_path / "failed"),
-               "--max-failures", "1", "--step-sleep", "0.2", "--gate-file", str(gate))
+    j = _start(
+        job,
+        cluster,
+        port_base,
+        tmp_path,
+        "--until-file",
+        str(until),
+        "--fail-once",
+        str(tmp_path / "failed"),
+        "--max-failures",
+        "1",
+        "--step-sleep",
+        "0.2",
+        "--gate-file",
+        str(gate),
+    )
     s = _ray_session(cluster, registry_dir, j)  # the first group, held at the gate
     first = (s["session_id"], {r["rank"]: r["pid"] for r in s["ranks"]})
     gate.write_text("go")
@@ -203,8 +238,17 @@ def test_worker_group_restart_reregisters_with_new_pids(cluster, job, registry_d
 
 @full
 def test_post_mortem_keeps_the_failed_worker_attachable(cluster, job, registry_dir, port_base, tmp_path):
-    j = _start(job, cluster, port_base, tmp_path, "--steps", "3", "--fail-rank", "1",
-               run_args=("--post-mortem", "--post-mortem-wait", "120"))
+    j = _start(
+        job,
+        cluster,
+        port_base,
+        tmp_path,
+        "--steps",
+        "3",
+        "--fail-rank",
+        "1",
+        run_args=("--post-mortem", "--post-mortem-wait", "120"),
+    )
     j.wait_output(f"rtdebug: rank 1 failed; post-mortem: attach to 127.0.0.1:{port_base + 2} within", 300)
     s = next(x for x in _ps(cluster, registry_dir) if x["mode"] == "ray")
     r1 = next(r for r in s["ranks"] if r["rank"] == 1)

@@ -14,8 +14,9 @@ def _cfg(**kw) -> RankConfig:
 
 
 def test_driver_env_names_the_callback_after_the_users_and_sets_the_worker_base():
-    env = ray_driver.driver_env(_cfg(), "train.py", 6000, None, "10.0.0.1:6379",
-                                env={"RAY_TRAIN_CALLBACKS": "my.mod.Cb"})
+    env = ray_driver.driver_env(
+        _cfg(), "train.py", 6000, None, "10.0.0.1:6379", env={"RAY_TRAIN_CALLBACKS": "my.mod.Cb"}
+    )
     assert env["RAY_TRAIN_CALLBACKS"] == "my.mod.Cb,harness.ray_worker.RtdebugCallback"
     assert env["RTDEBUG_WORKER_PORT_BASE"] == "6001"  # the port after the driver's
     assert env["RAY_ADDRESS"] == "10.0.0.1:6379"
@@ -24,8 +25,9 @@ def test_driver_env_names_the_callback_after_the_users_and_sets_the_worker_base(
 
 
 def test_driver_env_keeps_an_existing_entry_once_and_takes_an_explicit_base():
-    env = ray_driver.driver_env(_cfg(), "t.py", 6000, 7000, None,
-                                env={"RAY_TRAIN_CALLBACKS": "harness.ray_worker.RtdebugCallback"})
+    env = ray_driver.driver_env(
+        _cfg(), "t.py", 6000, 7000, None, env={"RAY_TRAIN_CALLBACKS": "harness.ray_worker.RtdebugCallback"}
+    )
     assert env["RAY_TRAIN_CALLBACKS"] == "harness.ray_worker.RtdebugCallback"
     assert env["RTDEBUG_WORKER_PORT_BASE"] == "7000" and "RAY_ADDRESS" not in env
 

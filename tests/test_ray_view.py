@@ -26,8 +26,7 @@ def test_explicit_unreachable_address_is_one_line():
         port = s.getsockname()[1]
     with pytest.raises(HarnessError) as e:
         ray_view.open_view(ViewOptions(ray_address=f"127.0.0.1:{port}"))
-    assert e.value.message == (f"cannot reach the Ray cluster's GCS at 127.0.0.1:{port} "
-                               "(--ray-address / RAY_ADDRESS)")
+    assert e.value.message == (f"cannot reach the Ray cluster's GCS at 127.0.0.1:{port} (--ray-address / RAY_ADDRESS)")
 
 
 def test_no_address_and_no_recorded_cluster_means_no_view(registry_dir):
@@ -37,11 +36,21 @@ def test_no_address_and_no_recorded_cluster_means_no_view(registry_dir):
 def test_recorded_addresses_come_from_live_local_runs_only(registry_dir):
     reg = Registry()
     reg.ensure()
-    live = session_entry("s-live", "run", script="t.py", nnodes="1", nproc_per_node=1, host="127.0.0.1",
-                         port_base=1, ports=[1], state="running", ray_address="10.0.0.1:6379")
+    live = session_entry(
+        "s-live",
+        "run",
+        script="t.py",
+        nnodes="1",
+        nproc_per_node=1,
+        host="127.0.0.1",
+        port_base=1,
+        ports=[1],
+        state="running",
+        ray_address="10.0.0.1:6379",
+    )
     reg.create_session(live)
     ended = dict(live, session_id="s-ended", state="exited", ports=[2], ray_address="10.0.0.2:6379")
     reg.create_session(ended)
-    dead = dict(live, session_id="s-dead", launcher_pid=2 ** 22 - 1, ports=[3], ray_address="10.0.0.3:6379")
+    dead = dict(live, session_id="s-dead", launcher_pid=2**22 - 1, ports=[3], ray_address="10.0.0.3:6379")
     reg.create_session(dead)
     assert ray_view.recorded_addresses() == ["10.0.0.1:6379"]

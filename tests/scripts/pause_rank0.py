@@ -7,9 +7,9 @@ so only the harness's raised default decides whether rank 1 times out.
 import sys
 import time
 
+import ray.train
 import torch
 import torch.distributed as dist
-import ray.train
 from ray.train import ScalingConfig
 from ray.train.torch import TorchTrainer
 

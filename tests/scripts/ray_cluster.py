@@ -58,11 +58,32 @@ class RayCluster:
     def _start(self, args: list[str], num_cpus: int, resources: str | None) -> None:
         p = _free_ports(8)
         workers = _free_ports(1, span=60)[0]
-        cmd = [RAY, "start", *args, "--num-cpus", str(num_cpus), "--object-store-memory", OBJECT_STORE,
-               "--disable-usage-stats", "--node-manager-port", str(p[0]), "--object-manager-port", str(p[1]),
-               "--dashboard-agent-listen-port", str(p[2]), "--dashboard-agent-grpc-port", str(p[3]),
-               "--runtime-env-agent-port", str(p[4]), "--metrics-export-port", str(p[5]),
-               "--min-worker-port", str(workers), "--max-worker-port", str(workers + 59)]
+        cmd = [
+            RAY,
+            "start",
+            *args,
+            "--num-cpus",
+            str(num_cpus),
+            "--object-store-memory",
+            OBJECT_STORE,
+            "--disable-usage-stats",
+            "--node-manager-port",
+            str(p[0]),
+            "--object-manager-port",
+            str(p[1]),
+            "--dashboard-agent-listen-port",
+            str(p[2]),
+            "--dashboard-agent-grpc-port",
+            str(p[3]),
+            "--runtime-env-agent-port",
+            str(p[4]),
+            "--metrics-export-port",
+            str(p[5]),
+            "--min-worker-port",
+            str(workers),
+            "--max-worker-port",
+            str(workers + 59),
+        ]
         if resources:
             cmd += ["--resources", resources]
         env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE=AUTH_MODE)
@@ -77,8 +98,20 @@ class RayCluster:
         for attempt in range(tries):  # on a loaded machine `ray start` can time out; a fresh try usually works
             gcs, dashboard = _free_ports(2)
             try:
-                self._start(["--head", "--port", str(gcs), "--temp-dir", self.temp_dir,
-                             "--include-dashboard=false", "--dashboard-port", str(dashboard)], num_cpus, resources)
+                self._start(
+                    [
+                        "--head",
+                        "--port",
+                        str(gcs),
+                        "--temp-dir",
+                        self.temp_dir,
+                        "--include-dashboard=false",
+                        "--dashboard-port",
+                        str(dashboard),
+                    ],
+                    num_cpus,
+                    resources,
+                )
                 break
             except RuntimeError:
                 if attempt == tries - 1:

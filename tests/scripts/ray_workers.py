@@ -67,13 +67,21 @@ ray.init()  # RAY_ADDRESS (rtdebug run --ray-address) names the cluster
 resources = {"CPU": 0.5, args.slot: 1} if args.slot else {"CPU": 0.5}
 trainer = ray.train.torch.TorchTrainer(
     train_fn,
-    train_loop_config={"steps": args.steps, "step_sleep": args.step_sleep, "fail_rank": args.fail_rank,
-                       "bp_rank": args.bp_rank, "bp_timeout": args.bp_timeout, "until": args.until_file,
-                       "gate": args.gate_file,
-                       "fail_once": args.fail_once},
+    train_loop_config={
+        "steps": args.steps,
+        "step_sleep": args.step_sleep,
+        "fail_rank": args.fail_rank,
+        "bp_rank": args.bp_rank,
+        "bp_timeout": args.bp_timeout,
+        "until": args.until_file,
+        "gate": args.gate_file,
+        "fail_once": args.fail_once,
+    },
     scaling_config=ScalingConfig(num_workers=args.workers, resources_per_worker=resources),
-    run_config=ray.train.RunConfig(storage_path=os.environ.get("RTDEBUG_TEST_STORAGE", "/tmp/rtdebug-ray-results"),
-                                   failure_config=ray.train.FailureConfig(max_failures=args.max_failures)),
+    run_config=ray.train.RunConfig(
+        storage_path=os.environ.get("RTDEBUG_TEST_STORAGE", "/tmp/rtdebug-ray-results"),
+        failure_config=ray.train.FailureConfig(max_failures=args.max_failures),
+    ),
 )
 result = trainer.fit()
 print(f"ray run finished: error={result.error}", flush=True)
