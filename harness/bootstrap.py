@@ -54,7 +54,7 @@ def preimport(target: Target) -> list[str]:
     Measured here (Python 3.11): ``import torch, ray.train.torch`` after
     ``debugpy.listen`` took a median 8.4 s vs 3.5 s imported first (5 runs each).
     Breakpoints in these modules still bind (pydevd traces at call time).
-    Only for eager / --wait ranks; lazy ranks never trace imports at all.
+    Only for --wait ranks: lazy and eager ranks run untraced until a client connects.
     """
     names = ["torch", "torch.distributed"]
     if not target.module:
@@ -159,8 +159,8 @@ def serve_and_run(
         endpoint.on_state = on_state
         endpoint.label = f"rank {rank}"
         endpoint.on_refused = lambda: record.set(refused_count=endpoint.refused_count)
-        if eager or wait:
-            preimport(target)
+        if wait:  # the client attaches before the script runs, so its imports would be traced; an eager
+            preimport(target)  # rank without --wait stays untraced until a client comes (harness.tracing)
         endpoint.start(eager=eager or wait)
         runtime.endpoint = endpoint
         record.set(state="ready", lazy=endpoint.lazy)
