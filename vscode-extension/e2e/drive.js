@@ -14,9 +14,10 @@ const url = arg('url'), run = arg('run'), python = arg('python'), script = arg('
 const ws = path.join(run, 'ws');
 const trace = process.env.RTDEBUG_E2E_TRACE;
 const t0 = Date.now();
-// E2E_ONLY=ranks,errors runs only those flows (development); default: all of them.
+// E2E_ONLY=ranks,errors runs only those flows (development); default: all but "stock", which needs the
+// Python Debugger installed (run.sh's E2E_MODE=stock selects it).
 const only = (process.env.E2E_ONLY || '').split(',').filter(Boolean);
-const want = (name) => !only.length || only.includes(name);
+const want = (name) => (only.length ? only.includes(name) : name !== 'stock');
 const step = (m) => console.log(`[vscode-e2e +${((Date.now() - t0) / 1000).toFixed(1)}s] ${m}`);
 const check = (ok, what) => { if (!ok) throw new Error(`CHECK FAILED: ${what}`); step(`ok: ${what}`); };
 const traceLines = () => (fs.existsSync(trace) ? fs.readFileSync(trace, 'utf8').trim().split('\n').filter(Boolean).map((l) => JSON.parse(l)) : []);
@@ -67,7 +68,9 @@ async function f5Launch(page, name, script, line, ranks) {
   }
   const reg = process.env.RTDEBUG_REGISTRY_DIR;
   const sid = fs.readdirSync(reg).find((d) => { try { return fs.readFileSync(path.join(reg, d, 'session.json'), 'utf8').includes(script); } catch { return false; } });
-  const entries = fs.readdirSync(path.join(reg, sid)).map((f) => JSON.parse(fs.readFileSync(path.join(reg, sid, f), 'utf8')));
+  // only the entries (the harness may keep other files there, e.g. temp files of its atomic writes)
+  const entries = fs.readdirSync(path.join(reg, sid)).filter((f) => f === 'session.json' || /^rank-\d+\.json$/.test(f))
+    .map((f) => JSON.parse(fs.readFileSync(path.join(reg, sid, f), 'utf8')));
   const pids = entries.map((e) => e.launcher_pid || e.pid);
   check(pids.length === ranks.length + 1 && pids.every(alive), `${name} started session ${sid}: launcher + ${ranks.length} rank(s) alive`);
   await page.screenshot({ path: path.join(art, `vscode-e2e-f5-${script.replace('.py', '')}-stopped.png`) });

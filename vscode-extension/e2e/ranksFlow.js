@@ -57,10 +57,10 @@ async function ranksFlow(ctx) {
     const doc = (await wb.waitFor('the evaluate table', () => traceLines().filter((e) => e.kind === 'eval-doc').pop(), 30000)).text;
     check(/^\| 0 \| `0` \|/m.test(doc) && /^\| 1 \| `1` \|/m.test(doc), 'Evaluate in All Ranks: a rank → value table, each rank shows its own rank');
     check((doc.match(/⚠ differs/g) || []).length === 2, 'values that differ from the majority are marked (no majority: both)');
-    await page.waitForTimeout(1000);
+    // the Markdown preview (the built-in markdown extension may still be activating under load)
+    await page.locator('.tab', { hasText: 'Preview evaluate' }).first().waitFor({ state: 'visible', timeout: 30000 }).catch(() => {});
+    await page.waitForTimeout(1500);
     await page.screenshot({ path: path.join(art, 'vscode-e2e-evaluate-all-ranks.png') });
-    const ed = await page.locator('.part.editor').boundingBox();
-    if (ed) await page.screenshot({ path: path.join(art, 'vscode-e2e-evaluate-table.png'), clip: { x: ed.x, y: ed.y, width: ed.width, height: Math.min(ed.height, 260) } });
 
     const mark = traceLines().length;
     // VS Code's own Continue (F5 while stopped) on the focused rank: the tracker sees the request.

@@ -60,6 +60,7 @@ async function stockFlow(ctx) {
   // 3. the compound: its preLaunchTask starts `rtdebug torchrun`, then both rank configs attach
   const compound = cfgName(/"name": "(rtdebug: all ranks \(examples\/plain_ddp\.py\))"/);
   mark = traceLines().length;
+  const t3 = Date.now();
   await selectAndStart(page, compound);
   const both = await wb.waitFor('both ranks to stop', () => {
     const s = stopsIn(mark, 'plain_ddp.py');
@@ -72,10 +73,11 @@ async function stockFlow(ctx) {
   }
   const reg = process.env.RTDEBUG_REGISTRY_DIR;
   const sess = fs.readdirSync(reg).map((d) => { try { return JSON.parse(fs.readFileSync(path.join(reg, d, 'session.json'), 'utf8')); } catch { return undefined; } })
-    .filter((e) => e && e.port_base === portBase && e.started_at * 1000 > traceLines()[mark].t - 1000).pop();
+    .filter((e) => e && e.port_base === portBase && e.started_at * 1000 >= t3 - 2000).pop();
   check(sess && alive(sess.launcher_pid), `the compound's background task started the job (session ${sess && sess.session_id})`);
   await page.screenshot({ path: path.join(art, 'vscode-e2e-stock-compound.png') });
-  await wb.runCommand(page, 'Debug: Remove All Breakpoints');
+  await wb.runCommand(page, 'rtdebug e2e: Remove All Breakpoints');
+  await wb.waitFor('the breakpoints removed', () => traceLines().some((e) => e.kind === 'breakpoints-removed'), 20000);
   await wb.runCommand(page, 'rtdebug: Continue All Ranks');
   await wb.waitFor('the compound job to finish', () => !alive(sess.launcher_pid), 180000);
   step('ok: rtdebug: Continue All Ranks (stock debugpy sessions, recognised by endpoint) let the job finish');
