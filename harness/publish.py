@@ -35,6 +35,8 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
+from harness.imports import when_imported
+
 ENV_STORE = "RTDEBUG_JOB_STORE"  # host:port of the store the ranks publish to (set by the launcher)
 ENV_WATCH = "RTDEBUG_PEER_WATCH"  # "1": a lost peer ends this node (set by the launcher)
 PREFIX = "rtdebug"
@@ -142,11 +144,13 @@ class Publisher:
             self._version += 1
             self._cv.notify_all()
         if self._thread is None:
-            t = threading.Thread(target=self._loop, name=f"rtdebug-publish-{self.rank}", daemon=True)
-            t.pydev_do_not_trace = True  # type: ignore[attr-defined]
-            t.is_pydev_daemon_thread = True  # type: ignore[attr-defined]
-            self._thread = t
-            t.start()
+            self._thread = threading.Thread(target=self._loop, name=f"rtdebug-publish-{self.rank}", daemon=True)
+            self._thread.pydev_do_not_trace = True  # type: ignore[attr-defined]
+            self._thread.is_pydev_daemon_thread = True  # type: ignore[attr-defined]
+            # Start only once the rank's own code has imported torch.distributed: importing torch from this
+            # thread while the main thread imports it too aborted a rank ("terminate called after throwing
+            # an instance of 'python_error'", SIGABRT) in a clean-clone CI run.
+            when_imported("torch.distributed", lambda _m, t=self._thread: t.start())
         if final:
             self.flush()
             self.close()
@@ -156,7 +160,8 @@ class Publisher:
         deadline = time.monotonic() + timeout
         with self._cv:
             want = self._version
-            while self._sent < want and (self._connected or self._sent == 0):
+            started = self._thread is not None and self._thread.ident is not None
+            while started and self._sent < want and (self._connected or self._sent == 0):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -169,8 +174,9 @@ class Publisher:
         with self._cv:
             self._closed = True
             self._cv.notify_all()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+        t = self._thread
+        if t is not None and t.ident is not None and t is not threading.current_thread():  # started
+            t.join(timeout)
 
     def _loop(self) -> None:
         store = None
