@@ -7,9 +7,8 @@ import signal
 import sys
 import time
 
-from harness import bootstrap, localmode, multinode
+from harness import localmode, multinode
 from harness.config import RankConfig, Target, check_host
-from harness.endpoint import Endpoint, debugger_active
 from harness.errors import usage
 from harness.launcher import Launcher, plan_torchrun
 from harness.ports import check_ports_free, parse_rank_list, port_for_rank
@@ -18,6 +17,10 @@ from harness.registry import Registry, new_session_id, session_entry
 
 def run_single(args) -> int:
     """``rtdebug run``: rank 0 of a one-process session, in this process."""
+    # the rank's modules, imported here and not at the top: `rtdebug torchrun` never needs them
+    from harness import bootstrap
+    from harness.endpoint import Endpoint, debugger_active
+
     if args.host == multinode.AUTO:
         raise usage(
             "--host auto picks the address toward a multi-node job's rendezvous host: "

@@ -8,15 +8,16 @@ after the module executes, or at once if it is already imported.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import sys
 from collections.abc import Callable
 
 _hooks: dict[str, list[Callable]] = {}
 
 
-class _Finder(importlib.abc.MetaPathFinder):
+class _Finder:
+    """A meta-path finder (``find_spec`` is all the import system asks of one); not an
+    ``importlib.abc`` subclass, whose import pulls importlib.resources into every rank."""
+
     def find_spec(self, fullname, path, target=None):
         if fullname not in _hooks:
             return None

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, cast
 
-from harness import agent, hangwatch, lifetime, localmode, multinode, processes
+from harness import agent, hangwatch, lifetime, localmode, multinode
 from harness.config import RankConfig, Target, check_host
 from harness.errors import usage
 from harness.ports import check_ports_free, ports_for_ranks
@@ -203,6 +203,8 @@ class Launcher:
                 self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 pass
+        from harness import processes  # psutil: at the end only, not on the way to the ranks
+
         left = {p.pid: p for p in processes.tree([self.proc.pid]) + processes.group_members(self.proc.pid)}
         if left:
             processes.terminate(list(left.values()), grace_s=5)

@@ -56,15 +56,15 @@ def agent_preexec() -> None:
 
 def launcher_env() -> dict[str, str]:
     """What a rank needs to watch this (launcher) process."""
-    import psutil
+    from harness.registry import process_create_time
 
     pid = os.getpid()
-    return {ENV_PID: str(pid), ENV_CT: repr(psutil.Process(pid).create_time())}
+    return {ENV_PID: str(pid), ENV_CT: repr(process_create_time(pid))}
 
 
 def _wait_for_exit(pid: int, create_time: float) -> None:
     """Block until ``pid`` (the process started at ``create_time``) has exited."""
-    import psutil
+    from harness.registry import process_create_time  # no psutil: this thread starts with the rank
 
     fd = None
     try:
@@ -72,15 +72,13 @@ def _wait_for_exit(pid: int, create_time: float) -> None:
     except (AttributeError, OSError):
         fd = None
     try:
-        try:
-            if abs(psutil.Process(pid).create_time() - create_time) > 0.01:
-                return  # pid already reused: the launcher is gone
-        except psutil.Error:
-            return
+        ct = process_create_time(pid)
+        if ct is None or abs(ct - create_time) > 0.01:
+            return  # gone, or the pid was already reused: the launcher is gone
         if fd is not None:
             select.select([fd], [], [])
             return
-        while psutil.pid_exists(pid):
+        while (ct := process_create_time(pid)) is not None and abs(ct - create_time) <= 0.01:
             time.sleep(1.0)
     finally:
         if fd is not None:

@@ -9,8 +9,6 @@ from __future__ import annotations
 import socket
 from collections.abc import Iterable
 
-import psutil
-
 from harness.errors import HarnessError, usage
 
 DEFAULT_PORT_BASE = 5678
@@ -47,6 +45,8 @@ def is_port_free(port: int, host: str = "127.0.0.1") -> bool:
 
 def port_holder(port: int) -> str | None:
     """Describe the process bound to ``port`` (``"python (pid 123)"``), if psutil can see it."""
+    import psutil  # only on an error path: not on a rank's start path
+
     try:
         conns = psutil.net_connections(kind="inet")
     except (psutil.AccessDenied, OSError):

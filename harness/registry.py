@@ -6,7 +6,7 @@ Layout (schema: ``harness/schema/registry.schema.json``)::
     <root>/<session_id>/rank-<N>.json
 
 Python writes it (atomic temp file + rename, so readers never see half a file);
-the CLI and the VS Code extension read it. A ``filelock`` is taken only where
+the CLI and the VS Code extension read it. A file lock is taken only where
 several writers must agree: session creation with its port reservation.
 Liveness is ``pid alive and create time equal``, so a reused pid is not live;
 what a dead or orphaned entry becomes is decided in ``harness.liveness``.
@@ -25,13 +25,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
-import filelock
-import psutil
-
 from harness.errors import HarnessError
+from harness.filelocks import locked
 
 SCHEMA_VERSION = 1
 ENV_DIR = "RTDEBUG_REGISTRY_DIR"
@@ -90,7 +89,31 @@ def new_session_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_boot_time: float | None = None
+
+
 def process_create_time(pid: int) -> float | None:
+    """psutil's ``Process(pid).create_time()`` without importing psutil on a rank's start path.
+
+    Linux: /proc/<pid>/stat's start time in clock ticks since boot plus /proc/stat's btime,
+    the formula psutil uses, so both sides of an ``is_alive`` comparison agree.
+    """
+    global _boot_time
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
+        if _boot_time is None:
+            with open("/proc/stat", "rb") as f:
+                _boot_time = next(float(line.split()[1]) for line in f if line.startswith(b"btime"))
+        return ticks / _CLOCK_TICKS + _boot_time
+    except FileNotFoundError:
+        if os.path.exists("/proc/self/stat"):
+            return None  # no such process
+    except (OSError, ValueError, IndexError, StopIteration):
+        pass
+    import psutil  # not Linux, or /proc unreadable
+
     try:
         return psutil.Process(pid).create_time()
     except psutil.Error:
@@ -102,6 +125,8 @@ def is_alive(pid: int, create_time: float) -> bool:
     ct = process_create_time(pid)
     if ct is None or abs(ct - create_time) > 0.01:
         return False
+    import psutil
+
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
@@ -194,9 +219,9 @@ class Registry:
     def session_dir(self, session_id: str) -> Path:
         return self.root / session_id
 
-    def lock(self, timeout: float = 30.0) -> filelock.FileLock:
+    def lock(self, timeout: float = 30.0) -> AbstractContextManager[None]:
         self.ensure()
-        return filelock.FileLock(str(self.root / ".lock"), timeout=timeout)
+        return locked(self.root / ".lock", timeout)
 
     # -- sessions -----------------------------------------------------------
     def create_session(self, entry: dict[str, Any]) -> None:

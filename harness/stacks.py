@@ -24,14 +24,13 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import filelock
-import psutil
-
 from harness import stackgroup
 from harness.errors import HarnessError
+from harness.filelocks import locked
 from harness.registry import Registry
 
 # A real-time signal, not SIGUSR1/2: schedulers and frameworks use those (SLURM's --signal, preemption
@@ -67,6 +66,8 @@ def arm(session_dir: Path, rank: int) -> dict[str, Any] | None:
 
 
 def _stopped(pid: int) -> bool:
+    import psutil  # the dumping side only: a rank imports this module to arm, at start
+
     try:
         return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
     except psutil.Error:
@@ -105,12 +106,12 @@ def collect(
     live, ended = select_ranks(reg, session, ranks)
     dumps: dict[int, dict[str, Any]] = {}
     unresponsive: dict[int, str] = {}
+    lock = ExitStack()
     try:
-        lock = filelock.FileLock(str(sdir / ".stacks.lock"), timeout=timeout + 5)
-        lock.acquire()
-    except (filelock.Timeout, OSError) as exc:
+        lock.enter_context(locked(sdir / ".stacks.lock", timeout + 5))
+    except OSError as exc:  # LockTimeout included
         raise HarnessError(f"cannot take the stacks lock of session {sid}: {exc}") from None
-    try:
+    with lock:
         pending: dict[int, dict[str, Any]] = {}
         for e in live:
             info = e.get("stacks")
@@ -151,8 +152,6 @@ def collect(
                     del pending[rank]
             if pending:
                 time.sleep(0.005)
-    finally:
-        lock.release()
     if native:
         for rank, result in native_dumps({r: d["pid"] for r, d in dumps.items()}, timeout).items():
             dumps[rank]["native"] = result

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The harness on every supported Python, the way a torch-free user installs it: .venv-3.10 ... .venv-3.13,
-# each with `pip install -e .` and only the core dependencies (debugpy, psutil, filelock; no torch, no Ray).
+# each with `pip install -e .` and only the core dependencies (debugpy, psutil; no torch, no Ray).
 # tests/test_pythons.py runs the torch-free core (real debugpy, a real DAP client) in each of them.
 #
 #   bash scripts/pythons.sh              # 3.10 3.11 3.12 3.13
@@ -38,7 +38,7 @@ for v in $VERSIONS; do
   # the repo (there, ./harness would hide a broken install).
   stamp=$(cat pyproject.toml constraints/ci.txt | sha256sum | cut -c1-16)
   if [ "$(cat "$venv/.rtdebug-stamp" 2>/dev/null)" != "$stamp" ] || [ ! -x "$venv/bin/rtdebug" ] \
-      || ! (cd / && "$ROOT/$venv/bin/python" -c 'import harness.cli, debugpy, psutil, filelock') 2>/dev/null; then
+      || ! (cd / && "$ROOT/$venv/bin/python" -c 'import harness.cli, debugpy, psutil') 2>/dev/null; then
     if ! "$venv/bin/python" -m pip install -q -c constraints/ci.txt -e . > "$venv/pip.log" 2>&1; then
       cat "$venv/pip.log" >&2
       exit 1

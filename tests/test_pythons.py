@@ -2,7 +2,7 @@
 
 debugpy traces with ``sys.settrace`` on 3.10/3.11 and with ``sys.monitoring`` on 3.12+, so each
 interpreter is a different debugger path. Each ``.venv-3.X`` (``scripts/pythons.sh``) holds the harness
-installed as a torch-free user installs it (``pip install -e .``: debugpy, psutil, filelock; no torch,
+installed as a torch-free user installs it (``pip install -e .``: debugpy and psutil; no torch,
 no Ray), and the job runs that venv's ``rtdebug`` entry point from outside the repository.
 
 Scenarios (``SCENARIOS``, each on every Python): lazy endpoint + attach / detach / re-attach +

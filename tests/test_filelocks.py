@@ -1,0 +1,51 @@
+"""harness.filelocks: a real second process holds the lock; a timeout says so; a killed holder leaves no lock."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from harness.filelocks import LockTimeout, locked
+
+HOLD = """
+import sys, time
+from harness.filelocks import locked
+with locked(sys.argv[1], 5):
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+def _holder(path) -> subprocess.Popen:
+    p = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdout.readline().strip() == "held"
+    return p
+
+
+def test_a_held_lock_times_out_with_one_line_and_a_killed_holder_leaves_none(tmp_path):
+    path = tmp_path / ".lock"
+    p = _holder(path)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(LockTimeout, match="stayed locked by another process for 0.3 s"):
+            with locked(path, 0.3):
+                pass
+        assert time.monotonic() - t0 >= 0.3
+    finally:
+        p.kill()
+        p.wait()
+    with locked(path, 2):  # SIGKILL released it: no stale lock file to clean up
+        pass
+
+
+def test_released_on_exit_and_on_error(tmp_path):
+    path = tmp_path / ".lock"
+    with pytest.raises(RuntimeError):
+        with locked(path, 1):
+            raise RuntimeError("inside")
+    p = _holder(path)  # another process gets it at once
+    p.kill()
+    p.wait()

@@ -1,0 +1,40 @@
+"""harness.imports (post-import hooks) and what a rank's start path imports.
+
+Every module the rank imports before the user's script runs is on the launch's critical path
+(issue 13: launch -> first step within 3 % of plain torchrun), so psutil and filelock must stay off it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from harness.imports import when_imported
+
+
+def _imported(module: str, names: tuple[str, ...]) -> list[str]:
+    """Which of ``names`` a fresh interpreter has in sys.modules after importing ``module``."""
+    code = f"import sys, {module}; print(sorted(m for m in {names!r} if m in sys.modules))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return eval(r.stdout)
+
+
+def test_rank_and_launcher_start_paths_import_no_psutil_filelock_or_debugpy():
+    heavy = ("psutil", "filelock", "debugpy", "torch", "importlib.abc")
+    assert _imported("harness.bootstrap", heavy) == []
+    # the launcher (`rtdebug torchrun`) needs neither the rank's modules nor debugpy
+    assert _imported("harness.cli", (*heavy[1:], "harness.bootstrap", "harness.endpoint")) == []
+
+
+def test_hook_runs_after_the_module_executes_and_at_once_if_imported(tmp_path, monkeypatch):
+    (tmp_path / "rtd_hooked_mod.py").write_text("VALUE = 41\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+    when_imported("rtd_hooked_mod", lambda m: seen.append(m.VALUE + 1))
+    assert seen == []
+    import rtd_hooked_mod  # noqa: F401
+
+    assert seen == [42]
+    when_imported("rtd_hooked_mod", lambda m: seen.append(m.VALUE))
+    assert seen == [42, 41]
+    sys.modules.pop("rtd_hooked_mod", None)
