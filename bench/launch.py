@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.common import READY, log, summary
+from bench.common import READY, log, median_ci, summary
 from bench.jobs import Run, guarded, wait_files
 
 
@@ -33,11 +33,13 @@ def launch_times(res: dict, reps: int, ns: list[int], mode: str) -> None:
     table = {}
     for n, d in sorted(out.items()):
         k = min(len(d["plain_first"]), len(d["ready"]))
+        first = [a / b for a, b in zip(d["harness_first"], d["plain_first"], strict=False)]
         table[n] = {
             "abs": {key: summary(v) for key, v in d.items()},
             # rep-paired ratios: the harness run and the plain run of the same rep
             "ready_ratio": summary([a / b for a, b in zip(d["ready"][:k], d["plain_first"][:k], strict=True)]),
-            "first_ratio": summary([a / b for a, b in zip(d["harness_first"], d["plain_first"], strict=False)]),
+            "first_ratio": summary(first),
+            "first_ratio_ci": median_ci(first),
             "raw": d,
         }
     res["launch"] = table

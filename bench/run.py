@@ -25,6 +25,7 @@ only parses the options, runs the sections and writes the report.
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import signal
@@ -35,7 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: make `bench` importable
 from bench.attach import attach_latency  # noqa: E402
-from bench.common import BENCH, WORK  # noqa: E402
+from bench.common import BENCH, ROOT, WORK  # noqa: E402
 from bench.jobs import kill_all  # noqa: E402
 from bench.launch import launch_times  # noqa: E402
 from bench.many import many_ranks  # noqa: E402
@@ -55,6 +56,7 @@ def main() -> int:
         default="local",
         help="loop modes for section 1 (local, ddp, py; comma-separated); the first is also section 2's loop",
     )
+    ap.add_argument("--launch-ns", help="rank counts for section 2, e.g. 2 (default 2,4,8; --quick: 2,4)")
     ap.add_argument("--out", default=str(BENCH / "RESULTS.md"))
     ap.add_argument("--from-json", metavar="PATH", help="only re-render the report from a saved results.json")
     a = ap.parse_args()
@@ -65,6 +67,9 @@ def main() -> int:
         return 0
     only = {s.strip() for s in a.only.split(",")}
     WORK.mkdir(parents=True, exist_ok=True)
+    # Bytecode for the harness, as `pip install` leaves it: an editable checkout under
+    # PYTHONDONTWRITEBYTECODE=1 would otherwise recompile every harness module in every rank.
+    compileall.compile_dir(str(ROOT / "harness"), quiet=1)
     q = a.quick
     R = lambda full, quick: a.rounds or (quick if q else full)  # noqa: E731
     res: dict[str, Any] = {"machine": machine()}
@@ -75,7 +80,8 @@ def main() -> int:
             for mode in a.modes.split(","):
                 steady_state(res, R(3, 1), mode, window=0.5, windows=5, warmup=150)
         if "2" in only:
-            launch_times(res, R(3, 1), [2, 4] if q else [2, 4, 8], a.modes.split(",")[0])
+            ns = [int(n) for n in a.launch_ns.split(",")] if a.launch_ns else [2, 4] if q else [2, 4, 8]
+            launch_times(res, R(3, 1), ns, a.modes.split(",")[0])
         if "3" in only:
             attach_latency(res, R(3, 1))
         if "4" in only:
