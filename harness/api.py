@@ -50,9 +50,17 @@ def breakpoint(rank: int | Iterable[int] | None = None, *, timeout: float = 0.0)
         return False
     if not _connected() and timeout > 0 and runtime.endpoint is not None:
         runtime.endpoint.wait_for_client(timeout)
+    return stop_in(sys._getframe(1), me)
+
+
+def stop_in(frame, rank: object) -> bool:
+    """Suspend in ``frame`` if a client is attached, else say in one line where to attach.
+
+    Shared by ``breakpoint(rank=...)`` and the ``breakpoint()`` hook of Ray workers.
+    """
     if not _connected():
         where = f" (attach to {runtime.endpoint.host}:{runtime.endpoint.port})" if runtime.endpoint else ""
-        print(f"rtdebug: rank {me}: breakpoint() skipped, no debugger attached{where}", file=sys.stderr)
+        print(f"rtdebug: rank {rank}: breakpoint() skipped, no debugger attached{where}", file=sys.stderr)
         return False
     import pydevd
 
@@ -60,7 +68,7 @@ def breakpoint(rank: int | Iterable[int] | None = None, *, timeout: float = 0.0)
         suspend=True,
         trace_only_current_thread=True,
         patch_multiprocessing=False,
-        stop_at_frame=sys._getframe(1),
+        stop_at_frame=frame,
         notify_stdin=False,
     )
     return True

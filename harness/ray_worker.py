@@ -260,21 +260,6 @@ def _raise_ray_pg_timeout(timeout_s: float) -> None:
 
 def breakpointhook(*args, **kwargs) -> bool:
     """``breakpoint()`` in a worker: stop here if a client is attached, else say where to attach."""
-    from harness.api import _connected
+    from harness.api import stop_in
 
-    endpoint = runtime.endpoint
-    if not _connected():
-        where = f" (attach to {endpoint.host}:{endpoint.port})" if endpoint else ""
-        rank = os.environ.get("RANK", "?")
-        print(f"rtdebug: rank {rank}: breakpoint() skipped, no debugger attached{where}", file=sys.stderr)
-        return False
-    import pydevd
-
-    pydevd.settrace(
-        suspend=True,
-        trace_only_current_thread=True,
-        patch_multiprocessing=False,
-        stop_at_frame=sys._getframe(1),
-        notify_stdin=False,
-    )
-    return True
+    return stop_in(sys._getframe(1), os.environ.get("RANK", "?"))
