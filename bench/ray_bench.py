@@ -50,7 +50,7 @@ def job(args) -> None:
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         x, y = torch.randn(16, 32), torch.randn(16, 1)
         print(f"BENCH-READY {config['label']} {rank}", flush=True)
-        start = end = None
+        start = end = cpu0 = None
         steps = n = 0
         while True:
             opt.zero_grad()
@@ -66,8 +66,10 @@ def job(args) -> None:
             if flag.item() > 0:
                 break
             if start is not None and time.time() >= start:
+                cpu0 = time.process_time() if cpu0 is None else cpu0  # the process: every thread, Ray's too
                 steps += 1
-        print(f"BENCH {config['label']} {rank} {steps}", flush=True)
+        cpu = time.process_time() - cpu0 if cpu0 is not None else 0.0
+        print(f"BENCH {config['label']} {rank} {steps} {cpu:.4f}", flush=True)
         while config["hold"] and not os.path.exists(config["hold"]):  # attach-all: keep stepping
             flag = torch.ones(1)
             dist.all_reduce(flag)  # BENCH-HOLD
@@ -209,16 +211,20 @@ def one_round(address: str, work: Path, window: float, port: int) -> dict:
         for p in procs.values():
             if p.poll() is None:
                 p.kill()
-    steps = {}
+    steps, cpu = {}, {}  # cpu: CPU ms per step of a worker process, both workers pooled
     for k in cmds:
         text = (work / f"{k}.log").read_text(errors="replace")
-        counts = [int(ln.split()[-1]) for ln in text.splitlines() if f"BENCH {k} " in ln]
-        steps[k] = min(counts) / window
+        rows = [ln.split()[-2:] for ln in text.splitlines() if f"BENCH {k} " in ln]
+        steps[k] = min(int(n) for n, _ in rows) / window
+        cpu[k] = 1000 * sum(float(c) for _, c in rows) / max(sum(int(n) for n, _ in rows), 1)
     plain = (steps["plain_a"] + steps["plain_b"]) / 2
     return {
         "steps_per_s": steps,
         "harness_over_plain": steps["harness"] / plain,
         "b_over_a": steps["plain_b"] / steps["plain_a"],
+        "cpu_ms_per_step": cpu,
+        "harness_cpu_over_plain": cpu["harness"] / ((cpu["plain_a"] + cpu["plain_b"]) / 2),
+        "b_cpu_over_a": cpu["plain_b"] / cpu["plain_a"],
         "attach_all_s": attach_s,
     }
 
@@ -266,6 +272,7 @@ def main() -> int:
     ratio = [r["harness_over_plain"] for r in rounds]
     aa = [r["b_over_a"] for r in rounds]
     att = [r["attach_all_s"] for r in rounds]
+    cpu, cpu_aa = [r["harness_cpu_over_plain"] for r in rounds], [r["b_cpu_over_a"] for r in rounds]
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     text = f"""# Ray Train workers: bench results
 
@@ -278,9 +285,14 @@ torch {torch.__version__}, ray {ray.__version__}. Median [min–max] over {len(r
 |---|---|---|
 | steps/s, worker ready to attach (nobody attached) / mean of the two plain jobs | **{_med(ratio)}** | ≥ 0.99 |
 | ↳ noise floor: second plain job / first plain job (A/A) | {_med(aa)} | |
+| CPU per step of a worker process (all its threads), ready to attach / plain | **{_med(cpu)}** | ≤ 1.01 |
+| ↳ noise floor (A/A) | {_med(cpu_aa)} | |
 | attach-all, 2 workers: two DAP clients in parallel, one breakpoint, until both `stopped` | {_med(att)} s | |
 
-Raw rounds (steps/s of the slowest worker of each job):
+The CPU rows see the same question from the other side, without the scheduler's share in it: a worker
+that does more per step (tracing, polling, a busy thread) needs more CPU per step.
+
+Raw rounds (steps/s of the slowest worker of each job; CPU ms per step, both workers of a job pooled):
 
 ```
 {chr(10).join(json.dumps(r) for r in rounds)}
