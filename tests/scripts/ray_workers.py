@@ -2,7 +2,8 @@
 
 Options: --workers N, --steps N, --step-sleep S, --slot R (each worker needs 1 of custom resource R, so
 workers spread over nodes that have one each), --fail-rank N (that rank raises), --bp-rank N (that rank
-calls harness.breakpoint(rank=N, timeout=...)).
+calls harness.breakpoint(rank=N, timeout=...)), --start-ray DIR (the script's own ray.init() starts a
+one-node cluster in temp dir DIR, as a user's script does when no cluster exists).
 """
 
 import argparse
@@ -27,6 +28,7 @@ p.add_argument("--bp-timeout", type=float, default=0.0)
 p.add_argument("--until-file", default=None, help="after --steps, keep stepping until this file exists")
 p.add_argument("--gate-file", default=None, help="start stepping only once this file exists")
 p.add_argument("--fail-once", default=None, help="rank 1 raises at step 1 unless this file exists (creates it)")
+p.add_argument("--start-ray", metavar="DIR", default=None, help="ray.init() starts a local cluster in DIR")
 p.add_argument("--max-failures", type=int, default=0, help="FailureConfig(max_failures): group restarts")
 args = p.parse_args()
 
@@ -63,7 +65,10 @@ def train_fn(config):
     ray.train.report({"rank": rank, "total": float(total.item())})
 
 
-ray.init()  # RAY_ADDRESS (rtdebug run --ray-address) names the cluster
+if args.start_ray:  # what a user's script does on a laptop: ray.init() starts the cluster itself
+    ray.init(_temp_dir=args.start_ray, num_cpus=2, include_dashboard=False, object_store_memory=200 * 1024 * 1024)
+else:
+    ray.init()  # RAY_ADDRESS (rtdebug run --ray-address) names the cluster
 resources = {"CPU": 0.5, args.slot: 1} if args.slot else {"CPU": 0.5}
 trainer = ray.train.torch.TorchTrainer(
     train_fn,
