@@ -56,7 +56,7 @@ def agent_preexec() -> None:
 
 def launcher_env() -> dict[str, str]:
     """What a rank needs to watch this (launcher) process."""
-    from harness.registry import process_create_time
+    from harness.procinfo import process_create_time
 
     pid = os.getpid()
     return {ENV_PID: str(pid), ENV_CT: repr(process_create_time(pid))}
@@ -64,7 +64,7 @@ def launcher_env() -> dict[str, str]:
 
 def _wait_for_exit(pid: int, create_time: float) -> None:
     """Block until ``pid`` (the process started at ``create_time``) has exited."""
-    from harness.registry import process_create_time  # no psutil: this thread starts with the rank
+    from harness.procinfo import is_alive  # no psutil: this thread starts with the rank
 
     fd = None
     try:
@@ -72,13 +72,12 @@ def _wait_for_exit(pid: int, create_time: float) -> None:
     except (AttributeError, OSError):
         fd = None
     try:
-        ct = process_create_time(pid)
-        if ct is None or abs(ct - create_time) > 0.01:
+        if not is_alive(pid, create_time):
             return  # gone, or the pid was already reused: the launcher is gone
         if fd is not None:
             select.select([fd], [], [])
             return
-        while (ct := process_create_time(pid)) is not None and abs(ct - create_time) <= 0.01:
+        while is_alive(pid, create_time):
             time.sleep(1.0)
     finally:
         if fd is not None:

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from harness.errors import HarnessError
 from harness.filelocks import locked
+from harness.procinfo import is_alive, process_create_time
 
 SCHEMA_VERSION = 1
 ENV_DIR = "RTDEBUG_REGISTRY_DIR"
@@ -87,50 +88,6 @@ def default_root() -> Path:
 
 def new_session_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-
-
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-_boot_time: float | None = None
-
-
-def process_create_time(pid: int) -> float | None:
-    """psutil's ``Process(pid).create_time()`` without importing psutil on a rank's start path.
-
-    Linux: /proc/<pid>/stat's start time in clock ticks since boot plus /proc/stat's btime,
-    the formula psutil uses, so both sides of an ``is_alive`` comparison agree.
-    """
-    global _boot_time
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
-        if _boot_time is None:
-            with open("/proc/stat", "rb") as f:
-                _boot_time = next(float(line.split()[1]) for line in f if line.startswith(b"btime"))
-        return ticks / _CLOCK_TICKS + _boot_time
-    except FileNotFoundError:
-        if os.path.exists("/proc/self/stat"):
-            return None  # no such process
-    except (OSError, ValueError, IndexError, StopIteration):
-        pass
-    import psutil  # not Linux, or /proc unreadable
-
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return None
-
-
-def is_alive(pid: int, create_time: float) -> bool:
-    """True if ``pid`` runs and is the same process (not a reused pid)."""
-    ct = process_create_time(pid)
-    if ct is None or abs(ct - create_time) > 0.01:
-        return False
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def session_entry(session_id: str, mode: str, **fields: Any) -> dict[str, Any]:
