@@ -56,7 +56,7 @@ def main() -> int:
         default="local",
         help="loop modes for section 1 (local, ddp, py; comma-separated); the first is also section 2's loop",
     )
-    ap.add_argument("--launch-ns", help="rank counts for section 2, e.g. 2 (default 2,4,8; --quick: 2,4)")
+    ap.add_argument("--launch-ns", type=_counts, help="rank counts for section 2, e.g. 2 (default 2,4,8; --quick: 2,4)")
     ap.add_argument("--out", default=str(BENCH / "RESULTS.md"))
     ap.add_argument("--from-json", metavar="PATH", help="only re-render the report from a saved results.json")
     a = ap.parse_args()
@@ -80,7 +80,7 @@ def main() -> int:
             for mode in a.modes.split(","):
                 steady_state(res, R(3, 1), mode, window=0.5, windows=5, warmup=150)
         if "2" in only:
-            ns = [int(n) for n in a.launch_ns.split(",")] if a.launch_ns else [2, 4] if q else [2, 4, 8]
+            ns = a.launch_ns or ([2, 4] if q else [2, 4, 8])
             launch_times(res, R(3, 1), ns, a.modes.split(",")[0])
         if "3" in only:
             attach_latency(res, R(3, 1))
@@ -99,6 +99,17 @@ def main() -> int:
     print_table(res)
     print(f"\nwrote {a.out} ({res['wall_s']:.0f} s)")
     return 0
+
+
+def _counts(text: str) -> list[int]:
+    """``--launch-ns 2,4``: rank counts, each at least 1 (argparse turns the error into one line)."""
+    try:
+        ns = [int(n) for n in text.split(",")]
+    except ValueError:
+        ns = []
+    if not ns or min(ns) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of rank counts")
+    return ns
 
 
 def _on_sigterm(signum, frame):
