@@ -166,3 +166,16 @@ class DAPClient:
             self.sock.close()
         except OSError:
             pass
+
+
+def stop_in_each_rank(clients: dict[int, DAPClient], script: str, line: int, rank_expr: str) -> None:
+    """Each client stops at ``script:line`` on a breakpoint, where ``rank_expr`` is its rank; then the
+    breakpoint is cleared and the rank continues (the clients stay attached)."""
+    for rank, c in clients.items():
+        stopped = c.wait_stopped(120)
+        assert stopped["reason"] == "breakpoint"
+        frame = c.top_frame(stopped["threadId"])
+        assert frame["line"] == line
+        assert c.evaluate(rank_expr, frame["id"]) == str(rank)
+        c.request("setBreakpoints", source={"path": script}, breakpoints=[])
+        c.continue_(stopped["threadId"])

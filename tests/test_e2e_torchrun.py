@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import EXAMPLES, alive, marker_line, port_free, wait_ranks
-from dap import DAPClient
+from dap import DAPClient, stop_in_each_rank
 
 pytestmark = pytest.mark.e2e
 
@@ -35,14 +35,7 @@ def test_breakpoint_stops_in_each_rank(example, job, registry_dir, port_base):
         verified = c.attach({str(script): [line]})
         assert verified[str(script)]["breakpoints"][0]["verified"] is True
         clients[rank] = c
-    for rank, c in clients.items():
-        stopped = c.wait_stopped(120)
-        assert stopped["reason"] == "breakpoint"
-        frame = c.top_frame(stopped["threadId"])
-        assert frame["line"] == line
-        assert c.evaluate(expr, frame["id"]) == str(rank)
-        c.request("setBreakpoints", source={"path": str(script)}, breakpoints=[])
-        c.continue_(stopped["threadId"])
+    stop_in_each_rank(clients, str(script), line, expr)
     for c in clients.values():
         c.disconnect()
 

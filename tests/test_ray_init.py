@@ -16,7 +16,7 @@ import time
 import pytest
 
 from conftest import SCRIPTS, marker_line, port_free, rtdebug
-from dap import DAPClient
+from dap import DAPClient, stop_in_each_rank
 
 sys.path.insert(0, str(SCRIPTS))
 from ray_cluster import AUTH_MODE, RayCluster  # noqa: E402
@@ -86,13 +86,7 @@ def test_workers_of_a_cluster_the_script_started(script_cluster, job, registry_d
     for c in clients.values():
         c.attach({str(SCRIPT): [STEP_LINE]})
     gate.write_text("go")
-    for n, c in clients.items():
-        ev = c.wait_stopped(120)
-        frame = c.top_frame(ev["threadId"])
-        assert frame["line"] == STEP_LINE
-        assert c.evaluate(RANK_EXPR, frame["id"]) == str(n)
-        c.request("setBreakpoints", source={"path": str(SCRIPT)}, breakpoints=[])
-        c.continue_(ev["threadId"])
+    stop_in_each_rank(clients, str(SCRIPT), STEP_LINE, RANK_EXPR)
     for c in clients.values():
         c.disconnect()
     until.write_text("done")
