@@ -141,12 +141,13 @@ class RayCluster:
         marks = [self.temp_dir] + ([f"={self.address}", f" {self.address}"] if self.address else [])
         roots: dict[int, psutil.Process] = {}
         me = psutil.Process().username()
+        mine = {os.getpid()} | {q.pid for q in psutil.Process().parents()}  # `timeout ... stop DIR` names DIR too
         for p in psutil.process_iter(["cmdline", "username"]):
             try:
                 line = " " + " ".join(p.info["cmdline"] or [])
             except psutil.Error:
                 continue
-            if p.info["username"] == me and p.pid != os.getpid() and any(m in line for m in marks):
+            if p.info["username"] == me and p.pid not in mine and any(m in line for m in marks):
                 roots[p.pid] = p
         out = dict(roots)
         for p in list(roots.values()):
