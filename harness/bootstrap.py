@@ -21,7 +21,8 @@ from harness.config import RankConfig, Target
 from harness.endpoint import Endpoint
 from harness.errors import HarnessError
 from harness.ports import port_for_rank
-from harness.registry import SCHEMA_VERSION, RankWriter, Registry, process_create_time
+from harness.procinfo import process_create_time
+from harness.registry import SCHEMA_VERSION, RankWriter, Registry
 
 
 def execute(target: Target) -> int:

@@ -18,7 +18,8 @@ from harness import vscode
 from harness.errors import HarnessError, usage
 from harness.launcher import format_table
 from harness.liveness import ended_sessions
-from harness.registry import SCHEMA_VERSION, Registry, is_alive
+from harness.procinfo import is_alive
+from harness.registry import SCHEMA_VERSION, Registry
 from harness.views import ViewOptions, Views
 
 URI = "vscode://rtdebug.rtdebug-vscode/attach?session={sid}&rank={rank}"

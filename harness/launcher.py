@@ -31,8 +31,9 @@ from harness import agent, hangwatch, lifetime, localmode, multinode
 from harness.config import RankConfig, Target, check_host
 from harness.errors import usage
 from harness.ports import check_ports_free, ports_for_ranks
+from harness.procinfo import process_create_time
 from harness.publish import ENV_STORE, ENV_WATCH
-from harness.registry import Registry, process_create_time, session_entry
+from harness.registry import Registry, session_entry
 
 READY_LINE = "rtdebug: all {n} local ranks ready (session {sid})"
 START_LINE = "rtdebug: session {sid} starting"

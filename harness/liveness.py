@@ -22,7 +22,8 @@ import shutil
 import time
 from typing import Any
 
-from harness.registry import LIVE_RANK_STATES, LIVE_SESSION_STATES, Registry, is_alive
+from harness.procinfo import is_alive
+from harness.registry import LIVE_RANK_STATES, LIVE_SESSION_STATES, Registry
 
 RETENTION_S = 24 * 3600.0
 TMP_GRACE_S = 60.0  # a temp file older than this belongs to a writer that died mid-write

@@ -20,7 +20,8 @@ import time
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.registry import LIVE_RANK_STATES, LIVE_SESSION_STATES, Registry, is_alive
+from harness.procinfo import is_alive
+from harness.registry import LIVE_RANK_STATES, LIVE_SESSION_STATES, Registry
 
 Entry = dict[str, Any]
 CONNECT_TIMEOUT_S = 3.0

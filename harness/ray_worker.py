@@ -35,8 +35,9 @@ from harness import localmode, postmortem, ray_kv, runtime
 from harness.config import DEFAULT_POST_MORTEM_WAIT_S
 from harness.imports import when_imported
 from harness.ports import DEFAULT_PORT_BASE, port_for_rank
+from harness.procinfo import process_create_time
 from harness.ray_driver import WORKER_PORT_BASE_VAR
-from harness.registry import Registry, new_session_id, process_create_time, session_entry
+from harness.registry import Registry, new_session_id, session_entry
 
 if TYPE_CHECKING:
     from harness.bootstrap import RankRecord

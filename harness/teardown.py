@@ -17,7 +17,8 @@ import psutil
 from harness import processes
 from harness.errors import HarnessError
 from harness.ports import is_port_free, port_holder
-from harness.registry import Registry, is_alive
+from harness.procinfo import is_alive
+from harness.registry import Registry
 
 Entry = dict[str, Any]
 

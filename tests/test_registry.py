@@ -8,7 +8,8 @@ import jsonschema
 import pytest
 
 from harness.errors import HarnessError
-from harness.registry import SCHEMA_PATH, Registry, is_alive, process_create_time
+from harness.procinfo import is_alive, process_create_time
+from harness.registry import SCHEMA_PATH, Registry
 
 SCHEMA = json.loads(SCHEMA_PATH.read_text())
 
