@@ -57,7 +57,7 @@ def test_lazy_rank_attaches_mid_run(job, registry_dir, port_base):
         "2",
         str(script),
         "--epochs",
-        "400",
+        "100000",  # runs until the fixture ends it: 400 epochs once finished before a loaded CI attached
         "--samples",
         "64",
     )
