@@ -121,7 +121,7 @@ async function errorPaths(page) {
 }
 
 function startJob(portBase, torchrunArgs = ['--nproc-per-node', '2'], target = script, wait = 'all') {
-  const job = spawn(python, ['-m', 'harness', 'torchrun', '--debug-port-base', String(portBase), '--wait', wait, ...torchrunArgs,
+  const job = spawn(python, ['-m', 'rtdebug', 'torchrun', '--debug-port-base', String(portBase), '--wait', wait, ...torchrunArgs,
     target, '--epochs', '1', '--samples', '128'], { cwd: ws, env: process.env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
   const out = [];
   for (const s of [job.stdout, job.stderr]) s.on('data', (d) => out.push(...d.toString().split('\n')));

@@ -81,7 +81,7 @@ async function ranksFlow(ctx) {
     check(again.reason === 'breakpoint', 'rank 0 stopped at the second breakpoint while rank 1 waits in all_reduce');
     const blocked = await wb.waitFor('rank 1 shown blocked', async () => { const t = await rowText(1); return /blocked/.test(t) && !/asking where/.test(t) ? t : undefined; }, 30000);
     let hasStacks = true;
-    try { execFileSync(python, ['-m', 'harness', 'stacks', '--help'], { stdio: 'ignore', timeout: 30000 }); } catch { hasStacks = false; }
+    try { execFileSync(python, ['-m', 'rtdebug', 'stacks', '--help'], { stdio: 'ignore', timeout: 30000 }); } catch { hasStacks = false; }
     if (hasStacks) check(/blocked in \S+ \(\S+:\d+\)/.test(blocked), `rank 1 is shown blocked where rtdebug stacks says: ${blocked}`);
     else check(/blocked: pause pending; no stack/.test(blocked), `rank 1 is shown blocked (no "rtdebug stacks" in this harness yet): ${blocked}`);
     await page.screenshot({ path: path.join(art, 'vscode-e2e-ranks-view-blocked.png') });

@@ -106,7 +106,7 @@ if [ "$MODE" = stock ]; then   # the generated debugpy configs, by the code the 
     (async () => {
       let launch = fs.readFileSync(".vscode/launch.json", "utf8"); let tasks = "";
       for (const j of [{ script: "examples/plain_ddp.py", mode: "torchrun", nprocPerNode: 2, portBase: base, wait: "all" }, { script: "examples/local_linear.py", mode: "run" }]) {
-        const gen = await generateConfigs({ python: py, module: "harness", cwd: process.cwd() }, j);
+        const gen = await generateConfigs({ python: py, module: "rtdebug", cwd: process.cwd() }, j);
         ({ launch, tasks } = applyGenerated(launch, tasks, gen, j.script));
       }
       fs.writeFileSync(".vscode/launch.json", launch); fs.writeFileSync(".vscode/tasks.json", tasks);
@@ -118,7 +118,7 @@ setsid $CS $CSARGS "$RUN/ws" > "$RUN/code-server.log" 2>&1 &
 CSPID=$!
 # Also end any job the workbench started (jobs run in their own process groups): a failed check must not
 # leave ranks running.
-cleanup() { kill -- -"$CSPID" 2>/dev/null || true; RTDEBUG_REGISTRY_DIR=$RUN/registry "$PY" -m harness stop --all >/dev/null 2>&1 || true; }
+cleanup() { kill -- -"$CSPID" 2>/dev/null || true; RTDEBUG_REGISTRY_DIR=$RUN/registry "$PY" -m rtdebug stop --all >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 URL="http://127.0.0.1:$PORT/?folder=$RUN/ws"
 for _ in $(seq 1 120); do [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL")" = 200 ] && break; sleep 0.5; done

@@ -19,7 +19,7 @@ async function stockFlow(ctx) {
   const cfgName = (re) => { const m = launch.match(re); if (!m) throw new Error(`no config matching ${re} in launch.json`); return m[1]; };
   const stopsIn = (from, file) => traceLines().slice(from).filter((e) => e.kind === 'stopped' && String(e.source).endsWith(file));
 
-  // 1. single process: "type": "debugpy", "request": "launch" of `python -m harness run examples/local_linear.py`
+  // 1. single process: "type": "debugpy", "request": "launch" of `python -m rtdebug run examples/local_linear.py`
   const single = cfgName(/"name": "(rtdebug: examples\/local_linear\.py \(single process\))"/);
   let mark = traceLines().length;
   await selectAndStart(page, single);

@@ -8,7 +8,7 @@ cd "$EXT"
 PY=${RTDEBUG_PYTHON:-../.venv/bin/python}
 [ -x "$PY" ] || { echo "FAIL: no Python interpreter at $PY (set RTDEBUG_PYTHON)"; exit 1; }
 export RTDEBUG_PYTHON=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY")
-"$RTDEBUG_PYTHON" -c 'import harness' || { echo "FAIL: the harness is not installed in $RTDEBUG_PYTHON"; exit 1; }
+"$RTDEBUG_PYTHON" -c 'import rtdebug' || { echo "FAIL: the rtdebug package is not installed in $RTDEBUG_PYTHON"; exit 1; }
 
 failed=()
 T0=$SECONDS

@@ -5,7 +5,7 @@ import { attachInfo, HarnessCommand } from './common/harnessCli';
 
 /**
  * Starts and tracks the per-rank debug sessions. The attach configuration comes from the harness
- * (`python -m harness attach --json`); `toRankDebugConfig` only picks the session type: stock `debugpy`
+ * (`python -m rtdebug attach --json`); `toRankDebugConfig` only picks the session type: stock `debugpy`
  * when the Python Debugger is installed, else our own type served by DebugAdapterServer. Sessions started
  * from the generated debugpy configs are recognised by their endpoint (`byEndpoint`).
  */

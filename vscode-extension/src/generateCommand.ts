@@ -9,7 +9,7 @@ import { harnessEnv, readSettings } from './settings';
 
 /**
  * "Generate Launch Configurations": asks for the script and the job shape (or takes them as command
- * arguments), has the harness generate the entries (`python -m harness vscode … --json`, the one source of
+ * arguments), has the harness generate the entries (`python -m rtdebug vscode … --json`, the one source of
  * truth for their shape), and merges them into .vscode/launch.json and tasks.json with jsonc edits.
  */
 export async function generateLaunchConfigurations(args?: Partial<GenerateOptions> & { folder?: string }): Promise<void> {

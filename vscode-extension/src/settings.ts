@@ -15,7 +15,7 @@ export function readSettings(scope?: vscode.ConfigurationScope): Settings {
     settingValue<T>(c.inspect<T>(key), () => c.get<T>(key), fallback, trusted, (RESTRICTED_SETTINGS as readonly string[]).includes(key));
   return {
     pythonPath: get('pythonPath', ''),
-    harnessModule: get('harnessModule', 'harness') || 'harness',
+    harnessModule: get('harnessModule', 'rtdebug') || 'rtdebug',
     portBase: get('portBase', DEFAULT_PORT_BASE),
     wait: get('wait', 'all') || 'all',
     host: get('host', DEFAULT_HOST) || DEFAULT_HOST,

@@ -2,7 +2,7 @@ import { ENTRY_PREFIX } from '../constants';
 import * as jsonc from 'jsonc-parser';
 import { mergeNamedEntries } from './jsoncMerge';
 
-/** What `python -m harness vscode ... --json` prints: the one source of truth for generated entries. */
+/** What `python -m rtdebug vscode ... --json` prints: the one source of truth for generated entries. */
 export interface GeneratedConfigs {
   configurations: Record<string, unknown>[];
   compounds: Record<string, unknown>[];

@@ -1,5 +1,5 @@
 /**
- * Typed view of the registry files (harness/schema/registry.schema.json, schema version 1).
+ * Typed view of the registry files (harness/rtdebug/registry/registry.schema.json, schema version 1).
  * The schema itself is the contract; the unit tests validate fixtures and live entries against it with ajv.
  * At run time we only check what the extension relies on, so a newer harness adding fields keeps working.
  */

@@ -12,7 +12,7 @@ import { harnessPython, REPO_ROOT, tmpDir } from '../unit/helpers';
 import { attachWithBreakpoint, freePortBase, markerLine, substitute, topFrame, withTimeout } from './dapHelpers';
 
 /**
- * DAP end-to-end: a real 2-rank `python -m harness torchrun` job, driven by the extension's own RankGroup
+ * DAP end-to-end: a real 2-rank `python -m rtdebug torchrun` job, driven by the extension's own RankGroup
  * and JobProcess, each rank attached by a real DAP client (DebugClient, what VS Code's adapters are tested
  * with) using exactly the configuration the extension would start (`attach --json` → toRankDebugConfig).
  */
@@ -39,10 +39,10 @@ for (const c of CASES) {
     const step = (m: string) => console.error(`[dap-e2e ${c.script} +${((Date.now() - t0) / 1000).toFixed(1)}s] ${m}`);
     const group = new RankGroup({
       readSession: (id) => findSession(readRegistry(registry).sessions, id),
-      startJob: () => new JobProcess({ python: python!, module: 'harness', mode: c.mode, script: file, args: c.args, cwd: REPO_ROOT, env, portBase, host: '127.0.0.1', wait: 'all', nprocPerNode: 2 }, (l) => { log.push(l); if (process.env.RTDEBUG_TEST_VERBOSE) step(l); }),
+      startJob: () => new JobProcess({ python: python!, module: 'rtdebug', mode: c.mode, script: file, args: c.args, cwd: REPO_ROOT, env, portBase, host: '127.0.0.1', wait: 'all', nprocPerNode: 2 }, (l) => { log.push(l); if (process.env.RTDEBUG_TEST_VERBOSE) step(l); }),
       attach: async (sid, r) => {
         step(`attaching rank ${r.rank}`);
-        const info = await attachInfo({ python: python!, module: 'harness', cwd: REPO_ROOT, env }, r.rank, sid);
+        const info = await attachInfo({ python: python!, module: 'rtdebug', cwd: REPO_ROOT, env }, r.rank, sid);
         const config = substitute(toRankDebugConfig(info, true), REPO_ROOT);
         assert.equal(config.type, 'debugpy');
         assert.deepEqual(config.connect, { host: '127.0.0.1', port: portBase + r.rank });

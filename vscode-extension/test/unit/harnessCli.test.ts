@@ -10,7 +10,7 @@ import { harnessPython, tmpDir } from './helpers';
 import { isProcessLive } from '../../src/common/processLiveness';
 import { SESSION_STARTING_RE } from '../../src/constants';
 
-test('generate args map the prompts to `harness vscode` flags', () => {
+test('generate args map the prompts to `rtdebug vscode` flags', () => {
   assert.deepEqual(generateArgs({ script: 't.py', mode: 'torchrun', nprocPerNode: 4, nnodes: 2, hosts: ['a', 'b'], portBase: 6000, wait: '0', python: '/py' }),
     ['vscode', '--script', 't.py', '--mode', 'torchrun', '--nproc-per-node', '4', '--nnodes', '2', '--hosts', 'a,b', '--port-base', '6000', '--wait', '0', '--python', '/py', '--json']);
   assert.deepEqual(generateArgs({ script: 't.py', mode: 'run', nprocPerNode: 4 }), ['vscode', '--script', 't.py', '--mode', 'run', '--json']);
@@ -18,10 +18,10 @@ test('generate args map the prompts to `harness vscode` flags', () => {
 });
 
 test('job args: torchrun flags after the harness options, run mode', () => {
-  const base: JobSpec = { python: 'py', module: 'harness', mode: 'torchrun', script: 't.py', args: ['--lr', '1'], cwd: '/', env: {}, portBase: 5678, host: '127.0.0.1', wait: 'all', nprocPerNode: 2 };
-  assert.deepEqual(jobArgs(base), ['-m', 'harness', 'torchrun', '--debug-port-base', '5678', '--debug-host', '127.0.0.1', '--wait', 'all', '--nproc-per-node', '2', 't.py', '--lr', '1']);
+  const base: JobSpec = { python: 'py', module: 'rtdebug', mode: 'torchrun', script: 't.py', args: ['--lr', '1'], cwd: '/', env: {}, portBase: 5678, host: '127.0.0.1', wait: 'all', nprocPerNode: 2 };
+  assert.deepEqual(jobArgs(base), ['-m', 'rtdebug', 'torchrun', '--debug-port-base', '5678', '--debug-host', '127.0.0.1', '--wait', 'all', '--nproc-per-node', '2', 't.py', '--lr', '1']);
   assert.deepEqual(jobArgs({ ...base, torchrunArgs: ['--nproc-per-node=3'] }).slice(9), ['--nproc-per-node=3', 't.py', '--lr', '1']);
-  assert.deepEqual(jobArgs({ ...base, mode: 'run', wait: 'none' }), ['-m', 'harness', 'run', '--port', '5678', '--host', '127.0.0.1', 't.py', '--lr', '1']);
+  assert.deepEqual(jobArgs({ ...base, mode: 'run', wait: 'none' }), ['-m', 'rtdebug', 'run', '--port', '5678', '--host', '127.0.0.1', 't.py', '--lr', '1']);
   assert.deepEqual(jobArgs({ ...base, mode: 'run' }).slice(7, 8), ['--wait']);
 });
 
@@ -32,16 +32,16 @@ test('the session line of both launchers is recognised', () => {
 });
 
 test('failures become one clear sentence', () => {
-  const cmd = { python: '/venv/bin/python', module: 'harness' };
+  const cmd = { python: '/venv/bin/python', module: 'rtdebug' };
   assert.match(describeFailure(cmd, ['attach'], { code: 'ENOENT', message: 'x' }, ''), /Python interpreter not found: \/venv\/bin\/python/);
-  assert.match(describeFailure(cmd, ['attach'], { code: 1, message: 'x' }, "/venv/bin/python: No module named harness\n"), /harness is not installed in \/venv\/bin\/python/);
+  assert.match(describeFailure(cmd, ['attach'], { code: 1, message: 'x' }, "/venv/bin/python: No module named rtdebug\n"), /harness is not installed in \/venv\/bin\/python/);
   assert.equal(describeFailure(cmd, ['attach'], { code: 1, message: 'x' }, 'Traceback\nrtdebug: error: no live session has rank 3\n'),
-    '/venv/bin/python -m harness attach failed: rtdebug: error: no live session has rank 3');
+    '/venv/bin/python -m rtdebug attach failed: rtdebug: error: no live session has rank 3');
   assert.match(describeFailure(cmd, ['ps'], { code: null, killed: true, message: 'x' }, ''), /timed out/);
 });
 
 test('runHarness reports a missing interpreter and a missing module', async () => {
-  await assert.rejects(runHarness({ python: '/nonexistent/python', module: 'harness' }, ['ps']), /Python interpreter not found/);
+  await assert.rejects(runHarness({ python: '/nonexistent/python', module: 'rtdebug' }, ['ps']), /Python interpreter not found/);
   const py = harnessPython() ?? 'python3';
   await assert.rejects(runHarness({ python: py, module: 'no_such_harness_mod' }, ['ps']), /not installed/);
 });
@@ -51,7 +51,7 @@ test('JobProcess: reads the session id, stop() ends the whole process group', as
   const fake = path.join(dir, 'fakepy');
   fs.writeFileSync(fake, `#!/bin/sh\necho "rtdebug: session abc-1 starting"\nsleep 60 &\necho $! > ${dir}/child.pid\nwait\n`, { mode: 0o755 });
   const lines: string[] = [];
-  const job = new JobProcess({ python: fake, module: 'harness', mode: 'run', script: 't.py', args: [], cwd: dir, env: process.env, portBase: 1, host: 'h', wait: 'none' }, (l) => lines.push(l), 500);
+  const job = new JobProcess({ python: fake, module: 'rtdebug', mode: 'run', script: 't.py', args: [], cwd: dir, env: process.env, portBase: 1, host: 'h', wait: 'none' }, (l) => lines.push(l), 500);
   assert.equal(await job.sessionId, 'abc-1');
   await new Promise((r) => setTimeout(r, 100));
   const child = Number(fs.readFileSync(path.join(dir, 'child.pid'), 'utf8'));
@@ -65,8 +65,11 @@ test('JobProcess: reads the session id, stop() ends the whole process group', as
 
 const py = harnessPython();
 test('real harness: `vscode --json` output merges into launch/tasks and is idempotent', { skip: !py && 'no harness interpreter' }, async () => {
-  const out = await generateConfigs({ python: py!, module: 'harness' }, { script: 'examples/plain_ddp.py', mode: 'torchrun', nprocPerNode: 2, wait: 'all', python: py! });
+  const out = await generateConfigs({ python: py!, module: 'rtdebug' }, { script: 'examples/plain_ddp.py', mode: 'torchrun', nprocPerNode: 2, wait: 'all', python: py! });
   assert.ok(out.configurations.every((c) => String(c.name).startsWith('rtdebug: ')));
+  // the package is `rtdebug`: the task runs it, and attach configs hide its frames by that module name
+  assert.deepEqual((out.tasks[0].args as string[]).slice(0, 3), ['-m', 'rtdebug', 'torchrun']);
+  for (const c of out.configurations.filter((x) => x.type === 'debugpy')) assert.deepEqual(c.rules, [{ module: 'rtdebug', include: false }], String(c.name));
   const files = applyGenerated('// mine\n{"version": "0.2.0", "configurations": [{"name": "x"}]}', '', out, 'examples/plain_ddp.py');
   const launch = jsonc.parse(files.launch);
   assert.ok(files.launch.startsWith('// mine\n'));

@@ -6,7 +6,7 @@ import * as path from 'path';
 export const EXT_ROOT = path.resolve(__dirname, '../../..');
 export const REPO_ROOT = path.resolve(EXT_ROOT, '..');
 export const FIXTURES = path.join(EXT_ROOT, 'test', 'fixtures');
-export const SCHEMA_PATH = path.join(REPO_ROOT, 'harness', 'schema', 'registry.schema.json');
+export const SCHEMA_PATH = path.join(REPO_ROOT, 'harness', 'rtdebug', 'registry', 'registry.schema.json');
 
 export function tmpDir(prefix = 'rtdebug-test-'): string {
   return fs.mkdtempSync(path.join(os.tmpdir(), prefix));

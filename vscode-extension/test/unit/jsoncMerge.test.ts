@@ -28,7 +28,7 @@ const gen = (ranks: number, script = 'train.py'): GeneratedConfigs => ({
     name: `rtdebug: attach rank ${r}`, type: 'debugpy', request: 'attach', connect: { host: '127.0.0.1', port: 5678 + r },
   })),
   compounds: [{ name: `rtdebug: all ranks (${script})`, configurations: Array.from({ length: ranks }, (_, r) => `rtdebug: attach rank ${r}`), preLaunchTask: `rtdebug: torchrun ${script}` }],
-  tasks: [{ label: `rtdebug: torchrun ${script}`, type: 'process', command: 'python', args: ['-m', 'harness', 'torchrun', script], isBackground: true }],
+  tasks: [{ label: `rtdebug: torchrun ${script}`, type: 'process', command: 'python', args: ['-m', 'rtdebug', 'torchrun', script], isBackground: true }],
   inputs: [{ id: 'rtdebugRank', type: 'promptString', description: 'Rank', default: '0' }],
 });
 

@@ -12,7 +12,7 @@ test('untrusted workspace: a restricted setting takes only the user value or the
   const inspected = { defaultValue: '', globalValue: '/home/u/venv/bin/python', workspaceValue: './evil.sh' };
   const get = () => './evil.sh';
   assert.equal(settingValue(inspected, get, '', false, true), '/home/u/venv/bin/python');
-  assert.equal(settingValue({ defaultValue: 'harness', workspaceValue: 'evil' }, () => 'evil', 'harness', false, true), 'harness');
+  assert.equal(settingValue({ defaultValue: 'rtdebug', workspaceValue: 'evil' }, () => 'evil', 'rtdebug', false, true), 'rtdebug');
   assert.equal(settingValue(undefined, () => 'evil', 'fallback', false, true), 'fallback');
 });
 
