@@ -106,7 +106,7 @@ if [ "$MODE" = stock ]; then   # the generated debugpy configs, by the code the 
     (async () => {
       let launch = fs.readFileSync(".vscode/launch.json", "utf8"); let tasks = "";
       for (const j of [{ script: "examples/plain_ddp.py", mode: "torchrun", nprocPerNode: 2, portBase: base, wait: "all" }, { script: "examples/local_linear.py", mode: "run" }]) {
-        const gen = await generateConfigs({ python: py, module: "rtdebug", cwd: process.cwd() }, j);
+        const gen = await generateConfigs({ python: py, module: "rtdebug" }, j);
         ({ launch, tasks } = applyGenerated(launch, tasks, gen, j.script));
       }
       fs.writeFileSync(".vscode/launch.json", launch); fs.writeFileSync(".vscode/tasks.json", tasks);

@@ -21,7 +21,7 @@ const jobs = [
   let launch = read('launch.json');
   let tasks = read('tasks.json');
   for (const j of jobs) {
-    const gen = await generateConfigs({ python, module: 'rtdebug', cwd: repo }, j);
+    const gen = await generateConfigs({ python, module: 'rtdebug' }, j);
     ({ launch, tasks } = applyGenerated(launch, tasks, gen, j.script));
   }
   fs.mkdirSync(dir, { recursive: true });

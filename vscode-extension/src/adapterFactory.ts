@@ -1,4 +1,5 @@
 import * as vscode from 'vscode';
+import { Gated } from './constants';
 import { rankEndpoint } from './common/attachConfig';
 import { GroupAdapter } from './common/groupAdapter';
 import { JobProcess, JobSpec } from './common/jobProcess';
@@ -7,6 +8,7 @@ import { parseRankList } from './common/rankSpec';
 import { AttachService } from './attachService';
 import { RegistryWatcher } from './registryWatcher';
 import { harnessEnv, readSettings } from './settings';
+import { requireTrust } from './workspaceTrust';
 
 /**
  * Debug adapters for `"type": "rtdebug"`:
@@ -25,7 +27,8 @@ export class RtdebugAdapterFactory implements vscode.DebugAdapterDescriptorFacto
     const log = (line: string) => holder.adapter?.output(line + '\n');
     const group = new RankGroup({
       readSession: (id) => this.registry.find(id),
-      startJob: c.request === 'launch' ? () => new JobProcess(jobSpec(c), log) : undefined,
+      // the user's own job: it runs in the workspace (its cwd), so only in a trusted one
+      startJob: c.request === 'launch' ? () => { requireTrust(Gated.launch); return new JobProcess(jobSpec(c), log); } : undefined,
       attach: (sid, rank) => this.attach.attach(sid, rank.rank, session),
       detachAll: (terminate) => this.attach.detachChildren(session, terminate),
       log,

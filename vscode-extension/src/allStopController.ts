@@ -1,5 +1,5 @@
 import * as vscode from 'vscode';
-import { BLOCKED_AFTER_MS } from './constants';
+import { BLOCKED_AFTER_MS, Gated } from './constants';
 import { RankRef } from './common/attachConfig';
 import { AllStop, RankControl } from './common/allStop';
 import { runHarness } from './common/harnessCli';
@@ -63,7 +63,7 @@ export class AllStopController implements vscode.Disposable {
   private async whereIs(k: RankRef): Promise<void> {
     let patch;
     try {
-      const rep = parseStacks(await runHarness(await currentHarness(), ['stacks', '--session', k.session, '--rank', String(k.rank), '--json'], 20000));
+      const rep = parseStacks(await runHarness(await currentHarness(Gated.blocked), ['stacks', '--session', k.session, '--rank', String(k.rank), '--json'], 20000));
       const top = rep.groups.find((g) => g.ranks.includes(k.rank))?.frames[0];
       patch = top ? { blockedAt: { file: top.file, line: top.line, function: top.function }, blockedNote: undefined }
         : { blockedNote: rep.unresponsive.includes(k.rank) ? 'its stack did not answer' : 'no stack reported' };

@@ -1,16 +1,21 @@
 import * as vscode from 'vscode';
-import { DEBUG_TYPE, ENTRY_PREFIX } from './constants';
+import { DEBUG_TYPE, ENTRY_PREFIX, Gated } from './constants';
 import { parseAttachUri } from './common/attachUri';
 import { rankPickItems } from './common/quickPickItems';
 import { AttachService } from './attachService';
 import { RegistryWatcher } from './registryWatcher';
+import { ensureTrusted } from './workspaceTrust';
 
-/** "Attach to Rank…", "Attach to All Ranks" and the vscode://rtdebug.rtdebug-vscode/attach URI. */
+/**
+ * "Attach to Rank…", "Attach to All Ranks" and the vscode://rtdebug.rtdebug-vscode/attach URI. Attaching
+ * asks the CLI for the rank's configuration (`attach --json`), so each needs a trusted workspace.
+ */
 export class AttachCommands {
   constructor(private attach: AttachService, private registry: RegistryWatcher) {}
 
   /** args (optional, e.g. from a keybinding or the URI handler): { session?: string, rank?: number } */
   async attachToRank(args?: { session?: string; rank?: number }): Promise<void> {
+    if (!ensureTrusted(Gated.attach)) return;
     let session = args?.session;
     let rank = args?.rank;
     if (rank === undefined) {
@@ -26,6 +31,7 @@ export class AttachCommands {
 
   /** One parent session for the whole rtdebug session; it attaches every ready rank, now and later. */
   async attachToAllRanks(args?: { session?: string; ranks?: number[] }): Promise<void> {
+    if (!ensureTrusted(Gated.attach)) return;
     let session = args?.session;
     if (!session) {
       const sessions = this.registry.refresh();

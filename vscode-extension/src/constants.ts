@@ -32,6 +32,17 @@ export const ContextKeys = { hasStacks: 'rtdebug.hasStacks', allStop: 'rtdebug.a
 /** URI scheme of the read-only "Evaluate in All Ranks" documents. */
 export const EVAL_SCHEME = 'rtdebug-eval';
 
+/** What each trust-gated action is called in the untrusted-workspace message (common/trustGate.ts). */
+export const Gated = {
+  attach: 'Attaching to a rank',
+  stop: 'Stop Session',
+  stacks: 'Show Stacks',
+  generate: 'Generate Launch Configurations',
+  launch: 'Starting a job (F5)',
+  listing: "Listing other nodes' ranks (rtdebug ps)",
+  blocked: 'Locating a blocked rank (rtdebug stacks)',
+} as const;
+
 /** Settings that choose what runs: machine-overridable and never read from an untrusted workspace. */
 export const RESTRICTED_SETTINGS = ['pythonPath', 'harnessModule', 'registryDir', 'listing'] as const;
 

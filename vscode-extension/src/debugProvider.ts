@@ -1,17 +1,21 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import * as vscode from 'vscode';
-import { DEBUG_TYPE, ENTRY_PREFIX } from './constants';
+import { DEBUG_TYPE, ENTRY_PREFIX, Gated } from './constants';
 import { rankEndpoint } from './common/attachConfig';
+import { absoluteFrom } from './common/cliPaths';
+import { checkInstalled } from './common/harnessCli';
+import { trustGate } from './common/trustGate';
 import { AttachService } from './attachService';
-import { checkHarnessInstalled } from './harnessCheck';
 import { resolvePython } from './interpreter';
 import { harnessEnv, readSettings } from './settings';
+import { workspaceTrusted } from './workspaceTrust';
 
 /**
  * Resolves `"type": "rtdebug"` configurations before VS Code starts them: fills defaults from the settings,
  * resolves the interpreter, and turns the common mistakes (missing script, harness not installed) into an
- * error message instead of a session, so nothing is started that would then be orphaned.
+ * error message instead of a session, so nothing is started that would then be orphaned. Everything but a
+ * plain `connect` to one rank needs Python (the CLI, or the job), so it needs a trusted workspace.
  */
 export class RtdebugConfigurationProvider implements vscode.DebugConfigurationProvider {
   constructor(private attach: AttachService) {}
@@ -36,7 +40,9 @@ export class RtdebugConfigurationProvider implements vscode.DebugConfigurationPr
   }
 
   async resolveDebugConfigurationWithSubstitutedVariables(folder: vscode.WorkspaceFolder | undefined, config: vscode.DebugConfiguration): Promise<vscode.DebugConfiguration | undefined> {
-    if (rankEndpoint(config)) return config; // one rank: nothing to start
+    if (rankEndpoint(config)) return config; // one rank: nothing to start, no Python
+    const untrusted = trustGate(workspaceTrusted(), config.request === 'launch' ? Gated.launch : Gated.attach);
+    if (untrusted) return fail(untrusted);
     if (config.request === 'attach' && config.rank !== undefined && config.rank !== '') {
       // "rtdebug: attach to rank…" (generated with "rank": "${input:rtdebugRank}"): one rank from the registry.
       const rank = Number(String(config.rank).trim());
@@ -52,7 +58,8 @@ export class RtdebugConfigurationProvider implements vscode.DebugConfigurationPr
     config.wait ??= s.wait;
     config.host ??= s.host;
     config.readyTimeoutSeconds ??= s.readyTimeoutSeconds;
-    config.python = await resolvePython(folder?.uri, config.python);
+    // absolute: the installed-check runs in the neutral cwd, not in the folder a relative path meant
+    config.python = absoluteFrom(folder?.uri.fsPath, await resolvePython(folder?.uri, config.python));
     config.harnessModule ??= s.harnessModule;
     if (config.request !== 'launch') return config;
     const cwd = config.cwd ?? folder?.uri.fsPath ?? (config.script ? path.dirname(config.script) : process.cwd());
@@ -62,7 +69,7 @@ export class RtdebugConfigurationProvider implements vscode.DebugConfigurationPr
     if (!fs.existsSync(script)) return fail(`script not found: ${script}`);
     config.script = script;
     try {
-      await checkHarnessInstalled({ python: config.python, module: config.harnessModule, env: harnessEnv(s) });
+      await checkInstalled({ python: config.python, module: config.harnessModule, env: harnessEnv(s) });
     } catch (e) {
       return fail((e as Error).message);
     }

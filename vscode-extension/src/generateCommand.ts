@@ -1,11 +1,13 @@
 import * as path from 'path';
 import * as vscode from 'vscode';
-import { PYTHON_EXTENSION_ID } from './constants';
+import { Gated, PYTHON_EXTENSION_ID } from './constants';
 import { applyGenerated } from './common/launchFiles';
 import { generateConfigs, GenerateOptions } from './common/harnessCli';
 import { checkGenerateOptions, splitHosts, validateHosts, validatePort, validatePositiveInt, validateWait } from './common/generateInputs';
+import { currentHarness } from './harnessCommand';
 import { resolvePython } from './interpreter';
-import { harnessEnv, readSettings } from './settings';
+import { readSettings } from './settings';
+import { ensureTrusted } from './workspaceTrust';
 
 /**
  * "Generate Launch Configurations": asks for the script and the job shape (or takes them as command
@@ -13,17 +15,17 @@ import { harnessEnv, readSettings } from './settings';
  * truth for their shape), and merges them into .vscode/launch.json and tasks.json with jsonc edits.
  */
 export async function generateLaunchConfigurations(args?: Partial<GenerateOptions> & { folder?: string }): Promise<void> {
+  if (!ensureTrusted(Gated.generate)) return;
   try {
     const folder = pickFolder(args?.folder);
     if (!folder) return void vscode.window.showErrorMessage('rtdebug: open a folder first; the configurations go into its .vscode/.');
     const opts = args?.script ? checkGenerateOptions(args) : await prompt(folder);
     if (!opts) return;
-    const s = readSettings(folder.uri);
-    const python = await resolvePython(folder.uri);
     // With the Python extension the task keeps the harness default `${command:python.interpreterPath}`
-    // (portable); without it (code-server, VSCodium) that command does not exist, so write the path.
-    const taskPython = vscode.extensions.getExtension(PYTHON_EXTENSION_ID) ? undefined : python;
-    const gen = await generateConfigs({ python, module: s.harnessModule, cwd: folder.uri.fsPath, env: harnessEnv(s) }, { ...opts, python: taskPython });
+    // (portable); without it (code-server, VSCodium) that command does not exist, so write the path as the
+    // user set it (the task runs in the workspace folder, so a relative one stays right there).
+    const taskPython = vscode.extensions.getExtension(PYTHON_EXTENSION_ID) ? undefined : await resolvePython(folder.uri);
+    const gen = await generateConfigs(await currentHarness(Gated.generate, folder), { ...opts, python: taskPython });
     const dir = vscode.Uri.joinPath(folder.uri, '.vscode');
     const launchUri = vscode.Uri.joinPath(dir, 'launch.json');
     const tasksUri = vscode.Uri.joinPath(dir, 'tasks.json');

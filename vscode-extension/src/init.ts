@@ -1,5 +1,5 @@
 import * as vscode from 'vscode';
-import { Commands, ContextKeys, DEBUG_TYPE, EVAL_SCHEME, Views } from './constants';
+import { Commands, ContextKeys, DEBUG_TYPE, EVAL_SCHEME, Gated, Views } from './constants';
 import { rankForEndpoint } from './common/attachConfig';
 import { RankDebugStates } from './common/rankDebugState';
 import { RtdebugAdapterFactory } from './adapterFactory';
@@ -21,7 +21,7 @@ import { openFrame, StacksView } from './stacksView';
 /** Every registration of the extension, in one place. */
 export function registerAll(context: vscode.ExtensionContext): void {
   const registry = new RegistryWatcher();
-  const attach = new AttachService(currentHarness, (ep) => rankForEndpoint(registry.sessions, ep));
+  const attach = new AttachService(() => currentHarness(Gated.attach), (ep) => rankForEndpoint(registry.sessions, ep));
   const log = vscode.window.createOutputChannel('rtdebug');
   const states = new RankDebugStates();
   const allStop = new AllStopController(attach, states, log);
@@ -46,7 +46,7 @@ export function registerAll(context: vscode.ExtensionContext): void {
     reg(Commands.attachToRank, (a) => commands.attachToRank(a)),
     reg(Commands.attachToAllRanks, (a) => commands.attachToAllRanks(a)),
     reg(Commands.showRanks, () => vscode.commands.executeCommand(`${Views.ranks}.focus`)),
-    reg(Commands.refreshRanks, () => { registry.refresh(); return registry.pollCli(true); }),
+    reg(Commands.refreshRanks, () => registry.refreshNow()),
     reg(Commands.attachRankItem, (n) => rankCommands.attachRank(n)),
     reg(Commands.detachRank, (n) => rankCommands.detachRank(n)),
     reg(Commands.stopSession, (n) => rankCommands.stopSession(n)),

@@ -1,5 +1,5 @@
 import * as vscode from 'vscode';
-import { Views } from './constants';
+import { Gated, Views } from './constants';
 import { runHarness } from './common/harnessCli';
 import { parseStacks } from './common/stacksModel';
 import { AttachService } from './attachService';
@@ -8,11 +8,13 @@ import { currentHarness } from './harnessCommand';
 import { RanksNode } from './ranksView';
 import { RegistryWatcher } from './registryWatcher';
 import { StacksNode, StacksView } from './stacksView';
+import { ensureTrusted } from './workspaceTrust';
 
 /**
  * The Ranks view's actions and the session-wide commands: Attach / Detach a rank, Stop Session,
  * Show Stacks of All Ranks, Pause All Ranks, Continue All Ranks. Each takes a view node when invoked from
- * the view, else asks (or takes the only candidate).
+ * the view, else asks (or takes the only candidate). Those that run the CLI (attach, stop, stacks) check
+ * workspace trust first, before asking anything; Pause/Continue only talk DAP to attached ranks.
  */
 export class RankCommands {
   constructor(private attach: AttachService, private registry: RegistryWatcher, private stacks: StacksView, private allStop: AllStopController,
@@ -20,6 +22,7 @@ export class RankCommands {
 
   async attachRank(node?: RanksNode): Promise<void> {
     if (node?.kind !== 'rank') return void vscode.commands.executeCommand('rtdebug.attachToRank');
+    if (!ensureTrusted(Gated.attach)) return;
     this.log.appendLine(`rtdebug: attaching to rank ${node.rank.rank} of ${node.session.entry.session_id} (Ranks view)`);
     await guard(() => this.attach.attach(node.session.entry.session_id, node.rank.rank), this.log);
   }
@@ -30,10 +33,11 @@ export class RankCommands {
   }
 
   async stopSession(node?: RanksNode): Promise<void> {
+    if (!ensureTrusted(Gated.stop)) return;
     const id = node?.session.entry.session_id ?? await this.pickSession('stop');
     if (!id) return;
     await guard(async () => {
-      const out = await runHarness(await currentHarness(), ['stop', '--session', id], 90000);
+      const out = await runHarness(await currentHarness(Gated.stop), ['stop', '--session', id], 90000);
       void vscode.window.showInformationMessage(`rtdebug: ${out.trim().split('\n').pop() || `session ${id} stopped`}`);
       this.registry.refresh();
     }, this.log);
@@ -41,18 +45,19 @@ export class RankCommands {
 
   /** `rtdebug stacks [--session ID] --json`, shown in the Rank Stacks view. */
   async showStacks(node?: RanksNode): Promise<void> {
+    if (!ensureTrusted(Gated.stacks)) return;
     const id = node?.session.entry.session_id ?? await this.pickSession('show the stacks of');
     if (!id) return;
     await guard(async () => {
       const args = ['stacks', '--session', id, ...(node?.kind === 'rank' ? ['--rank', String(node.rank.rank)] : []), '--json'];
-      const rep = parseStacks(await runHarness(await currentHarness(), args, 60000));
+      const rep = parseStacks(await runHarness(await currentHarness(Gated.stacks), args, 60000));
       this.stacks.show(rep);
       await vscode.commands.executeCommand(`${Views.stacks}.focus`);
     }, this.log);
   }
 
   async attachGroup(node?: StacksNode): Promise<void> {
-    if (node?.kind !== 'group') return;
+    if (node?.kind !== 'group' || !ensureTrusted(Gated.attach)) return;
     await guard(() => this.attach.attach(node.session, node.group.ranks[0]), this.log);
   }
 

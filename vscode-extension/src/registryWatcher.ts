@@ -1,18 +1,21 @@
 import * as vscode from 'vscode';
-import { CLI_POLL_MS, REGISTRY_POLL_MS } from './constants';
+import { CLI_POLL_MS, Gated, REGISTRY_POLL_MS } from './constants';
 import { runHarness } from './common/harnessCli';
-import { CliRankSource, mergeSessions, useCliSource } from './common/rankSource';
+import { cliPoll, CliRankSource, mergeSessions } from './common/rankSource';
 import { registryDir } from './common/registryPaths';
 import { findSession, readRegistry } from './common/registryReader';
 import { Session } from './common/registryModel';
+import { untrustedMessage } from './common/trustGate';
 import { currentHarness } from './harnessCommand';
 import { readSettings } from './settings';
+import { workspaceTrusted } from './workspaceTrust';
 
 /**
  * The live sessions and ranks, for the view, the status bar and the commands. This machine's registry
  * files are polled every second (a few small files); when `rtdebug.listing` asks for it (or a cluster
  * listing is configured: RAY_ADDRESS / RTDEBUG_STORE), `rtdebug ps --json` is polled too, less often, and
- * its sessions and remote ranks are merged in. Fires when what a user would see changes.
+ * its sessions and remote ranks are merged in — in a trusted workspace only (common/trustGate.ts): an
+ * untrusted one lists the files alone. Fires when what a user would see changes.
  */
 export class RegistryWatcher implements vscode.Disposable {
   private timer: NodeJS.Timeout;
@@ -23,7 +26,7 @@ export class RegistryWatcher implements vscode.Disposable {
   private cliBusy = false;
   private changed = new vscode.EventEmitter<Session[]>();
   readonly onDidChange = this.changed.event;
-  private cli = new CliRankSource(async () => runHarness(await currentHarness(), ['ps', '--json'], 30000));
+  private cli = new CliRankSource(async () => runHarness(await currentHarness(Gated.listing), ['ps', '--json'], 30000));
   /** The last CLI listing error (shown in the view's message), cleared by a good read. */
   cliError: string | undefined;
 
@@ -44,10 +47,12 @@ export class RegistryWatcher implements vscode.Disposable {
     return this.current;
   }
 
-  /** One `rtdebug ps --json` read when the listing setting asks for it; never two at once. */
+  /** One `rtdebug ps --json` read when the listing setting asks for it (see cliPoll); never two at once. */
   async pollCli(force = false): Promise<void> {
-    if (this.cliBusy || !(force || useCliSource(readSettings().listing, process.env))) {
-      if (this.fromCli.length && !useCliSource(readSettings().listing, process.env)) { this.fromCli = []; this.refresh(); }
+    const decision = cliPoll(readSettings().listing, process.env, workspaceTrusted(), force);
+    if (decision === 'untrusted') this.cliError = untrustedMessage(Gated.listing);
+    if (this.cliBusy || decision !== 'poll') {
+      if (this.fromCli.length && decision !== 'poll') { this.fromCli = []; this.refresh(); }
       return;
     }
     this.cliBusy = true;
@@ -58,6 +63,15 @@ export class RegistryWatcher implements vscode.Disposable {
       this.cliError = (e as Error).message;
     } finally { this.cliBusy = false; }
     this.refresh();
+  }
+
+  /** The Refresh button: the files now, and the CLI listing; in an untrusted workspace it says why not. */
+  async refreshNow(): Promise<void> {
+    this.refresh();
+    if (cliPoll(readSettings().listing, process.env, workspaceTrusted(), true) === 'untrusted') {
+      void vscode.window.showWarningMessage(`rtdebug: ${untrustedMessage(Gated.listing)}`);
+    }
+    await this.pollCli(true);
   }
 
   get sessions(): Session[] { return this.current; }

@@ -1,10 +1,16 @@
-import { execFile } from 'child_process';
+import { execFile, ExecFileOptions } from 'child_process';
+import { neutralCwd } from './cliPaths';
 import { GeneratedConfigs, parseGenerated } from './launchFiles';
 
 /** Runs `<python> -m <module> <args>` and turns its failures into one clear sentence. */
 export class HarnessCliError extends Error {}
 
-export interface HarnessCommand { python: string; module: string; cwd?: string; env?: NodeJS.ProcessEnv }
+/**
+ * How to run the CLI. There is deliberately no cwd: every CLI process runs in neutralCwd(), never in the
+ * workspace (whose own `rtdebug/` would be imported first). Paths the user wrote relative to the
+ * workspace are made absolute before they get here (cliPaths.absoluteFrom).
+ */
+export interface HarnessCommand { python: string; module: string; env?: NodeJS.ProcessEnv }
 
 export interface GenerateOptions {
   script: string; mode: 'run' | 'torchrun'; nprocPerNode?: number; nnodes?: number; hosts?: string[];
@@ -16,13 +22,27 @@ export interface AttachInfo {
   session_id: string; rank: number; host: string; port: number; configuration: Record<string, unknown>;
 }
 
+/** The options of every CLI process: the neutral cwd, the harness environment, a timeout. */
+export function cliExecOptions(cmd: HarnessCommand, timeoutMs: number): ExecFileOptions & { cwd: string } {
+  return { cwd: neutralCwd(), env: cmd.env ?? process.env, timeout: timeoutMs, maxBuffer: 8 << 20 };
+}
+
 export function runHarness(cmd: HarnessCommand, args: string[], timeoutMs = 60000): Promise<string> {
   return new Promise((resolve, reject) => {
-    execFile(cmd.python, ['-m', cmd.module, ...args], { cwd: cmd.cwd, env: cmd.env ?? process.env, timeout: timeoutMs, maxBuffer: 8 << 20 },
-      (err, stdout, stderr) => {
-        if (!err) return resolve(stdout);
-        reject(new HarnessCliError(describeFailure(cmd, args, err, stderr)));
-      });
+    execFile(cmd.python, ['-m', cmd.module, ...args], { ...cliExecOptions(cmd, timeoutMs), encoding: 'utf8' }, (err, stdout, stderr) => {
+      if (!err) return resolve(stdout);
+      reject(new HarnessCliError(describeFailure(cmd, args, err, stderr)));
+    });
+  });
+}
+
+/** Fails with a clear message unless `python` can import the module (`python -c "import <module>"`). */
+export function checkInstalled(cmd: HarnessCommand): Promise<void> {
+  return new Promise((resolve, reject) => {
+    execFile(cmd.python, ['-c', `import ${cmd.module}`], { ...cliExecOptions(cmd, 30000), encoding: 'utf8' }, (err, _out, stderr) => {
+      if (!err) return resolve();
+      reject(new HarnessCliError(describeFailure(cmd, [], err, stderr)));
+    });
   });
 }
 
@@ -38,6 +58,11 @@ export function describeFailure(cmd: HarnessCommand, args: string[], err: { code
   return `${what} failed: ${msg.trim()}`;
 }
 
+/**
+ * `vscode` flags. The script is passed as the user gave it (relative to the workspace, as the prompt lists
+ * it): the CLI never resolves it, it only writes it into the entries, which run with
+ * `"cwd": "${workspaceFolder}"`; so the CLI's own cwd does not change what it prints.
+ */
 export function generateArgs(o: GenerateOptions): string[] {
   const a = ['vscode', '--script', o.script, '--mode', o.mode];
   if (o.mode === 'torchrun') {

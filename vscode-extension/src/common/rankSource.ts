@@ -67,6 +67,19 @@ export function mergeSessions(primary: Session[], other: Session[]): Session[] {
   return [...byId.values()].sort((a, b) => b.entry.started_at - a.entry.started_at);
 }
 
+/**
+ * One CLI poll's decision. `poll`: run `rtdebug ps --json` (the listing wants it, or Refresh forces it);
+ * `skip`: not wanted; `untrusted`: wanted, but the workspace is untrusted, so no Python runs and only the
+ * registry files are listed (Refresh says so; the timer stays quiet).
+ */
+export type CliPoll = 'poll' | 'skip' | 'untrusted';
+
+export function cliPoll(setting: string, env: NodeJS.ProcessEnv, trusted: boolean, force: boolean): CliPoll {
+  const wanted = useCliSource(setting, env);
+  if (!trusted) return wanted ? 'untrusted' : 'skip';
+  return wanted || force ? 'poll' : 'skip';
+}
+
 /** When to also ask the CLI: "cli" always, "files" never, "auto" when a cluster listing is configured. */
 export function useCliSource(setting: string, env: NodeJS.ProcessEnv): boolean {
   if (setting === 'cli') return true;

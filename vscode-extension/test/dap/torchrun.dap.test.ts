@@ -42,7 +42,7 @@ for (const c of CASES) {
       startJob: () => new JobProcess({ python: python!, module: 'rtdebug', mode: c.mode, script: file, args: c.args, cwd: REPO_ROOT, env, portBase, host: '127.0.0.1', wait: 'all', nprocPerNode: 2 }, (l) => { log.push(l); if (process.env.RTDEBUG_TEST_VERBOSE) step(l); }),
       attach: async (sid, r) => {
         step(`attaching rank ${r.rank}`);
-        const info = await attachInfo({ python: python!, module: 'rtdebug', cwd: REPO_ROOT, env }, r.rank, sid);
+        const info = await attachInfo({ python: python!, module: 'rtdebug', env }, r.rank, sid);
         const config = substitute(toRankDebugConfig(info, true), REPO_ROOT);
         assert.equal(config.type, 'debugpy');
         assert.deepEqual(config.connect, { host: '127.0.0.1', port: portBase + r.rank });

@@ -7,6 +7,7 @@ import { attachArgs, describeFailure, generateArgs, generateConfigs, runHarness 
 import { applyGenerated } from '../../src/common/launchFiles';
 import { JobProcess, jobArgs, JobSpec } from '../../src/common/jobProcess';
 import { harnessPython, tmpDir } from './helpers';
+import { neutralCwd } from '../../src/common/cliPaths';
 import { isProcessLive } from '../../src/common/processLiveness';
 import { SESSION_STARTING_RE } from '../../src/constants';
 
@@ -70,6 +71,13 @@ test('real harness: `vscode --json` output merges into launch/tasks and is idemp
   // the package is `rtdebug`: the task runs it, and attach configs hide its frames by that module name
   assert.deepEqual((out.tasks[0].args as string[]).slice(0, 3), ['-m', 'rtdebug', 'torchrun']);
   for (const c of out.configurations.filter((x) => x.type === 'debugpy')) assert.deepEqual(c.rules, [{ module: 'rtdebug', include: false }], String(c.name));
+  // the CLI runs in the neutral cwd: the entries still resolve the (relative) script and paths in the workspace
+  assert.ok(!JSON.stringify(out).includes(neutralCwd()), 'the CLI cwd leaked into the entries');
+  assert.deepEqual(out.tasks[0].options, { cwd: '${workspaceFolder}' });
+  assert.equal((out.tasks[0].args as string[]).at(-1), 'examples/plain_ddp.py');
+  for (const c of out.configurations.filter((x) => x.type === 'debugpy')) assert.deepEqual(c.pathMappings, [{ localRoot: '${workspaceFolder}', remoteRoot: '${workspaceFolder}' }]);
+  const single = (await generateConfigs({ python: py!, module: 'rtdebug' }, { script: 'examples/local_linear.py', mode: 'run' })).configurations[0];
+  assert.deepEqual([single.module, single.args, single.cwd], ['rtdebug', ['run', 'examples/local_linear.py'], '${workspaceFolder}']);
   const files = applyGenerated('// mine\n{"version": "0.2.0", "configurations": [{"name": "x"}]}', '', out, 'examples/plain_ddp.py');
   const launch = jsonc.parse(files.launch);
   assert.ok(files.launch.startsWith('// mine\n'));
