@@ -48,7 +48,7 @@ def one(python: str, extra_path: str | None, timeout: float) -> float | None:
             [
                 python,
                 "-m",
-                "harness.bootstrap",
+                "rtdebug.rank.bootstrap",
                 str(BENCH / "loop.py"),
                 "--mode",
                 "py",

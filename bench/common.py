@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.ports import is_port_free
+from rtdebug.common.ports import is_port_free
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent

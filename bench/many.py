@@ -14,7 +14,7 @@ from bench.jobs import Run, attach_all, disconnect_all, guarded
 
 
 def many_ranks(res: dict, reps: int, n: int = 16) -> None:
-    from harness.registry import Registry
+    from rtdebug.registry.files import Registry
 
     d: dict[str, list] = {"ready": [], "attach_all": [], "rank_bytes": [], "boot_to_ready": [], "spawn_to_record": []}
     for rep in range(reps):

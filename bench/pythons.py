@@ -73,7 +73,7 @@ def single_rank(python: str, kind: str, args: list[str], cpu: int | None) -> tup
             RTDEBUG_SESSION=f"bench-{os.getpid()}-{port}",
             RTDEBUG_PORT_BASE=str(port),
         )
-        cmd = [python, "-m", "harness.bootstrap", *loop]
+        cmd = [python, "-m", "rtdebug.rank.bootstrap", *loop]
     return Job(cmd, env, cpu=cpu), tmp, ctl, port
 
 

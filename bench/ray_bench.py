@@ -75,7 +75,7 @@ def _harness_ports(address: str, env: dict, procs: dict, timeout: float = 900) -
     while time.monotonic() < deadline:
         _check(procs)
         r = subprocess.run(
-            [sys.executable, "-m", "harness", "ps", "--json", "--ray-address", address],
+            [sys.executable, "-m", "rtdebug", "ps", "--json", "--ray-address", address],
             env=env, capture_output=True, text=True, cwd=ROOT,
         )  # fmt: skip
         for s in json.loads(r.stdout or '{"sessions": []}')["sessions"]:
@@ -136,7 +136,7 @@ def one_round(address: str, work: Path, cycles: int, window: float, port: int) -
     cmds = {
         "plain_a": [sys.executable, *job, "plain_a"],
         "plain_b": [sys.executable, *job, "plain_b"],
-        "harness": [sys.executable, "-m", "harness", "run", "--port", str(port), *job, "harness", "--hold"],
+        "harness": [sys.executable, "-m", "rtdebug", "run", "--port", str(port), *job, "harness", "--hold"],
     }
     procs = {
         k: subprocess.Popen(c, env=env, cwd=ROOT, stdout=open(work / f"{k}.log", "wb"), stderr=subprocess.STDOUT)

@@ -148,7 +148,7 @@ def report(res: dict, quick: bool) -> str:
         if runs:
             L.append(
                 "So the comparison uses the torch-free `py` loop, one process (`python loop.py` vs the "
-                "rank bootstrap `python -m harness.bootstrap loop.py` as rank 0 of 1, then a DAP client "
+                "rank bootstrap `python -m rtdebug.rank.bootstrap loop.py` as rank 0 of 1, then a DAP client "
                 "attached with no breakpoints).\n"
             )
             L.append(

@@ -1,7 +1,7 @@
 """Benchmark for `rtdebug stacks` (issue 11); writes bench/STACKS_RESULTS.md.
 
 1. Time to the grouped answer on 8 and 16 hung ranks (examples/hang.py): the whole CLI
-   (`rtdebug stacks --json`) and the dump itself (`harness.stacks.collect`). Goal: <= 1 s for 8.
+   (`rtdebug stacks --json`) and the dump itself (`rtdebug.stacks.collect.collect`). Goal: <= 1 s for 8.
 2. A rank's step rate while dumped once a second vs not dumped (goal >= 0.99x):
    two identical `rtdebug run` jobs of a small torch training step run side by
    side, each pinned to its own core; one is dumped once a second, roles swap every
@@ -27,8 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness import stacks  # noqa: E402
-from harness.registry import Registry  # noqa: E402
+from rtdebug.registry.files import Registry  # noqa: E402
+from rtdebug.stacks import collect as stacks  # noqa: E402
 
 PY = sys.executable
 LOOP = """
@@ -55,7 +55,7 @@ while True:
 
 
 def free_base() -> int:
-    from harness.ports import is_port_free
+    from rtdebug.common.ports import is_port_free
 
     for base in range(41000, 59000, 37):
         if all(is_port_free(base + i, "127.0.0.1") for i in range(17)):
@@ -66,7 +66,7 @@ def free_base() -> int:
 def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     f = open(log, "wb")
     return subprocess.Popen(
-        [PY, "-m", "harness", *args], cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
+        [PY, "-m", "rtdebug", *args], cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
     )
 
 
@@ -116,7 +116,7 @@ def time_to_answer(n: int, reg: Registry, env: dict[str, str], tmp: Path, repeat
         cli, inproc = [], []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            cmd = [PY, "-m", "harness", "stacks", "--json", "--session", sid]
+            cmd = [PY, "-m", "rtdebug", "stacks", "--json", "--session", sid]
             out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
             cli.append(time.perf_counter() - t0)
             got = json.loads(out.stdout)
@@ -127,7 +127,7 @@ def time_to_answer(n: int, reg: Registry, env: dict[str, str], tmp: Path, repeat
             time.sleep(0.2)
         imports, bare = [], []
         for _ in range(repeats):  # where the CLI's time goes: interpreter start, then the harness's imports
-            for code, into in (("import harness.cli", imports), ("pass", bare)):
+            for code, into in (("import rtdebug.cli", imports), ("pass", bare)):
                 t0 = time.perf_counter()
                 subprocess.run([PY, "-c", code], cwd=ROOT, env=env, check=True)
                 into.append(time.perf_counter() - t0)
@@ -261,7 +261,7 @@ def write(out: Path, t: dict[int, dict[str, str]], rate: dict[str, str], quick: 
             f"answer, s | {r['cli']} | {goal} | {verdict} |"
         )
         lines.append(f"| ↳ the dump itself (`stacks.collect`: signal {n} ranks, read, group), s | {r['collect']} | | |")
-        lines.append(f"| ↳ `python -c 'import harness.cli'` (start + imports, no dump), s | {r['import']} | | |")
+        lines.append(f"| ↳ `python -c 'import rtdebug.cli'` (start + imports, no dump), s | {r['import']} | | |")
         lines.append(f"| ↳ `python -c pass` (interpreter start alone), s | {r['bare']} | | |")
         lines.append(
             f"| ↳ CPU time one dump costs a hung rank (its own accounting, 500 dumps), µs | "

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Python linters: ruff (lint + format check) over the repository, mypy over harness/.
+# The Python linters: ruff (lint + format check) over the repository, mypy over the rtdebug package (harness/rtdebug/).
 # Configuration in pyproject.toml ([tool.ruff], [tool.mypy]); the tools come with setup.sh (the `lint` extra).
 # Runs all three and fails if any fails.
 set -uo pipefail
@@ -8,5 +8,5 @@ PY=${PYTHON:-.venv/bin/python}
 rc=0
 echo "== ruff check" && "$PY" -m ruff check . || rc=1
 echo "== ruff format --check" && "$PY" -m ruff format --check . || rc=1
-echo "== mypy harness" && "$PY" -m mypy harness || rc=1
+echo "== mypy rtdebug" && "$PY" -m mypy || rc=1
 exit $rc

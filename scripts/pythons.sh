@@ -35,10 +35,10 @@ for v in $VERSIONS; do
     "$venv/bin/python" -m pip install -q --upgrade pip 2>/dev/null || true
   fi
   # Reinstall when the dependencies changed (stamp) or the installed harness does not import from outside
-  # the repo (there, ./harness would hide a broken install).
+  # the repo (there, the checkout would hide a broken install).
   stamp=$(cat pyproject.toml constraints/ci.txt | sha256sum | cut -c1-16)
   if [ "$(cat "$venv/.rtdebug-stamp" 2>/dev/null)" != "$stamp" ] || [ ! -x "$venv/bin/rtdebug" ] \
-      || ! (cd / && "$ROOT/$venv/bin/python" -c 'import harness.cli, debugpy, psutil') 2>/dev/null; then
+      || ! (cd / && "$ROOT/$venv/bin/python" -c 'import rtdebug.cli, debugpy, psutil') 2>/dev/null; then
     if ! "$venv/bin/python" -m pip install -q -c constraints/ci.txt -e . > "$venv/pip.log" 2>&1; then
       cat "$venv/pip.log" >&2
       exit 1

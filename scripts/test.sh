@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-bash scripts/lint.sh  # ruff check, ruff format --check, mypy harness
+bash scripts/lint.sh  # ruff check, ruff format --check, mypy (the rtdebug package)
 export RTDEBUG_PYTHONS_REQUIRED=${RTDEBUG_PYTHONS_REQUIRED:-1}  # CI: every supported Python must be there
 bash scripts/pythons.sh
 .venv/bin/python -m pytest tests

@@ -61,7 +61,7 @@ class Job:
         self.log = log
         self._f = open(log, "wb")
         self.proc = subprocess.Popen(
-            [PY, "-m", "harness", *args], cwd=cwd, env=env, stdout=self._f, stderr=subprocess.STDOUT
+            [PY, "-m", "rtdebug", *args], cwd=cwd, env=env, stdout=self._f, stderr=subprocess.STDOUT
         )
 
     def output(self) -> str:
@@ -150,7 +150,7 @@ def rtdebug(*args: str, env: dict[str, str] | None = None, timeout: float = 120)
     e = dict(os.environ)
     e.update(env or {})
     return subprocess.run(
-        [PY, "-m", "harness", *args], cwd=ROOT, env=e, capture_output=True, text=True, timeout=timeout
+        [PY, "-m", "rtdebug", *args], cwd=ROOT, env=e, capture_output=True, text=True, timeout=timeout
     )
 
 

@@ -115,7 +115,7 @@ class Hosts:
         """``rtdebug ARGS`` in namespace ``h``, output to ``<tmp>/<h>.log``."""
         log = open(self.tmp / f"{h}.log", "wb")
         p = subprocess.Popen(
-            ["ip", "netns", "exec", self.names[h], PY, "-m", "harness", *args],
+            ["ip", "netns", "exec", self.names[h], PY, "-m", "rtdebug", *args],
             cwd=ROOT,
             env=dict(self.env(h), **env),
             stdout=log,
@@ -152,4 +152,4 @@ class Hosts:
         )
 
     def rtdebug(self, h: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        return self.run(h, PY, "-m", "harness", *args, timeout=timeout)
+        return self.run(h, PY, "-m", "rtdebug", *args, timeout=timeout)

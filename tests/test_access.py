@@ -1,4 +1,4 @@
-"""harness.access: peer uid from /proc/net/tcp{,6} on real sockets, allow-lists, and a real job that a
+"""rtdebug.rank.access: peer uid from /proc/net/tcp{,6} on real sockets, allow-lists, and a real job that a
 foreign uid cannot get into (while the owner still can)."""
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ import time
 import psutil
 import pytest
 
-from harness.access import AllowList, check, own_addresses, parse_allow, peer_uid, tcp_rows
-from harness.config import RankConfig
-from harness.errors import HarnessError
+from rtdebug.common.addresses import own_addresses, parse_allow
+from rtdebug.common.config import RankConfig
+from rtdebug.common.errors import HarnessError
+from rtdebug.rank.access import AllowList, check, peer_uid, tcp_rows
 
 from conftest import EXAMPLES, marker_line, read_ranks, rtdebug, wait_ranks
 from dap import DAPClient

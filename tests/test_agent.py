@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from harness.agent import ForkedAgent, cuda_loaded
+from rtdebug.launcher.agent import ForkedAgent, cuda_loaded
 
 from conftest import ROOT, wait_ranks
 

@@ -38,7 +38,7 @@ def test_unreadable_script(tmp_path, registry_dir):
     p = tmp_path / "secret.py"
     p.write_text("print(1)")
     p.chmod(0)
-    cmd = [PY, "-m", "harness", "run", str(p)]
+    cmd = [PY, "-m", "rtdebug", "run", str(p)]
     if os.geteuid() == 0:  # root reads anything: drop the capabilities that let it
         setpriv = shutil.which("setpriv")
         if setpriv is None:
@@ -151,7 +151,7 @@ def test_overlapping_sessions_at_once(registry_dir, port_base, tmp_path):
             [
                 PY,
                 "-m",
-                "harness",
+                "rtdebug",
                 "torchrun",
                 "--debug-port-base",
                 str(port_base),

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from harness import cli
-from harness.launcher import local_global_ranks, plan_torchrun
+from rtdebug import cli
+from rtdebug.launcher.torchrun import local_global_ranks, plan_torchrun
 
 
 def parse(tokens):
@@ -39,7 +39,7 @@ def test_plan_passes_torchrun_options_and_script_args(tmp_path):
     )
     plan = plan_torchrun(ns, rest)
     assert plan.torchrun_options == ["--nproc-per-node", "3", "--master-port", "29999", "--local-ranks-filter", "0"]
-    assert plan.command()[-5:] == ["-m", "harness.bootstrap", str(script), "--lr", "1"]
+    assert plan.command()[-5:] == ["-m", "rtdebug.rank.bootstrap", str(script), "--lr", "1"]
     assert plan.local_ranks == [0, 1, 2] and ns.port == 7000
 
 
@@ -47,7 +47,7 @@ def test_plan_module_mode():
     ns, rest = parse(["--nproc-per-node", "2", "-m", "json.tool", "x"])
     plan = plan_torchrun(ns, rest)
     assert "-m" not in plan.torchrun_options
-    assert plan.command()[-5:] == ["-m", "harness.bootstrap", "-m", "json.tool", "x"]
+    assert plan.command()[-5:] == ["-m", "rtdebug.rank.bootstrap", "-m", "json.tool", "x"]
 
 
 def test_no_python_rejected(tmp_path):
@@ -88,7 +88,7 @@ def test_vscode_multinode_hosts(capsys):
     assert cli.main(["vscode", "--script", "t.py"]) == 0
     default = json.loads(capsys.readouterr().out)["configurations"]
     assert [c["name"] for c in default[:2]] == ["rtdebug: attach rank 0", "rtdebug: attach rank 1"]
-    assert default[0]["rules"] == [{"module": "harness", "include": False}]
+    assert default[0]["rules"] == [{"module": "rtdebug", "include": False}]
     assert cli.main(["vscode", "--script", "t.py", "--nnodes", "2", "--hosts", "a"]) == 2
     assert "--hosts lists 1 hosts for --nnodes 2" in capsys.readouterr().err
 
@@ -105,7 +105,7 @@ def test_usage_error_exit_code(capsys):
 
 
 def test_rank_table_states():
-    from harness.launcher import format_table, rank_state
+    from rtdebug.registry.table import format_table, rank_state
 
     base = {"rank": 0, "local_rank": 0, "pid": 1, "host": "127.0.0.1", "port": 5678, "attach_count": 0, "wait": False}
     assert rank_state(dict(base, state="ready")) == "ready"
@@ -131,7 +131,7 @@ def test_rank_table_states():
 def test_nproc_gpu_without_cuda_is_a_usage_error(tmp_path):
     import torch
 
-    from harness.errors import HarnessError
+    from rtdebug.common.errors import HarnessError
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")

@@ -1,7 +1,7 @@
 import pytest
 
-from harness.config import RankConfig, Target
-from harness.errors import HarnessError
+from rtdebug.common.config import RankConfig, Target
+from rtdebug.common.errors import HarnessError
 
 
 def test_rank_config_round_trips_through_env():

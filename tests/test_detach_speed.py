@@ -26,7 +26,7 @@ SETTRACE = sys.version_info < (3, 12)
 
 PROGRAM = textwrap.dedent("""
     import json, os, sys, threading, time
-    from harness.endpoint import Endpoint
+    from rtdebug.rank.endpoint import Endpoint
     ep = Endpoint("127.0.0.1", int(sys.argv[1]))
     ep.start(eager=sys.argv[3] == "eager")
     report, seen = sys.argv[2], {}

@@ -139,7 +139,7 @@ def test_ray_data_single_process_works(job, registry_dir, port_base):
 
 
 def test_run_under_existing_debugger_starts_no_second_listener(tmp_path, registry_dir, port_base):
-    """The F5 path: VS Code's debugpy launches `python -m harness run`; breakpoints come from that debugger."""
+    """The F5 path: VS Code's debugpy launches `python -m rtdebug run`; breakpoints come from that debugger."""
     import os
     import subprocess
     import sys
@@ -156,7 +156,7 @@ def test_run_under_existing_debugger_starts_no_second_listener(tmp_path, registr
             f"127.0.0.1:{port_base}",
             "--wait-for-client",
             "-m",
-            "harness",
+            "rtdebug",
             "run",
             "--port",
             str(port_base + 1),

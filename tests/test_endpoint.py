@@ -20,7 +20,7 @@ pytestmark = pytest.mark.e2e
 
 PROGRAM = textwrap.dedent("""
     import sys, time
-    from harness.endpoint import Endpoint
+    from rtdebug.rank.endpoint import Endpoint
     ep = Endpoint("127.0.0.1", int(sys.argv[1]), on_state=lambda s: print("STATE", s, flush=True))
     ep.start(eager=sys.argv[2] == "eager")
     print("DEBUGPY_LOADED", "debugpy" in sys.modules, flush=True)
@@ -70,7 +70,7 @@ def test_attach_detach_reattach_with_one_listening_socket(tmp_path, port_base, m
 
 SERVER = textwrap.dedent("""
     import sys, time
-    from harness.endpoint import Endpoint
+    from rtdebug.rank.endpoint import Endpoint
     host, port, allow = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     listed = Endpoint(host, port, label="listed", allow=allow,
                       on_refused=lambda: print("REFUSED listed", listed.refused_count, flush=True))
@@ -228,7 +228,7 @@ def test_torchrun_debug_allow_reaches_the_ranks(tmp_path, two_hosts, registry_di
                 a,
                 sys.executable,
                 "-m",
-                "harness",
+                "rtdebug",
                 "torchrun",
                 "--debug-host",
                 f"{net}.1",

@@ -1,4 +1,4 @@
-"""harness.filelocks: a real second process holds the lock; a timeout says so; a killed holder leaves no lock."""
+"""rtdebug.common.filelocks: a real second process holds the lock; a timeout says so; a killed holder leaves no lock."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from harness.filelocks import LockTimeout, locked
+from rtdebug.common.filelocks import LockTimeout, locked
 
 HOLD = """
 import sys, time
-from harness.filelocks import locked
+from rtdebug.common.filelocks import locked
 with locked(sys.argv[1], 5):
     print("held", flush=True)
     time.sleep(60)

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from harness import forcelocal
+from rtdebug.rank import forcelocal
 
 from conftest import SCRIPTS, marker_line, port_free, wait_ranks
 from dap import DAPClient

@@ -1,4 +1,4 @@
-"""harness.imports (post-import hooks) and what a rank's start path imports.
+"""rtdebug.common.imports (post-import hooks) and what a rank's start path imports.
 
 Every module the rank imports before the user's script runs is on the launch's critical path
 (issue 13: launch -> first step within 3 % of plain torchrun), so psutil and filelock must stay off it.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from harness.imports import when_imported
+from rtdebug.common.imports import when_imported
 
 
 def _imported(module: str, names: tuple[str, ...]) -> list[str]:
@@ -21,9 +21,9 @@ def _imported(module: str, names: tuple[str, ...]) -> list[str]:
 
 def test_rank_and_launcher_start_paths_import_no_psutil_filelock_or_debugpy():
     heavy = ("psutil", "filelock", "debugpy", "torch", "importlib.abc")
-    assert _imported("harness.bootstrap", heavy) == []
+    assert _imported("rtdebug.rank.bootstrap", heavy) == []
     # the launcher (`rtdebug torchrun`) needs neither the rank's modules nor debugpy
-    assert _imported("harness.cli", (*heavy[1:], "harness.bootstrap", "harness.endpoint")) == []
+    assert _imported("rtdebug.cli", (*heavy[1:], "rtdebug.rank.bootstrap", "rtdebug.rank.endpoint")) == []
 
 
 def test_hook_runs_after_the_module_executes_and_at_once_if_imported(tmp_path, monkeypatch):

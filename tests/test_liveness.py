@@ -9,8 +9,10 @@ import jsonschema
 import pytest
 from test_registry import dead_pid, rank, session
 
-from harness import cli
-from harness.registry import SCHEMA_PATH, Registry
+from rtdebug import cli
+from rtdebug.registry.files import Registry
+from rtdebug.registry.liveness import prune, reserve_session
+from rtdebug.registry.record import SCHEMA_PATH
 
 SCHEMA = json.loads(SCHEMA_PATH.read_text())
 
@@ -20,10 +22,10 @@ def test_orphaned_session_listed_and_marked(tmp_path):
     reg = Registry(tmp_path)
     entry = session("orph")
     entry["launcher_pid"] = dead_pid()
-    reg.create_session(entry)
+    reserve_session(reg, entry)
     reg.write_rank(rank("orph", r=0, state="ready"))  # pid = this live process
     reg.write_rank(rank("orph", r=1, pid=dead_pid(), state="ready"))
-    live = reg.live()
+    live = prune(reg)
     assert [s["session_id"] for s in live] == ["orph"]
     assert live[0]["state"] == "orphaned"
     assert live[0]["error"].startswith(f"launcher pid {entry['launcher_pid']} is gone")
@@ -36,12 +38,12 @@ def test_orphan_keeps_its_ports_reserved(tmp_path):
     reg = Registry(tmp_path)
     entry = session("orph", ports=(7000, 7001))
     entry["launcher_pid"] = dead_pid()
-    reg.create_session(entry)
+    reserve_session(reg, entry)
     reg.write_rank(rank("orph", r=0, state="ready"))
-    from harness.errors import HarnessError
+    from rtdebug.common.errors import HarnessError
 
     with pytest.raises(HarnessError, match="debug port 7001 is reserved by session orph"):
-        reg.create_session(session("new", ports=(7001, 7002)))
+        reserve_session(reg, session("new", ports=(7001, 7002)))
 
 
 DAMAGE = {
@@ -57,7 +59,7 @@ DAMAGE = {
 def test_damaged_rank_entry_never_crashes_readers(tmp_path, monkeypatch, capsys, damage):
     monkeypatch.setenv("RTDEBUG_REGISTRY_DIR", str(tmp_path))
     reg = Registry(tmp_path)
-    reg.create_session(session("s1"))
+    reserve_session(reg, session("s1"))
     reg.write_rank(rank("s1", r=0))
     bad = tmp_path / "s1" / "rank-1.json"
     bad.write_bytes(DAMAGE[damage])
@@ -87,14 +89,15 @@ def test_damaged_session_entry_is_named_not_fatal(tmp_path, monkeypatch, capsys)
 
 RACER = r"""
 import os, sys, time
-from harness.errors import HarnessError
-from harness.registry import Registry, process_create_time
+from rtdebug.common.errors import HarnessError
+from rtdebug.registry.files import Registry
+from rtdebug.registry.liveness import reserve_session
 sys.path.insert(0, {root!r})
 from tests.test_registry import session
 base = int(sys.argv[1])
 entry = session("s%d" % os.getpid(), pid=os.getpid(), ports=(base, base + 1))
 try:
-    Registry({reg!r}).create_session(entry)
+    reserve_session(Registry({reg!r}), entry)
     print("OK", flush=True)
 except HarnessError as exc:
     print("CLASH", exc, flush=True)
@@ -118,7 +121,7 @@ def test_fifty_sessions_at_once_never_double_book(tmp_path):
         won = [r for r in results if r == "OK"]
         assert all(r == "OK" or r.startswith("CLASH debug port 80") for r in results), results
         reg = Registry(tmp_path / "reg")
-        live = reg.live()
+        live = prune(reg)
         assert len(live) == len(won)
         ports = [p for s in live for p in s["ports"]]
         assert len(ports) == len(set(ports))  # never double-booked

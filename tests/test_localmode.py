@@ -2,22 +2,23 @@ from datetime import timedelta
 
 import pytest
 
-from harness import localmode
-from harness.errors import HarnessError
+from rtdebug.common import rankenv
+from rtdebug.common.errors import HarnessError
+from rtdebug.rank import localmode
 
 
 def test_ray_env_sets_v2_unless_user_did():
-    assert localmode.ray_env({}) == {"RAY_TRAIN_V2_ENABLED": "1"}
-    assert localmode.ray_env({"RAY_TRAIN_V2_ENABLED": "1"}) == {}
+    assert rankenv.ray_env({}) == {"RAY_TRAIN_V2_ENABLED": "1"}
+    assert rankenv.ray_env({"RAY_TRAIN_V2_ENABLED": "1"}) == {}
     with pytest.raises(HarnessError) as e:
-        localmode.ray_env({"RAY_TRAIN_V2_ENABLED": "0"})
+        rankenv.ray_env({"RAY_TRAIN_V2_ENABLED": "0"})
     assert e.value.exit_code == 2
 
 
 def test_nccl_env_only_for_gpu_runs_and_never_overrides():
-    assert localmode.nccl_env(7200, cuda_available=False, env={}) == {}
-    assert localmode.nccl_env(7200, cuda_available=True, env={}) == {"TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "7200"}
-    assert localmode.nccl_env(7200, True, {"TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "60"}) == {}
+    assert rankenv.nccl_env(7200, cuda_available=False, env={}) == {}
+    assert rankenv.nccl_env(7200, cuda_available=True, env={}) == {"TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "7200"}
+    assert rankenv.nccl_env(7200, True, {"TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": "60"}) == {}
 
 
 def test_patch_default_timeouts_on_real_torch():

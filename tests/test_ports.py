@@ -2,8 +2,8 @@ import socket
 
 import pytest
 
-from harness.errors import HarnessError
-from harness.ports import check_ports_free, is_port_free, parse_rank_list, port_for_rank, ports_for_ranks
+from rtdebug.common.errors import HarnessError
+from rtdebug.common.ports import check_ports_free, is_port_free, parse_rank_list, port_for_rank, ports_for_ranks
 
 
 def test_port_rule_uses_global_rank():

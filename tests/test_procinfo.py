@@ -1,4 +1,5 @@
-"""harness.procinfo: /proc-read create times agree with psutil's; a zombie, a gone pid or a reused pid is not alive."""
+"""rtdebug.common.procinfo: /proc-read create times agree with psutil's; a zombie, a gone pid or a reused pid
+is not alive."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from harness.procinfo import is_alive, process_create_time
+from rtdebug.common.procinfo import is_alive, process_create_time
 
 
 def test_create_time_without_psutil_agrees_with_psutil():

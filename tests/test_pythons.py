@@ -6,7 +6,7 @@ installed as a torch-free user installs it (``pip install -e .``: debugpy and ps
 no Ray), and the job runs that venv's ``rtdebug`` entry point from outside the repository.
 
 Scenarios (``SCENARIOS``, each on every Python): lazy endpoint + attach / detach / re-attach +
-``harness.breakpoint()`` + ``--post-mortem``; ``--wait``; owner-only access (another uid gets nothing);
+``rtdebug.breakpoint()`` + ``--post-mortem``; ``--wait``; owner-only access (another uid gets nothing);
 ``rtdebug stacks`` of a running and of a stopped rank. A function ``(rt: Runner) -> None`` added there runs
 on every Python (``tests/venvjobs.py`` holds the runner). A missing ``.venv-3.X`` skips, or fails when
 ``RTDEBUG_PYTHONS_REQUIRED=1`` (scripts/test.sh).
@@ -42,7 +42,7 @@ PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 
 
 def scenario_lazy_attach_detach_postmortem(rt: Runner) -> None:
-    """Lazy endpoint (no debugpy until a client connects), attach, detach, re-attach, harness.breakpoint(),
+    """Lazy endpoint (no debugpy until a client connects), attach, detach, re-attach, rtdebug.breakpoint(),
     then --post-mortem stops the attached client at the raise site."""
     work = marker_line(SCRIPT, "work")
     raise_line = next(i for i, t in enumerate(SCRIPT.read_text().splitlines(), 1) if "RAISE SITE" in t)
@@ -68,7 +68,7 @@ def scenario_lazy_attach_detach_postmortem(rt: Runner) -> None:
     assert again > first, (first, again)  # the loop ran on while nobody was attached
     resume_without_breakpoints(c, frame)
     (rt.ctl / "go").touch()
-    frame = stop_in(c, name="<module>")  # harness.breakpoint()
+    frame = stop_in(c, name="<module>")  # rtdebug.breakpoint()
     assert int(c.evaluate("i", frame["id"])) > again
     c.continue_(frame["threadId"])
     j.wait_output("breakpoint returned True")
@@ -96,7 +96,7 @@ def scenario_wait(rt: Runner) -> None:
     rt.check_interpreter(c, frame["id"])
     (rt.ctl / "go").touch()
     resume_without_breakpoints(c, frame)
-    frame = stop_in(c, name="<module>")  # harness.breakpoint() with the client attached
+    frame = stop_in(c, name="<module>")  # rtdebug.breakpoint() with the client attached
     c.continue_(frame["threadId"])
     assert j.wait(120) == 0, j.output()[-3000:]
     c.close()
@@ -177,7 +177,7 @@ def scenario_stacks(rt: Runner) -> None:
 
 
 def finish_attached(rt: Runner, j: VenvJob, c: DAPClient, frame: dict) -> None:
-    """From a stop in work(): run on to harness.breakpoint(), continue, and the script exits 0."""
+    """From a stop in work(): run on to rtdebug.breakpoint(), continue, and the script exits 0."""
     (rt.ctl / "go").touch()
     resume_without_breakpoints(c, frame)
     frame = stop_in(c, name="<module>")
@@ -208,8 +208,9 @@ def test_torch_free_core(version, scenario, tmp_path, registry_dir, port_base):
 
 
 @pytest.mark.parametrize("version", PYTHONS)
-def test_every_harness_module_imports(version, tmp_path):
-    """Each harness module imports on each Python (no 3.11+-only syntax or stdlib), torch and Ray aside."""
+def test_every_rtdebug_module_imports(version, tmp_path):
+    """Each rtdebug module (subpackages included) imports on each Python (no 3.11+-only syntax or stdlib),
+    torch and Ray aside."""
     require_venv(version)
     r = subprocess.run(
         [str(venv_bin(version) / "python"), str(SCRIPTS / "import_all.py")],
@@ -220,5 +221,5 @@ def test_every_harness_module_imports(version, tmp_path):
     )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert out["file"] == str(ROOT / "harness" / "__init__.py")  # the repository's harness, via the install
+    assert out["file"] == str(ROOT / "harness" / "rtdebug" / "__init__.py")  # the repository's rtdebug, via the install
     assert out["failed"] == {}

@@ -16,7 +16,7 @@ import time
 import psutil
 import pytest
 
-from harness.localmode import DEFAULT_PG_TIMEOUT_S
+from rtdebug.common.rankenv import DEFAULT_PG_TIMEOUT_S
 
 from conftest import SCRIPTS, alive, marker_line, port_free, rtdebug
 from dap import DAPClient
@@ -29,7 +29,7 @@ full = pytest.mark.skipif(os.environ.get("RTDEBUG_FULL") != "1", reason="RTDEBUG
 SCRIPT = SCRIPTS / "ray_workers.py"
 STEP_LINE = marker_line(SCRIPT, "step")
 RANK_EXPR = "__import__('ray').train.get_context().get_world_rank()"
-PG_TIMEOUT_EXPR = "__import__('harness.ray_worker', fromlist=['_'])._Worker.pg_timeout_applied"
+PG_TIMEOUT_EXPR = "__import__('rtdebug.rank.ray_worker', fromlist=['_'])._Worker.pg_timeout_applied"
 
 
 @pytest.fixture(scope="module")
@@ -190,8 +190,8 @@ def test_harness_breakpoint_in_one_worker_and_exit_codes(cluster, job, registry_
     c.disconnect()
     assert j.wait(240) == 0, j.output()[-4000:]
     out = j.output()
-    assert "worker rank 1 harness.breakpoint returned True" in out
-    assert "harness.breakpoint returned" not in out.replace("worker rank 1 harness.breakpoint returned", "")
+    assert "worker rank 1 rtdebug.breakpoint returned True" in out
+    assert "rtdebug.breakpoint returned" not in out.replace("worker rank 1 rtdebug.breakpoint returned", "")
 
     failing = _start(job, cluster, port_base + 10, tmp_path, "--steps", "2", "--fail-rank", "1")
     assert failing.wait(240) == 1

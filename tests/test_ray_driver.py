@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness import ray_driver
-from harness.config import RankConfig
-from harness.errors import HarnessError
+from rtdebug.common.config import RankConfig
+from rtdebug.common.errors import HarnessError
+from rtdebug.launcher import ray_driver
 
 
 def _cfg(**kw) -> RankConfig:
@@ -17,7 +17,7 @@ def test_driver_env_names_the_callback_after_the_users_and_sets_the_worker_base(
     env = ray_driver.driver_env(
         _cfg(), "train.py", 6000, None, "10.0.0.1:6379", env={"RAY_TRAIN_CALLBACKS": "my.mod.Cb"}
     )
-    assert env["RAY_TRAIN_CALLBACKS"] == "my.mod.Cb,harness.ray_worker.RtdebugCallback"
+    assert env["RAY_TRAIN_CALLBACKS"] == "my.mod.Cb,rtdebug.rank.ray_worker.RtdebugCallback"
     assert env["RTDEBUG_WORKER_PORT_BASE"] == "6001"  # the port after the driver's
     assert env["RAY_ADDRESS"] == "10.0.0.1:6379"
     assert env["RTDEBUG_SESSION"] == "s1" and env["RTDEBUG_SCRIPT"] == "train.py"
@@ -26,9 +26,9 @@ def test_driver_env_names_the_callback_after_the_users_and_sets_the_worker_base(
 
 def test_driver_env_keeps_an_existing_entry_once_and_takes_an_explicit_base():
     env = ray_driver.driver_env(
-        _cfg(), "t.py", 6000, 7000, None, env={"RAY_TRAIN_CALLBACKS": "harness.ray_worker.RtdebugCallback"}
+        _cfg(), "t.py", 6000, 7000, None, env={"RAY_TRAIN_CALLBACKS": "rtdebug.rank.ray_worker.RtdebugCallback"}
     )
-    assert env["RAY_TRAIN_CALLBACKS"] == "harness.ray_worker.RtdebugCallback"
+    assert env["RAY_TRAIN_CALLBACKS"] == "rtdebug.rank.ray_worker.RtdebugCallback"
     assert env["RTDEBUG_WORKER_PORT_BASE"] == "7000" and "RAY_ADDRESS" not in env
 
 

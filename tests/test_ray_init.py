@@ -1,6 +1,6 @@
 """Ray Train workers when the script's own ``ray.init()`` starts the cluster (no --ray-address, no RAY_ADDRESS).
 
-The run records the cluster's GCS address in its local session entry (``harness.ray_worker``), so a
+The run records the cluster's GCS address in its local session entry (``rtdebug.rank.ray_worker``), so a
 plain `rtdebug ps` from a separate process finds the workers; a real DAP client stops in each worker's
 train function; when the script ends, Ray's own shutdown ends the cluster it started and nothing is left:
 no process of that cluster, no port bound, no live entry.

@@ -6,10 +6,11 @@ import socket
 
 import pytest
 
-from harness import ray_view
-from harness.errors import HarnessError
-from harness.registry import Registry, session_entry
-from harness.views import ViewOptions
+from rtdebug.common.errors import HarnessError
+from rtdebug.registry.files import Registry, session_entry
+from rtdebug.registry.liveness import reserve_session
+from rtdebug.views import ray as ray_view
+from rtdebug.views.api import ViewOptions
 
 
 def test_split_address():
@@ -48,9 +49,9 @@ def test_recorded_addresses_come_from_live_local_runs_only(registry_dir):
         state="running",
         ray_address="10.0.0.1:6379",
     )
-    reg.create_session(live)
+    reserve_session(reg, live)
     ended = dict(live, session_id="s-ended", state="exited", ports=[2], ray_address="10.0.0.2:6379")
-    reg.create_session(ended)
+    reserve_session(reg, ended)
     dead = dict(live, session_id="s-dead", launcher_pid=2**22 - 1, ports=[3], ray_address="10.0.0.3:6379")
-    reg.create_session(dead)
+    reserve_session(reg, dead)
     assert ray_view.recorded_addresses() == ["10.0.0.1:6379"]

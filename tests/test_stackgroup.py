@@ -1,4 +1,4 @@
-"""Parsing, grouping and formatting of faulthandler dumps (harness.stackgroup, stackformat, stacks.arm)."""
+"""Parsing, grouping and formatting of faulthandler dumps (rtdebug.stacks.group, stackformat, stacks.arm)."""
 
 from __future__ import annotations
 
@@ -10,16 +10,19 @@ import textwrap
 
 import pytest
 
-from harness import collectives, stackformat, stackgroup, stacks
-from harness.config import RankConfig
-from harness.errors import HarnessError
+from rtdebug.common.config import RankConfig
+from rtdebug.common.errors import HarnessError
+from rtdebug.rank import collectives
+from rtdebug.stacks import dump as stacks
+from rtdebug.stacks import format as stackformat
+from rtdebug.stacks import group as stackgroup
 
 from conftest import ROOT
 
 DUMPER = textwrap.dedent("""
     import json, os, signal, sys, threading, time
     from pathlib import Path
-    from harness import stacks
+    from rtdebug.stacks import dump as stacks
 
     info = stacks.arm(Path(sys.argv[1]), 3)
     ready = threading.Event()
@@ -257,11 +260,12 @@ def test_config_check_collectives_and_hang_report():
 
 
 def test_native_without_py_spy_is_one_line(tmp_path, monkeypatch, registry_dir):
-    from harness import stacks
+    from rtdebug.commands import stacks
+    from rtdebug.stacks.native import find_py_spy
 
     monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))  # no py-spy beside it
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert stacks.find_py_spy() is None
+    assert find_py_spy() is None
     with pytest.raises(HarnessError, match=r"^--native needs py-spy: pip install 'rtdebug\[stacks\]'") as e:
         stacks.command(None, None, False, True, 3.0, False)
     assert e.value.exit_code == 1

@@ -10,9 +10,9 @@ import time
 import jsonschema
 import pytest
 
-from harness import stacks
-from harness.registry import SCHEMA_PATH
-from harness.stacks import find_py_spy
+from rtdebug.registry.record import SCHEMA_PATH
+from rtdebug.stacks.dump import SIGNAL
+from rtdebug.stacks.native import find_py_spy
 
 from conftest import EXAMPLES, SCRIPTS, marker_line, rtdebug, wait_ranks
 from dap import DAPClient
@@ -55,7 +55,7 @@ def test_hang_example_two_groups_then_sigstop_is_unresponsive(job, registry_dir,
     ranks = wait_ranks(registry_dir, sid, 2)
     for entry in ranks.values():  # the rank entry says how to dump it, in the shared schema
         jsonschema.validate(entry, json.loads(SCHEMA_PATH.read_text()))
-        assert entry["stacks"]["file"] == f"stacks-{entry['rank']}.txt" and entry["stacks"]["signal"] == stacks.SIGNAL
+        assert entry["stacks"]["file"] == f"stacks-{entry['rank']}.txt" and entry["stacks"]["signal"] == SIGNAL
     snap = wait_groups(sid, hung)
     assert snap["session_id"] == sid and snap["unresponsive"] == []
     assert [g["ranks"] for g in snap["groups"]] == [[0], [1]]

@@ -1,6 +1,6 @@
 """The store view against a real c10d TCPStore: what ranks publish, what any machine reads back.
 
-Also the launcher-side helpers (``harness.multinode``) and how the views merge one
+Also the launcher-side helpers (``rtdebug.launcher.multinode``) and how the views merge one
 job seen by this node's files and by its store. The separate-hosts e2e test is
 ``test_multinode.py``.
 """
@@ -15,11 +15,13 @@ from argparse import Namespace
 import jsonschema
 import pytest
 
-from harness import multinode, publish, vscode
-from harness.errors import HarnessError
-from harness.registry import SCHEMA_PATH
-from harness.store_view import StoreView, connect_host
-from harness.views import _merge
+from rtdebug.commands import vsconfigs as vscode
+from rtdebug.common.errors import HarnessError
+from rtdebug.launcher import multinode
+from rtdebug.rank import publish
+from rtdebug.registry.record import SCHEMA_PATH
+from rtdebug.views.api import _merge
+from rtdebug.views.store import StoreView, connect_host
 
 SCHEMA = json.loads(SCHEMA_PATH.read_text())
 
@@ -171,7 +173,7 @@ def test_a_node_ends_itself_when_a_peer_is_lost(store, capfd, peer_state, ends):
 
 
 def test_unreachable_store(store):
-    from harness.ports import is_port_free
+    from rtdebug.common.ports import is_port_free
 
     port = store.port + 1 if is_port_free(store.port + 1) else store.port + 2
     with pytest.raises(HarnessError) as exc:
@@ -228,7 +230,7 @@ def test_connect_host_for_a_remote_rank():
     wildcard = dict(rank_entry(1, host="0.0.0.0"), node_ip="10.9.9.2")
     assert connect_host(wildcard) == ("10.9.9.2", None)
     remote_loop = dict(rank_entry(1), node_ip="10.9.9.2", hostname="node1")
-    host, note = connect_host(remote_loop, local={"127.0.0.1"})
+    host, note = connect_host(remote_loop, is_local=lambda a: a == "127.0.0.1")
     assert host == "127.0.0.1"
     assert "listens on 127.0.0.1 of node 10.9.9.2 (node1)" in note
     assert "ssh -N -L 5679:127.0.0.1:5679 10.9.9.2" in note
@@ -262,7 +264,7 @@ def test_vscode_multinode_configs_are_resolved_never_guessed():
 
 
 def test_debug_host_auto_is_for_torchrun_only(capsys):
-    from harness import cli
+    from rtdebug import cli
 
     from conftest import EXAMPLES
 

@@ -1,4 +1,4 @@
-"""Import every harness module; print which failed (torch/Ray missing counts as optional).
+"""Import every rtdebug module, subpackages included; print which failed (torch/Ray missing counts as optional).
 
 Run by tests/test_pythons.py with each .venv-3.X's python."""
 
@@ -6,14 +6,14 @@ import importlib
 import json
 import pkgutil
 
-import harness
+import rtdebug
 
 failed, optional = {}, []
-for m in pkgutil.iter_modules(harness.__path__):
-    if m.name == "__main__":
+for m in pkgutil.walk_packages(rtdebug.__path__, "rtdebug."):
+    if m.name.endswith("__main__"):
         continue
     try:
-        importlib.import_module("harness." + m.name)
+        importlib.import_module(m.name)
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] in ("torch", "ray"):  # the extras: not installed here
             optional.append(m.name)
@@ -21,4 +21,4 @@ for m in pkgutil.iter_modules(harness.__path__):
             failed[m.name] = repr(exc)
     except Exception as exc:
         failed[m.name] = repr(exc)
-print(json.dumps({"file": harness.__file__, "failed": failed, "optional": optional}))
+print(json.dumps({"file": rtdebug.__file__, "failed": failed, "optional": optional}))

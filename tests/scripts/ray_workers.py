@@ -2,7 +2,7 @@
 
 Options: --workers N, --steps N, --step-sleep S, --slot R (each worker needs 1 of custom resource R, so
 workers spread over nodes that have one each), --fail-rank N (that rank raises), --bp-rank N (that rank
-calls harness.breakpoint(rank=N, timeout=...)), --start-ray DIR (the script's own ray.init() starts a
+calls rtdebug.breakpoint(rank=N, timeout=...)), --start-ray DIR (the script's own ray.init() starts a
 one-node cluster in temp dir DIR, as a user's script does when no cluster exists).
 """
 
@@ -57,10 +57,10 @@ def train_fn(config):
         if rank == config["fail_rank"]:
             raise RuntimeError(f"rank {rank} failed on purpose")
         if rank == config["bp_rank"] and step == 0:
-            import harness
+            import rtdebug
 
-            stopped = harness.breakpoint(rank=config["bp_rank"], timeout=config["bp_timeout"])
-            print(f"worker rank {rank} harness.breakpoint returned {stopped}", flush=True)
+            stopped = rtdebug.breakpoint(rank=config["bp_rank"], timeout=config["bp_timeout"])
+            print(f"worker rank {rank} rtdebug.breakpoint returned {stopped}", flush=True)
         step += 1
     ray.train.report({"rank": rank, "total": float(total.item())})
 

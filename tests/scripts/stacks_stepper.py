@@ -11,7 +11,7 @@ import threading
 import time
 
 if "--take-signal" in sys.argv:
-    from harness.stacks import SIGNAL
+    from rtdebug.stacks.dump import SIGNAL
 
     signal.signal(SIGNAL, lambda s, f: None)
 

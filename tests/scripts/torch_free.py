@@ -1,4 +1,4 @@
-"""Torch-free target for tests/test_pythons.py: a loop until CTL/go exists, then harness.breakpoint().
+"""Torch-free target for tests/test_pythons.py: a loop until CTL/go exists, then rtdebug.breakpoint().
 
 Usage: torch_free.py CTL_DIR [--raise]   (--raise: end with an uncaught exception, for --post-mortem)
 """
@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-import harness
+import rtdebug
 
 ctl = Path(sys.argv[1])
 print("script started", flush=True)
@@ -22,7 +22,7 @@ while not (ctl / "go").exists():
     total = work(i)
     i += 1
     time.sleep(0.01)
-stopped = harness.breakpoint(timeout=30)  # BREAKPOINT: api
+stopped = rtdebug.breakpoint(timeout=30)  # BREAKPOINT: api
 print(f"breakpoint returned {stopped}", flush=True)
 if "--raise" in sys.argv:
     raise ValueError(f"boom after {i} steps")  # RAISE SITE

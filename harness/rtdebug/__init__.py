@@ -1,0 +1,38 @@
+"""rtdebug: debug Ray Train local-mode and torchrun jobs, one debug port per rank.
+
+The in-script API is ``rtdebug.breakpoint(rank=0)`` (and ``rtdebug.current_rank()``); everything
+else is the ``rtdebug`` command (``python -m rtdebug``). The package is laid out by the process
+its code runs in, as debugpy's is:
+
+==============  ==========================================================================
+``cli``,        the user's shell: parse, dispatch, print (``rtdebug ps/attach/stop/...``)
+``commands/``
+``launcher/``   the controller: real torchrun, its agent, multi-node, hang watch, Ray driver
+``rank/``       inside every rank or Ray worker: bootstrap, endpoint, access, tracing, ...
+``views/``      where sessions are found: this machine's files, a c10d store, a Ray GCS
+``stacks/``     dump (rank side, signal-time), collect, group, format
+``registry/``   the record, its schema, liveness, each store's key layout
+``common/``     errors, config, ports, process identity, locks
+==============  ==========================================================================
+
+Layers, bottom up: common < registry < views < stacks < {shell, launcher, rank}. A package
+imports only layers below it; the three process packages never import each other, except the
+shell starting the launcher (``rtdebug.launcher.start``) and ``rtdebug run``'s launcher running
+rank 0 in its own process (``rtdebug.rank.bootstrap``), each lazily at that one entry point.
+``tests/test_layout.py`` checks this from the source.
+
+``breakpoint`` is resolved lazily so that ``import rtdebug.<anything>`` costs no rank code.
+"""
+
+from typing import Any
+
+__all__ = ["breakpoint", "current_rank"]
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from rtdebug.rank import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'rtdebug' has no attribute {name!r}")

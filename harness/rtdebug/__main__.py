@@ -1,0 +1,5 @@
+import sys
+
+from rtdebug.cli import main
+
+sys.exit(main())

@@ -1,0 +1,260 @@
+"""``rtdebug`` command line: one ``_add_<cmd>`` / ``_cmd_<cmd>`` pair per subcommand.
+
+``main(argv) -> int`` never lets a user mistake become a traceback: a
+``HarnessError`` becomes ``rtdebug: <message>`` and its exit code (2 = usage).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+
+from rtdebug.commands import attach, ps, stop
+from rtdebug.commands.options import HARNESS_FLAGS, _debug_options, split_harness_options, torchrun_parser
+from rtdebug.common.errors import HarnessError
+from rtdebug.common.ports import DEFAULT_PORT_BASE
+from rtdebug.views.api import ViewOptions
+
+__all__ = ["HARNESS_FLAGS", "build_parser", "main", "split_harness_options", "torchrun_parser"]
+
+
+def _add_run(sub) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run a single-process (local mode) script under the debugger",
+        description="Run a script (or -m module) in this process with a debug endpoint.",
+    )
+    _debug_options(p, "--port", "--host", "--allow")
+    p.add_argument("--wait", action="store_true", help="block before the script until a client attaches")
+    p.add_argument(
+        "--debug-port-base",
+        type=int,
+        default=None,
+        metavar="P",
+        help="Ray Train workers (num_workers > 0): world rank N listens on P + N (default: --port + 1)",
+    )
+    p.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="Ray cluster for the script's ray.init() (sets RAY_ADDRESS; default: $RAY_ADDRESS)",
+    )
+    p.add_argument("-m", dest="module", action="store_true", help="run the target as a module")
+    p.add_argument("target", help="script path (or module name with -m)")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+
+
+def _cmd_run(args) -> int:
+    from rtdebug.launcher import start  # the launcher, loaded only by the commands that start a job
+
+    return start.run_single(args)
+
+
+def _add_torchrun(sub) -> None:
+    sub.add_parser(
+        "torchrun", add_help=False, help="run a job under real torchrun, one debug port per rank", prefix_chars="\0"
+    ).add_argument("rest", nargs=argparse.REMAINDER)
+
+
+def _cmd_torchrun(args) -> int:
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:  # torch is an extra: `rtdebug run` needs none
+        raise HarnessError("rtdebug torchrun needs PyTorch (pip install torch); `rtdebug run` works without it")
+    tokens = args.rest
+    if not tokens or tokens[0] in ("-h", "--help"):
+        torchrun_parser().print_help()
+        return 0 if tokens else 2
+    ours, rest = split_harness_options(tokens)
+    parser = torchrun_parser()
+    parsed = parser.parse_args(ours + rest)
+    misplaced = [
+        t for t in rest[: len(rest) - len(parsed.training_script_args) - 1] if t.split("=", 1)[0] in HARNESS_FLAGS
+    ]
+    if misplaced:
+        parser.error(f"harness option {misplaced[0]} must come before torchrun options")
+    from rtdebug.launcher import start
+
+    return start.run_torchrun(parsed, rest)
+
+
+def _view_options(p: argparse.ArgumentParser) -> None:
+    """Where to find sessions besides this machine's registry (see rtdebug.views.api)."""
+    g = p.add_argument_group("cluster views")
+    g.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="also list ranks of Ray Train workers on this Ray cluster (default: $RAY_ADDRESS)",
+    )
+    g.add_argument(
+        "--store",
+        metavar="HOST:PORT",
+        help="also list every rank of a multi-node torchrun job through its rendezvous store (default: $RTDEBUG_STORE)",
+    )
+
+
+def _add_ps(sub) -> None:
+    p = sub.add_parser(
+        "ps",
+        help="list live sessions and their ranks",
+        description="List live sessions (and orphaned ones: launcher gone, processes not).",
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output (the registry schema)")
+    p.add_argument("--all", action="store_true", help="also list ended sessions still kept in the registry")
+    _view_options(p)
+
+
+def _cmd_ps(args) -> int:
+    return ps.command(args.json, args.all, ViewOptions.from_args(args))
+
+
+def _add_attach(sub) -> None:
+    p = sub.add_parser(
+        "attach",
+        help="wait for rank N and print what a client needs to attach",
+        description="Wait until a rank is ready, then print host:port and a debugpy attach config.",
+    )
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--session", help="session id (default: the newest live session)")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="seconds to wait (default 60)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--vscode", action="store_true", help="hand off to VS Code (rtdebug extension) via a vscode:// URI")
+    _view_options(p)
+
+
+def _cmd_attach(args) -> int:
+    return attach.command(args.rank, args.session, args.timeout, args.json, args.vscode, ViewOptions.from_args(args))
+
+
+def _add_stop(sub) -> None:
+    p = sub.add_parser(
+        "stop",
+        help="stop a session's whole process tree",
+        description="Stop a session: launcher, torchrun, ranks; then check its ports are free.",
+    )
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--session", help="session id (default: the only live session)")
+    g.add_argument("--all", action="store_true", help="stop every live or orphaned session")
+    _view_options(p)
+
+
+def _cmd_stop(args) -> int:
+    return stop.command(args.session, args.all, ViewOptions.from_args(args))
+
+
+def _add_vscode(sub) -> None:
+    p = sub.add_parser(
+        "vscode",
+        help="print VS Code launch/task configurations as JSON",
+        description="Print the configurations, compounds, tasks and inputs for one script.",
+    )
+    p.add_argument("--script", required=True)
+    p.add_argument("--mode", choices=["run", "torchrun"], default="torchrun")
+    p.add_argument("--nproc-per-node", type=int, default=2)
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--hosts", help="comma-separated host of each node (default 127.0.0.1)")
+    p.add_argument("--port-base", type=int, default=DEFAULT_PORT_BASE)
+    p.add_argument("--wait", default="none")
+    p.add_argument("--python", default="${command:python.interpreterPath}")
+    p.add_argument("--json", action="store_true", help="accepted for symmetry; output is always JSON")
+    _view_options(p)  # multi-node: a running job's real placement replaces --hosts (rtdebug.views.placement)
+
+
+def _cmd_vscode(args) -> int:
+    from rtdebug.commands import vsconfigs
+    from rtdebug.common.errors import usage
+    from rtdebug.common.ports import parse_rank_list
+
+    if args.nproc_per_node < 1 or args.nnodes < 1:
+        raise usage("--nproc-per-node and --nnodes must be >= 1")
+    hosts = args.hosts.split(",") if args.hosts else None
+    if hosts is not None and len(hosts) != args.nnodes:
+        raise usage(f"--hosts lists {len(hosts)} hosts for --nnodes {args.nnodes}")
+    parse_rank_list(args.wait, args.nproc_per_node * args.nnodes)
+    endpoints = None
+    if args.mode == "torchrun" and args.nnodes > 1:
+        from rtdebug.views.placement import job_endpoints
+
+        endpoints = job_endpoints(ViewOptions.from_args(args), args.nproc_per_node, args.nnodes, hosts)
+    out = vsconfigs.generate(
+        args.script,
+        args.mode,
+        args.nproc_per_node,
+        args.nnodes,
+        hosts,
+        args.port_base,
+        args.wait,
+        args.python,
+        endpoints,
+    )
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+def _add_stacks(sub) -> None:
+    p = sub.add_parser(
+        "stacks",
+        help="where is every rank? Python stacks of all ranks, grouped",
+        description="Dump every thread's Python stack of each live rank (by signal: no debugger, "
+        "no ptrace, works while a rank is blocked in a C++ collective or stopped at a "
+        "breakpoint) and group ranks by identical main-thread stack.",
+    )
+    p.add_argument("--session", help="session id (default: the newest live session)")
+    p.add_argument("--rank", metavar="RANKS", help="ranks to dump, e.g. 0 or 0,2-3 (default: all)")
+    p.add_argument("--json", action="store_true", help="one JSON object (what the VS Code extension reads)")
+    p.add_argument("--native", action="store_true", help="add native frames with py-spy (needs ptrace rights)")
+    p.add_argument("--threads", action="store_true", help="also print every rank's other threads")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=3.0,
+        metavar="S",
+        help="a rank that has not answered after S seconds is listed as unresponsive (default 3)",
+    )
+
+
+def _cmd_stacks(args) -> int:
+    from rtdebug.commands import stacks
+
+    return stacks.command(args.session, args.rank, args.json, args.native, args.timeout, args.threads)
+
+
+COMMANDS = {
+    "run": (_add_run, _cmd_run),
+    "torchrun": (_add_torchrun, _cmd_torchrun),
+    "ps": (_add_ps, _cmd_ps),
+    "attach": (_add_attach, _cmd_attach),
+    "stop": (_add_stop, _cmd_stop),
+    "vscode": (_add_vscode, _cmd_vscode),
+    "stacks": (_add_stacks, _cmd_stacks),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rtdebug", description="Debug Ray Train local-mode and torchrun jobs: one debug port per rank."
+    )
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for add, _ in COMMANDS.values():
+        add(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    warnings.formatwarning = lambda msg, cat, *a, **k: f"rtdebug: warning: {msg}\n"
+    try:
+        args = build_parser().parse_args(argv)
+        return COMMANDS[args.command][1](args)
+    except HarnessError as exc:
+        print(f"rtdebug: error: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+    except SystemExit as exc:  # argparse: usage errors exit 2 with their own message
+        return exc.code if isinstance(exc.code, int) else 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""The harness's own options: the debug group shared by ``run`` and ``torchrun``, and how they sit in
+front of torchrun's options (``torchrun`` reuses torchrun's own parser so its errors read exactly as
+torchrun's)."""
+
+from __future__ import annotations
+
+import argparse
+
+from rtdebug.common.config import DEFAULT_POST_MORTEM_WAIT_S
+from rtdebug.common.ports import DEFAULT_PORT_BASE
+from rtdebug.common.rankenv import DEFAULT_PG_TIMEOUT_S
+
+
+def _debug_options(
+    p: argparse.ArgumentParser, port_flag: str, host_flag: str, allow_flag: str = "--debug-allow"
+) -> None:
+    g = p.add_argument_group("debug harness")
+    g.add_argument(
+        port_flag,
+        type=int,
+        default=DEFAULT_PORT_BASE,
+        dest="port",
+        help=f"debug port (torchrun: base; rank N listens on base + N). Default {DEFAULT_PORT_BASE}",
+    )
+    g.add_argument(
+        host_flag,
+        default="127.0.0.1",
+        dest="host",
+        help="address debug endpoints bind (default 127.0.0.1; others print a warning). torchrun: "
+        "auto = this node's address toward the rendezvous host (loopback jobs keep 127.0.0.1)",
+    )
+    g.add_argument(
+        allow_flag,
+        default="",
+        dest="allow",
+        metavar="ADDR|CIDR[,...]",
+        help=f"with a non-loopback {host_flag}: other machines allowed to connect (default: none, "
+        "i.e. this host's own addresses); on this host only your own uid gets in",
+    )
+    g.add_argument("--eager", action="store_true", help="start debugpy at once instead of on first attach")
+    g.add_argument(
+        "--post-mortem",
+        action="store_true",
+        help="keep a rank that raised alive and stop the debugger at the raise site",
+    )
+    g.add_argument(
+        "--post-mortem-wait",
+        type=float,
+        default=DEFAULT_POST_MORTEM_WAIT_S,
+        metavar="S",
+        help=f"seconds a failed rank waits for a client (default {DEFAULT_POST_MORTEM_WAIT_S:g})",
+    )
+    g.add_argument(
+        "--pg-timeout",
+        type=float,
+        default=DEFAULT_PG_TIMEOUT_S,
+        metavar="S",
+        help=f"default torch.distributed process-group timeout (default {DEFAULT_PG_TIMEOUT_S:g}s), "
+        "so peers of a paused rank do not time out",
+    )
+    g.add_argument(
+        "--force-local",
+        action="store_true",
+        help="run the script's Ray Train trainer in local mode (num_workers=0) whatever it asks for",
+    )
+
+
+def torchrun_parser() -> argparse.ArgumentParser:
+    """torchrun's own parser plus the harness group, so torchrun errors read exactly as torchrun's."""
+    from torch.distributed.run import get_args_parser
+
+    p = get_args_parser()
+    p.prog = "rtdebug torchrun"
+    p.description = (
+        "Start the real torchrun with a debug endpoint in every rank (port = base + RANK). "
+        "Harness options go before torchrun's; every torchrun option passes through."
+    )
+    _debug_options(p, "--debug-port-base", "--debug-host")
+    p.add_argument(
+        "--wait",
+        dest="wait_ranks",
+        default="none",
+        metavar="none|all|RANKS",
+        help="ranks that block before user code until a client attaches, e.g. 0 or 0,2-3",
+    )
+    g = p.add_argument_group("hangs")
+    g.add_argument(
+        "--check-collectives",
+        action="store_true",
+        help="TORCH_DISTRIBUTED_DEBUG=DETAIL for the ranks: a collective mismatch fails at once, "
+        "in one line naming the ranks and the ops",
+    )
+    g.add_argument(
+        "--hang-report",
+        type=float,
+        default=None,
+        metavar="S",
+        dest="hang_report",
+        help="write every rank's grouped stacks to the log when no rank's stack changed for S "
+        "seconds (default: min(300, --pg-timeout/2); 0 = off). A failing rank always "
+        "triggers a report of the others",
+    )
+    return p
+
+
+HARNESS_FLAGS = {
+    "--debug-port-base": 1,
+    "--debug-host": 1,
+    "--debug-allow": 1,
+    "--eager": 0,
+    "--post-mortem": 0,
+    "--post-mortem-wait": 1,
+    "--pg-timeout": 1,
+    "--wait": 1,
+    "--force-local": 0,
+    "--check-collectives": 0,
+    "--hang-report": 1,
+}
+
+
+def split_harness_options(tokens: list[str]) -> tuple[list[str], list[str]]:
+    """Leading harness options vs. the rest (torchrun options, script, script args)."""
+    i = 0
+    ours: list[str] = []
+    while i < len(tokens):
+        name = tokens[i].split("=", 1)[0]
+        if name not in HARNESS_FLAGS:
+            break
+        n = 0 if "=" in tokens[i] else HARNESS_FLAGS[name]
+        ours += tokens[i : i + 1 + n]
+        i += 1 + n
+    return ours, tokens[i:]

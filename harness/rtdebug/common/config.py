@@ -1,0 +1,136 @@
+"""Validated configs for each stage; the launcher hands RankConfig to ranks via env vars.
+
+Checks live in ``__post_init__`` so a bad value fails before anything starts,
+with the same one-line message whether it came from a flag or the environment.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from rtdebug.common.addresses import LOOPBACK, parse_allow
+from rtdebug.common.errors import usage
+from rtdebug.common.ports import DEFAULT_PORT_BASE, MAX_PORT, parse_rank_list
+from rtdebug.common.rankenv import DEFAULT_PG_TIMEOUT_S
+
+DEFAULT_POST_MORTEM_WAIT_S = 600.0
+WORKER_PORT_BASE_VAR = "RTDEBUG_WORKER_PORT_BASE"  # Ray Train workers' port base (rtdebug run)
+
+
+def check_host(host: str) -> None:
+    if host not in LOOPBACK:
+        warnings.warn(
+            f"debug endpoints bind {host}: anyone who can reach these ports can run code in the ranks",
+            stacklevel=3,
+        )
+
+
+@dataclass
+class RankConfig:
+    """What every rank's bootstrap needs; round-trips through ``RTDEBUG_*`` variables."""
+
+    session_id: str
+    port_base: int = DEFAULT_PORT_BASE
+    host: str = "127.0.0.1"
+    allow: str = ""  # remote peers allowed in (ADDR|CIDR,...); "" = this host's own addresses
+    wait: str = "none"
+    eager: bool = False
+    post_mortem: bool = False
+    post_mortem_wait_s: float = DEFAULT_POST_MORTEM_WAIT_S
+    pg_timeout_s: float = DEFAULT_PG_TIMEOUT_S
+    registry_dir: str | None = None
+    force_local: bool = False
+    check_collectives: bool = False  # TORCH_DISTRIBUTED_DEBUG=DETAIL for the ranks
+    hang_report_s: float | None = None  # launcher only; None = rtdebug.launcher.hangwatch.default_hang_s
+    wait_ranks: frozenset[int] | None = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.port_base <= MAX_PORT:
+            raise usage(f"--debug-port-base {self.port_base} must be within 1-{MAX_PORT}")
+        if self.pg_timeout_s <= 0:
+            raise usage(f"--pg-timeout must be > 0 seconds, got {self.pg_timeout_s:g}")
+        if self.post_mortem_wait_s < 0:
+            raise usage("--post-mortem-wait must be >= 0 seconds")
+        if self.hang_report_s is not None and self.hang_report_s < 0:
+            raise usage(f"--hang-report must be >= 0 seconds (0 = off), got {self.hang_report_s:g}")
+        try:
+            parse_allow(self.allow)
+        except ValueError as exc:
+            raise usage(f"--debug-allow/--allow: {exc}") from None
+        self.wait_ranks = parse_rank_list(self.wait)
+
+    def waits(self, rank: int) -> bool:
+        return self.wait_ranks is None or rank in self.wait_ranks
+
+    def to_env(self) -> dict[str, str]:
+        env = {
+            "RTDEBUG_SESSION": self.session_id,
+            "RTDEBUG_PORT_BASE": str(self.port_base),
+            "RTDEBUG_HOST": self.host,
+            "RTDEBUG_ALLOW": self.allow,
+            "RTDEBUG_WAIT": self.wait,
+            "RTDEBUG_EAGER": "1" if self.eager else "0",
+            "RTDEBUG_POST_MORTEM": "1" if self.post_mortem else "0",
+            "RTDEBUG_POST_MORTEM_WAIT": repr(self.post_mortem_wait_s),
+            "RTDEBUG_PG_TIMEOUT": repr(self.pg_timeout_s),
+        }
+        if self.registry_dir:
+            env["RTDEBUG_REGISTRY_DIR"] = self.registry_dir
+        if self.force_local:
+            env["RTDEBUG_FORCE_LOCAL"] = "1"
+        if self.check_collectives:
+            env["RTDEBUG_CHECK_COLLECTIVES"] = "1"
+            env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"  # torch checks every collective's op/shape across ranks
+        if self.hang_report_s is not None:
+            env["RTDEBUG_HANG_REPORT"] = repr(self.hang_report_s)
+        return env
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> RankConfig:
+        env = os.environ if env is None else env
+        if "RTDEBUG_SESSION" not in env:
+            raise usage("rtdebug.rank.bootstrap runs inside `rtdebug torchrun`; RTDEBUG_SESSION is not set")
+        try:
+            return cls(
+                session_id=env["RTDEBUG_SESSION"],
+                port_base=int(env.get("RTDEBUG_PORT_BASE", DEFAULT_PORT_BASE)),
+                host=env.get("RTDEBUG_HOST", "127.0.0.1"),
+                allow=env.get("RTDEBUG_ALLOW", ""),
+                wait=env.get("RTDEBUG_WAIT", "none"),
+                eager=env.get("RTDEBUG_EAGER") == "1",
+                post_mortem=env.get("RTDEBUG_POST_MORTEM") == "1",
+                post_mortem_wait_s=float(env.get("RTDEBUG_POST_MORTEM_WAIT", DEFAULT_POST_MORTEM_WAIT_S)),
+                pg_timeout_s=float(env.get("RTDEBUG_PG_TIMEOUT", DEFAULT_PG_TIMEOUT_S)),
+                registry_dir=env.get("RTDEBUG_REGISTRY_DIR"),
+                force_local=env.get("RTDEBUG_FORCE_LOCAL") == "1",
+                check_collectives=env.get("RTDEBUG_CHECK_COLLECTIVES") == "1",
+                hang_report_s=float(env["RTDEBUG_HANG_REPORT"]) if env.get("RTDEBUG_HANG_REPORT") else None,
+            )
+        except ValueError as exc:
+            raise usage(f"bad RTDEBUG_* setting: {exc}") from None
+
+
+@dataclass
+class Target:
+    """The user's program: a script path or ``-m module``, and its argv."""
+
+    target: str
+    args: list[str] = field(default_factory=list)
+    module: bool = False
+
+    def __post_init__(self) -> None:
+        if self.module:
+            if not self.target or self.target.startswith("-"):
+                raise usage(f"invalid module name {self.target!r}")
+            return
+        if not os.path.isfile(self.target):
+            raise usage(f"script not found: {self.target}")
+        if not os.access(self.target, os.R_OK):
+            raise usage(f"script not readable: {self.target}")
+
+    @property
+    def display(self) -> str:
+        return f"-m {self.target}" if self.module else self.target

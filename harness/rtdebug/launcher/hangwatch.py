@@ -1,0 +1,165 @@
+"""The launcher's automatic hang report: grouped stacks in the job's own log.
+
+Two triggers, both watched from one thread of the launcher:
+
+- **A rank fails** (its registry entry turns ``failed``: an exception, a
+  collective timeout). torchrun would tear the other ranks down within its
+  0.1 s monitor interval, so the launcher pauses the torchrun agent (SIGSTOP,
+  never the ranks), dumps the ranks still running, and lets the agent go on.
+- **No rank moves**: every ``hang_s / 3`` seconds the launcher samples all
+  ranks' stacks (a signal each, nothing per step); when every rank's main-thread
+  stack stayed the same for ``hang_s`` seconds it writes the report once, and
+  again only if the picture changes. Skipped while a client is attached or a
+  rank waits for one: then standing still is the point.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, TextIO
+
+from rtdebug.registry.files import LIVE_RANK_STATES, Registry
+from rtdebug.stacks import collect as stacks
+from rtdebug.stacks import format as stackformat
+
+POLL_S = 0.05  # a failed rank is caught before torchrun (0.1 s monitor) tears the others down
+MAX_DEFAULT_HANG_S = 300.0
+
+
+def default_hang_s(pg_timeout_s: float) -> float:
+    """Report well before torch's collective timeout would end the job (and its evidence)."""
+    return min(MAX_DEFAULT_HANG_S, pg_timeout_s / 2)
+
+
+def report(
+    reg: Registry,
+    session_id: str,
+    stream: TextIO,
+    header: str,
+    ranks: frozenset[int] | None = None,
+    timeout: float = 2.0,
+) -> dict[str, Any] | None:
+    """Write ``header`` and the grouped stacks of the running (selected) ranks; returns the snapshot."""
+    session = reg.read_session(session_id)
+    if session is None:
+        return None
+    snap = stacks.collect(reg, session, ranks, timeout)
+    if not snap["groups"] and not snap["unresponsive"]:
+        return None
+    body = stackformat.render(snap).replace("\n", "\n  ")
+    stream.write(f"{header}\n  {body}\n")
+    stream.flush()
+    return snap
+
+
+def first_line(text: str, width: int = 200) -> str:
+    """A rank's error can be a gloo paragraph; the header keeps one line of it."""
+    line = (text.strip().splitlines() or [""])[0]
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
+def _key(snap: dict[str, Any]) -> tuple:
+    return (
+        tuple(
+            (tuple(g["ranks"]), tuple((f["file"], f["line"], f["function"]) for f in g["frames"]))
+            for g in snap["groups"]
+        ),
+        tuple(snap["unresponsive"]),
+    )
+
+
+class HangWatch:
+    def __init__(
+        self, reg: Registry, session_id: str, agent: subprocess.Popen, hang_s: float, stream: TextIO | None = None
+    ) -> None:
+        self.reg, self.sid, self.agent, self.hang_s = reg, session_id, agent, hang_s
+        self.stream = stream or sys.stdout
+        self.failed: set[int] = set()
+        self._last: tuple | None = None
+        self._since = 0.0
+        self._reported: tuple | None = None
+        self._next_sample = time.monotonic() + self.interval
+
+    @property
+    def interval(self) -> float:
+        return max(0.5, self.hang_s / 3)
+
+    def run(self) -> None:
+        warned = False
+        while self.agent.poll() is None:
+            try:
+                self.tick()
+            except Exception as exc:  # the watch must never take the launcher down
+                if not warned:
+                    print(f"rtdebug: hang report failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+                warned = True
+            time.sleep(POLL_S)
+
+    def tick(self) -> None:
+        entries = self.reg.ranks(self.sid)
+        new = [e for e in entries if e["state"] == "failed" and e["rank"] not in self.failed]
+        if new:
+            self.failed.update(e["rank"] for e in new)
+            self.on_failure(new, entries)
+        elif self.hang_s > 0 and time.monotonic() >= self._next_sample:
+            self._next_sample = time.monotonic() + self.interval
+            self.sample(entries)
+
+    def on_failure(self, new: list[dict[str, Any]], entries: list[dict[str, Any]]) -> None:
+        others = frozenset(e["rank"] for e in entries if e["state"] in LIVE_RANK_STATES)
+        if not others:
+            return
+        who = ", ".join(f"rank {e['rank']}" + (f" ({first_line(e['error'])})" if e.get("error") else "") for e in new)
+        paused = self._signal_agent(signal.SIGSTOP)
+        try:
+            report(self.reg, self.sid, self.stream, f"rtdebug: {who} failed; where the other ranks are:", others)
+        finally:
+            if paused:
+                self._signal_agent(signal.SIGCONT)
+
+    def sample(self, entries: list[dict[str, Any]]) -> None:
+        live = [e for e in entries if e["state"] in LIVE_RANK_STATES]
+        if not live or any(e["state"] != "ready" or (e.get("wait") and not e.get("attach_count")) for e in live):
+            self._last = None  # starting, attached, or waiting for a client: not a hang
+            return
+        session = self.reg.read_session(self.sid)
+        if session is None:
+            return
+        snap = stacks.collect(self.reg, session, None, timeout=2.0)
+        key = _key(snap)
+        now = time.monotonic()
+        if key != self._last:
+            self._last, self._since = key, now
+            return
+        if now - self._since >= self.hang_s and key != self._reported:
+            self._reported = key
+            body = stackformat.render(snap).replace("\n", "\n  ")
+            self.stream.write(
+                f"rtdebug: no rank's stack has changed for {now - self._since:.0f} s (a hang?); "
+                f"where every rank is:\n  {body}\n"
+            )
+            self.stream.flush()
+
+    def _signal_agent(self, sig: int) -> bool:
+        try:
+            os.kill(self.agent.pid, sig)
+            return True
+        except OSError:
+            return False
+
+
+def start(reg: Registry, session_id: str, agent: subprocess.Popen, cfg: Any) -> threading.Thread:
+    """Launcher hook: watch the session until torchrun (``agent``) ends."""
+    hang_s = getattr(cfg, "hang_report_s", None)
+    if hang_s is None:
+        hang_s = default_hang_s(cfg.pg_timeout_s)
+    watch = HangWatch(reg, session_id, agent, hang_s)
+    t = threading.Thread(target=watch.run, name="rtdebug-hangwatch", daemon=True)
+    t.pydev_do_not_trace = True  # type: ignore[attr-defined]
+    t.start()
+    return t

@@ -1,0 +1,119 @@
+"""``rtdebug run``: a one-process session whose rank 0 is this process (the launcher and the rank at once).
+
+The same lifecycle as ``rtdebug torchrun`` (``rtdebug.launcher.session``): reserve the port, write the
+session entry, run, record the end. The rank's part -- endpoint, registry entry, the script as
+``__main__`` -- is ``rtdebug.rank.bootstrap.run_in_launcher``, this package's one way into the rank
+package. The environment the script and any Ray workers need is computed once and applied once.
+
+Stopped (``rtdebug stop``, SIGTERM, SIGHUP), the process records ``stopped`` and then ends by that
+signal as plain ``python script.py`` would: no Python shutdown running into Ray's or torch's C++
+threads (which aborted the process, exit 134, when a ``SystemExit`` unwound through them).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from rtdebug.common import rankenv
+from rtdebug.common.config import RankConfig, Target, check_host
+from rtdebug.common.errors import usage
+from rtdebug.common.ports import check_ports_free, port_for_rank
+from rtdebug.launcher import multinode, ray_driver
+from rtdebug.launcher.session import SessionRun
+from rtdebug.registry.files import Registry
+from rtdebug.registry.record import new_session_id, session_entry
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def config(args: Any) -> tuple[Target, RankConfig]:
+    if args.host == multinode.AUTO:
+        raise usage(
+            "--host auto picks the address toward a multi-node job's rendezvous host: "
+            "it is for `rtdebug torchrun --debug-host auto`"
+        )
+    cfg = RankConfig(
+        session_id=new_session_id(),
+        port_base=args.port,
+        host=args.host,
+        allow=args.allow,
+        wait="all" if args.wait else "none",
+        eager=args.eager,
+        post_mortem=args.post_mortem,
+        post_mortem_wait_s=args.post_mortem_wait,
+        pg_timeout_s=args.pg_timeout,
+        force_local=args.force_local,
+    )
+    return Target(args.target, list(args.args), module=args.module), cfg
+
+
+def environment(cfg: RankConfig, target: Target, args: Any, env: Mapping[str, str]) -> dict[str, str]:
+    """Everything this process's environment gains: Ray local mode's switch, and what Ray Train
+    workers (``num_workers > 0``) need to get endpoints of their own (``rtdebug.launcher.ray_driver``)."""
+    port = port_for_rank(cfg.port_base, 0)
+    out = rankenv.ray_env(env)
+    out.update(ray_driver.driver_env(cfg, target.display, port, args.debug_port_base, args.ray_address, env))
+    return out
+
+
+def run_single(args: Any) -> int:
+    from rtdebug.rank import bootstrap  # the launcher's one entry into the rank package: rank 0 runs here
+
+    target, cfg = config(args)
+    added = environment(cfg, target, args, os.environ)
+    os.environ.update(added)
+    bootstrap.arm_fixes(cfg)
+    if rankenv.V2_VAR in added:
+        print("rtdebug: set RAY_TRAIN_V2_ENABLED=1 (Ray Train local mode needs V2)", file=sys.stderr)
+    if bootstrap.under_debugger():
+        # F5 through rtdebug: VS Code's debugpy owns breakpoints and uncaught exceptions, so the
+        # script's exceptions propagate to it untouched.
+        print("rtdebug: already under a debugger; running the script without a second listener", file=sys.stderr)
+        return bootstrap.execute(target)
+    check_host(cfg.host)
+    port = port_for_rank(cfg.port_base, 0)
+    check_ports_free([port], cfg.host)
+    run = SessionRun(Registry(), _entry(cfg, target, port))
+    run.open()
+    print(
+        f"rtdebug: session {cfg.session_id} starting (1 rank, debug endpoint {cfg.host}:{port}; "
+        f"attach: rtdebug attach --session {cfg.session_id} --rank 0)",
+        file=sys.stderr,
+        flush=True,
+    )
+    code = 1
+    try:
+        with run.signals(lambda signum, frame: _end_by_signal(run, signum), STOP_SIGNALS):
+            code = bootstrap.run_in_launcher(target, cfg, run.registry, port)
+    finally:
+        run.close(code)
+    return code
+
+
+def _entry(cfg: RankConfig, target: Target, port: int) -> dict[str, Any]:
+    return session_entry(
+        cfg.session_id,
+        "run",
+        state="running",
+        script=target.display,
+        nnodes="1",
+        nproc_per_node=1,
+        node_rank=0,
+        host=cfg.host,
+        port_base=port,
+        ports=[port],
+        wait=cfg.wait,
+        **ray_driver.session_fields(),
+    )
+
+
+def _end_by_signal(run: SessionRun, signum: int) -> None:
+    """Record ``stopped``, then end by ``signum`` itself, as an unhandled SIGTERM/SIGHUP ends ``python``."""
+    state = run.close(128 + signum)
+    print(f"rtdebug: session {run.session_id} {state} (signal {signum})", file=sys.stderr, flush=True)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)

@@ -1,0 +1,41 @@
+"""The launcher's entry point for the shell: ``rtdebug run`` and ``rtdebug torchrun`` start here.
+
+The shell (``rtdebug.cli``) imports this module lazily, inside the two commands that start a job,
+so that ``ps``/``attach``/``stop`` never load the launcher.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from rtdebug.common.config import RankConfig
+from rtdebug.common.ports import parse_rank_list
+from rtdebug.launcher import multinode
+from rtdebug.launcher.single import run_single
+from rtdebug.launcher.torchrun import Launcher, plan_torchrun
+from rtdebug.registry.files import Registry
+from rtdebug.registry.record import new_session_id
+
+__all__ = ["run_single", "run_torchrun"]
+
+
+def run_torchrun(parsed: argparse.Namespace, tokens: list[str]) -> int:
+    """``rtdebug torchrun``: ``parsed`` is torchrun's own parser's namespace plus the debug options."""
+    plan = plan_torchrun(parsed, tokens)
+    host = multinode.resolve_debug_host(parsed.host, parsed)
+    cfg = RankConfig(
+        session_id=new_session_id(),
+        port_base=parsed.port,
+        host=host,
+        allow=parsed.allow,
+        wait=parsed.wait_ranks,
+        eager=parsed.eager,
+        post_mortem=parsed.post_mortem,
+        post_mortem_wait_s=parsed.post_mortem_wait,
+        pg_timeout_s=parsed.pg_timeout,
+        force_local=parsed.force_local,
+        check_collectives=parsed.check_collectives,
+        hang_report_s=parsed.hang_report,
+    )
+    parse_rank_list(cfg.wait, plan.max_world_size)
+    return Launcher(plan, cfg, Registry()).run()

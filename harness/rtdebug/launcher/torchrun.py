@@ -1,0 +1,225 @@
+"""``rtdebug torchrun``: the real torchrun with the harness bootstrap in every rank.
+
+Every torchrun flag passes through untouched; the harness only swaps the
+training script for ``-m rtdebug.rank.bootstrap <script>``. Before starting, it
+reserves the ports of this node's ranks in the registry (under its lock) and
+checks that they are free. torchrun runs in its own process group so that the
+launcher alone decides teardown: Ctrl-C, SIGTERM or SIGHUP (terminal closed) ->
+SIGTERM to torchrun (which stops its workers) -> SIGKILL to whatever is left.
+When the launcher itself is killed, ``rtdebug.common.lifetime``'s guards end the rest.
+
+One torch import on the launch path: the launcher needs torch for torchrun's own
+parser, so it forks the agent (``rtdebug.launcher.agent``) instead of starting a second
+interpreter that imports torch again (1.5x plain torchrun to the first step).
+Not importing torch here at all would mean re-implementing torchrun's option
+parsing; forking keeps its exact errors. Hence no CUDA call in the launcher.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, cast
+
+from rtdebug.common import lifetime, rankenv
+from rtdebug.common.config import RankConfig, Target, check_host
+from rtdebug.common.errors import usage
+from rtdebug.common.ports import check_ports_free, ports_for_ranks
+from rtdebug.common.procinfo import process_create_time
+from rtdebug.launcher import agent, hangwatch, multinode
+from rtdebug.launcher.session import SessionRun
+from rtdebug.registry.c10d import ENV_STORE, ENV_WATCH
+from rtdebug.registry.files import Registry
+from rtdebug.registry.record import session_entry
+from rtdebug.registry.table import format_table
+
+READY_LINE = "rtdebug: all {n} local ranks ready (session {sid})"
+START_LINE = "rtdebug: session {sid} starting"
+
+
+@dataclass
+class TorchrunPlan:
+    """What the launcher will start: torchrun's own options, the user's target, this node's ranks."""
+
+    torchrun_options: list[str]
+    target: Target
+    nnodes: str
+    nproc_per_node: int
+    node_rank: int | None
+    local_ranks: list[int]  # global ranks whose ports this node must own
+    store: str | None = None  # c10d rendezvous store of a multi-node job (rtdebug.launcher.multinode)
+    rdzv_id: str | None = None
+    watch_peers: bool = False  # a lost peer node ends this one (rtdebug.launcher.multinode.fixed_job)
+
+    @property
+    def max_world_size(self) -> int:
+        return max_nodes_of(self.nnodes) * self.nproc_per_node
+
+    def torchrun_args(self) -> list[str]:
+        inner = ["-m", "rtdebug.rank.bootstrap"] + (["-m"] if self.target.module else [])
+        return [*self.torchrun_options, *inner, self.target.target, *self.target.args]
+
+    def command(self) -> list[str]:
+        """The agent as a command line (``rtdebug.launcher.agent`` forks it instead when it safely can)."""
+        return [sys.executable, "-m", "torch.distributed.run", *self.torchrun_args()]
+
+
+def max_nodes_of(nnodes: str) -> int:
+    """torchrun's --nnodes (``N`` or ``MIN:MAX``) -> MAX, as torchrun itself reads it."""
+    from torch.distributed.run import parse_min_max_nnodes
+
+    try:
+        return parse_min_max_nnodes(nnodes)[1]
+    except (RuntimeError, ValueError) as exc:
+        raise usage(f"argument --nnodes: {exc}") from None
+
+
+def local_global_ranks(nproc: int, nnodes: str, node_rank: int, static: bool) -> tuple[list[int], int | None]:
+    """Global ranks this node may run. Static rendezvous fixes them by node rank; dynamic
+    rendezvous (c10d, etcd) assigns node ranks at run time, so reserve the whole range."""
+    max_nodes = max_nodes_of(nnodes)
+    if static or max_nodes == 1:
+        nr = node_rank if max_nodes > 1 else 0
+        return list(range(nr * nproc, (nr + 1) * nproc)), nr
+    return list(range(max_nodes * nproc)), None
+
+
+def plan_torchrun(parsed: argparse.Namespace, tokens: list[str]) -> TorchrunPlan:
+    """Split ``tokens`` (everything after our own options) into torchrun's part and the target."""
+    from torch.distributed.run import determine_local_world_size
+
+    if parsed.no_python:
+        raise usage("--no-python is not supported: the harness runs the rank's Python program itself")
+    script_idx = len(tokens) - len(parsed.training_script_args) - 1
+    options = [t for t in tokens[:script_idx] if t not in ("-m", "--module")]
+    target = Target(parsed.training_script, list(parsed.training_script_args), module=parsed.module)
+    try:
+        nproc = determine_local_world_size(parsed.nproc_per_node)
+    except ValueError as exc:
+        raise usage(f"--nproc-per-node {parsed.nproc_per_node}: {exc}") from None
+    static = parsed.rdzv_backend == "static" and not parsed.standalone
+    ranks, node_rank = local_global_ranks(nproc, parsed.nnodes, parsed.node_rank, static)
+    store = multinode.job_store(parsed, max_nodes_of(parsed.nnodes))
+    return TorchrunPlan(
+        options,
+        target,
+        parsed.nnodes,
+        nproc,
+        node_rank,
+        ranks,
+        store,
+        parsed.rdzv_id,
+        bool(store) and multinode.fixed_job(parsed),
+    )
+
+
+class Launcher:
+    def __init__(self, plan: TorchrunPlan, cfg: RankConfig, registry: Registry) -> None:
+        self.plan, self.cfg, self.registry = plan, cfg, registry
+        self.proc: subprocess.Popen | agent.ForkedAgent | None = None
+
+    def _session_entry(self, ports: list[int]) -> dict[str, Any]:
+        return session_entry(
+            self.cfg.session_id,
+            "torchrun",
+            script=self.plan.target.display,
+            nnodes=self.plan.nnodes,
+            nproc_per_node=self.plan.nproc_per_node,
+            node_rank=self.plan.node_rank,
+            host=self.cfg.host,
+            port_base=self.cfg.port_base,
+            ports=ports,
+            wait=self.cfg.wait,
+            **({"store": self.plan.store, "rdzv_id": self.plan.rdzv_id} if self.plan.store else {}),
+        )
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.pop("DEBUGPY_RUNNING", None)  # or ranks under a debugged launcher skip their own listen
+        env.update(rankenv.ray_env(env))
+        # Only NCCL reads the heartbeat variable: set it GPU or not, so the launcher never
+        # initialises CUDA before forking the agent (rtdebug.launcher.agent).
+        env.update(rankenv.nccl_env(self.cfg.pg_timeout_s, True, env))
+        env.update(self.cfg.to_env())
+        env.update(lifetime.launcher_env())
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        if "PYTHONSAFEPATH" not in env:  # `-m rtdebug.rank.bootstrap` never resolves to the job's cwd
+            env.update(PYTHONSAFEPATH="1", RTDEBUG_SET_SAFEPATH="1")  # the rank removes both (bootstrap)
+        return env
+
+    def run(self) -> int:
+        check_host(self.cfg.host)
+        ports = ports_for_ranks(self.cfg.port_base, self.plan.local_ranks)
+        env = self.environment()  # raises before anything is reserved
+        self.registry.ensure()
+        env["RTDEBUG_REGISTRY_DIR"] = str(self.registry.root)
+        if self.plan.store:
+            env[ENV_STORE] = self.plan.store  # the ranks publish themselves there (rtdebug.rank.publish)
+            env[ENV_WATCH] = "1" if self.plan.watch_peers else "0"
+        check_ports_free(ports, self.cfg.host)
+        session = SessionRun(self.registry, self._session_entry(ports))
+        session.open()
+        sid = self.cfg.session_id
+        print(
+            START_LINE.format(sid=sid) + f" ({len(self.plan.local_ranks)} local ranks, "
+            f"debug ports {ports[0]}-{ports[-1]} on {self.cfg.host})",
+            flush=True,
+        )
+        if "RAY_TRAIN_V2_ENABLED" not in os.environ:
+            print("rtdebug: set RAY_TRAIN_V2_ENABLED=1 for the ranks (Ray Train local mode needs V2)", flush=True)
+        code = 1
+        with session.signals(self._forward_stop, (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)):
+            try:
+                # before any thread of ours starts; torchrun's failure summary names the user's script
+                self.proc = agent.start(self.plan.torchrun_args(), env, name=self.plan.target.display)
+                pid = self.proc.pid
+                session.update(state="running", agent_pid=pid, agent_create_time=process_create_time(pid))
+                threading.Thread(target=self._announce_ready, daemon=True).start()
+                # grouped stacks on failure / no progress; ForkedAgent has the Popen surface it uses (pid, poll)
+                hangwatch.start(self.registry, sid, cast(subprocess.Popen, self.proc), self.cfg)
+                code = self.proc.wait()
+            finally:
+                self._teardown()
+                state = session.close(code)
+                print(f"rtdebug: session {sid} {state} (exit code {code})", flush=True)
+        return code
+
+    def _forward_stop(self, signum: int, frame: Any) -> None:
+        """Ctrl-C, SIGTERM, SIGHUP: torchrun's agent stops its workers; teardown ends what is left."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.proc.send_signal(signal.SIGTERM)
+            except OSError:
+                pass
+
+    def _teardown(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                pass
+        from rtdebug.common import processes  # psutil: at the end only, not on the way to the ranks
+
+        left = {p.pid: p for p in processes.tree([self.proc.pid]) + processes.group_members(self.proc.pid)}
+        if left:
+            processes.terminate(list(left.values()), grace_s=5)
+
+    def _announce_ready(self) -> None:
+        want = set(self.plan.local_ranks) if self.plan.node_rank is not None else None
+        n_local = self.plan.nproc_per_node
+        while self.proc is not None and self.proc.poll() is None:
+            ranks = [r for r in self.registry.ranks(self.cfg.session_id) if r["state"] in ("ready", "attached")]
+            mine = [r for r in ranks if want is None or r["rank"] in want]
+            if len(mine) >= n_local:
+                print(format_table(mine, self.cfg.session_id), flush=True)
+                print(READY_LINE.format(n=len(mine), sid=self.cfg.session_id), flush=True)
+                return
+            time.sleep(0.1)

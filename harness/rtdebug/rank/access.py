@@ -1,0 +1,117 @@
+"""Who may talk to a rank's debug port: the owner's uid on this host, an allow-list beyond it.
+
+A debug endpoint runs any code a client sends, as the rank's owner. So the accept
+thread decides every connection before a byte reaches debugpy:
+
+* a peer whose socket is on this host (its 4-tuple is a row of our
+  ``/proc/net/tcp`` or ``tcp6``) gets in only if that socket belongs to our uid.
+  The kernel stamps each socket with its creator's uid; an unprivileged user
+  cannot forge it. A row with no inode (the peer already closed; the kernel then
+  shows uid 0) does not count as found;
+* a peer claiming a loopback address or one of this host's own addresses whose
+  socket is not found (closed before we looked) is refused;
+* any other peer (another machine or network namespace) gets in only if its
+  address is on the allow-list (``--debug-allow``; default: this host's own
+  addresses, which lets no other machine in).
+
+The lookup reads /proc once per connection attempt; a rank nobody connects to pays nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from rtdebug.common.addresses import IPAddress, own_addresses, parse_allow
+from rtdebug.common.addresses import ip as _ip
+
+Row = tuple[tuple[IPAddress, int], tuple[IPAddress, int], int, int]
+PROC_TCP = ("/proc/net/tcp", "/proc/net/tcp6")
+
+
+def _decode(field: str) -> tuple[IPAddress, int]:
+    """``0100007F:1F90`` -> (127.0.0.1, 8080). The kernel prints each 32-bit word in host byte order."""
+    hexaddr, hexport = field.split(":")
+    raw = b"".join(struct.pack("=I", int(hexaddr[i : i + 8], 16)) for i in range(0, len(hexaddr), 8))
+    return _ip(socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, raw)), int(hexport, 16)
+
+
+def tcp_rows(paths: tuple[str, ...] = PROC_TCP, ports: tuple[int, int] | None = None) -> Iterator[Row]:
+    """(local, remote, uid, inode) for every TCP socket in this network namespace.
+
+    ``ports=(local, remote)`` skips other rows before decoding them (hosts with many sockets).
+    """
+    suffixes = None if ports is None else (f":{ports[0]:04X}", f":{ports[1]:04X}")
+    for path in paths:
+        try:
+            with open(path, encoding="ascii") as f:
+                lines = f.read().splitlines()[1:]
+        except FileNotFoundError:  # no IPv6 in this kernel
+            continue
+        for line in lines:
+            cols = line.split()
+            if suffixes and not (cols[1].endswith(suffixes[0]) and cols[2].endswith(suffixes[1])):
+                continue
+            yield _decode(cols[1]), _decode(cols[2]), int(cols[7]), int(cols[9])
+
+
+def peer_uid(ours: tuple[str, int], peer: tuple[str, int]) -> int | None:
+    """uid owning the open socket at ``peer`` connected to ``ours`` on this host, else None."""
+    want_local = (_ip(peer[0]), peer[1])
+    want_remote = (_ip(ours[0]), ours[1])
+    for local, remote, uid, inode in tcp_rows(ports=(peer[1], ours[1])):
+        if local == want_local and remote == want_remote and inode != 0:
+            return uid
+    return None
+
+
+class AllowList:
+    """Remote peers that may connect; empty spec = this host's own addresses (looked up per check)."""
+
+    def __init__(self, spec: str = "") -> None:
+        self.spec = spec
+        self.networks = parse_allow(spec)
+
+    def allows(self, addr: IPAddress) -> bool:
+        if not self.networks:
+            return addr in own_addresses()
+        return any(addr.version == n.version and addr in n for n in self.networks)
+
+
+@dataclass
+class Refusal:
+    addr: str
+    uid: int | None
+    reason: str
+
+    @property
+    def line(self) -> str:
+        who = "uid unknown" if self.uid is None else f"uid {self.uid}"
+        return f"refused debug connection from {self.addr} ({who}): {self.reason}"
+
+
+def check(conn: socket.socket, allow: AllowList, owner: int | None = None) -> Refusal | None:
+    """None if ``conn`` (just accepted) may reach the debugger, else why not. Fails closed."""
+    owner = os.geteuid() if owner is None else owner
+    try:
+        peer = conn.getpeername()[:2]
+        ours = conn.getsockname()[:2]
+    except OSError as exc:
+        return Refusal("?", None, f"peer vanished ({exc.strerror})")
+    text = f"{peer[0]}:{peer[1]}"
+    try:
+        uid = peer_uid(ours, peer)
+        addr = _ip(peer[0])
+        if uid is not None:
+            return None if uid == owner else Refusal(text, uid, f"its socket belongs to another user (not uid {owner})")
+        if addr.is_loopback or addr in own_addresses():
+            return Refusal(text, None, "a local peer whose socket could not be found (closed before the check?)")
+        if not allow.allows(addr):
+            rule = allow.spec or "this host's own addresses"
+            return Refusal(text, None, f"not on the debug allow-list ({rule})")
+    except (OSError, ValueError, IndexError) as exc:
+        return Refusal(text, None, f"could not check the peer: {exc}")
+    return None

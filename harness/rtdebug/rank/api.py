@@ -1,0 +1,74 @@
+"""In-script API: ``rtdebug.breakpoint(rank=0)`` stops only the named rank(s).
+
+Choice for a rank with no client attached: wait up to ``timeout`` seconds
+(default 0) for one, then return ``False`` with a one-line notice on stderr.
+Never blocking forever keeps an unattended run (CI, a colleague's job) alive.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable
+
+from rtdebug.rank import runtime
+
+
+def current_rank() -> int:
+    """Global rank from torchrun's ``RANK`` (0 for a single process)."""
+    return int(os.environ.get("RANK", "0") or 0)
+
+
+def _wanted(rank: int | Iterable[int] | None) -> set[int] | None:
+    if rank is None:
+        return None
+    if isinstance(rank, int):
+        return {rank}
+    return {int(r) for r in rank}
+
+
+def _connected() -> bool:
+    ep = runtime.endpoint
+    if ep is not None:
+        return ep.client_connected()
+    if "debugpy" in sys.modules:
+        import debugpy
+
+        return debugpy.is_client_connected()
+    return False
+
+
+def breakpoint(rank: int | Iterable[int] | None = None, *, timeout: float = 0.0) -> bool:  # noqa: A001
+    """Stop in the caller's frame if this is one of ``rank`` and a client is attached.
+
+    Returns True if the debugger stopped here, False if this rank was skipped or
+    no client attached within ``timeout`` seconds.
+    """
+    wanted = _wanted(rank)
+    me = current_rank()
+    if wanted is not None and me not in wanted:
+        return False
+    if not _connected() and timeout > 0 and runtime.endpoint is not None:
+        runtime.endpoint.wait_for_client(timeout)
+    return stop_in(sys._getframe(1), me)
+
+
+def stop_in(frame, rank: object) -> bool:
+    """Suspend in ``frame`` if a client is attached, else say in one line where to attach.
+
+    Shared by ``breakpoint(rank=...)`` and the ``breakpoint()`` hook of Ray workers.
+    """
+    if not _connected():
+        where = f" (attach to {runtime.endpoint.host}:{runtime.endpoint.port})" if runtime.endpoint else ""
+        print(f"rtdebug: rank {rank}: breakpoint() skipped, no debugger attached{where}", file=sys.stderr)
+        return False
+    import pydevd
+
+    pydevd.settrace(
+        suspend=True,
+        trace_only_current_thread=True,
+        patch_multiprocessing=False,
+        stop_at_frame=frame,
+        notify_stdin=False,
+    )
+    return True

@@ -1,0 +1,245 @@
+"""A rank's debug endpoint: ready to attach on ``host:port`` at near-zero cost.
+
+Plain ``debugpy.listen()`` in every rank slows a Python-heavy loop (~0.72x) and
+doubles ``import ray.train`` time even with no client attached. So the rank owns
+its port with a plain socket; debugpy is imported and started only when the first
+client connects (or at once with ``eager``), with pydevd's in-process adapter, and
+bytes are relayed both ways. The client sees an
+ordinary DAP server, so stock ``"type": "debugpy"`` attach configs work.
+
+Why the in-process adapter: no adapter process can outlive the rank and keep a
+port bound, and there is one hop fewer. Its cost: no automatic debugging of the
+rank's own subprocesses (e.g. DataLoader workers), which ranks rarely need.
+
+Who gets in (``rtdebug.rank.access``): the accept thread checks every connection
+before debugpy sees a byte -- on this host only sockets of the rank's own uid,
+from elsewhere only allow-listed addresses -- and refuses the rest with one line
+on stderr and ``on_refused`` (the registry's ``refused_count``).
+
+No second way in: ``debugpy.listen(in_process_debug_adapter=True)`` would leave
+pydevd's own listener on an ephemeral 127.0.0.1 port that any local user could
+connect to directly, bypassing the check. Instead pydevd's server socket is a
+``Handoff``: while debugpy starts, pydevd's ``create_server_socket`` is swapped
+for one returning it, and its ``accept()`` yields one end of a fresh
+``socketpair()`` each time an admitted client arrives; the relay holds the other
+end. So the rank has no listening socket but the checked one, with or without
+``eager``/``wait``, and pydevd's accept loop still serves detach and re-attach.
+If a debugpy release stops calling that hook, starting debugpy fails (closed),
+never falls back to an open port.
+
+The accept and relay threads are marked ``pydev_do_not_trace`` and
+``is_pydev_daemon_thread`` before they start, or a breakpoint that suspends the
+process would freeze the relay that carries the client's ``continue``.
+
+Speed: debugpy traces only while a client is connected -- an eager rank runs
+untraced until one comes, and when the last one leaves the rank is resumed and
+untraced again (``rtdebug.rank.tracing``); each new connection gets a short GIL switch interval for
+its handshake (``rtdebug.rank.gil``); and debugpy's environment description (metadata
+of every installed package, seconds on a first attach) is skipped when no
+``DEBUGPY_LOG_DIR`` would receive it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+from collections.abc import Callable
+
+from rtdebug.common.errors import HarnessError
+from rtdebug.common.ports import port_holder
+from rtdebug.rank import gil, tracing
+from rtdebug.rank.access import AllowList, Refusal, check
+from rtdebug.rank.handoff import Handoff, listen_via_handoff
+
+StateCallback = Callable[[str], None]
+ATTACH_BOOST_S = 5.0
+
+
+def _daemon_thread(target, name: str, *args) -> threading.Thread:
+    t = threading.Thread(target=target, name=name, args=args, daemon=True)
+    t.pydev_do_not_trace = True  # type: ignore[attr-defined]
+    t.is_pydev_daemon_thread = True  # type: ignore[attr-defined]
+    t.start()
+    return t
+
+
+def _pump(src: socket.socket, dst: socket.socket) -> None:
+    try:
+        while True:
+            data = src.recv(65536)
+            if not data:
+                break
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def debugger_active() -> bool:
+    """True if this process already runs under a debugger (e.g. VS Code launched it)."""
+    pydevd = sys.modules.get("pydevd")
+    return pydevd is not None and getattr(pydevd, "GetGlobalDebugger", lambda: None)() is not None
+
+
+class Endpoint:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        on_state: StateCallback | None = None,
+        *,
+        allow: str = "",
+        label: str | None = None,
+        on_refused: Callable[[], None] | None = None,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.on_state = on_state or (lambda state: None)
+        self.allow = AllowList(allow)
+        self.label = label or f"port {port}"
+        self.on_refused = on_refused or (lambda: None)
+        self.attach_count = 0
+        self.refused_count = 0
+        self._clients = 0
+        self._lock = threading.Lock()
+        self._trace_lock = threading.Lock()  # orders tracing off (last client gone) / on (next one)
+        self._inner: Handoff | None = None
+        self._sock: socket.socket | None = None
+
+    @property
+    def lazy(self) -> bool:
+        return self._inner is None
+
+    def start(self, eager: bool = False) -> None:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # Without SO_REUSEADDR a restarted rank could not rebind while old connections sit in TIME_WAIT.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((self.host, self.port))
+        except OSError:
+            s.close()
+            holder = port_holder(self.port) or "another process"
+            raise HarnessError(
+                f"debug port {self.port} is already in use by {holder}; pick another range with --debug-port-base"
+            ) from None
+        s.listen(8)
+        self._sock = s
+        if eager:
+            self.start_debugpy()
+            self._untrace_if_alone()  # debugpy ready, nobody attached: run untraced until a client comes
+        _daemon_thread(self._accept_loop, f"rtdebug-accept-{self.port}")
+
+    def _untrace_if_alone(self) -> None:
+        with self._trace_lock:
+            if self._clients == 0:
+                tracing.off_quietly()
+
+    def start_debugpy(self) -> Handoff:
+        """Import and start debugpy once (idempotent); return the handoff that reaches it.
+
+        On first attach this runs in the accept thread while the main thread may be busy in
+        pure Python. Importing debugpy makes hundreds of file syscalls, each dropping the GIL
+        and then waiting a whole switch interval (5 ms) to get it back: a first attach took
+        up to 90 s that way on 3.11 under load. A short interval while starting avoids it.
+        """
+        with self._lock:
+            if self._inner is None:
+                os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+                with gil.boosted():
+                    handoff = Handoff()
+                    listen_via_handoff(handoff)
+                    self._inner = handoff
+            return self._inner
+
+    def _accept_loop(self) -> None:
+        assert self._sock is not None
+        while True:
+            try:
+                client, _ = self._sock.accept()
+            except OSError:
+                return
+            if not self._admit(client):
+                continue
+            gil.boost(ATTACH_BOOST_S)  # the handshake: hundreds of GIL round trips (rtdebug.rank.gil)
+            try:
+                handoff = self.start_debugpy()
+                with self._trace_lock:
+                    tracing.on()  # before pydevd reads a byte: the client's breakpoints must bind
+                    with self._lock:
+                        self._clients += 1
+                        self.attach_count += 1
+                upstream = handoff.connect()
+            except Exception as exc:  # debugpy failed to start: tell the client by closing
+                print(f"rtdebug: could not start debugpy on port {self.port}: {exc}", file=sys.stderr)
+                client.close()
+                continue
+            self.on_state("attached")
+            _daemon_thread(self._relay, f"rtdebug-relay-{self.port}", client, upstream)
+
+    def _admit(self, client: socket.socket) -> bool:
+        """The access check (``rtdebug.rank.access``), in this thread only: zero cost while nobody connects."""
+        try:
+            refusal = check(client, self.allow)
+        except Exception as exc:  # fail closed
+            refusal = Refusal("?", None, f"could not check the peer: {exc}")
+        if refusal is None:
+            return True
+        client.close()
+        with self._lock:
+            self.refused_count += 1
+        print(f"rtdebug: {self.label}: {refusal.line}", file=sys.stderr, flush=True)
+        try:
+            self.on_refused()
+        except Exception:  # recording the count must never stop the accept loop
+            pass
+        return False
+
+    def _relay(self, client: socket.socket, upstream: socket.socket) -> None:
+        back = _daemon_thread(_pump, f"rtdebug-relay-up-{self.port}", upstream, client)
+        _pump(client, upstream)
+        back.join()
+        client.close()
+        upstream.close()
+        with self._lock:
+            self._clients -= 1
+            left = self._clients
+        if left == 0:
+            with self._trace_lock:
+                if self._clients == 0:
+                    tracing.client_gone()
+                    gil.end()
+            self.on_state("ready")
+
+    def client_connected(self) -> bool:
+        if self._inner is None:
+            return False
+        import debugpy
+
+        return debugpy.is_client_connected()
+
+    def wait_for_client(self, timeout: float | None = None) -> bool:
+        """Block until a client has attached and finished configuration (breakpoints set)."""
+        self.start_debugpy()
+        import debugpy
+
+        timer = None
+        if timeout is not None:
+            timer = threading.Timer(timeout, lambda: debugpy.wait_for_client.cancel())
+            timer.daemon = True
+            timer.start()
+        try:
+            debugpy.wait_for_client()
+        finally:
+            if timer is not None:
+                timer.cancel()
+        connected = debugpy.is_client_connected()
+        if not connected:
+            self._untrace_if_alone()  # timed out: do not stay traced for a client that never came
+        return connected

@@ -1,0 +1,80 @@
+"""How pydevd gets its client without a listening socket of its own (see ``rtdebug.rank.endpoint``).
+
+``debugpy.listen(in_process_debug_adapter=True)`` would leave pydevd listening on an
+ephemeral 127.0.0.1 port that any local user could reach, bypassing the rank's uid check.
+While debugpy starts, pydevd's ``create_server_socket`` returns a ``Handoff`` instead, whose
+``accept()`` yields one end of a fresh ``socketpair()`` for each client the endpoint admitted.
+If a debugpy release stops calling that hook, starting debugpy fails (closed), never open.
+"""
+
+from __future__ import annotations
+
+import queue
+import socket
+import sys
+
+
+class Handoff:
+    """Stands in for pydevd's listening socket: ``accept()`` yields sockets the relay hands over."""
+
+    NAME = ("rtdebug-handoff", 0)
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[socket.socket | None] = queue.Queue()
+
+    def connect(self) -> socket.socket:
+        ours, theirs = socket.socketpair()
+        self._queue.put(theirs)
+        return ours
+
+    def accept(self) -> tuple[socket.socket, tuple[str, int]]:
+        conn = self._queue.get()
+        if conn is None:
+            raise OSError("rtdebug handoff closed")
+        return conn, self.NAME
+
+    def getsockname(self) -> tuple[str, int]:
+        return self.NAME
+
+    def listen(self, backlog: int = 0) -> None:
+        pass
+
+    def settimeout(self, value: float | None) -> None:
+        pass
+
+    def close(self) -> None:
+        self._queue.put(None)
+
+
+def listen_via_handoff(handoff: Handoff) -> None:
+    """``debugpy.listen`` with in-process adapter, pydevd's server socket being ``handoff``."""
+    import debugpy
+    from debugpy.server import api  # noqa: F401  (imports the vendored pydevd)
+
+    pydevd = sys.modules["pydevd"]
+    _skip_environment_log()
+    original = getattr(pydevd, "create_server_socket", None)
+    if original is None:
+        raise RuntimeError("this debugpy's pydevd has no create_server_socket; rtdebug needs debugpy 1.8")
+    setattr(pydevd, "create_server_socket", lambda host, port: handoff)  # noqa: B010  (untyped module)
+    try:
+        debugpy.listen(("127.0.0.1", 0), in_process_debug_adapter=True)
+    finally:
+        setattr(pydevd, "create_server_socket", original)  # noqa: B010
+    py_db = pydevd.get_global_debugger()
+    thread = getattr(py_db, "_waiting_for_connection_thread", None)
+    if getattr(thread, "_server_socket", None) is not handoff:
+        if thread is not None:
+            thread.do_kill_pydev_thread()  # closes whatever it listens on
+        raise RuntimeError("pydevd did not take rtdebug's socket handoff (unsupported debugpy version)")
+
+
+def _skip_environment_log() -> None:
+    """debugpy's first ``listen`` lists every installed distribution's metadata (~2.5 of 2.6 s,
+    profiled) for a log that only ``DEBUGPY_LOG_DIR`` creates. Without one, skip it."""
+    from debugpy.common import log
+    from debugpy.server import api
+
+    ensure = getattr(api, "ensure_logging", None)
+    if log.log_dir is None and ensure is not None and hasattr(ensure, "ensured"):
+        ensure.ensured = True

@@ -1,0 +1,225 @@
+"""Rank side of the store view: publish this rank's entry into the job's own c10d store.
+
+Multi-node ranks cannot see each other's registry files, but every rank of a
+torchrun job can reach the store torchrun already runs (the c10d rendezvous
+store at ``--rdzv-endpoint``). Each rank keeps ``rtdebug/<run id>/rank/<N>``
+there current (its registry entry plus a heartbeat); local rank 0 also
+publishes its node's session entry under ``rtdebug/<run id>/node/<group rank>``.
+``rtdebug.views.store`` reads them back from any machine that reaches the store.
+
+Why a background thread that connects lazily: the rank's startup and steps must
+never wait on the network, and a store that is not up yet (the agent hosting
+it is still in rendezvous) or already gone must cost the rank nothing but a
+retry. The thread is hidden from pydevd, so a breakpoint that suspends every
+thread does not freeze the heartbeat (a paused rank stays visible as alive).
+
+Liveness without trusting clocks: every heartbeat also advances one shared
+counter in the store (``tick``), so a rank that stopped publishing falls behind
+the job's logical clock in heartbeat rounds, whatever the machines' clocks say.
+When a whole node dies, torchrun ends the others only once they reach a
+collective; a node whose own rank is paused at a breakpoint would wait for ever.
+So local rank 0 of each node watches its peers and, in a job that cannot go on
+without them (fixed ``--nnodes``, no restarts), ends its own node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from rtdebug.common.imports import when_imported
+from rtdebug.registry.c10d import (
+    ENV_STORE,
+    ENV_WATCH,
+    HEARTBEAT_S,
+    PEER_LOST_ROUNDS,
+    PREFIX,
+    connect,
+    node_key,
+    rank_key,
+    reachable,
+    rounds_behind,
+    split_endpoint,
+    stop_key,
+    tick_key,
+)
+
+
+class Publisher:
+    """Keeps one rank's entry (and its node's) current in the store; never blocks the caller."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        run_id: str,
+        rank: int,
+        group_rank: int | None = None,
+        heartbeat_s: float = HEARTBEAT_S,
+        launcher_pid: int | None = None,
+        watch_peers: bool = False,
+    ) -> None:
+        self.host, self.port, self.run_id, self.rank = host, port, run_id, rank
+        self.group_rank = group_rank
+        self.launcher_pid = launcher_pid
+        self.where = {"hostname": socket.gethostname()}
+        self._stop_sent = False
+        self.watch_peers = watch_peers
+        self.heartbeat_s = heartbeat_s
+        self._entry: dict[str, Any] | None = None
+        self.node: dict[str, Any] | None = None  # this node's session entry (local rank 0 only)
+        self._cv = threading.Condition()
+        self._version = 0  # bumped by every update
+        self._sent = 0  # the version the store last acknowledged
+        self._closed = False
+        self._connected = False  # flush() waits only while the store answers
+        self._thread: threading.Thread | None = None
+
+    def update(self, entry: dict[str, Any], final: bool = False) -> None:
+        """Record the newest entry and wake the thread (started on first use). ``final``: the rank
+        is ending, so wait (bounded) until the store has it, then stop the thread."""
+        with self._cv:
+            self._entry = dict(entry)
+            self._version += 1
+            self._cv.notify_all()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name=f"rtdebug-publish-{self.rank}", daemon=True)
+            self._thread.pydev_do_not_trace = True  # type: ignore[attr-defined]
+            self._thread.is_pydev_daemon_thread = True  # type: ignore[attr-defined]
+            # Start only once the rank's own code has imported torch.distributed: importing torch from this
+            # thread while the main thread imports it too aborted a rank ("terminate called after throwing
+            # an instance of 'python_error'", SIGABRT) in a clean-clone CI run.
+            when_imported("torch.distributed", lambda _m, t=self._thread: t.start())
+        if final:
+            self.flush()
+            self.close()
+
+    def flush(self, timeout: float = 3.0) -> bool:
+        """Wait (bounded) until the store has the newest entry (not at all if it is unreachable)."""
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            want = self._version
+            started = self._thread is not None and self._thread.ident is not None
+            while started and self._sent < want and (self._connected or self._sent == 0):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cv.wait(left)
+        return True
+
+    def close(self, timeout: float = 3.0) -> None:
+        """Stop the thread and wait (bounded) until it is out of any store call: a daemon thread
+        still inside C++ when the interpreter exits can abort the process (and fail the rank)."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        t = self._thread
+        if t is not None and t.ident is not None and t is not threading.current_thread():  # started
+            t.join(timeout)
+
+    def _loop(self) -> None:
+        store = None
+        delay = 0.2
+        while True:
+            with self._cv:
+                if self._sent == self._version and store is not None and not self._closed:
+                    self._cv.wait(self.heartbeat_s)  # woken by an update, else a heartbeat
+                if self._closed:
+                    return
+                entry, node, version = self._entry, self.node, self._version
+            try:
+                if store is None:
+                    node_ip = reachable(self.host, self.port)
+                    if node_ip is None:
+                        raise OSError("store not reachable yet")
+                    store = connect(self.host, self.port)
+                    self.where["node_ip"] = node_ip
+                beat = {"heartbeat": time.time(), "tick": store.add(tick_key(self.run_id), 1)}
+                keys = [rank_key(self.run_id, self.rank)]
+                values = [json.dumps(dict(entry or {}, **self.where, **beat)).encode()]
+                if node is not None and self.group_rank is not None:
+                    keys.append(node_key(self.run_id, self.group_rank))
+                    values.append(json.dumps(dict(node, **self.where, **beat)).encode())
+                store.multi_set(keys, values)
+                delay = 0.2
+                with self._cv:
+                    self._sent = max(self._sent, version)
+                    self._connected = True
+                    self._cv.notify_all()  # flush() waiters
+                if not self._stop_sent and store.check([stop_key(self.run_id)]):
+                    self._stop_launcher()
+                if self.watch_peers and not self._stop_sent:
+                    self._watch(store, beat["tick"])
+            except Exception:  # the store is not up yet, or gone with the job: retry, quietly
+                store = None
+                with self._cv:
+                    self._connected = False
+                    self._cv.notify_all()
+                    self._cv.wait(delay)
+                delay = min(delay * 2, 5.0)
+
+    def _watch(self, store: Any, tick: int) -> None:
+        prefix = f"{PREFIX}/{self.run_id}/rank/"
+        keys = [k for k in store.list_keys() if k.startswith(prefix) and k[len(prefix) :].isdigit()]
+        ranks = [json.loads(v) for v in store.multi_get(keys)] if keys else []
+        behind = rounds_behind(ranks, tick)
+        gone = [r for r in ranks if behind.get(int(r["rank"]), 0) > PEER_LOST_ROUNDS]
+        if gone:
+            r = gone[0]
+            print(
+                f"rtdebug: rank {self.rank}: rank {r['rank']} (node {r.get('node_ip', '?')}) has not been heard "
+                f"from for ~{PEER_LOST_ROUNDS * HEARTBEAT_S:.0f}s; ending this node (the job cannot go on without it)",
+                file=sys.stderr,
+                flush=True,
+            )
+            self._stop_launcher()
+
+    def _stop_launcher(self) -> None:
+        """``rtdebug stop`` from another machine: end this node the way a local ``stop`` would."""
+        self._stop_sent = True
+        if self.launcher_pid:
+            try:
+                os.kill(self.launcher_pid, signal.SIGTERM)
+            except OSError:
+                pass
+
+
+def from_env(rank: int, environ: Mapping[str, str] | None = None) -> Publisher | None:
+    """The rank's publisher when the launcher named a job store, else None (single node)."""
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    endpoint = env.get(ENV_STORE)
+    run_id = env.get("TORCHELASTIC_RUN_ID")
+    if not endpoint or not run_id:
+        return None
+    host, port = split_endpoint(endpoint)
+    group = env.get("GROUP_RANK")
+    launcher = env.get("RTDEBUG_LAUNCHER_PID", "")
+    return Publisher(
+        host,
+        port,
+        run_id,
+        rank,
+        int(group) if group and group.isdigit() else None,
+        launcher_pid=int(launcher) if launcher.isdigit() else None,
+        watch_peers=env.get(ENV_WATCH) == "1" and env.get("LOCAL_RANK", "0") == "0",
+    )
+
+
+def attach(record: Any, rank: int, local_rank: int) -> Publisher | None:
+    """Give a rank's ``RankRecord`` a publisher when its job has a store; local rank 0 also
+    publishes its node's session entry (what ``ps`` on another machine shows for this node)."""
+    pub = from_env(rank)
+    if pub is None:
+        return None
+    node = record.registry.read_session(record.entry["session_id"]) if local_rank == 0 else None
+    pub.node = dict(node) if node else None
+    record.publisher = pub
+    pub.update(record.entry)
+    return pub

@@ -1,0 +1,266 @@
+"""Ray Train workers (``num_workers > 0``): a lazy endpoint on ``base + world rank`` in every worker.
+
+The harness rides Ray's own extension point: ``rtdebug run`` names
+``RtdebugCallback`` in ``RAY_TRAIN_CALLBACKS``. Ray builds it in the driver
+(``trainer.fit()``), where ``__init__`` captures the run's settings; the
+instance is pickled to the controller and to every worker, so no environment
+has to reach the workers. In a worker, ``after_init_train_context`` (ranks now
+known) opens the endpoint without blocking (the controller waits for it) and
+registers the rank in the GCS internal KV (``rtdebug.registry.ray_kv``), where
+``rtdebug ps`` on any machine finds it. The controller (always on the driver's
+node) registers the session and removes it when the run ends.
+
+A paused worker must kill nothing: Ray health-checks each worker through an
+actor method that runs on the actor's main thread while the train function runs
+in its own thread. That thread is marked ``pydev_do_not_trace``, so debugpy's
+"suspend all threads" at a breakpoint leaves it answering. The process-group
+timeout Ray passes (``TorchConfig.timeout_s``, 1800 s) is raised to
+``--pg-timeout``, and ``breakpoint()`` goes to our endpoint instead of Ray's
+hook, which would call ``debugpy.listen`` a second time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from ray.train.v2._internal.execution.callback import ControllerCallback, WorkerCallback
+
+from rtdebug.common.config import DEFAULT_POST_MORTEM_WAIT_S, WORKER_PORT_BASE_VAR
+from rtdebug.common.imports import when_imported
+from rtdebug.common.ports import DEFAULT_PORT_BASE, port_for_rank
+from rtdebug.common.procinfo import process_create_time
+from rtdebug.common.rankenv import DEFAULT_PG_TIMEOUT_S
+from rtdebug.rank import localmode, postmortem, runtime
+from rtdebug.registry import ray_kv
+from rtdebug.registry.files import Registry, new_session_id, session_entry
+
+if TYPE_CHECKING:
+    from rtdebug.rank.endpoint import Endpoint
+    from rtdebug.rank.record import RankRecord
+
+_runs = itertools.count(1)
+
+
+class _Worker:
+    """This worker process's debug state (one train context at a time)."""
+
+    record: RankRecord | None = None
+    endpoint: Endpoint | None = None
+    pg_timeout_applied: float | None = None
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name) == "1"
+
+
+class RtdebugCallback(WorkerCallback, ControllerCallback):
+    def __init__(self) -> None:
+        """Runs in the driver at ``fit()``: everything the workers need travels inside the instance."""
+        env = os.environ
+        parent = env.get("RTDEBUG_SESSION") or new_session_id()
+        self.parent_session = env.get("RTDEBUG_SESSION")
+        self.session_id = f"{parent}-ray{next(_runs)}"
+        self.port_base = int(env.get(WORKER_PORT_BASE_VAR, DEFAULT_PORT_BASE + 1))
+        self.host = env.get("RTDEBUG_HOST", "127.0.0.1")
+        self.allow = env.get("RTDEBUG_ALLOW", "")
+        self.wait = env.get("RTDEBUG_WAIT", "none")
+        self.eager = _flag("RTDEBUG_EAGER")
+        self.post_mortem = _flag("RTDEBUG_POST_MORTEM")
+        self.post_mortem_wait_s = float(env.get("RTDEBUG_POST_MORTEM_WAIT", DEFAULT_POST_MORTEM_WAIT_S))
+        self.pg_timeout_s = float(env.get("RTDEBUG_PG_TIMEOUT", DEFAULT_PG_TIMEOUT_S))
+        self.script = env.get("RTDEBUG_SCRIPT") or (sys.argv[0] if sys.argv else "?")
+        self.cwd = os.getcwd()
+        self.registry_dir = str(Registry().root)
+        self.driver_pid = os.getpid()
+        self.driver_create_time = process_create_time(self.driver_pid) or time.time()
+        self.driver_hostname = socket.gethostname()
+        self.command = ["python", *sys.argv]  # the script's command line (sys.argv is the script's by now)
+
+    # -- controller (runs on the driver's node) ------------------------------------------
+    def after_controller_start(self, train_run_context) -> None:
+        import ray
+
+        ctx = ray.get_runtime_context()
+        n = train_run_context.scaling_config.max_workers
+        entry = session_entry(
+            self.session_id,
+            "ray",
+            launcher_pid=self.driver_pid,
+            launcher_create_time=self.driver_create_time,
+            command=self.command,
+            cwd=self.cwd,
+            state="running",
+            script=self.script,
+            nnodes="1",
+            nproc_per_node=max(n, 1),
+            node_rank=None,
+            host=self.host,
+            port_base=self.port_base,
+            ports=[port_for_rank(self.port_base, r) for r in range(n)],
+            wait=self.wait,
+            ray_address=ctx.gcs_address,
+            ray_job_id=ctx.get_job_id(),
+            driver_hostname=self.driver_hostname,
+        )
+        if self.parent_session:
+            entry["parent_session"] = self.parent_session
+            # the driver's own (file) entry learns where its workers are registered
+            Registry(self.registry_dir).update_session(self.parent_session, ray_address=ctx.gcs_address)
+        ray_kv.connected().put_session(entry)
+
+    def after_controller_finish(self, result) -> None:
+        ray_kv.connected().delete_session(self.session_id)
+
+    def before_controller_abort(self) -> None:
+        ray_kv.connected().delete_session(self.session_id)
+
+    # -- workers ---------------------------------------------------------------------------
+    def after_init_train_context(self) -> None:
+        _start_worker(self)
+
+    def before_worker_shutdown(self) -> None:
+        record = _Worker.record
+        if record is not None and record.state in ("starting", "ready", "attached"):
+            record.exited(0)
+
+
+def _start_worker(cb: RtdebugCallback) -> None:
+    import ray
+    from ray.train.v2._internal.execution.context import get_train_context
+
+    from rtdebug.rank.endpoint import Endpoint
+    from rtdebug.rank.record import RankRecord
+
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    rc = ray.get_runtime_context()
+    node_ip = ray.util.get_node_ip_address()
+    # loopback on the driver's machine; on another node its address, under the --allow access rules
+    loopback = cb.host in ("127.0.0.1", "localhost", "::1")
+    same_machine = socket.gethostname() == cb.driver_hostname
+    host = cb.host if (loopback and same_machine) or (not loopback and cb.host != "auto") else node_ip
+    port = port_for_rank(cb.port_base, rank)
+    os.environ.setdefault("RANK", str(rank))  # rtdebug.breakpoint(rank=...) before Ray's torch setup sets it
+    localmode.install(cb.pg_timeout_s)
+    _raise_ray_pg_timeout(cb.pg_timeout_s)
+    # the actor's RPC methods (health check, poll_status) run on this thread: never suspend it
+    threading.current_thread().pydev_do_not_trace = True  # type: ignore[attr-defined]
+    sys.breakpointhook = breakpointhook
+    os.environ["PYTHONBREAKPOINT"] = "rtdebug.rank.ray_worker.breakpointhook"
+    wait = _waits(cb.wait, rank)
+    record = RankRecord(
+        ray_kv.connected(),
+        cb.session_id,
+        rank,
+        host,
+        port,
+        wait,
+        cb.script,
+        local_rank=ctx.get_local_rank(),
+        node_rank=ctx.get_node_rank(),
+        world_size=world,
+    )
+    record.set(
+        cwd=cb.cwd,
+        node_id=rc.get_node_id(),
+        node_ip=node_ip,
+        actor_id=rc.get_actor_id() or "",
+        job_id=rc.get_job_id(),
+        hostname=socket.gethostname(),
+    )
+    _Worker.record = record
+    endpoint = Endpoint(host, port, allow=cb.allow)
+    record.connect(endpoint)  # the same transitions as a torchrun rank: a failed worker stays failed
+    try:
+        _start_endpoint(endpoint, cb.eager or wait)
+    except Exception as exc:
+        message = getattr(exc, "message", str(exc))
+        record.failed(message, exit_code=None)
+        print(f"rtdebug: rank {rank}: {message}", file=sys.stderr, flush=True)
+        raise
+    runtime.endpoint = _Worker.endpoint = endpoint
+    record.ready(endpoint, debugpy_imported="debugpy" in sys.modules)
+    runner = get_train_context().execution_context.training_thread_runner
+    runner.run = _wrap_run(runner.run, cb, rank, wait, record, endpoint)
+
+
+def _start_endpoint(endpoint, eager: bool, patience_s: float = 15.0) -> None:
+    """Bind, giving a restarted group's predecessor on this node a moment to release the port."""
+    from rtdebug.common.errors import HarnessError
+
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            return endpoint.start(eager=eager)
+        except HarnessError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def _waits(wait: str, rank: int) -> bool:
+    from rtdebug.common.ports import parse_rank_list
+
+    ranks = parse_rank_list(wait)
+    return ranks is None or rank in ranks
+
+
+def _wrap_run(original, cb: RtdebugCallback, rank: int, wait: bool, record, endpoint):
+    """The train function, in Ray's training thread: --wait first, --post-mortem on a raise."""
+
+    def run(target):
+        def train():
+            if wait:
+                print(
+                    f"rtdebug: rank {rank} waiting for a debugger on {endpoint.host}:{endpoint.port}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                endpoint.wait_for_client()
+            try:
+                return target()
+            except BaseException as exc:
+                record.failed(f"{type(exc).__name__}: {exc}")
+                if cb.post_mortem and not isinstance(exc, KeyboardInterrupt):
+                    postmortem.handle(endpoint, exc, cb.post_mortem_wait_s, rank)
+                raise
+
+        return original(train)
+
+    return run
+
+
+def _raise_ray_pg_timeout(timeout_s: float) -> None:
+    """Ray's distributed path passes ``TorchConfig.timeout_s`` (1800 s) to ``init_process_group``.
+
+    Ray ships the setup function to the worker by reference, so the worker's module attribute is
+    what runs; wrapping it there raises the timeout without touching the user's TorchConfig.
+    """
+
+    def patch(module) -> None:
+        original = module._setup_torch_process_group
+        if getattr(original, "_rtdebug", False):
+            return
+
+        def setup(*args, timeout_s: int = 1800, **kwargs):
+            _Worker.pg_timeout_applied = applied = max(int(timeout_s), int(timeout_s_wanted))
+            return original(*args, timeout_s=applied, **kwargs)
+
+        setup._rtdebug = True  # type: ignore[attr-defined]
+        module._setup_torch_process_group = setup
+
+    timeout_s_wanted = timeout_s
+    when_imported("ray.train.torch.config", patch)
+
+
+def breakpointhook(*args, **kwargs) -> bool:
+    """``breakpoint()`` in a worker: stop here if a client is attached, else say where to attach."""
+    from rtdebug.rank.api import stop_in
+
+    return stop_in(sys._getframe(1), os.environ.get("RANK", "?"))

@@ -1,0 +1,10 @@
+"""Process-wide state of the harness inside a rank (set by bootstrap, read by the API)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rtdebug.rank.endpoint import Endpoint
+
+endpoint: Endpoint | None = None

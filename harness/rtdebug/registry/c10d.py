@@ -1,0 +1,83 @@
+"""The key layout of a torchrun job's c10d store, as rtdebug uses it (the store view's record).
+
+Ranks (``rtdebug.rank.publish``) write, the store view (``rtdebug.views.store``) reads, the launcher
+(``rtdebug.launcher.multinode``) names the store: all three agree here on the keys under
+``rtdebug/<run id>/`` (``rank/<N>``, ``node/<group rank>``, ``tick``, ``stop``), on how heartbeats turn
+into "lost", and on how to reach the store without filling a log with c10d's retries.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from datetime import timedelta
+from typing import Any
+
+ENV_STORE = "RTDEBUG_JOB_STORE"  # host:port of the store the ranks publish to (set by the launcher)
+ENV_WATCH = "RTDEBUG_PEER_WATCH"  # "1": a lost peer ends this node (set by the launcher)
+PREFIX = "rtdebug"
+HEARTBEAT_S = 2.0
+CONNECT_TIMEOUT_S = 10.0
+LIVE_STATES = ("starting", "ready", "attached")
+LOST_ROUNDS = 5  # the view shows a live rank this many rounds behind as lost (~10 s)
+PEER_LOST_ROUNDS = 15  # a watching node ends itself when a peer is this far behind (~30 s)
+
+
+def rank_key(run_id: str, rank: int) -> str:
+    return f"{PREFIX}/{run_id}/rank/{rank}"
+
+
+def node_key(run_id: str, group_rank: int) -> str:
+    return f"{PREFIX}/{run_id}/node/{group_rank}"
+
+
+def tick_key(run_id: str) -> str:
+    return f"{PREFIX}/{run_id}/tick"
+
+
+def rounds_behind(ranks: list[dict[str, Any]], tick: int = 0) -> dict[int, float]:
+    """Heartbeat rounds each live rank lags the job's logical clock (counted generously: ranks
+    that stopped ticking still count as publishers, which only makes detection slower)."""
+    live = [r for r in ranks if r.get("state") in LIVE_STATES]
+    now = max([tick, *(int(r.get("tick", 0)) for r in live)])
+    return {int(r["rank"]): (now - int(r.get("tick", 0))) / max(len(live), 1) for r in live}
+
+
+def stop_key(run_id: str) -> str:
+    """Set by ``rtdebug stop`` through the store view: every rank then stops its own launcher."""
+    return f"{PREFIX}/{run_id}/stop"
+
+
+def split_endpoint(endpoint: str, default_port: int = 29400) -> tuple[str, int]:
+    """``host[:port]`` (IPv6 in brackets) -> (host, port), as torchrun parses its rdzv endpoint."""
+    endpoint = endpoint.strip()
+    if endpoint.startswith("["):
+        host, _, rest = endpoint[1:].partition("]")
+        return host, int(rest[1:]) if rest.startswith(":") else default_port
+    host, sep, port = endpoint.rpartition(":")
+    if not sep or ":" in host:  # no port, or a bare IPv6 address
+        return endpoint, default_port
+    return host, int(port)
+
+
+def reachable(host: str, port: int, timeout: float = 2.0) -> str | None:
+    """This machine's address toward the store if a plain TCP connect works, else None.
+
+    Tried first because a TCPStore client that cannot connect retries for its whole
+    timeout and prints C++ stack traces, which a rank's log must not fill up with."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as s:
+            return str(s.getsockname()[0])
+    except OSError:
+        return None
+
+
+def connect(host: str, port: int, timeout_s: float = CONNECT_TIMEOUT_S, quiet: bool = False):
+    """A TCPStore client (never a server: torchrun's agent owns the store). ``quiet``: a CLI
+    process that has not imported torch yet keeps c10d's C++ warnings out of its output."""
+    if quiet and "torch" not in sys.modules:
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    from torch.distributed import TCPStore
+
+    return TCPStore(host, port, is_master=False, timeout=timedelta(seconds=timeout_s))

@@ -1,0 +1,135 @@
+"""The registry: the single source of truth about running sessions and ranks.
+
+Layout (schema: ``rtdebug/registry/registry.schema.json``, entries: ``rtdebug.registry.record``)::
+
+    <root>/<session_id>/session.json
+    <root>/<session_id>/rank-<N>.json
+
+Python writes it (atomic temp file + rename, so readers never see half a file);
+the CLI and the VS Code extension read it. A file lock is taken only where
+several writers must agree: session creation with its port reservation
+(``rtdebug.registry.liveness.reserve_session``). Reading never writes.
+Liveness is ``pid alive and create time equal``, so a reused pid is not live;
+what a dead or orphaned entry becomes is decided in ``rtdebug.registry.liveness``.
+
+A damaged entry (empty, truncated, garbage, wrong shape) never crashes a reader:
+it is skipped and its path collected in ``Registry.unreadable`` so that ``ps``
+can name it and ``attach`` can say that rank's entry is unreadable.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from rtdebug.common.filelocks import locked
+from rtdebug.common.procinfo import is_alive
+from rtdebug.registry.record import (  # noqa: F401  (the record's names, for the files' readers)
+    LIVE_RANK_STATES,
+    LIVE_SESSION_STATES,
+    SCHEMA_VERSION,
+    Unreadable,
+    new_session_id,
+    read_json,
+    session_entry,
+    write_json_atomic,
+)
+
+ENV_DIR = "RTDEBUG_REGISTRY_DIR"
+
+
+def default_root() -> Path:
+    if os.environ.get(ENV_DIR):
+        return Path(os.environ[ENV_DIR])
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return Path(os.environ["XDG_RUNTIME_DIR"]) / "rtdebug"
+    return Path.home() / ".rtdebug" / "registry"
+
+
+class Registry:
+    def __init__(self, root: Path | str | None = None) -> None:
+        self.root = Path(root) if root is not None else default_root()
+        self.unreadable: dict[Path, str] = {}  # path -> why, collected by every read
+
+    def _read(self, path: Path) -> dict[str, Any] | None:
+        try:
+            entry = read_json(path)
+        except Unreadable as exc:
+            self.unreadable[path] = str(exc)
+            return None
+        self.unreadable.pop(path, None)
+        return entry
+
+    # -- layout -------------------------------------------------------------
+    def ensure(self) -> Path:
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            os.chmod(self.root, 0o700)
+        except OSError:
+            pass
+        return self.root
+
+    def session_dir(self, session_id: str) -> Path:
+        return self.root / session_id
+
+    def lock(self, timeout: float = 30.0) -> AbstractContextManager[None]:
+        self.ensure()
+        return locked(self.root / ".lock", timeout)
+
+    # -- sessions -----------------------------------------------------------
+    def write_new_session(self, entry: dict[str, Any]) -> None:
+        """Create the session's directory and entry (``liveness.reserve_session`` holds the lock)."""
+        d = self.session_dir(entry["session_id"])
+        d.mkdir(mode=0o700)
+        write_json_atomic(d / "session.json", entry)
+
+    def read_session(self, session_id: str) -> dict[str, Any] | None:
+        return self._read(self.session_dir(session_id) / "session.json")
+
+    def update_session(self, session_id: str, **fields: Any) -> None:
+        path = self.session_dir(session_id) / "session.json"
+        entry = self._read(path)
+        if entry is None:
+            return
+        entry.update(fields, updated_at=time.time())
+        write_json_atomic(path, entry)
+
+    def sessions(self) -> Iterator[dict[str, Any]]:
+        if not self.root.is_dir():
+            return
+        for d in sorted(self.root.iterdir()):
+            if d.is_dir() and not d.name.startswith("."):
+                entry = self._read(d / "session.json")
+                if entry is not None:
+                    yield entry
+
+    # -- ranks --------------------------------------------------------------
+    def rank_path(self, session_id: str, rank: int) -> Path:
+        return self.session_dir(session_id) / f"rank-{rank}.json"
+
+    def write_rank(self, entry: dict[str, Any]) -> None:
+        d = self.session_dir(entry["session_id"])
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_json_atomic(self.rank_path(entry["session_id"], entry["rank"]), entry)
+
+    def ranks(self, session_id: str) -> list[dict[str, Any]]:
+        d = self.session_dir(session_id)
+        if not d.is_dir():
+            return []
+        out = [self._read(p) for p in d.glob("rank-*.json")]
+        return sorted((r for r in out if r is not None), key=lambda r: r["rank"])
+
+    def rank_unreadable(self, session_id: str, rank: int) -> str | None:
+        """Why rank ``rank``'s entry cannot be read, or None if it is fine or absent."""
+        path = self.rank_path(session_id, rank)
+        self._read(path)
+        return self.unreadable.get(path)
+
+    # -- liveness (decisions in rtdebug.registry.liveness) ---------------------
+    @staticmethod
+    def live_rank(entry: dict[str, Any]) -> bool:
+        return is_alive(entry["pid"], entry["create_time"])

@@ -1,0 +1,131 @@
+"""One registry entry: its schema, how it is written whole and read safely, and the fields every reader needs.
+
+Shared by every store the record lives in: this machine's files (``rtdebug.registry.files``), a
+job's c10d store (``rtdebug.registry.c10d``) and a Ray cluster's GCS KV (``rtdebug.registry.ray_kv``).
+The JSON Schema ``registry.schema.json`` beside this file is the contract the Python and the VS Code
+extension test suites both validate against.
+
+A damaged entry (empty, truncated, garbage, wrong shape) raises ``Unreadable``, never anything a
+reader would have to guess at: ``read_json`` checks the schema version and the type of every field
+readers index without checking.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+from rtdebug.common.procinfo import process_create_time
+
+SCHEMA_VERSION = 1
+LIVE_RANK_STATES = ("starting", "ready", "attached")
+LIVE_SESSION_STATES = ("starting", "running")
+_NUM: tuple[type, ...] = (int, float)
+# The fields readers index without checking; an entry lacking one is "unreadable", not a crash.
+REQUIRED: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "session": {
+        "session_id": str,
+        "mode": str,
+        "launcher_pid": int,
+        "launcher_create_time": _NUM,
+        "state": str,
+        "host": str,
+        "ports": list,
+        "started_at": _NUM,
+        "script": str,
+    },
+    "rank": {
+        "session_id": str,
+        "rank": int,
+        "pid": int,
+        "create_time": _NUM,
+        "state": str,
+        "host": str,
+        "port": int,
+        "world_size": int,
+        "local_rank": int,
+    },
+}
+
+
+class RankWriter(Protocol):
+    """Where a rank records its entry: this machine's files (``Registry``) or a cluster store."""
+
+    def write_rank(self, entry: dict[str, Any]) -> None: ...
+
+
+class Unreadable(ValueError):
+    """A registry file exists but is not a valid entry (empty, truncated, garbage, wrong shape)."""
+
+
+SCHEMA_PATH = Path(__file__).with_name("registry.schema.json")
+
+
+def new_session_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+def session_entry(session_id: str, mode: str, **fields: Any) -> dict[str, Any]:
+    """A new session entry for this (launcher) process; ``fields`` add the mode-specific parts."""
+    now = time.time()
+    pid = os.getpid()
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "session",
+        "session_id": session_id,
+        "mode": mode,
+        "launcher_pid": pid,
+        "launcher_create_time": process_create_time(pid) or now,
+        "command": ["rtdebug", *sys.argv[1:]],
+        "cwd": os.getcwd(),
+        "started_at": now,
+        "updated_at": now,
+        "ended_at": None,
+        "exit_code": None,
+        "state": "starting",
+        **fields,
+    }
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """The entry at ``path``; None if there is no file; ``Unreadable`` if it is not a valid entry."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise Unreadable(f"{path}: {exc.strerror}") from None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise Unreadable(f"{path}: {'empty file' if not raw.strip() else 'not valid JSON'}") from None
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+        raise Unreadable(f"{path}: not an rtdebug schema-{SCHEMA_VERSION} entry")
+    kind = data.get("kind")
+    for key, typ in REQUIRED.get(kind if isinstance(kind, str) else "", {"kind": str}).items():
+        value = data.get(key)
+        if not isinstance(value, typ) or isinstance(value, bool):
+            raise Unreadable(f"{path}: field {key!r} missing or of the wrong type")
+    return data

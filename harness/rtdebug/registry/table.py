@@ -1,0 +1,38 @@
+"""The rank table: how a session's ranks read on a terminal (the launcher's ready line, ``rtdebug ps``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def world_size(session: dict[str, Any]) -> int:
+    """The job's world size: from a rank entry, else ``--nnodes`` (``N`` or ``MIN:MAX``) x nproc per node."""
+    for r in session.get("ranks", []):
+        return int(r["world_size"])
+    return int(str(session["nnodes"]).rpartition(":")[2]) * int(session["nproc_per_node"])
+
+
+def rank_state(r: dict[str, Any]) -> str:
+    s = r["state"]
+    if s == "ready" and r.get("wait") and r.get("attach_count", 0) == 0:
+        return "ready (waiting)"
+    if s == "ready" and r.get("attach_count", 0) > 0:
+        return "ready (detached)"
+    return s
+
+
+def format_table(ranks: list[dict[str, Any]], session_id: str) -> str:
+    rows = [("RANK", "LOCAL", "PID", "ENDPOINT", "STATE", "ATTACH")]
+    for r in sorted(ranks, key=lambda r: r["rank"]):
+        rows.append(
+            (
+                str(r["rank"]),
+                str(r["local_rank"]),
+                str(r["pid"]),
+                f"{r['host']}:{r['port']}",
+                rank_state(r),
+                f"rtdebug attach --session {session_id} --rank {r['rank']}",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)

@@ -1,0 +1,142 @@
+"""Which sessions and ranks exist, where, in what state: one interface, several backends.
+
+The commands (``ps``, ``attach``, ``stop``, ``vscode``, ``stacks``) and, through
+``ps --json``, the VS Code extension ask a ``View``. The answer comes from this
+machine's registry files (``LocalView``, always on), from a multi-node job's own
+c10d store (``rtdebug.views.store``) or from a Ray cluster's GCS
+(``rtdebug.views.ray``). No server of ours: the engines users already run are the
+source of truth. A backend module is imported only when its option is given, so
+``ps`` on a laptop never imports torch or ray.
+
+Entries keep the registry schema (``harness/schema/registry.schema.json``);
+every session returned carries ``ranks`` (its rank entries) and ``source`` (the
+label of the view that found it).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from rtdebug.common.errors import HarnessError
+from rtdebug.registry.files import Registry
+from rtdebug.views.local import LocalView
+
+Entry = dict[str, Any]
+
+
+class View(Protocol):
+    label: str
+
+    def sessions(self) -> list[Entry]:
+        """Live sessions (stale entries pruned), each with ``ranks`` and ``source``."""
+        ...
+
+    def session(self, session_id: str) -> Entry | None:
+        """A fresh copy of one session (``attach`` polls it), or None if this view has no such session."""
+        ...
+
+    def stop(self, session: Entry) -> str:
+        """End the session; return a one-line summary. Raises HarnessError when it cannot."""
+        ...
+
+
+@dataclass
+class ViewOptions:
+    """Where to look besides this machine's files (flags, else environment)."""
+
+    ray_address: str | None = None
+    store: str | None = None
+
+    @classmethod
+    def from_args(cls, args: Any = None) -> ViewOptions:
+        ray = getattr(args, "ray_address", None) or os.environ.get("RAY_ADDRESS") or None
+        store = getattr(args, "store", None) or os.environ.get("RTDEBUG_STORE") or None
+        return cls(ray_address=ray, store=store)
+
+
+# backend name -> module with ``open_view(opts: ViewOptions) -> View | None`` (None = not configured)
+BACKENDS: dict[str, str] = {"store": "rtdebug.views.store", "ray": "rtdebug.views.ray"}
+
+
+def _wanted(opts: ViewOptions, name: str) -> bool:
+    """Every backend is asked; each one's ``open_view`` is cheap when it has nothing to show.
+
+    Without --store / --ray-address they open only what live local sessions record (a multi-node job's
+    store, the Ray cluster a ``rtdebug run`` used), so ``ps`` imports torch or ray only when there is one.
+    """
+    return True
+
+
+def _merge(first: Entry, other: Entry) -> Entry:
+    """One session seen by two views (a multi-node job: this node's files and the job's store):
+    the first view's entry, plus the ranks and job facts only the other one has."""
+    have = {r["rank"] for r in first.get("ranks", [])}
+    extra = [r for r in other.get("ranks", []) if r["rank"] not in have]
+    facts = {k: other[k] for k in ("nodes", "store", "rdzv_id") if k in other and k not in first}
+    if not extra and not facts:
+        return first
+    return dict(first, **facts, ranks=sorted([*first.get("ranks", []), *extra], key=lambda r: r["rank"]))
+
+
+class Views:
+    """Every view the options name, local first; sessions are merged by id (first view wins)."""
+
+    def __init__(self, views: list[View]) -> None:
+        self.views = views
+
+    @classmethod
+    def open(cls, opts: ViewOptions | None = None, registry: Registry | None = None) -> Views:
+        opts = opts or ViewOptions()
+        views: list[View] = [LocalView(registry)]
+        for name, module in BACKENDS.items():
+            if not _wanted(opts, name):
+                continue
+            try:
+                mod = importlib.import_module(module)
+            except ImportError as exc:
+                raise HarnessError(f"the {name} view is not available: {exc}") from None
+            view = mod.open_view(opts)
+            if view is not None:
+                views.append(view)
+        return cls(views)
+
+    def sessions(self) -> list[Entry]:
+        seen: dict[str, Entry] = {}
+        for view in self.views:
+            for s in view.sessions():
+                sid = s["session_id"]
+                seen[sid] = _merge(seen[sid], s) if sid in seen else s
+        return sorted(seen.values(), key=lambda s: s.get("started_at", 0))
+
+    def session(self, session_id: str) -> Entry | None:
+        found: Entry | None = None
+        for view in self.views:
+            s = view.session(session_id)
+            if s is not None:
+                found = s if found is None else _merge(found, s)
+        return found
+
+    def view_of(self, session: Entry) -> View:
+        for view in self.views:
+            if view.label == session.get("source"):
+                return view
+        return self.views[0]
+
+    def find_session(self, session_id: str | None) -> Entry:
+        """The named live session, or the newest one; a one-line error if there is none."""
+        live = self.sessions()
+        if session_id is not None:
+            for s in live:
+                if s["session_id"] == session_id:
+                    return s
+            for view in self.views[1:]:  # a multi-node job answers to any of its nodes' session ids
+                found = view.session(session_id)
+                if found is not None and found.get("state") in ("starting", "running"):
+                    return found
+            raise HarnessError(f"no live session {session_id!r}; see `rtdebug ps`")
+        if not live:
+            raise HarnessError("no live rtdebug session; start one with `rtdebug torchrun` or `rtdebug run`")
+        return max(live, key=lambda s: s.get("started_at", 0))

@@ -1,0 +1,32 @@
+"""The local view: sessions started on this machine, from its registry files (always asked first)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rtdebug.registry.files import Registry
+from rtdebug.registry.liveness import live_sessions
+from rtdebug.views.teardown import stop_local_session
+
+Entry = dict[str, Any]
+
+
+class LocalView:
+    """This machine's registry files (sessions started here)."""
+
+    label = "local"
+
+    def __init__(self, registry: Registry | None = None) -> None:
+        self.registry = registry or Registry()
+
+    def sessions(self) -> list[Entry]:
+        return [dict(s, source=self.label) for s in live_sessions(self.registry)]
+
+    def session(self, session_id: str) -> Entry | None:
+        entry = self.registry.read_session(session_id)
+        if entry is None:
+            return None
+        return dict(entry, ranks=self.registry.ranks(session_id), source=self.label)
+
+    def stop(self, session: Entry) -> str:
+        return stop_local_session(self.registry, session)

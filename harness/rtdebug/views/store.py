@@ -1,0 +1,240 @@
+"""The store view: every rank of a multi-node torchrun job, read from the job's own store.
+
+The ranks publish their entries there (``rtdebug.rank.publish``); this module reads
+them back from any machine that can reach the store (``--store HOST:PORT`` or
+``RTDEBUG_STORE``, else the store recorded by a live local session, so ``ps`` on
+any node of the job finds every rank without a flag). One session per job, named
+by the session id of this machine's own launcher of that job (so it merges with
+this machine's files into one session), else by node 0's; any node's id finds it.
+
+A rank is "lost" (shown ``failed``) when its heartbeat falls behind the job's
+logical clock (``c10d.rounds_behind``): its node died without saying so.
+When the store itself is gone the job has ended (torchrun's agent hosts it); an
+explicit ``--store`` then fails with one line, an auto-found one is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rtdebug.common.addresses import is_own
+from rtdebug.common.errors import HarnessError
+from rtdebug.registry import c10d
+from rtdebug.registry.files import LIVE_RANK_STATES, Registry
+
+Entry = dict[str, Any]
+READ_TIMEOUT_S = 5.0
+
+
+def connect_host(rank: Entry, is_local: Callable[[str], bool] = is_own) -> tuple[str, str | None]:
+    """The address a client here should connect to for ``rank``, and a note when that needs a tunnel.
+
+    A rank bound to 0.0.0.0 is reached at its node's address; one bound to loopback on another
+    machine is reachable only through a tunnel to that node, which the note spells out."""
+    host, node_ip = rank.get("host", "127.0.0.1"), rank.get("node_ip")
+    if host in ("0.0.0.0", "::") and node_ip:
+        return node_ip, None
+    if host in ("127.0.0.1", "localhost", "::1") and node_ip:
+        if not is_local(node_ip):
+            where = rank.get("hostname") or node_ip
+            return host, (
+                f"rank {rank['rank']} listens on {host} of node {node_ip} ({where}): open a tunnel first, "
+                f"`ssh -N -L {rank['port']}:127.0.0.1:{rank['port']} {node_ip}`, or restart the job with "
+                f"--debug-host auto --debug-allow <your address>"
+            )
+    return host, None
+
+
+class StoreView:
+    """Sessions of the jobs that publish into one c10d store."""
+
+    def __init__(self, host: str, port: int, explicit: bool = True, local_ids: frozenset[str] = frozenset()) -> None:
+        self.host, self.port, self.explicit, self.local_ids = host, port, explicit, local_ids
+        self.label = f"store {host}:{port}"
+        self._store: Any = None  # one client per view: `attach` polls it
+
+    # -- reading ------------------------------------------------------------
+    def _raw(self) -> dict[str, Entry]:
+        if self._store is None and not c10d.reachable(self.host, self.port, timeout=READ_TIMEOUT_S):
+            if self.explicit:
+                raise HarnessError(
+                    f"cannot reach the job store at {self.host}:{self.port}: the job has ended "
+                    f"(torchrun's agent hosts its store) or the address is wrong"
+                )
+            return {}
+        try:
+            if self._store is None:
+                self._store = c10d.connect(self.host, self.port, READ_TIMEOUT_S, quiet=True)
+            keys = [k for k in self._store.list_keys() if k.startswith(c10d.PREFIX + "/")]
+            values = self._store.multi_get(keys) if keys else []
+        except Exception as exc:  # the store went away (the job ended) since the last read
+            self._store = None
+            if not c10d.reachable(self.host, self.port, timeout=READ_TIMEOUT_S):
+                return self._raw()  # says so the usual way
+            if self.explicit:
+                raise HarnessError(
+                    f"the job store at {self.host}:{self.port} stopped answering: "
+                    f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                ) from None
+            return {}
+        out: dict[str, Entry] = {}
+        for key, value in zip(keys, values, strict=False):
+            try:
+                entry = json.loads(value)
+            except ValueError:
+                continue
+            if isinstance(entry, dict):
+                out[key] = entry
+        return out
+
+    def _jobs(self) -> dict[str, dict[str, dict[int, Entry]]]:
+        """run id -> {"rank": {N: entry}, "node": {group rank: entry}}."""
+        jobs: dict[str, dict[str, dict[int, Entry]]] = {}
+        for key, entry in self._raw().items():
+            parts = key[len(c10d.PREFIX) + 1 :].rsplit("/", 2)  # a run id may contain "/"
+            if len(parts) != 3 or parts[1] not in ("rank", "node") or not parts[2].isdigit():
+                continue  # the job's tick and stop keys
+            jobs.setdefault(parts[0], {"rank": {}, "node": {}})[parts[1]][int(parts[2])] = entry
+        return jobs
+
+    def _session(self, run_id: str, job: dict[str, dict[int, Entry]]) -> Entry | None:
+        nodes = [job["node"][g] for g in sorted(job["node"])]
+        if not nodes:
+            return None  # no node entry yet: its local rank 0 has not published
+        behind = c10d.rounds_behind(list(job["rank"].values()))
+        ranks = []
+        for n in sorted(job["rank"]):
+            r = {k: v for k, v in job["rank"][n].items() if k not in ("heartbeat", "tick", "launcher_pid")}
+            if r.get("host") in ("0.0.0.0", "::") and r.get("node_ip"):
+                r["host"] = r["node_ip"]  # bound to every address: a client reaches it at its node's
+            if behind.get(n, 0) > c10d.LOST_ROUNDS:
+                silent = behind[n] * c10d.HEARTBEAT_S
+                r.update(
+                    state="failed",
+                    error=f"lost: not heard from for ~{silent:.0f}s (its node {r.get('node_ip', '?')} is gone?)",
+                )
+            ranks.append(r)
+        drop = ("heartbeat", "tick", "ranks", "source", "hostname", "node_ip")
+        base = {k: v for k, v in nodes[0].items() if k not in drop}
+        live = any(r.get("state") in LIVE_RANK_STATES for r in ranks)
+        failed = any(r.get("state") == "failed" for r in ranks)
+        node_list = [
+            {
+                "node_rank": g,
+                "host": job["node"][g].get("host"),
+                "node_ip": job["node"][g].get("node_ip"),
+                "hostname": job["node"][g].get("hostname"),
+                "session_id": job["node"][g].get("session_id"),
+                "launcher_pid": job["node"][g].get("launcher_pid"),
+            }
+            for g in sorted(job["node"])
+        ]
+        ports = sorted({p for e in nodes for p in e.get("ports", [])})
+        ids = [n["session_id"] for n in node_list if n["session_id"]]
+        sid = next((i for i in ids if i in self.local_ids), ids[0] if ids else run_id)
+        for r in ranks:
+            r["session_id"] = sid
+        return dict(
+            base,
+            session_id=sid,
+            node_rank=None,
+            ports=ports or base.get("ports", []),
+            nodes=node_list,
+            state="running" if live else ("failed" if failed else "exited"),
+            store=f"{self.host}:{self.port}",
+            rdzv_id=run_id,
+            ranks=ranks,
+            source=self.label,
+            updated_at=max([base.get("updated_at", 0), *(r.get("updated_at", 0) for r in ranks)]),
+        )
+
+    def sessions(self) -> list[Entry]:
+        out = []
+        for run_id, job in self._jobs().items():
+            s = self._session(run_id, job)
+            if s is not None:
+                out.append(s)
+        return out
+
+    def session(self, session_id: str) -> Entry | None:
+        """The job that ``session_id`` (the id any of its nodes' launchers printed) belongs to."""
+        for s in self.sessions():
+            if session_id == s["session_id"] or session_id in [n["session_id"] for n in s["nodes"]]:
+                return dict(s, session_id=session_id, ranks=[dict(r, session_id=session_id) for r in s["ranks"]])
+        return None
+
+    def stop(self, session: Entry) -> str:
+        """Ask every rank, through the store, to stop its own node's launcher (graceful teardown)."""
+        run_id = session.get("rdzv_id")
+        if not isinstance(run_id, str):
+            raise HarnessError(f"session {session['session_id']} records no rendezvous id to stop it by")
+        try:
+            store = c10d.connect(self.host, self.port, READ_TIMEOUT_S, quiet=True)
+            store.set(c10d.stop_key(run_id), b"1")
+        except Exception as exc:
+            raise HarnessError(f"cannot reach the job store at {self.host}:{self.port}: {exc}") from None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            try:
+                s = self.session(session["session_id"])
+            except HarnessError:
+                s = None  # the store is gone with the job
+            if s is None or s["state"] != "running":
+                return (
+                    f"rtdebug: stopped job {session['session_id']} on {len(session.get('nodes', []))} "
+                    f"node(s) through the store at {self.host}:{self.port}"
+                )
+        raise HarnessError(f"job {session['session_id']} asked to stop, but ranks still run after 60s")
+
+
+def open_view(opts: Any) -> StoreView | MultiStoreView | None:
+    """``--store``/``RTDEBUG_STORE`` (errors if unreachable), else the stores live local sessions record."""
+    if getattr(opts, "store", None):
+        try:
+            host, port = c10d.split_endpoint(opts.store)
+        except ValueError:
+            raise HarnessError(f"--store {opts.store!r}: expected HOST:PORT") from None
+        return StoreView(host, port, explicit=True, local_ids=frozenset(_recorded_stores().values()))
+    found = _recorded_stores()
+    if not found:
+        return None
+    return MultiStoreView([StoreView(h, p, explicit=False, local_ids=frozenset(found.values())) for h, p in found])
+
+
+def _recorded_stores() -> dict[tuple[str, int], str]:
+    """(host, port) of the store of each live local session of a multi-node job -> its session id."""
+    out: dict[tuple[str, int], str] = {}
+    try:
+        sessions = list(Registry().sessions())
+    except OSError:
+        return out
+    for s in sessions:
+        if s.get("store") and s.get("state") in ("starting", "running"):
+            out.setdefault(c10d.split_endpoint(s["store"]), s["session_id"])
+    return out
+
+
+class MultiStoreView:
+    """The stores recorded by this machine's live sessions, as one view."""
+
+    def __init__(self, views: list[StoreView]) -> None:
+        self.views = views
+        self.label = "store " + ",".join(f"{v.host}:{v.port}" for v in views)
+
+    def sessions(self) -> list[Entry]:
+        return [dict(s, source=self.label) for v in self.views for s in v.sessions()]
+
+    def session(self, session_id: str) -> Entry | None:
+        for v in self.views:
+            s = v.session(session_id)
+            if s is not None:
+                return dict(s, source=self.label)
+        return None
+
+    def stop(self, session: Entry) -> str:
+        host, port = c10d.split_endpoint(session["store"])
+        return StoreView(host, port).stop(session)
