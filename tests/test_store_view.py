@@ -19,6 +19,7 @@ from rtdebug.commands import vsconfigs as vscode
 from rtdebug.common.errors import HarnessError
 from rtdebug.launcher import multinode
 from rtdebug.rank import publish
+from rtdebug.registry import c10d
 from rtdebug.registry.record import SCHEMA_PATH
 from rtdebug.views.api import _merge
 from rtdebug.views.store import StoreView, connect_host
@@ -283,3 +284,24 @@ def test_run_ids_with_slashes_and_the_jobs_own_keys(store):
     store.set(publish.stop_key("other"), b"1")
     [s] = StoreView("127.0.0.1", store.port).sessions()
     assert s["rdzv_id"] == "team/job" and [r["rank"] for r in s["ranks"]] == [0, 1]
+
+
+def test_junk_entries_in_the_store_are_skipped_never_a_crash(store, registry_dir, capsys):
+    """Anyone who reaches the store can write it: a garbage node entry, a rank entry without its fields and
+    a value that is not JSON are skipped; the real job is still listed, and `ps --store` exits 0."""
+    store.set(c10d.node_key("job", 0), json.dumps(dict(node_entry(0), tick=3)))
+    store.set(c10d.rank_key("job", 0), json.dumps(dict(rank_entry(0), tick=3)))
+    store.set(c10d.node_key("job", 1), json.dumps({"schema_version": 1, "kind": "session", "oops": True}))
+    store.set(c10d.rank_key("job", 1), json.dumps({"schema_version": 1, "kind": "rank", "rank": 1}))
+    store.set(c10d.node_key("junk", 0), b"\x00not json")
+    store.set(c10d.rank_key("forged", 0), json.dumps(dict(rank_entry(0), port="4444")))
+    view = StoreView("127.0.0.1", store.port)
+    [s] = view.sessions()
+    assert s["rdzv_id"] == "job" and [r["rank"] for r in s["ranks"]] == [0] and len(s["nodes"]) == 1
+    assert sorted(view.skipped) == sorted(
+        [c10d.node_key("job", 1), c10d.rank_key("job", 1), c10d.rank_key("forged", 0)]
+    )
+    from rtdebug import cli
+
+    assert cli.main(["ps", "--store", f"127.0.0.1:{store.port}"]) == 0
+    assert "Traceback" not in capsys.readouterr().err

@@ -108,6 +108,23 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
         raise
 
 
+def problem(data: Any, kind: str | None = None) -> str | None:
+    """Why ``data`` is not a schema entry (of ``kind``, when given) that readers can index safely; None if it is.
+
+    Every store's reader checks this before using an entry: a file, a c10d store key or a Ray KV value
+    may have been written by anyone who can reach that store."""
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+        return f"not an rtdebug schema-{SCHEMA_VERSION} entry"
+    actual = data.get("kind")
+    if kind is not None and actual != kind:
+        return f"not a {kind} entry"
+    for key, typ in REQUIRED.get(actual if isinstance(actual, str) else "", {"kind": str}).items():
+        value = data.get(key)
+        if not isinstance(value, typ) or isinstance(value, bool):
+            return f"field {key!r} missing or of the wrong type"
+    return None
+
+
 def read_json(path: Path) -> dict[str, Any] | None:
     """The entry at ``path``; None if there is no file; ``Unreadable`` if it is not a valid entry."""
     try:
@@ -121,11 +138,7 @@ def read_json(path: Path) -> dict[str, Any] | None:
         data = json.loads(raw)
     except ValueError:
         raise Unreadable(f"{path}: {'empty file' if not raw.strip() else 'not valid JSON'}") from None
-    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
-        raise Unreadable(f"{path}: not an rtdebug schema-{SCHEMA_VERSION} entry")
-    kind = data.get("kind")
-    for key, typ in REQUIRED.get(kind if isinstance(kind, str) else "", {"kind": str}).items():
-        value = data.get(key)
-        if not isinstance(value, typ) or isinstance(value, bool):
-            raise Unreadable(f"{path}: field {key!r} missing or of the wrong type")
+    why = problem(data)
+    if why is not None:
+        raise Unreadable(f"{path}: {why}")
     return data

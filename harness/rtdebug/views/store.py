@@ -18,12 +18,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from rtdebug.common.addresses import is_own
 from rtdebug.common.errors import HarnessError
 from rtdebug.registry import c10d
 from rtdebug.registry.files import LIVE_RANK_STATES, Registry
+from rtdebug.registry.record import problem
 
 Entry = dict[str, Any]
 READ_TIMEOUT_S = 5.0
@@ -48,6 +50,45 @@ def connect_host(rank: Entry, is_local: Callable[[str], bool] = is_own) -> tuple
     return host, None
 
 
+NODE_ONLY = ("heartbeat", "tick", "ranks", "source", "hostname", "node_ip")  # not the session's own fields
+
+
+@dataclass
+class Job:
+    """One torchrun job's entries in the store: its ranks by global rank, its nodes by group rank."""
+
+    run_id: str
+    ranks: dict[int, Entry] = field(default_factory=dict)
+    nodes: dict[int, Entry] = field(default_factory=dict)
+
+
+def _ranks(job: Job) -> list[Entry]:
+    """The job's rank entries as a client needs them; a rank that fell behind the job's clock is lost."""
+    behind = c10d.rounds_behind(list(job.ranks.values()))
+    out = []
+    for n in sorted(job.ranks):
+        r = {k: v for k, v in job.ranks[n].items() if k not in ("heartbeat", "tick", "launcher_pid")}
+        if r.get("host") in ("0.0.0.0", "::") and r.get("node_ip"):
+            r["host"] = r["node_ip"]  # bound to every address: a client reaches it at its node's
+        if behind.get(n, 0) > c10d.LOST_ROUNDS:
+            silent = behind[n] * c10d.HEARTBEAT_S
+            where = r.get("node_ip", "?")
+            r.update(state="failed", error=f"lost: not heard from for ~{silent:.0f}s (its node {where} is gone?)")
+        out.append(r)
+    return out
+
+
+def _node(group_rank: int, e: Entry) -> Entry:
+    keys = ("host", "node_ip", "hostname", "session_id", "launcher_pid")
+    return {"node_rank": group_rank, **{k: e.get(k) for k in keys}}
+
+
+def _job_state(ranks: list[Entry]) -> str:
+    if any(r.get("state") in LIVE_RANK_STATES for r in ranks):
+        return "running"
+    return "failed" if any(r.get("state") == "failed" for r in ranks) else "exited"
+
+
 class StoreView:
     """Sessions of the jobs that publish into one c10d store."""
 
@@ -55,6 +96,7 @@ class StoreView:
         self.host, self.port, self.explicit, self.local_ids = host, port, explicit, local_ids
         self.label = f"store {host}:{port}"
         self._store: Any = None  # one client per view: `attach` polls it
+        self.skipped: list[str] = []  # keys whose values are not valid records
 
     # -- reading ------------------------------------------------------------
     def _raw(self) -> dict[str, Entry]:
@@ -90,71 +132,53 @@ class StoreView:
                 out[key] = entry
         return out
 
-    def _jobs(self) -> dict[str, dict[str, dict[int, Entry]]]:
-        """run id -> {"rank": {N: entry}, "node": {group rank: entry}}."""
-        jobs: dict[str, dict[str, dict[int, Entry]]] = {}
+    def _jobs(self) -> dict[str, Job]:
+        """Every job that publishes here, by run id; entries that are not valid records are skipped."""
+        jobs: dict[str, Job] = {}
         for key, entry in self._raw().items():
             parts = key[len(c10d.PREFIX) + 1 :].rsplit("/", 2)  # a run id may contain "/"
             if len(parts) != 3 or parts[1] not in ("rank", "node") or not parts[2].isdigit():
                 continue  # the job's tick and stop keys
-            jobs.setdefault(parts[0], {"rank": {}, "node": {}})[parts[1]][int(parts[2])] = entry
+            run_id, kind, n = parts[0], parts[1], int(parts[2])
+            if problem(entry, "rank" if kind == "rank" else "session") is not None:
+                self.skipped.append(key)
+                continue
+            job = jobs.setdefault(run_id, Job(run_id))
+            (job.ranks if kind == "rank" else job.nodes)[n] = entry
         return jobs
 
-    def _session(self, run_id: str, job: dict[str, dict[int, Entry]]) -> Entry | None:
-        nodes = [job["node"][g] for g in sorted(job["node"])]
-        if not nodes:
+    def _session(self, job: Job) -> Entry | None:
+        """One session per job: node 0's entry, the job's nodes and ranks, named as this machine knows it."""
+        if not job.nodes:
             return None  # no node entry yet: its local rank 0 has not published
-        behind = c10d.rounds_behind(list(job["rank"].values()))
-        ranks = []
-        for n in sorted(job["rank"]):
-            r = {k: v for k, v in job["rank"][n].items() if k not in ("heartbeat", "tick", "launcher_pid")}
-            if r.get("host") in ("0.0.0.0", "::") and r.get("node_ip"):
-                r["host"] = r["node_ip"]  # bound to every address: a client reaches it at its node's
-            if behind.get(n, 0) > c10d.LOST_ROUNDS:
-                silent = behind[n] * c10d.HEARTBEAT_S
-                r.update(
-                    state="failed",
-                    error=f"lost: not heard from for ~{silent:.0f}s (its node {r.get('node_ip', '?')} is gone?)",
-                )
-            ranks.append(r)
-        drop = ("heartbeat", "tick", "ranks", "source", "hostname", "node_ip")
-        base = {k: v for k, v in nodes[0].items() if k not in drop}
-        live = any(r.get("state") in LIVE_RANK_STATES for r in ranks)
-        failed = any(r.get("state") == "failed" for r in ranks)
-        node_list = [
-            {
-                "node_rank": g,
-                "host": job["node"][g].get("host"),
-                "node_ip": job["node"][g].get("node_ip"),
-                "hostname": job["node"][g].get("hostname"),
-                "session_id": job["node"][g].get("session_id"),
-                "launcher_pid": job["node"][g].get("launcher_pid"),
-            }
-            for g in sorted(job["node"])
-        ]
-        ports = sorted({p for e in nodes for p in e.get("ports", [])})
-        ids = [n["session_id"] for n in node_list if n["session_id"]]
-        sid = next((i for i in ids if i in self.local_ids), ids[0] if ids else run_id)
-        for r in ranks:
-            r["session_id"] = sid
+        ranks = _ranks(job)
+        nodes = [_node(g, job.nodes[g]) for g in sorted(job.nodes)]
+        sid = self._session_id(job.run_id, nodes)
+        base = {k: v for k, v in job.nodes[min(job.nodes)].items() if k not in NODE_ONLY}
+        ports = sorted({p for e in job.nodes.values() for p in e.get("ports", []) if isinstance(p, int)})
         return dict(
             base,
             session_id=sid,
             node_rank=None,
             ports=ports or base.get("ports", []),
-            nodes=node_list,
-            state="running" if live else ("failed" if failed else "exited"),
+            nodes=nodes,
+            state=_job_state(ranks),
             store=f"{self.host}:{self.port}",
-            rdzv_id=run_id,
-            ranks=ranks,
+            rdzv_id=job.run_id,
+            ranks=[dict(r, session_id=sid) for r in ranks],
             source=self.label,
             updated_at=max([base.get("updated_at", 0), *(r.get("updated_at", 0) for r in ranks)]),
         )
 
+    def _session_id(self, run_id: str, nodes: list[Entry]) -> str:
+        """This machine's own launcher's id for the job (so it merges with the local files), else node 0's."""
+        ids = [n["session_id"] for n in nodes if n["session_id"]]
+        return next((i for i in ids if i in self.local_ids), ids[0] if ids else run_id)
+
     def sessions(self) -> list[Entry]:
         out = []
-        for run_id, job in self._jobs().items():
-            s = self._session(run_id, job)
+        for job in self._jobs().values():
+            s = self._session(job)
             if s is not None:
                 out.append(s)
         return out
