@@ -24,6 +24,9 @@ def test_rank_and_launcher_start_paths_import_no_psutil_filelock_or_debugpy():
     assert _imported("rtdebug.rank.bootstrap", heavy) == []
     # the launcher (`rtdebug torchrun`) needs neither the rank's modules nor debugpy
     assert _imported("rtdebug.cli", (*heavy[1:], "rtdebug.rank.bootstrap", "rtdebug.rank.endpoint")) == []
+    # and `ps`/`attach`/`stop` never load the launcher: the shell starts it lazily (rtdebug.launcher.start)
+    assert _imported("rtdebug.cli", ("rtdebug.launcher.start", "rtdebug.launcher.torchrun")) == []
+    assert _imported("rtdebug", ("rtdebug.rank.api", "rtdebug.rank.runtime")) == []  # breakpoint: on first use
 
 
 def test_hook_runs_after_the_module_executes_and_at_once_if_imported(tmp_path, monkeypatch):

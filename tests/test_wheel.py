@@ -94,8 +94,8 @@ def test_torchrun_job_and_a_dap_stop_from_the_installed_wheel(wheel_venv, tmp_pa
         env=_env(registry),
     )
     assert r.stdout.count("value 42 from " + str(wheel_venv)) == 2, r.stdout
-    assert "rtdebug: all 2 local ranks ready" in r.stdout
-    assert json.loads(_run([exe, "ps", "--all", "--json"], cwd=work, env=_env(registry)).stdout)["ended"]
+    [ended] = json.loads(_run([exe, "ps", "--all", "--json"], cwd=work, env=_env(registry)).stdout)["ended"]
+    assert ended["state"] == "exited" and [r["state"] for r in ended["ranks"]] == ["exited", "exited"]
     job = subprocess.Popen(
         [exe, "run", "--port", str(port_base), "--wait", "job.py"],
         cwd=work,
@@ -105,7 +105,9 @@ def test_torchrun_job_and_a_dap_stop_from_the_installed_wheel(wheel_venv, tmp_pa
         text=True,
     )
     try:
-        sid = re.search(r"session (\S+) starting", job.stdout.readline()).group(1)
+        assert job.stdout is not None
+        lines = iter(job.stdout.readline, "")
+        sid = next(m.group(1) for line in lines if (m := re.search(r"session (\S+) starting", line)))
         wait_ranks(registry, sid, 1)
         line = marker_line(script, "wheel")
         c = DAPClient("127.0.0.1", port_base)
