@@ -181,7 +181,7 @@ class Run:
             cmd = [
                 python,
                 "-m",
-                "harness",
+                "rtdebug",
                 "torchrun",
                 "--debug-port-base",
                 str(self.base),
