@@ -15,9 +15,17 @@ from rtdebug.commands import attach, ps, stop
 from rtdebug.commands.options import HARNESS_FLAGS, _debug_options, split_harness_options, torchrun_parser
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.ports import DEFAULT_PORT_BASE
+from rtdebug.registry.record import valid_session_id
 from rtdebug.views.api import ViewOptions
 
 __all__ = ["HARNESS_FLAGS", "build_parser", "main", "split_harness_options", "torchrun_parser"]
+
+
+def _session_id(text: str) -> str:
+    """``--session``: one pattern for every session id (never a path)."""
+    if not valid_session_id(text):
+        raise argparse.ArgumentTypeError(f"invalid session id {text[:80]!r}; see `rtdebug ps`")
+    return text
 
 
 def _add_run(sub) -> None:
@@ -116,7 +124,7 @@ def _add_attach(sub) -> None:
         description="Wait until a rank is ready, then print host:port and a debugpy attach config.",
     )
     p.add_argument("--rank", type=int, required=True)
-    p.add_argument("--session", help="session id (default: the newest live session)")
+    p.add_argument("--session", type=_session_id, help="session id (default: the newest live session)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="seconds to wait (default 60)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--vscode", action="store_true", help="hand off to VS Code (rtdebug extension) via a vscode:// URI")
@@ -134,7 +142,7 @@ def _add_stop(sub) -> None:
         description="Stop a session: launcher, torchrun, ranks; then check its ports are free.",
     )
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--session", help="session id (default: the only live session)")
+    g.add_argument("--session", type=_session_id, help="session id (default: the only live session)")
     g.add_argument("--all", action="store_true", help="stop every live or orphaned session")
     _view_options(p)
 
@@ -200,7 +208,7 @@ def _add_stacks(sub) -> None:
         "no ptrace, works while a rank is blocked in a C++ collective or stopped at a "
         "breakpoint) and group ranks by identical main-thread stack.",
     )
-    p.add_argument("--session", help="session id (default: the newest live session)")
+    p.add_argument("--session", type=_session_id, help="session id (default: the newest live session)")
     p.add_argument("--rank", metavar="RANKS", help="ranks to dump, e.g. 0 or 0,2-3 (default: all)")
     p.add_argument("--json", action="store_true", help="one JSON object (what the VS Code extension reads)")
     p.add_argument("--native", action="store_true", help="add native frames with py-spy (needs ptrace rights)")

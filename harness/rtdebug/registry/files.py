@@ -20,12 +20,14 @@ can name it and ``attach`` can say that rank's entry is unreadable.
 from __future__ import annotations
 
 import os
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+from rtdebug.common.errors import HarnessError
 from rtdebug.common.filelocks import locked
 from rtdebug.common.procinfo import is_alive
 from rtdebug.registry.record import (  # noqa: F401  (the record's names, for the files' readers)
@@ -36,6 +38,7 @@ from rtdebug.registry.record import (  # noqa: F401  (the record's names, for th
     new_session_id,
     read_json,
     session_entry,
+    valid_session_id,
     write_json_atomic,
 )
 
@@ -65,15 +68,32 @@ class Registry:
         return entry
 
     # -- layout -------------------------------------------------------------
+    def check_root(self) -> None:
+        """Refuse a root that is not the owner's alone: whoever owns or can write it owns these sessions."""
+        st = os.stat(self.root)
+        me = os.geteuid()
+        if not stat.S_ISDIR(st.st_mode):
+            raise HarnessError(f"registry {self.root} is not a directory; point {ENV_DIR} at a directory of your own")
+        if st.st_uid != me:
+            raise HarnessError(
+                f"registry {self.root} belongs to uid {st.st_uid}, not to you (uid {me}); remove it or point "
+                f"{ENV_DIR} at a directory of your own"
+            )
+        if st.st_mode & 0o077:
+            mode = oct(stat.S_IMODE(st.st_mode))
+            raise HarnessError(f"registry {self.root} is open to other users (mode {mode}); run: chmod 700 {self.root}")
+
     def ensure(self) -> Path:
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        try:
-            os.chmod(self.root, 0o700)
-        except OSError:
-            pass
+        """Create the root (0700) if missing; refuse one that is not the owner's alone."""
+        if not self.root.exists():
+            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.check_root()
         return self.root
 
     def session_dir(self, session_id: str) -> Path:
+        """The session's directory; a session id is never anything but one directory name under the root."""
+        if not valid_session_id(session_id):
+            raise HarnessError(f"invalid session id {str(session_id)[:80]!r}; see `rtdebug ps`", 2)
         return self.root / session_id
 
     def lock(self, timeout: float = 30.0) -> AbstractContextManager[None]:
@@ -99,13 +119,23 @@ class Registry:
         write_json_atomic(path, entry)
 
     def sessions(self) -> Iterator[dict[str, Any]]:
+        """Every readable session entry. A session's id is its directory's name: an entry that claims
+        another id is unreadable, never used (so no entry field becomes a path)."""
         if not self.root.is_dir():
             return
+        self.check_root()
         for d in sorted(self.root.iterdir()):
-            if d.is_dir() and not d.name.startswith("."):
+            if d.is_dir() and valid_session_id(d.name):
                 entry = self._read(d / "session.json")
-                if entry is not None:
+                if entry is not None and self._matches(d / "session.json", entry, d.name):
                     yield entry
+
+    def _matches(self, path: Path, entry: dict[str, Any], session_id: str, rank: int | None = None) -> bool:
+        """An entry says the session (and rank) its path says, or it is unreadable."""
+        if entry["session_id"] == session_id and (rank is None or entry["rank"] == rank):
+            return True
+        self.unreadable[path] = f"{path}: its session id or rank does not match its path"
+        return False
 
     # -- ranks --------------------------------------------------------------
     def rank_path(self, session_id: str, rank: int) -> Path:
@@ -120,8 +150,13 @@ class Registry:
         d = self.session_dir(session_id)
         if not d.is_dir():
             return []
-        out = [self._read(p) for p in d.glob("rank-*.json")]
-        return sorted((r for r in out if r is not None), key=lambda r: r["rank"])
+        out = []
+        for p in d.glob("rank-*.json"):
+            n = p.name[len("rank-") : -len(".json")]
+            entry = self._read(p) if n.isdigit() else None
+            if entry is not None and self._matches(p, entry, session_id, int(n)):
+                out.append(entry)
+        return sorted(out, key=lambda r: r["rank"])
 
     def rank_unreadable(self, session_id: str, rank: int) -> str | None:
         """Why rank ``rank``'s entry cannot be read, or None if it is fine or absent."""

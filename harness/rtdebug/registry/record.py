@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import sys
 import tempfile
@@ -65,6 +66,15 @@ class Unreadable(ValueError):
 
 
 SCHEMA_PATH = Path(__file__).with_name("registry.schema.json")
+
+
+# One pattern for every session id, wherever it comes from (a directory name, a flag, a store entry):
+# no "/", no leading dot, no "..", so an id can name a directory under the registry root and nothing else.
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def valid_session_id(value: object) -> bool:
+    return isinstance(value, str) and SESSION_ID.fullmatch(value) is not None and ".." not in value
 
 
 def new_session_id() -> str:
@@ -122,6 +132,8 @@ def problem(data: Any, kind: str | None = None) -> str | None:
         value = data.get(key)
         if not isinstance(value, typ) or isinstance(value, bool):
             return f"field {key!r} missing or of the wrong type"
+    if "session_id" in data and not valid_session_id(data["session_id"]):
+        return f"session id {str(data['session_id'])[:80]!r} is not a valid session id"
     return None
 
 

@@ -1,0 +1,77 @@
+"""The registry is the owner's alone: a foreign or open root is refused, and no entry field becomes a path.
+
+Part of the hostile-input campaign (beside tests/test_hostile_port.py and tests/test_hostile_stores.py):
+every file in a registry may be forged, so each case checks that nothing is deleted, nothing crashes and
+one line says what was wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from rtdebug import cli
+from rtdebug.common.errors import HarnessError
+from rtdebug.registry.files import Registry
+from rtdebug.registry.liveness import prune, reserve_session
+from tests.test_registry import dead_pid, rank, session
+
+
+def test_a_session_id_that_walks_out_of_the_registry_deletes_nothing(tmp_path, monkeypatch, capsys):
+    root, victim = tmp_path / "reg", tmp_path / "victimdir"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("mine")
+    reg = Registry(root)
+    reg.ensure()
+    forged = dict(session("s1"), session_id="../victimdir", launcher_pid=dead_pid(), ended_at=1.0)
+    (root / "s1").mkdir(mode=0o700)
+    (root / "s1" / "session.json").write_text(json.dumps(forged))
+    monkeypatch.setenv("RTDEBUG_REGISTRY_DIR", str(root))
+    assert cli.main(["ps", "--all"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    why = "session id '../victimdir' is not a valid session id"
+    assert err == [f"rtdebug: warning: unreadable registry entry {root}/s1/session.json: {why}"]
+    assert (victim / "keep.txt").read_text() == "mine"
+    assert cli.main(["stop", "--session", "../victimdir"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "rtdebug stop: error: argument --session: invalid session id '../victimdir'; see `rtdebug ps`"
+    )
+    assert victim.exists()
+
+
+def test_an_entry_that_names_another_session_is_unreadable_not_followed(tmp_path):
+    reg = Registry(tmp_path / "reg")
+    reserve_session(reg, session("a"))
+    reserve_session(reg, session("b", ports=(6100, 6101)))
+    (tmp_path / "reg" / "a" / "session.json").write_text(json.dumps(session("b", ports=(6100, 6101))))
+    reg.write_rank(rank("b", r=0))
+    (tmp_path / "reg" / "b" / "rank-1.json").write_text(json.dumps(rank("b", r=0)))
+    assert [s["session_id"] for s in prune(reg)] == ["b"]
+    assert [r["rank"] for r in reg.ranks("b")] == [0]
+    assert sorted(p.name for p in reg.unreadable) == ["rank-1.json", "session.json"]
+
+
+@pytest.mark.parametrize("case", ["foreign owner", "open to others"])
+def test_a_root_that_is_not_the_owners_alone_is_refused(tmp_path, monkeypatch, capsys, case):
+    root = tmp_path / "reg"
+    reg = Registry(root)
+    reserve_session(reg, dict(session("s1"), launcher_pid=dead_pid()))
+    if case == "foreign owner":
+        os.chown(root, 65534, 65534)
+        want = (
+            f"rtdebug: error: registry {root} belongs to uid 65534, not to you (uid {os.geteuid()}); "
+            "remove it or point RTDEBUG_REGISTRY_DIR at a directory of your own"
+        )
+    else:
+        os.chmod(root, 0o777)
+        want = f"rtdebug: error: registry {root} is open to other users (mode 0o777); run: chmod 700 {root}"
+    monkeypatch.setenv("RTDEBUG_REGISTRY_DIR", str(root))
+    for argv in (["ps"], ["stop", "--all"], ["attach", "--rank", "0", "--timeout", "1"]):
+        assert cli.main(argv) == 1
+        assert capsys.readouterr().err.strip() == want
+    with pytest.raises(HarnessError):
+        reserve_session(reg, session("s2", ports=(6200, 6201)))
+    assert (root / "s1" / "session.json").exists()  # nothing pruned, nothing written
+    assert json.loads((root / "s1" / "session.json").read_text())["state"] == "running"
