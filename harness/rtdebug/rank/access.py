@@ -14,7 +14,9 @@ thread decides every connection before a byte reaches debugpy:
   address is on the allow-list (``--debug-allow``; default: this host's own
   addresses, which lets no other machine in).
 
-The lookup reads /proc once per connection attempt; a rank nobody connects to pays nothing.
+The peer's socket is looked up exactly, by its 4-tuple, through the kernel's socket-diag netlink
+(``rtdebug.common.sockdiag``: one request, one reply, however many sockets the host has), falling back to a
+filtered read of ``/proc/net/tcp{,6}`` where netlink cannot answer. A rank nobody connects to pays nothing.
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ from __future__ import annotations
 import os
 import socket
 import struct
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from rtdebug.common import sockdiag
 from rtdebug.common.addresses import IPAddress, own_addresses, parse_allow
 from rtdebug.common.addresses import ip as _ip
 
@@ -58,14 +62,42 @@ def tcp_rows(paths: tuple[str, ...] = PROC_TCP, ports: tuple[int, int] | None = 
             yield _decode(cols[1]), _decode(cols[2]), int(cols[7]), int(cols[9])
 
 
+_diag_broken = False  # netlink cannot answer in this process: /proc from now on
+
+
 def peer_uid(ours: tuple[str, int], peer: tuple[str, int]) -> int | None:
     """uid owning the open socket at ``peer`` connected to ``ours`` on this host, else None."""
+    global _diag_broken
+    if not _diag_broken:
+        try:
+            return sockdiag.shared().owner_uid(ours, peer)
+        except sockdiag.Unavailable:
+            _diag_broken = True
+        except OSError:  # e.g. no reply in time: this once, ask /proc
+            pass
+    return proc_peer_uid(ours, peer)
+
+
+def proc_peer_uid(ours: tuple[str, int], peer: tuple[str, int]) -> int | None:
+    """``peer_uid`` from ``/proc/net/tcp{,6}``, only the rows with the two ports decoded."""
     want_local = (_ip(peer[0]), peer[1])
     want_remote = (_ip(ours[0]), ours[1])
     for local, remote, uid, inode in tcp_rows(ports=(peer[1], ours[1])):
         if local == want_local and remote == want_remote and inode != 0:
             return uid
     return None
+
+
+_own: tuple[float, set[IPAddress]] = (-1.0, set())
+
+
+def own_addresses_now(max_age: float = 1.0) -> set[IPAddress]:
+    """This host's addresses, listed at most once per ``max_age`` s (a flood from afar must not re-list them)."""
+    global _own
+    now = time.monotonic()
+    if _own[0] < 0 or now - _own[0] > max_age:
+        _own = (now, own_addresses())
+    return _own[1]
 
 
 class AllowList:
@@ -77,12 +109,14 @@ class AllowList:
 
     def allows(self, addr: IPAddress) -> bool:
         if not self.networks:
-            return addr in own_addresses()
+            return addr in own_addresses_now()
         return any(addr.version == n.version and addr in n for n in self.networks)
 
 
 @dataclass
 class Refusal:
+    """Who connected (``addr``, socket owner ``uid``) and why they may not in; ``reason`` "" = admitted."""
+
     addr: str
     uid: int | None
     reason: str
@@ -95,6 +129,12 @@ class Refusal:
 
 def check(conn: socket.socket, allow: AllowList, owner: int | None = None) -> Refusal | None:
     """None if ``conn`` (just accepted) may reach the debugger, else why not. Fails closed."""
+    verdict = judge(conn, allow, owner)
+    return verdict if verdict.reason else None
+
+
+def judge(conn: socket.socket, allow: AllowList, owner: int | None = None) -> Refusal:
+    """The peer of ``conn`` and why it is refused (``reason`` "" if admitted). Fails closed."""
     owner = os.geteuid() if owner is None else owner
     try:
         peer = conn.getpeername()[:2]
@@ -106,12 +146,13 @@ def check(conn: socket.socket, allow: AllowList, owner: int | None = None) -> Re
         uid = peer_uid(ours, peer)
         addr = _ip(peer[0])
         if uid is not None:
-            return None if uid == owner else Refusal(text, uid, f"its socket belongs to another user (not uid {owner})")
-        if addr.is_loopback or addr in own_addresses():
+            why = "" if uid == owner else f"its socket belongs to another user (not uid {owner})"
+            return Refusal(text, uid, why)
+        if addr.is_loopback or addr in own_addresses_now():
             return Refusal(text, None, "a local peer whose socket could not be found (closed before the check?)")
         if not allow.allows(addr):
             rule = allow.spec or "this host's own addresses"
             return Refusal(text, None, f"not on the debug allow-list ({rule})")
     except (OSError, ValueError, IndexError) as exc:
         return Refusal(text, None, f"could not check the peer: {exc}")
-    return None
+    return Refusal(text, None, "")

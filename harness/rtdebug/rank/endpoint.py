@@ -13,8 +13,16 @@ rank's own subprocesses (e.g. DataLoader workers), which ranks rarely need.
 
 Who gets in (``rtdebug.rank.access``): the accept thread checks every connection
 before debugpy sees a byte -- on this host only sockets of the rank's own uid,
-from elsewhere only allow-listed addresses -- and refuses the rest with one line
-on stderr and ``on_refused`` (the registry's ``refused_count``).
+from elsewhere only allow-listed addresses. What gets in (``rtdebug.rank.dapgate``):
+an admitted connection gets a thread of its own, which reads its first message
+(bounded in size and time) and starts debugpy only if it is a DAP ``initialize``
+request; pydevd then gets those bytes first. So a browser (it connects as the
+owner) never reaches pydevd with an HTTP request, and a slow client never holds
+up the accept thread. Refused connections are reset and counted; at most one line
+a second goes to stderr and to ``on_refused`` (the registry's ``refused_count``),
+the rest follow as a count (``rtdebug.rank.refusals``). A refusal costs the rank
+one accept, one netlink lookup and one close (~0.1 ms); the backlog holds a flood
+so that the owner's connect is queued, not dropped.
 
 No second way in: ``debugpy.listen(in_process_debug_adapter=True)`` would leave
 pydevd's own listener on an ephemeral 127.0.0.1 port that any local user could
@@ -43,6 +51,7 @@ from __future__ import annotations
 
 import os
 import socket
+import struct
 import sys
 import threading
 from collections.abc import Callable
@@ -50,11 +59,16 @@ from collections.abc import Callable
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.ports import port_holder
 from rtdebug.rank import gil, tracing
-from rtdebug.rank.access import AllowList, Refusal, check
+from rtdebug.rank.access import AllowList, Refusal, judge
+from rtdebug.rank.dapgate import NotDAP, read_first
 from rtdebug.rank.handoff import Handoff, listen_via_handoff
+from rtdebug.rank.refusals import RefusalLog
 
 StateCallback = Callable[[str], None]
 ATTACH_BOOST_S = 5.0
+BACKLOG = 1024  # a flood of refused connects queues ahead of the owner's instead of dropping its SYN
+MAX_PENDING = 16  # admitted connections still sending their first message; more are refused at once
+RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets, nothing lingers in TIME_WAIT
 
 
 def _daemon_thread(target, name: str, *args) -> threading.Thread:
@@ -112,6 +126,8 @@ class Endpoint:
         self._trace_lock = threading.Lock()  # orders tracing off (last client gone) / on (next one)
         self._inner: Handoff | None = None
         self._sock: socket.socket | None = None
+        self._refusals = RefusalLog(self._report)
+        self._pending = threading.BoundedSemaphore(MAX_PENDING)
 
     @property
     def lazy(self) -> bool:
@@ -129,7 +145,7 @@ class Endpoint:
             raise HarnessError(
                 f"debug port {self.port} is already in use by {holder}; pick another range with --debug-port-base"
             ) from None
-        s.listen(8)
+        s.listen(BACKLOG)
         self._sock = s
         if eager:
             self.start_debugpy()
@@ -160,48 +176,77 @@ class Endpoint:
 
     def _accept_loop(self) -> None:
         assert self._sock is not None
+        owner = os.geteuid()
         while True:
             try:
                 client, _ = self._sock.accept()
             except OSError:
                 return
-            if not self._admit(client):
-                continue
-            gil.boost(ATTACH_BOOST_S)  # the handshake: hundreds of GIL round trips (rtdebug.rank.gil)
             try:
-                handoff = self.start_debugpy()
-                with self._trace_lock:
-                    tracing.on()  # before pydevd reads a byte: the client's breakpoints must bind
-                    with self._lock:
-                        self._clients += 1
-                        self.attach_count += 1
-                upstream = handoff.connect()
-            except Exception as exc:  # debugpy failed to start: tell the client by closing
-                print(f"rtdebug: could not start debugpy on port {self.port}: {exc}", file=sys.stderr)
-                client.close()
-                continue
-            self.on_state("attached")
-            _daemon_thread(self._relay, f"rtdebug-relay-{self.port}", client, upstream)
+                peer = judge(client, self.allow, owner)  # zero cost while nobody connects
+            except Exception as exc:  # fail closed
+                peer = Refusal("?", None, f"could not check the peer: {exc}")
+            if not peer.reason and not self._pending.acquire(blocking=False):
+                peer.reason = f"{MAX_PENDING} connections are still sending their first message"
+            if peer.reason:
+                self._refuse(client, peer)
+            else:
+                _daemon_thread(self._serve, f"rtdebug-relay-{self.port}", client, peer)
 
-    def _admit(self, client: socket.socket) -> bool:
-        """The access check (``rtdebug.rank.access``), in this thread only: zero cost while nobody connects."""
+    def _refuse(self, client: socket.socket, refusal: Refusal) -> None:
         try:
-            refusal = check(client, self.allow)
-        except Exception as exc:  # fail closed
-            refusal = Refusal("?", None, f"could not check the peer: {exc}")
-        if refusal is None:
-            return True
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET)
+        except OSError:
+            pass
         client.close()
         with self._lock:
             self.refused_count += 1
-        print(f"rtdebug: {self.label}: {refusal.line}", file=sys.stderr, flush=True)
+        self._refusals.add(lambda: refusal.line)
+
+    def _report(self, text: str) -> None:
+        """A refusal line and the count, at most once a second (``RefusalLog``)."""
+        print(f"rtdebug: {self.label}: {text}", file=sys.stderr, flush=True)
         try:
             self.on_refused()
         except Exception:  # recording the count must never stop the accept loop
             pass
-        return False
 
-    def _relay(self, client: socket.socket, upstream: socket.socket) -> None:
+    def _serve(self, client: socket.socket, peer: Refusal) -> None:
+        """An admitted client, in its own thread: a DAP ``initialize`` first (``dapgate``), then debugpy."""
+        try:
+            first = read_first(client)
+        except NotDAP as exc:
+            peer.reason = str(exc)
+            self._refuse(client, peer)
+            return
+        finally:
+            self._pending.release()
+        upstream = self._hand_over(client)
+        if upstream is not None:
+            self.on_state("attached")
+            self._relay(client, upstream, first)
+
+    def _hand_over(self, client: socket.socket) -> socket.socket | None:
+        """Start debugpy if need be and give pydevd a socket for this client; None (client closed) if not."""
+        gil.boost(ATTACH_BOOST_S)  # the handshake: hundreds of GIL round trips (rtdebug.rank.gil)
+        try:
+            upstream = self.start_debugpy().connect()  # pydevd reads nothing before the relay sends
+        except Exception as exc:  # debugpy failed to start: tell the client by closing
+            print(f"rtdebug: could not start debugpy on port {self.port}: {exc}", file=sys.stderr)
+            client.close()
+            return None
+        with self._trace_lock:
+            tracing.on()  # before pydevd reads a byte: the client's breakpoints must bind
+            with self._lock:
+                self._clients += 1
+                self.attach_count += 1
+        return upstream
+
+    def _relay(self, client: socket.socket, upstream: socket.socket, first: bytes) -> None:
+        try:
+            upstream.sendall(first)  # the initialize request the gate read
+        except OSError:
+            pass  # pydevd is gone: the pumps below see it and close both ends
         back = _daemon_thread(_pump, f"rtdebug-relay-up-{self.port}", upstream, client)
         _pump(client, upstream)
         back.join()
