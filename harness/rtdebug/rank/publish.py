@@ -16,6 +16,13 @@ thread does not freeze the heartbeat (a paused rank stays visible as alive).
 Liveness without trusting clocks: every heartbeat also advances one shared
 counter in the store (``tick``), so a rank that stopped publishing falls behind
 the job's logical clock in heartbeat rounds, whatever the machines' clocks say.
+Only the timed heartbeat advances it: entry updates in between (a client came,
+a refusal was counted) rewrite the entry with the last tick, so no burst of
+updates on one rank can make its peers look lost.
+
+Anyone who reaches the store can read and write it: entries are signed with the
+job's secret (``RTDEBUG_JOB_SECRET``, from the launcher; ``rtdebug.registry.signing``)
+and carry the script's name only, never its arguments or the command line.
 When a whole node dies, torchrun ends the others only once they reach a
 collective; a node whose own rank is paused at a breakpoint would wait for ever.
 So local rank 0 of each node watches its peers and, in a job that cannot go on
@@ -35,6 +42,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from rtdebug.common.imports import when_imported
+from rtdebug.common.procinfo import is_alive
+from rtdebug.registry import signing
 from rtdebug.registry.c10d import (
     ENV_STORE,
     ENV_WATCH,
@@ -50,6 +59,17 @@ from rtdebug.registry.c10d import (
     stop_key,
     tick_key,
 )
+from rtdebug.registry.record import problem
+
+PRIVATE = ("command", "args")  # never published: a command line may hold secrets
+
+
+def public(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """What of an entry goes to the store: no command line (the schema's ``command`` stays, empty)."""
+    out = {k: v for k, v in entry.items() if k not in PRIVATE}
+    if entry.get("kind") == "session":
+        out["command"] = []
+    return out
 
 
 class Publisher:
@@ -65,10 +85,13 @@ class Publisher:
         heartbeat_s: float = HEARTBEAT_S,
         launcher_pid: int | None = None,
         watch_peers: bool = False,
+        secret: str | None = None,
+        launcher_create_time: float | None = None,
     ) -> None:
         self.host, self.port, self.run_id, self.rank = host, port, run_id, rank
         self.group_rank = group_rank
-        self.launcher_pid = launcher_pid
+        self.launcher_pid, self.launcher_create_time = launcher_pid, launcher_create_time
+        self.secret = secret
         self.where = {"hostname": socket.gethostname()}
         self._stop_sent = False
         self.watch_peers = watch_peers
@@ -124,13 +147,23 @@ class Publisher:
         if t is not None and t.ident is not None and t is not threading.current_thread():  # started
             t.join(timeout)
 
+    def _values(self, entry: dict[str, Any] | None, node: dict[str, Any] | None, beat: dict[str, Any]):
+        """The keys and signed values to write: this rank's entry, and its node's (local rank 0)."""
+        out = {rank_key(self.run_id, self.rank): dict(public(entry or {}), **self.where, **beat)}
+        if node is not None and self.group_rank is not None:
+            out[node_key(self.run_id, self.group_rank)] = dict(public(node), **self.where, **beat)
+        keys = list(out)
+        return keys, [json.dumps(signing.sign(k, out[k], self.secret)).encode() for k in keys]
+
     def _loop(self) -> None:
         store = None
         delay = 0.2
+        beat: dict[str, Any] = {}
+        next_beat = 0.0  # monotonic time of the next heartbeat: the only thing that advances the tick
         while True:
             with self._cv:
                 if self._sent == self._version and store is not None and not self._closed:
-                    self._cv.wait(self.heartbeat_s)  # woken by an update, else a heartbeat
+                    self._cv.wait(max(0.0, next_beat - time.monotonic()))  # an update, else the heartbeat
                 if self._closed:
                     return
                 entry, node, version = self._entry, self.node, self._version
@@ -141,22 +174,18 @@ class Publisher:
                         raise OSError("store not reachable yet")
                     store = connect(self.host, self.port)
                     self.where["node_ip"] = node_ip
-                beat = {"heartbeat": time.time(), "tick": store.add(tick_key(self.run_id), 1)}
-                keys = [rank_key(self.run_id, self.rank)]
-                values = [json.dumps(dict(entry or {}, **self.where, **beat)).encode()]
-                if node is not None and self.group_rank is not None:
-                    keys.append(node_key(self.run_id, self.group_rank))
-                    values.append(json.dumps(dict(node, **self.where, **beat)).encode())
-                store.multi_set(keys, values)
+                timed = time.monotonic() >= next_beat or not beat
+                if timed:
+                    beat = {"heartbeat": time.time(), "tick": store.add(tick_key(self.run_id), 1)}
+                    next_beat = time.monotonic() + self.heartbeat_s
+                store.multi_set(*self._values(entry, node, beat))
                 delay = 0.2
                 with self._cv:
                     self._sent = max(self._sent, version)
                     self._connected = True
                     self._cv.notify_all()  # flush() waiters
-                if not self._stop_sent and store.check([stop_key(self.run_id)]):
-                    self._stop_launcher()
-                if self.watch_peers and not self._stop_sent:
-                    self._watch(store, beat["tick"])
+                if timed:
+                    self._after_beat(store, beat["tick"])
             except Exception:  # the store is not up yet, or gone with the job: retry, quietly
                 store = None
                 with self._cv:
@@ -165,10 +194,23 @@ class Publisher:
                     self._cv.wait(delay)
                 delay = min(delay * 2, 5.0)
 
+    def _after_beat(self, store: Any, tick: int) -> None:
+        if not self._stop_sent and store.check([stop_key(self.run_id)]):
+            self._stop_launcher()
+        if self.watch_peers and not self._stop_sent:
+            self._watch(store, tick)
+
     def _watch(self, store: Any, tick: int) -> None:
         prefix = f"{PREFIX}/{self.run_id}/rank/"
         keys = [k for k in store.list_keys() if k.startswith(prefix) and k[len(prefix) :].isdigit()]
-        ranks = [json.loads(v) for v in store.multi_get(keys)] if keys else []
+        ranks = []
+        for value in store.multi_get(keys) if keys else []:
+            try:
+                entry = json.loads(value)
+            except ValueError:
+                continue
+            if problem(entry, "rank") is None and isinstance(entry.get("tick", 0), int):
+                ranks.append(entry)  # junk anyone wrote into the store is no peer
         behind = rounds_behind(ranks, tick)
         gone = [r for r in ranks if behind.get(int(r["rank"]), 0) > PEER_LOST_ROUNDS]
         if gone:
@@ -184,7 +226,8 @@ class Publisher:
     def _stop_launcher(self) -> None:
         """``rtdebug stop`` from another machine: end this node the way a local ``stop`` would."""
         self._stop_sent = True
-        if self.launcher_pid:
+        ct = self.launcher_create_time
+        if self.launcher_pid and (ct is None or is_alive(self.launcher_pid, ct)):  # never a reused pid
             try:
                 os.kill(self.launcher_pid, signal.SIGTERM)
             except OSError:
@@ -201,6 +244,10 @@ def from_env(rank: int, environ: Mapping[str, str] | None = None) -> Publisher |
     host, port = split_endpoint(endpoint)
     group = env.get("GROUP_RANK")
     launcher = env.get("RTDEBUG_LAUNCHER_PID", "")
+    try:
+        launcher_ct: float | None = float(env.get("RTDEBUG_LAUNCHER_CT", ""))
+    except ValueError:
+        launcher_ct = None
     return Publisher(
         host,
         port,
@@ -209,6 +256,8 @@ def from_env(rank: int, environ: Mapping[str, str] | None = None) -> Publisher |
         int(group) if group and group.isdigit() else None,
         launcher_pid=int(launcher) if launcher.isdigit() else None,
         watch_peers=env.get(ENV_WATCH) == "1" and env.get("LOCAL_RANK", "0") == "0",
+        secret=env.get(signing.ENV_SECRET) or None,
+        launcher_create_time=launcher_ct,
     )
 
 
@@ -216,6 +265,7 @@ def attach(record: Any, rank: int, local_rank: int) -> Publisher | None:
     """Give a rank's ``RankRecord`` a publisher when its job has a store; local rank 0 also
     publishes its node's session entry (what ``ps`` on another machine shows for this node)."""
     pub = from_env(rank)
+    os.environ.pop(signing.ENV_SECRET, None)  # the job's secret is the publisher's: not the script's children's
     if pub is None:
         return None
     node = record.registry.read_session(record.entry["session_id"]) if local_rank == 0 else None
