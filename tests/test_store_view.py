@@ -298,10 +298,12 @@ def test_junk_entries_in_the_store_are_skipped_never_a_crash(store, registry_dir
     view = StoreView("127.0.0.1", store.port)
     [s] = view.sessions()
     assert s["rdzv_id"] == "job" and [r["rank"] for r in s["ranks"]] == [0] and len(s["nodes"]) == 1
-    assert sorted(view.skipped) == sorted(
-        [c10d.node_key("job", 1), c10d.rank_key("job", 1), c10d.rank_key("forged", 0)]
-    )
+    junk = [c10d.node_key("job", 1), c10d.rank_key("job", 1), c10d.rank_key("forged", 0), c10d.node_key("junk", 0)]
+    assert sorted(view.skipped) == sorted(junk)
     from rtdebug import cli
 
     assert cli.main(["ps", "--store", f"127.0.0.1:{store.port}"]) == 0
-    assert "Traceback" not in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    for key in junk:  # each named in one warning line
+        assert len([line for line in err.splitlines() if f"entry {key!r}:" in line]) == 1, err

@@ -1,4 +1,8 @@
-"""``rtdebug attach --rank N``: wait until rank N can be attached, then print what a client needs."""
+"""``rtdebug attach --rank N``: wait until rank N can be attached, then print what a client needs.
+
+A rank entry no job secret here verifies (a remote store or Ray KV entry anyone on that network could
+have written) is never handed out by default: only when the user names its session with ``--session``,
+and then with its host shown first. A host that is not this machine is always named on stderr."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import time
 from typing import Any
 
 from rtdebug.commands import vsconfigs
+from rtdebug.common.addresses import is_own
 from rtdebug.common.errors import HarnessError, usage
 from rtdebug.common.procinfo import is_alive
 from rtdebug.registry.files import Registry
@@ -58,6 +63,29 @@ def _rank_ready(views: Views, reg: Registry, sid: str, rank: int, timeout: float
         time.sleep(0.1)
 
 
+def _check_trust(entry: Entry, session: Entry, rank: int, explicit: bool) -> bool:
+    """Refuse an unverified rank entry unless its session was named; say where a remote rank is.
+    Returns whether the rank's host is this machine."""
+    sid, where = session["session_id"], f"{entry['host']}:{entry['port']}"
+    local = is_own(str(entry["host"]))
+    if entry.get("verified") is False:
+        source = session.get("source", "a remote view")
+        if not explicit:
+            raise HarnessError(
+                f"rank {rank} of session {sid} is an unverified entry ({where}, via {source}): not used by "
+                f"default. Set the job's RTDEBUG_JOB_SECRET here to verify it, or name the session "
+                f"(--session {sid}) to connect to {where} anyway"
+            )
+        print(
+            f"rtdebug: warning: rank {rank}'s entry is unverified (via {source}; no job secret here matches it): "
+            f"it points at {where}",
+            file=sys.stderr,
+        )
+    elif not local:
+        print(f"rtdebug: rank {rank} of session {sid} is on another machine: {where}", file=sys.stderr)
+    return local
+
+
 def command(
     rank: int, session_id: str | None, timeout: float, as_json: bool, to_vscode: bool, opts: ViewOptions | None = None
 ) -> int:
@@ -70,6 +98,7 @@ def command(
     if not 0 <= rank < world:
         raise usage(f"rank {rank} is out of range: session {sid} has world size {world}")
     entry = _rank_ready(views, reg, sid, rank, timeout)
+    local = _check_trust(entry, session, rank, explicit=session_id is not None)
     if entry.get("node_ip"):  # a rank on another node (store view): loopback there needs a tunnel
         from rtdebug.views.store import connect_host
 
@@ -91,6 +120,8 @@ def command(
                     "host": entry["host"],
                     "port": entry["port"],
                     "state": entry["state"],
+                    "verified": entry.get("verified") is not False,
+                    "local": local,
                     "configuration": config,
                 },
                 indent=1,

@@ -1,5 +1,7 @@
 """``rtdebug ps``: live sessions and their ranks, from every view (this machine's files, a job's store, a
-Ray cluster), plus ``--all`` the ended ones still kept. Damaged entries are named, never fatal."""
+Ray cluster), plus ``--all`` the ended ones still kept. Damaged entries are named, never fatal: a local
+file in one warning line each, a remote entry that is not a valid record too (``skipped``). Remote
+entries no job secret here verifies are listed with ``UNVERIFIED`` (``"verified": false`` in ``--json``)."""
 
 from __future__ import annotations
 
@@ -11,10 +13,21 @@ from rtdebug.registry.liveness import ended_sessions, prune
 from rtdebug.registry.record import SCHEMA_VERSION
 from rtdebug.registry.table import format_table
 from rtdebug.views.api import ViewOptions, Views
+from rtdebug.views.remote import skipped_line
 
 
 def _unreadable_lines(reg: Registry) -> list[str]:
     return [f"rtdebug: warning: unreadable registry entry {why}" for why in sorted(reg.unreadable.values())]
+
+
+def _trust_note(s: dict) -> str | None:
+    """How much of a remote session no secret here verifies (None: all of it is verified)."""
+    bad = [str(r["rank"]) for r in s.get("ranks", []) if r.get("verified") is False]
+    if s.get("verified") is False:
+        return "  UNVERIFIED: no job secret here matches its entries (never chosen by default; RTDEBUG_JOB_SECRET)"
+    if bad:
+        return f"  unverified rank entries: {', '.join(bad)} (no job secret here matches them; RTDEBUG_JOB_SECRET)"
+    return None
 
 
 def command(as_json: bool, show_all: bool = False, opts: ViewOptions | None = None) -> int:
@@ -23,7 +36,8 @@ def command(as_json: bool, show_all: bool = False, opts: ViewOptions | None = No
     views = Views.open(opts, reg)
     live = views.sessions()
     ended = ended_sessions(reg) if show_all else []
-    unreadable = _unreadable_lines(reg)
+    skipped = views.skipped()
+    unreadable = _unreadable_lines(reg) + [skipped_line(label, key, why) for label, key, why in skipped]
     if as_json:
         print(
             json.dumps(
@@ -33,6 +47,7 @@ def command(as_json: bool, show_all: bool = False, opts: ViewOptions | None = No
                     "sessions": live,
                     "ended": ended,
                     "unreadable": sorted(str(p) for p in reg.unreadable),
+                    "skipped": [{"source": label, "key": key, "error": why} for label, key, why in skipped],
                 },
                 indent=1,
             )
@@ -48,12 +63,16 @@ def command(as_json: bool, show_all: bool = False, opts: ViewOptions | None = No
     for s in live + ended:
         ports = f"ports {s['ports'][0]}-{s['ports'][-1]}" if s.get("ports") else "no local ports"
         where = "" if s.get("source", "local") == "local" else f"  via {s['source']}"
+        where += "  [unverified]" if s.get("verified") is False else ""
         print(
             f"session {s['session_id']}  {s['mode']}  {s['script']}  state={s['state']}  "
             f"launcher pid {s['launcher_pid']}  {ports}{where}"
         )
         if s.get("error") and s["state"] in ("orphaned", "failed"):
             print(f"  {s['error']}")
+        note = _trust_note(s)
+        if note:
+            print(note)
         if s["ranks"]:
             print("  " + format_table(s["ranks"], s["session_id"]).replace("\n", "\n  "))
     return 0

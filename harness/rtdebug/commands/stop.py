@@ -1,11 +1,54 @@
-"""``rtdebug stop``: end one session (or ``--all``) through the view that found it."""
+"""``rtdebug stop``: end one session (or ``--all``) through the view that found it.
+
+``--all`` stops this machine's sessions first, then the verified remote ones, each on its own: a
+session that fails (or takes its whole timeout) is named in one line and the next one is still
+stopped. Unverified remote sessions are never stopped by default (named with ``--session`` only).
+"""
 
 from __future__ import annotations
+
+import sys
 
 from rtdebug.common.errors import HarnessError, usage
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import prune
-from rtdebug.views.api import ViewOptions, Views
+from rtdebug.views.api import Entry, ViewOptions, Views
+from rtdebug.views.remote import skipped_line
+
+
+def _pick(views: Views, live: list[Entry], session_id: str | None) -> list[Entry]:
+    if session_id is not None:
+        return [views.find_session(session_id)]
+    trusted = [s for s in live if s.get("verified") is not False]
+    if len(trusted) == 1:
+        return trusted
+    if not live:
+        raise HarnessError("no live rtdebug session to stop")
+    if not trusted:
+        raise HarnessError(f"{len(live)} unverified remote session(s) only; name one with --session ID to stop it")
+    raise usage(f"{len(trusted)} live sessions; pick one with --session ID or use --all")
+
+
+def _stop_each(views: Views, live: list[Entry]) -> int:
+    failed = 0
+    for s in sorted(live, key=lambda s: s.get("source", "local") != "local"):
+        sid = s["session_id"]
+        if s.get("verified") is False:
+            print(
+                f"rtdebug: skipped unverified session {sid} (via {s.get('source')}); "
+                f"`rtdebug stop --session {sid}` stops it",
+                file=sys.stderr,
+            )
+            continue
+        try:
+            print(views.view_of(s).stop(s), flush=True)
+        except HarnessError as exc:
+            print(f"rtdebug: error: {exc.message}", file=sys.stderr, flush=True)
+            failed += 1
+        except Exception as exc:  # one session's surprise must not leave the others running
+            print(f"rtdebug: error: stopping session {sid} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            failed += 1
+    return failed
 
 
 def command(session_id: str | None, every: bool, opts: ViewOptions | None = None) -> int:
@@ -13,18 +56,12 @@ def command(session_id: str | None, every: bool, opts: ViewOptions | None = None
     prune(reg)
     views = Views.open(opts, reg)
     live = views.sessions()
+    for label, key, why in views.skipped():
+        print(skipped_line(label, key, why), file=sys.stderr)
     if every:
-        targets = live
-    elif session_id is not None:
-        targets = [views.find_session(session_id)]
-    elif len(live) == 1:
-        targets = live
-    elif not live:
-        raise HarnessError("no live rtdebug session to stop")
-    else:
-        raise usage(f"{len(live)} live sessions; pick one with --session ID or use --all")
-    for s in targets:
+        if not live:
+            print("rtdebug: no live sessions")
+        return 1 if _stop_each(views, live) else 0
+    for s in _pick(views, live, session_id):
         print(views.view_of(s).stop(s))
-    if every and not live:
-        print("rtdebug: no live sessions")
     return 0

@@ -10,6 +10,13 @@ registers the rank in the GCS internal KV (``rtdebug.registry.ray_kv``), where
 ``rtdebug ps`` on any machine finds it. The controller (always on the driver's
 node) registers the session and removes it when the run ends.
 
+Anyone who reaches the GCS can write the KV, so every entry is signed with the
+driver session's secret (``rtdebug.registry.signing``: kept 0600 in its session
+directory, or the user's ``RTDEBUG_JOB_SECRET``), which reaches the controller
+and the workers inside the pickled callback; ``rtdebug stop`` ends a run only
+through that signed entry's driver session. Entries name the script, never its
+arguments.
+
 A paused worker must kill nothing: Ray health-checks each worker through an
 actor method that runs on the actor's main thread while the train function runs
 in its own thread. That thread is marked ``pydev_do_not_trace``, so debugpy's
@@ -37,7 +44,7 @@ from rtdebug.common.ports import DEFAULT_PORT_BASE, port_for_rank
 from rtdebug.common.procinfo import process_create_time
 from rtdebug.common.rankenv import DEFAULT_PG_TIMEOUT_S
 from rtdebug.rank import localmode, postmortem, runtime
-from rtdebug.registry import ray_kv
+from rtdebug.registry import ray_kv, signing
 from rtdebug.registry.files import Registry, new_session_id, session_entry
 
 if TYPE_CHECKING:
@@ -80,7 +87,7 @@ class RtdebugCallback(WorkerCallback, ControllerCallback):
         self.driver_pid = os.getpid()
         self.driver_create_time = process_create_time(self.driver_pid) or time.time()
         self.driver_hostname = socket.gethostname()
-        self.command = ["python", *sys.argv]  # the script's command line (sys.argv is the script's by now)
+        self.secret = _secret(self.registry_dir, self.parent_session)
 
     # -- controller (runs on the driver's node) ------------------------------------------
     def after_controller_start(self, train_run_context) -> None:
@@ -93,7 +100,7 @@ class RtdebugCallback(WorkerCallback, ControllerCallback):
             "ray",
             launcher_pid=self.driver_pid,
             launcher_create_time=self.driver_create_time,
-            command=self.command,
+            command=[],  # never the command line: the KV is readable by anyone who reaches the cluster
             cwd=self.cwd,
             state="running",
             script=self.script,
@@ -112,7 +119,7 @@ class RtdebugCallback(WorkerCallback, ControllerCallback):
             entry["parent_session"] = self.parent_session
             # the driver's own (file) entry learns where its workers are registered
             Registry(self.registry_dir).update_session(self.parent_session, ray_address=ctx.gcs_address)
-        ray_kv.connected().put_session(entry)
+        ray_kv.connected(self.secret).put_session(entry)
 
     def after_controller_finish(self, result) -> None:
         ray_kv.connected().delete_session(self.session_id)
@@ -128,6 +135,16 @@ class RtdebugCallback(WorkerCallback, ControllerCallback):
         record = _Worker.record
         if record is not None and record.state in ("starting", "ready", "attached"):
             record.exited(0)
+
+
+def _secret(registry_dir: str, parent: str | None) -> str | None:
+    """The run's signing secret: the user's, else the driver session's own (created 0600 on first use)."""
+    try:
+        supplied = signing.supplied_secret()
+        return signing.ensure_secret(Registry(registry_dir).session_dir(parent), supplied) if parent else supplied
+    except Exception as exc:  # a bad secret file, a session dir we cannot write: unsigned (shown unverified)
+        print(f"rtdebug: warning: Ray KV entries go unsigned: {exc}", file=sys.stderr, flush=True)
+        return None
 
 
 def _start_worker(cb: RtdebugCallback) -> None:
@@ -155,7 +172,7 @@ def _start_worker(cb: RtdebugCallback) -> None:
     os.environ["PYTHONBREAKPOINT"] = "rtdebug.rank.ray_worker.breakpointhook"
     wait = _waits(cb.wait, rank)
     record = RankRecord(
-        ray_kv.connected(),
+        ray_kv.connected(cb.secret),
         cb.session_id,
         rank,
         host,

@@ -1,7 +1,9 @@
 """The Ray cluster's side of the registry: entries in the GCS internal KV, namespace ``rtdebug``.
 
 Keys: ``session/<sid>`` and ``rank/<sid>/<rank>``; values are registry-schema
-JSON (mode ``ray``). Workers and the controller write through the connected
+JSON (mode ``ray``), signed with the run's secret (``rtdebug.registry.signing``) when
+the writer has one. Anyone who reaches the GCS can write here too: readers take
+values as raw key -> bytes and check each one. Workers and the controller write through the connected
 ``ray.experimental.internal_kv``; the CLI reads through a bare ``GcsClient`` on
 the cluster address, as ``ray status`` does: no ``ray.init``, no driver job of
 its own, reachable from any machine that reaches the GCS.
@@ -11,6 +13,8 @@ from __future__ import annotations
 
 import json
 from typing import Any
+
+from rtdebug.registry import signing
 
 NAMESPACE = "rtdebug"
 Entry = dict[str, Any]
@@ -25,7 +29,9 @@ def rank_key(sid: str, rank: int) -> str:
 
 
 class _KV:
-    """Shared logic; subclasses give ``_put/_get_many/_keys/_del``."""
+    """Shared logic; subclasses give ``_put/_get_many/_keys/_del``. ``secret``: sign what is written."""
+
+    secret: str | None = None
 
     def _put(self, key: str, value: bytes) -> None:
         raise NotImplementedError
@@ -39,48 +45,51 @@ class _KV:
     def _del(self, key: str, prefix: bool) -> None:
         raise NotImplementedError
 
+    def _put_entry(self, key: str, entry: Entry) -> None:
+        self._put(key, json.dumps(signing.sign(key, entry, self.secret)).encode())
+
     def put_session(self, entry: Entry) -> None:
-        self._put(session_key(entry["session_id"]), json.dumps(entry).encode())
+        self._put_entry(session_key(entry["session_id"]), entry)
 
     def write_rank(self, entry: Entry) -> None:
         """Same name as ``Registry.write_rank``, so ``bootstrap.RankRecord`` writes here unchanged."""
-        self._put(rank_key(entry["session_id"], entry["rank"]), json.dumps(entry).encode())
+        self._put_entry(rank_key(entry["session_id"], entry["rank"]), entry)
 
     def delete_session(self, sid: str) -> None:
         self._del(f"rank/{sid}/", prefix=True)
         self._del(session_key(sid), prefix=False)
 
-    def delete_rank(self, sid: str, rank: int) -> None:
-        self._del(rank_key(sid, rank), prefix=False)
+    def delete_key(self, key: str) -> None:
+        self._del(key, prefix=False)
 
-    def _entries(self, prefix: str) -> list[Entry]:
+    def raw(self, prefix: str) -> dict[str, bytes]:
+        """Every value under ``prefix``, by key, unparsed (a reader checks each one)."""
         keys = self._keys(prefix)
         if not keys:
-            return []
-        out = []
-        for value in self._get_many(keys).values():
-            try:
-                entry = json.loads(value)
-            except ValueError:
-                continue
-            if isinstance(entry, dict):
-                out.append(entry)
+            return {}
+        out = {}
+        for k, v in self._get_many(keys).items():
+            if v is not None:
+                out[k.decode(errors="replace") if isinstance(k, bytes) else str(k)] = v
         return out
 
-    def sessions(self) -> list[Entry]:
-        return self._entries("session/")
 
-    def ranks(self, sid: str | None = None) -> list[Entry]:
-        return sorted(self._entries(f"rank/{sid}/" if sid else "rank/"), key=lambda r: r.get("rank", 0))
+def parse(value: bytes) -> Any:
+    """A KV value as JSON, or None if it is not JSON."""
+    try:
+        return json.loads(value)
+    except ValueError:
+        return None
 
 
 class ConnectedKV(_KV):
     """Inside the cluster (workers, controller): the process is already connected."""
 
-    def __init__(self) -> None:
+    def __init__(self, secret: str | None = None) -> None:
         from ray.experimental import internal_kv
 
         self.kv = internal_kv
+        self.secret = secret
 
     def _put(self, key, value):
         self.kv._internal_kv_put(key, value, overwrite=True, namespace=NAMESPACE)
@@ -126,5 +135,5 @@ class ClientKV(_KV):
         self.gcs.internal_kv_del(key.encode(), prefix, namespace=NAMESPACE.encode(), timeout=self.timeout)
 
 
-def connected() -> ConnectedKV:
-    return ConnectedKV()
+def connected(secret: str | None = None) -> ConnectedKV:
+    return ConnectedKV(secret)

@@ -8,9 +8,12 @@ c10d store (``rtdebug.views.store``) or from a Ray cluster's GCS
 source of truth. A backend module is imported only when its option is given, so
 ``ps`` on a laptop never imports torch or ray.
 
-Entries keep the registry schema (``harness/schema/registry.schema.json``);
-every session returned carries ``ranks`` (its rank entries) and ``source`` (the
-label of the view that found it).
+Entries keep the registry schema (``rtdebug/registry/registry.schema.json``);
+every session returned carries ``ranks`` (its rank entries), ``source`` (the
+label of the view that found it) and ``verified``: true for this machine's own
+files and for remote entries signed with a job secret this reader knows
+(``rtdebug.views.remote``). An unverified session is listed but never the
+default choice; it is used only when named with ``--session``.
 """
 
 from __future__ import annotations
@@ -119,6 +122,10 @@ class Views:
                 found = s if found is None else _merge(found, s)
         return found
 
+    def skipped(self) -> list[tuple[str, str, str]]:
+        """(view label, key, why) of every remote entry a view skipped as not a valid record."""
+        return [(v.label, k, why) for v in self.views for k, why in sorted(getattr(v, "skipped", {}).items())]
+
     def view_of(self, session: Entry) -> View:
         for view in self.views:
             if view.label == session.get("source"):
@@ -126,7 +133,7 @@ class Views:
         return self.views[0]
 
     def find_session(self, session_id: str | None) -> Entry:
-        """The named live session, or the newest one; a one-line error if there is none."""
+        """The named live session, or the newest verified one; a one-line error if there is none."""
         live = self.sessions()
         if session_id is not None:
             for s in live:
@@ -137,6 +144,12 @@ class Views:
                 if found is not None and found.get("state") in ("starting", "running"):
                     return found
             raise HarnessError(f"no live session {session_id!r}; see `rtdebug ps`")
-        if not live:
+        trusted = [s for s in live if s.get("verified") is not False]
+        if not trusted and live:
+            raise HarnessError(
+                f"no verified live session; {len(live)} unverified remote session(s) "
+                f"({', '.join(s['session_id'] for s in live[:3])}): name one with --session to use it anyway"
+            )
+        if not trusted:
             raise HarnessError("no live rtdebug session; start one with `rtdebug torchrun` or `rtdebug run`")
-        return max(live, key=lambda s: s.get("started_at", 0))
+        return max(trusted, key=lambda s: s.get("started_at", 0))

@@ -1,4 +1,6 @@
-"""The local view: sessions started on this machine, from its registry files (always asked first)."""
+"""The local view: sessions started on this machine, from its registry files (always asked first).
+
+The files are the owner's alone (``Registry.check_root``), so their entries are ``verified``."""
 
 from __future__ import annotations
 
@@ -19,14 +21,17 @@ class LocalView:
     def __init__(self, registry: Registry | None = None) -> None:
         self.registry = registry or Registry()
 
+    def _mark(self, session: Entry, ranks: list[Entry]) -> Entry:
+        return dict(session, ranks=[dict(r, verified=True) for r in ranks], source=self.label, verified=True)
+
     def sessions(self) -> list[Entry]:
-        return [dict(s, source=self.label) for s in live_sessions(self.registry)]
+        return [self._mark(s, s.get("ranks", [])) for s in live_sessions(self.registry)]
 
     def session(self, session_id: str) -> Entry | None:
         entry = self.registry.read_session(session_id)
         if entry is None:
             return None
-        return dict(entry, ranks=self.registry.ranks(session_id), source=self.label)
+        return self._mark(entry, self.registry.ranks(session_id))
 
     def stop(self, session: Entry) -> str:
         return stop_local_session(self.registry, session)

@@ -11,17 +11,25 @@ dead (and, on the driver's machine, while the driver pid is the same process);
 a rank lives while its node is alive (and, on this machine, its pid). Dead
 entries are deleted as they are found. A worker-group restart overwrites each
 rank's entry with the new worker's pid.
+
+Anyone who reaches the GCS can write the KV: entries are checked and marked
+``verified`` (``rtdebug.views.remote``), and no pid read here is ever signalled.
+``stop`` ends the run through the driver's own ``rtdebug run`` session on this
+machine (its registry files), and only for an entry signed with that session's
+secret; Ray then ends the workers.
 """
 
 from __future__ import annotations
 
 import socket
-import time
 from typing import Any
 
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.procinfo import is_alive
+from rtdebug.registry import signing
 from rtdebug.registry.files import LIVE_RANK_STATES, LIVE_SESSION_STATES, Registry
+from rtdebug.registry.record import valid_session_id
+from rtdebug.views.remote import check, claims_local, local_trust
 
 Entry = dict[str, Any]
 CONNECT_TIMEOUT_S = 3.0
@@ -46,12 +54,14 @@ def _reachable(address: str) -> bool:
 class RayView:
     """Sessions registered in one Ray cluster's GCS."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, trust: tuple[list[str], frozenset[str]] | None = None) -> None:
         from rtdebug.registry.ray_kv import ClientKV
 
         self.address = address
         self.label = f"ray {address}"
         self.kv = ClientKV(address)
+        self.known, self.local_ids = local_trust() if trust is None else trust
+        self.skipped: dict[str, str] = {}  # KV key -> why its value is not a valid entry
 
     def _liveness(self) -> tuple[set[str], set[str]]:
         """Hex ids of the cluster's live jobs and alive nodes."""
@@ -75,35 +85,61 @@ class RayView:
             return is_alive(r["pid"], r["create_time"])
         return True
 
+    def _valid(self, key: str, value: bytes, kind: str) -> Entry | None:
+        """The entry at ``key`` if it is a valid one of ``kind`` stored under its own key; else skipped."""
+        from rtdebug.registry.ray_kv import parse, rank_key, session_key
+
+        entry, why = check(key, parse(value), kind, self.known)
+        if entry is not None:
+            own = (
+                session_key(entry["session_id"]) if kind == "session" else rank_key(entry["session_id"], entry["rank"])
+            )
+            why = claims_local(entry, self.local_ids) if own == key else "it is not stored under its own key"
+        if entry is None or why is not None:
+            self.skipped[key] = str(why)
+            return None
+        return entry
+
+    def _entries(self) -> tuple[dict[str, Entry], dict[str, list[Entry]]]:
+        """Valid session entries by id and rank entries by session id; the rest goes to ``skipped``."""
+        sessions: dict[str, Entry] = {}
+        ranks: dict[str, list[Entry]] = {}
+        for key, value in self.kv.raw("session/").items():
+            entry = self._valid(key, value, "session")
+            if entry is not None:
+                sessions[entry["session_id"]] = entry
+        for key, value in self.kv.raw("rank/").items():
+            entry = self._valid(key, value, "rank")
+            if entry is not None:
+                ranks.setdefault(entry["session_id"], []).append(entry)
+        return sessions, ranks
+
     def _collect(self, only: str | None = None) -> list[Entry]:
+        from rtdebug.registry.ray_kv import rank_key
+
         try:
             jobs, nodes = self._liveness()
-            sessions = self.kv.sessions()
-            ranks = self.kv.ranks()
+            sessions, ranks = self._entries()
         except Exception as exc:  # RpcError and friends: the cluster went away mid-read
             raise HarnessError(f"cannot read the Ray cluster at {self.address}: {exc}") from None
         out = []
-        live_ids = set()
-        for s in sessions:
-            sid = s["session_id"]
+        for sid, s in sessions.items():
             if not self._session_live(s, jobs):
                 self.kv.delete_session(sid)
                 continue
-            live_ids.add(sid)
             if only is not None and sid != only:
                 continue
             mine = []
-            for r in (r for r in ranks if r.get("session_id") == sid):
+            for r in ranks.get(sid, []):
                 if r.get("state") in LIVE_RANK_STATES and not self._rank_live(r, nodes):
-                    self.kv.delete_rank(sid, r["rank"])
+                    self.kv.delete_key(rank_key(sid, r["rank"]))
                     continue
                 mine.append(r)
             out.append(dict(s, ranks=sorted(mine, key=lambda r: r["rank"]), source=self.label))
-        for r in ranks:  # a rank whose session entry is gone belongs to an ended run
-            if r.get("session_id") not in live_ids and not any(
-                s["session_id"] == r.get("session_id") for s in sessions
-            ):
-                self.kv.delete_rank(r["session_id"], r["rank"])
+        for sid, orphans in ranks.items():  # a rank whose session entry is gone belongs to an ended run
+            if sid not in sessions:
+                for r in orphans:
+                    self.kv.delete_key(rank_key(sid, r["rank"]))
         return out
 
     def sessions(self) -> list[Entry]:
@@ -113,52 +149,52 @@ class RayView:
         found = self._collect(only=session_id)
         return found[0] if found else None
 
+    def _driver_session(self, session: Entry) -> tuple[Registry, Entry]:
+        """This machine's own ``rtdebug run`` session that started the run, vouched for by its secret."""
+        from rtdebug.registry.ray_kv import parse, session_key
+
+        sid, parent = session["session_id"], str(session.get("parent_session"))
+        reg = Registry()
+        local = reg.read_session(parent) if valid_session_id(parent) else None
+        if local is None:
+            raise HarnessError(
+                f"session {sid} names no `rtdebug run` session of this machine as its driver; "
+                f"nothing signalled (stop its driver where it runs)"
+            )
+        key = session_key(sid)
+        raw = parse(self.kv.raw(key).get(key, b"null"))
+        secret = signing.read_secret(reg.session_dir(parent))
+        if not isinstance(raw, dict) or not secret or not signing.verify(key, raw, [secret]):
+            raise HarnessError(
+                f"session {sid} is not signed by this machine's session {parent} (a forged or foreign Ray KV "
+                f"entry?); nothing signalled. `rtdebug stop --session {parent}` stops that session"
+            )
+        return reg, local
+
     def stop(self, session: Entry) -> str:
-        """End the run by ending its driver (Ray then ends the job's workers); check the ports are free."""
-        from rtdebug.common import processes
+        """End the run by stopping its driver's own session (Ray then ends the job's workers); check the
+        ports of its workers on this machine are free. No pid from the KV is signalled."""
+        from rtdebug.views.local import LocalView
         from rtdebug.views.teardown import wait_ports_free
 
         sid = session["session_id"]
+        reg, local = self._driver_session(session)
+        parent = local["session_id"]
+        if local["state"] not in LIVE_SESSION_STATES and local["state"] != "orphaned":
+            return f"rtdebug: session {sid} ended with its driver's session {parent} ({local['state']})"
+        done = LocalView(reg).stop(local)
         here = socket.gethostname()
-        if session.get("driver_hostname") != here:
-            raise HarnessError(
-                f"session {sid}'s driver runs on {session.get('driver_hostname')}; stop it there "
-                f"(`rtdebug stop --session {session.get('parent_session', sid)}`)"
-            )
-        ranks = [r for r in session["ranks"] if r.get("hostname") == here and is_alive(r["pid"], r["create_time"])]
-        driver = []
-        if is_alive(session["launcher_pid"], session["launcher_create_time"]):
-            driver = processes.tree([session["launcher_pid"]])
-        if driver:
-            processes.terminate(driver, grace_s=20)
-        deadline = time.monotonic() + STOP_GRACE_S
-        left = ranks
-        while left and time.monotonic() < deadline:
-            left = [r for r in left if is_alive(r["pid"], r["create_time"])]
-            time.sleep(0.2)
-        if left:  # Ray did not end them: they are this job's workers on this machine
-            import psutil
-
-            procs = []
-            for r in left:
-                try:
-                    procs.append(psutil.Process(r["pid"]))
-                except psutil.Error:
-                    pass
-            processes.terminate(procs, grace_s=5)
-        ports = [r["port"] for r in session["ranks"] if r.get("hostname") == here]
-        busy = wait_ports_free(ports, session.get("host", "127.0.0.1"))
+        ports = [r["port"] for r in session["ranks"] if r.get("hostname") == here and r.get("verified")]
+        busy = wait_ports_free(ports, session.get("host", "127.0.0.1"), timeout=STOP_GRACE_S)
         try:
             self.kv.delete_session(sid)
         except Exception:
             pass  # the cluster may have gone with the driver (a cluster the script started)
         if busy:
             raise HarnessError(f"session {sid} stopped, but port {busy[0]} is still held")
-        span = f"ports {min(ports)}-{max(ports)} free" if ports else "no ports on this machine"
-        return (
-            f"rtdebug: stopped session {sid} (driver pid {session['launcher_pid']} and "
-            f"{len(ranks)} Ray workers ended, {span})"
-        )
+        span = f"ports {min(ports)}-{max(ports)} free" if ports else "no worker ports on this machine"
+        ended = done.removeprefix("rtdebug: ")
+        return f"rtdebug: stopped session {sid} through its driver's session {parent} ({span}); {ended}"
 
 
 class MultiRayView:
@@ -187,8 +223,15 @@ class MultiRayView:
                 return dict(s, source=self.label)
         return None
 
+    @property
+    def skipped(self) -> dict[str, str]:
+        return {k: why for v in self.views for k, why in v.skipped.items()}
+
     def stop(self, session: Entry) -> str:
-        return RayView(session["ray_address"]).stop(session)
+        for v in self.views:  # the cluster that listed it, never an address the entry names
+            if v.session(session["session_id"]) is not None:
+                return v.stop(session)
+        raise HarnessError(f"session {session['session_id']} has ended")
 
 
 def recorded_addresses() -> list[str]:
@@ -213,4 +256,7 @@ def open_view(opts: Any) -> RayView | MultiRayView | None:
             raise HarnessError(f"cannot reach the Ray cluster's GCS at {explicit} (--ray-address / RAY_ADDRESS)")
         return RayView(explicit)
     found = [a for a in recorded_addresses() if _reachable(a)]
-    return MultiRayView([RayView(a) for a in found]) if found else None
+    if not found:
+        return None
+    trust = local_trust()
+    return MultiRayView([RayView(a, trust) for a in found])

@@ -11,6 +11,12 @@ A rank is "lost" (shown ``failed``) when its heartbeat falls behind the job's
 logical clock (``c10d.rounds_behind``): its node died without saying so.
 When the store itself is gone the job has ended (torchrun's agent hosts it); an
 explicit ``--store`` then fails with one line, an auto-found one is skipped.
+
+Anyone who reaches the store can write it: every entry passes the registry's schema check (else it is
+skipped and named), and is ``verified`` only when signed with a job secret this reader knows
+(``rtdebug.views.remote``); a job is verified when all its entries are. An unverified entry may not
+claim one of this machine's sessions. ``stop`` only sets the job's stop key: each node's own launcher
+ends its own processes; no pid from the store is ever signalled.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from rtdebug.common.addresses import is_own
 from rtdebug.common.errors import HarnessError
 from rtdebug.registry import c10d
 from rtdebug.registry.files import LIVE_RANK_STATES, Registry
-from rtdebug.registry.record import problem
+from rtdebug.views.remote import check, claims_local, local_trust
 
 Entry = dict[str, Any]
 READ_TIMEOUT_S = 5.0
@@ -92,14 +98,22 @@ def _job_state(ranks: list[Entry]) -> str:
 class StoreView:
     """Sessions of the jobs that publish into one c10d store."""
 
-    def __init__(self, host: str, port: int, explicit: bool = True, local_ids: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        explicit: bool = True,
+        local_ids: frozenset[str] = frozenset(),
+        trust: tuple[list[str], frozenset[str]] | None = None,
+    ) -> None:
         self.host, self.port, self.explicit, self.local_ids = host, port, explicit, local_ids
         self.label = f"store {host}:{port}"
         self._store: Any = None  # one client per view: `attach` polls it
-        self.skipped: list[str] = []  # keys whose values are not valid records
+        self.known, self.trusted_ids = local_trust() if trust is None else trust
+        self.skipped: dict[str, str] = {}  # key -> why its value is not a valid record
 
     # -- reading ------------------------------------------------------------
-    def _raw(self) -> dict[str, Entry]:
+    def _raw(self) -> dict[str, Any]:
         if self._store is None and not c10d.reachable(self.host, self.port, timeout=READ_TIMEOUT_S):
             if self.explicit:
                 raise HarnessError(
@@ -122,14 +136,12 @@ class StoreView:
                     f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
                 ) from None
             return {}
-        out: dict[str, Entry] = {}
+        out: dict[str, Any] = {}
         for key, value in zip(keys, values, strict=False):
             try:
-                entry = json.loads(value)
+                out[key] = json.loads(value)
             except ValueError:
-                continue
-            if isinstance(entry, dict):
-                out[key] = entry
+                out[key] = None  # not JSON: named as skipped if its key is an entry's
         return out
 
     def _jobs(self) -> dict[str, Job]:
@@ -140,11 +152,16 @@ class StoreView:
             if len(parts) != 3 or parts[1] not in ("rank", "node") or not parts[2].isdigit():
                 continue  # the job's tick and stop keys
             run_id, kind, n = parts[0], parts[1], int(parts[2])
-            if problem(entry, "rank" if kind == "rank" else "session") is not None:
-                self.skipped.append(key)
+            checked, why = check(key, entry, "rank" if kind == "rank" else "session", self.known)
+            if checked is not None:
+                why = claims_local(checked, self.trusted_ids)
+                if kind == "rank" and checked["rank"] != n:
+                    why = f"its rank {checked['rank']} is not the one its key names"
+            if checked is None or why is not None:
+                self.skipped[key] = str(why)
                 continue
             job = jobs.setdefault(run_id, Job(run_id))
-            (job.ranks if kind == "rank" else job.nodes)[n] = entry
+            (job.ranks if kind == "rank" else job.nodes)[n] = checked
         return jobs
 
     def _session(self, job: Job) -> Entry | None:
@@ -155,6 +172,7 @@ class StoreView:
         nodes = [_node(g, job.nodes[g]) for g in sorted(job.nodes)]
         sid = self._session_id(job.run_id, nodes)
         base = {k: v for k, v in job.nodes[min(job.nodes)].items() if k not in NODE_ONLY}
+        verified = all(e["verified"] for e in [*job.nodes.values(), *job.ranks.values()])
         ports = sorted({p for e in job.nodes.values() for p in e.get("ports", []) if isinstance(p, int)})
         return dict(
             base,
@@ -167,6 +185,7 @@ class StoreView:
             rdzv_id=job.run_id,
             ranks=[dict(r, session_id=sid) for r in ranks],
             source=self.label,
+            verified=verified,
             updated_at=max([base.get("updated_at", 0), *(r.get("updated_at", 0) for r in ranks)]),
         )
 
@@ -226,7 +245,8 @@ def open_view(opts: Any) -> StoreView | MultiStoreView | None:
     found = _recorded_stores()
     if not found:
         return None
-    return MultiStoreView([StoreView(h, p, explicit=False, local_ids=frozenset(found.values())) for h, p in found])
+    ids, trust = frozenset(found.values()), local_trust()
+    return MultiStoreView([StoreView(h, p, explicit=False, local_ids=ids, trust=trust) for h, p in found])
 
 
 def _recorded_stores() -> dict[tuple[str, int], str]:
@@ -259,6 +279,12 @@ class MultiStoreView:
                 return dict(s, source=self.label)
         return None
 
+    @property
+    def skipped(self) -> dict[str, str]:
+        return {k: why for v in self.views for k, why in v.skipped.items()}
+
     def stop(self, session: Entry) -> str:
-        host, port = c10d.split_endpoint(session["store"])
-        return StoreView(host, port).stop(session)
+        for v in self.views:  # the store that listed it, never an address the entry names
+            if v.session(session["session_id"]) is not None:
+                return v.stop(session)
+        raise HarnessError(f"job {session['session_id']} has ended")
