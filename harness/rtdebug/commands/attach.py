@@ -71,10 +71,10 @@ def _check_trust(entry: Entry, session: Entry, rank: int, explicit: bool) -> boo
     if entry.get("verified") is False:
         source = session.get("source", "a remote view")
         if not explicit:
-            raise HarnessError(
-                f"rank {rank} of session {sid} is an unverified entry ({where}, via {source}): not used by "
-                f"default. Set the job's RTDEBUG_JOB_SECRET here to verify it, or name the session "
-                f"(--session {sid}) to connect to {where} anyway"
+            raise HarnessError(  # its host is not even shown: it may be anybody's
+                f"rank {rank} of session {sid} is an unverified entry (via {source}): not used by default. "
+                f"Set the job's RTDEBUG_JOB_SECRET here to verify it, or name the session (--session {sid}) "
+                f"to see where it points and connect anyway"
             )
         print(
             f"rtdebug: warning: rank {rank}'s entry is unverified (via {source}; no job secret here matches it): "
