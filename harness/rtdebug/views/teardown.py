@@ -1,10 +1,18 @@
 """``rtdebug stop`` for a session started on this machine: its whole process tree, then its ports.
 
-Only processes the registry can vouch for are signalled: a recorded pid counts
-only while its create time matches (pids get reused), and their descendants
-come with them. A live launcher is asked first (its own teardown stops torchrun
-and records the end); an orphaned session (launcher gone) has its agent and
-ranks ended directly, whatever its entry says.
+Only processes this machine's own records vouch for are signalled, and only while they are the
+session's:
+
+- the launcher and the torchrun agent, as the session's own registry file (owner-only) records them,
+  while their create time matches (pids get reused);
+- a rank, or any descendant of the above, only if its ``/proc/<pid>/environ`` carries
+  ``RTDEBUG_SESSION=<this session's id>`` (the launcher exports it to everything it starts) and, for a
+  rank, its create time matches too.
+
+Everything is re-read from the registry files here: the session passed in may have been merged with a
+remote view, whose pids are never signalled. A live launcher is asked first (its own teardown stops
+torchrun and records the end); an orphaned session (launcher gone) has its agent and ranks ended
+directly, whatever its entry says.
 """
 
 from __future__ import annotations
@@ -21,18 +29,43 @@ from rtdebug.common.procinfo import is_alive
 from rtdebug.registry.files import Registry
 
 Entry = dict[str, Any]
+SESSION_VAR = b"RTDEBUG_SESSION="
+
+
+def carries_session(pid: int, session_id: str) -> bool:
+    """True if the process's own environment (as it was exec'd) names ``session_id``."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read()
+    except OSError:  # gone, another user's, or no /proc
+        return False
+    return SESSION_VAR + session_id.encode() in env.split(b"\0")
+
+
+def _same(p: psutil.Process, pid: int, create_time: float) -> bool:
+    return p.pid == pid and abs(p.create_time() - create_time) <= 0.01
 
 
 def recorded_processes(session: Entry, ranks: list[Entry]) -> list[psutil.Process]:
-    """The session's launcher, torchrun agent and ranks that are still the processes recorded, with children."""
-    pids = []
+    """The session's launcher and torchrun agent (as recorded) and its ranks and their descendants (as
+    recorded *and* carrying the session id), while each is still the process recorded."""
+    sid = session["session_id"]
+    vouched: list[tuple[int, float]] = []  # the registry's own record of processes it started
     if is_alive(session["launcher_pid"], session["launcher_create_time"]):
-        pids.append(session["launcher_pid"])
+        vouched.append((session["launcher_pid"], session["launcher_create_time"]))
     agent, agent_ct = session.get("agent_pid"), session.get("agent_create_time")
     if isinstance(agent, int) and isinstance(agent_ct, (int, float)) and is_alive(agent, agent_ct):
-        pids.append(agent)
-    pids += [r["pid"] for r in ranks if is_alive(r["pid"], r["create_time"])]
-    return processes.tree(pids)
+        vouched.append((agent, agent_ct))
+    roots = [pid for pid, _ in vouched]
+    roots += [r["pid"] for r in ranks if is_alive(r["pid"], r["create_time"]) and carries_session(r["pid"], sid)]
+    out = []
+    for p in processes.tree(roots):
+        try:
+            if any(_same(p, pid, ct) for pid, ct in vouched) or carries_session(p.pid, sid):
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
 
 
 def wait_ports_free(ports: list[int], host: str, timeout: float = 10.0) -> list[int]:
@@ -48,6 +81,10 @@ def wait_ports_free(ports: list[int], host: str, timeout: float = 10.0) -> list[
 def stop_local_session(reg: Registry, session: Entry) -> str:
     """End every process of ``session``, mark its entries, check its ports; return a one-line summary."""
     sid = session["session_id"]
+    recorded = reg.read_session(sid)  # this machine's own record, never what a merged view says
+    if recorded is None:
+        raise HarnessError(f"session {sid} has no readable registry entry on this machine; nothing signalled")
+    session = recorded
     ranks = reg.ranks(sid)
     procs = recorded_processes(session, ranks)
     launcher = next((p for p in procs if p.pid == session["launcher_pid"]), None)
