@@ -10,7 +10,7 @@ import time
 import psutil
 import pytest
 
-from rtdebug.launcher.agent import ForkedAgent, cuda_loaded
+from rtdebug.launcher.agent import Agent, cuda_loaded
 
 from conftest import ROOT, wait_ranks
 
@@ -25,8 +25,10 @@ def _fork_exit(code: int, after_s: float) -> int:
     return pid
 
 
-def test_forked_agent_has_the_popen_surface_the_launcher_uses():
-    a = ForkedAgent(_fork_exit(3, 1.0))
+def test_agent_is_waited_on_without_being_reaped_until_teardown_says_so():
+    """poll/wait (the launcher, hangwatch, the ready announcer) never reap the agent: its pid stays a
+    zombie of the launcher, so a tree taken after it exited cannot name a process that reused the pid."""
+    a = Agent(_fork_exit(3, 1.0))
     assert a.poll() is None
     with pytest.raises(subprocess.TimeoutExpired):
         a.wait(timeout=0.1)
@@ -37,10 +39,21 @@ def test_forked_agent_has_the_popen_surface_the_launcher_uses():
     t.join()
     assert polled in ([None], [3])
     assert a.poll() == 3 and a.returncode == 3
-    b = ForkedAgent(_fork_exit(0, 30))
-    b.send_signal(signal.SIGTERM)
+    assert psutil.Process(a.pid).status() == psutil.STATUS_ZOMBIE  # exited, not reaped: the pid is still ours
+    assert not a.send_signal(signal.SIGTERM)  # exited: nothing sent
+    assert a.reap() == 3
+    assert not psutil.pid_exists(a.pid) or psutil.Process(a.pid).ppid() != os.getpid()
+    b = Agent(_fork_exit(0, 30))
+    assert b.send_signal(signal.SIGTERM)
     assert b.wait(timeout=10) == -signal.SIGTERM
-    b.send_signal(signal.SIGTERM)  # already reaped: no error, nothing signalled
+    assert b.reap() == -signal.SIGTERM
+    assert not b.send_signal(signal.SIGTERM)  # reaped: never signalled again (the pid may be reused)
+    c = subprocess.Popen(["sleep", "30"])  # the exec'd agent's path: the Popen never reaps behind our back
+    ca = Agent(c.pid, c)
+    c.terminate()
+    assert ca.wait(timeout=10) == -signal.SIGTERM
+    assert psutil.Process(c.pid).status() == psutil.STATUS_ZOMBIE
+    assert ca.reap() == -signal.SIGTERM and c.returncode == -signal.SIGTERM
 
 
 def test_no_cuda_in_this_process():

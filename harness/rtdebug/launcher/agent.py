@@ -45,36 +45,43 @@ def cuda_loaded() -> bool:
         return True  # cannot tell: do not fork
 
 
-class ForkedAgent:
-    """The part of ``subprocess.Popen`` the launcher and hangwatch use, for a forked child."""
+class Agent:
+    """The torchrun agent (forked or exec'd) as the launcher and hangwatch use it.
 
-    def __init__(self, pid: int) -> None:
+    ``poll``/``wait`` never reap it (``waitid(..., WNOWAIT)``): until ``reap``, an exited agent stays this
+    process's zombie, so its pid -- and its process group id -- cannot be reused, and the launcher's
+    teardown can take the agent's tree and group (``rtdebug.launcher.torchrun``) without ever naming a
+    stranger. ``send_signal`` never signals after ``reap``."""
+
+    def __init__(self, pid: int, popen: subprocess.Popen | None = None) -> None:
         self.pid = pid
         self.returncode: int | None = None
-        self._lock = threading.Lock()  # one waitpid at a time, as Popen does
+        self._popen = popen  # kept referenced: a collected Popen would reap the agent behind our back
+        self._lock = threading.Lock()
+        self._reaped = False
 
-    def _reap(self, flags: int) -> int | None:
-        if self.returncode is None:
-            try:
-                pid, status = os.waitpid(self.pid, flags)
-            except ChildProcessError:
-                pid, status = self.pid, 255 << 8  # reaped elsewhere: unknown code
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
+    def _peek(self, block: bool) -> int | None:
+        if self.returncode is not None:
+            return self.returncode
+        flags = os.WEXITED | os.WNOWAIT | (0 if block else os.WNOHANG)
+        try:
+            info = os.waitid(os.P_PID, self.pid, flags)
+        except ChildProcessError:
+            self.returncode = 255  # reaped elsewhere: unknown code
+            return self.returncode
+        if info is None:
+            return None
+        self.returncode = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
         return self.returncode
 
     def poll(self) -> int | None:
-        if not self._lock.acquire(blocking=False):
-            return self.returncode  # another thread is waiting on it
-        try:
-            return self._reap(os.WNOHANG)
-        finally:
-            self._lock.release()
+        """The exit code once the agent has exited, else None; never reaps it."""
+        return self._peek(block=False)
 
     def wait(self, timeout: float | None = None) -> int:
+        """Block until the agent exits (never reaps it); ``subprocess.TimeoutExpired`` after ``timeout``."""
         if timeout is None:
-            with self._lock:
-                code = self._reap(0)
+            code = self._peek(block=True)
             assert code is not None
             return code
         deadline = time.monotonic() + timeout
@@ -84,9 +91,32 @@ class ForkedAgent:
             time.sleep(0.05)
         return code
 
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
-            os.kill(self.pid, sig)
+    def send_signal(self, sig: int) -> bool:
+        """Signal the agent while it runs; False (nothing sent) once it has exited."""
+        with self._lock:
+            if self._reaped or self.poll() is not None:
+                return False
+            try:
+                os.kill(self.pid, sig)
+                return True
+            except OSError:
+                return False
+
+    def reap(self) -> int:
+        """Collect the agent's exit status (waits for its exit). After this its pid may be reused."""
+        with self._lock:
+            if not self._reaped:
+                try:
+                    _, status = os.waitpid(self.pid, 0)
+                    code = os.waitstatus_to_exitcode(status)
+                except ChildProcessError:
+                    code = 255
+                self.returncode = code if self.returncode is None else self.returncode
+                self._reaped = True
+                if self._popen is not None:
+                    self._popen.returncode = self.returncode
+        assert self.returncode is not None
+        return self.returncode
 
 
 def name_entrypoint(name: str | None) -> None:
@@ -102,16 +132,17 @@ def name_entrypoint(name: str | None) -> None:
         api._get_entrypoint_name = lambda entrypoint, args: name
 
 
-def start(argv: list[str], env: dict[str, str], name: str | None = None) -> ForkedAgent | subprocess.Popen:
+def start(argv: list[str], env: dict[str, str], name: str | None = None) -> Agent:
     """Start torchrun with ``argv`` (its options, the rank bootstrap, the target) and ``env``;
     ``name``: what torchrun's failure summary calls the job (the user's script)."""
     if cuda_loaded() or threading.active_count() > 1:
-        return subprocess.Popen(
+        p = subprocess.Popen(
             [sys.executable, "-m", "rtdebug.launcher.agent", *argv],
             env=dict(env, **{ENV_NAME: name or ""}),
             start_new_session=True,
             preexec_fn=lifetime.agent_preexec,
         )
+        return Agent(p.pid, p)
     import torch.distributed.run  # noqa: F401  (loaded by the launcher's parser already)
 
     for stream in (sys.stdout, sys.stderr):
@@ -119,7 +150,7 @@ def start(argv: list[str], env: dict[str, str], name: str | None = None) -> Fork
     parent = os.getpid()
     pid = os.fork()
     if pid:
-        return ForkedAgent(pid)
+        return Agent(pid)
     _child(argv, env, parent, name)  # never returns
 
 

@@ -15,13 +15,11 @@ Two triggers, both watched from one thread of the launcher:
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import sys
 import threading
 import time
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from rtdebug.registry.files import LIVE_RANK_STATES, Registry
 from rtdebug.stacks import collect as stacks
@@ -73,9 +71,20 @@ def _key(snap: dict[str, Any]) -> tuple:
     )
 
 
+class AgentLike(Protocol):
+    """What the watch needs of the torchrun agent (``rtdebug.launcher.agent.Agent``): a poll that never
+    reaps it, and a signal that is never sent once it has been reaped (its pid may be reused then)."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+    def send_signal(self, sig: int) -> bool: ...
+
+
 class HangWatch:
     def __init__(
-        self, reg: Registry, session_id: str, agent: subprocess.Popen, hang_s: float, stream: TextIO | None = None
+        self, reg: Registry, session_id: str, agent: AgentLike, hang_s: float, stream: TextIO | None = None
     ) -> None:
         self.reg, self.sid, self.agent, self.hang_s = reg, session_id, agent, hang_s
         self.stream = stream or sys.stdout
@@ -146,14 +155,10 @@ class HangWatch:
             self.stream.flush()
 
     def _signal_agent(self, sig: int) -> bool:
-        try:
-            os.kill(self.agent.pid, sig)
-            return True
-        except OSError:
-            return False
+        return self.agent.send_signal(sig)
 
 
-def start(reg: Registry, session_id: str, agent: subprocess.Popen, cfg: Any) -> threading.Thread:
+def start(reg: Registry, session_id: str, agent: AgentLike, cfg: Any) -> threading.Thread:
     """Launcher hook: watch the session until torchrun (``agent``) ends."""
     hang_s = getattr(cfg, "hang_report_s", None)
     if hang_s is None:

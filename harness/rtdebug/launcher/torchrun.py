@@ -7,6 +7,13 @@ checks that they are free. torchrun runs in its own process group so that the
 launcher alone decides teardown: Ctrl-C, SIGTERM or SIGHUP (terminal closed) ->
 SIGTERM to torchrun (which stops its workers) -> SIGKILL to whatever is left.
 When the launcher itself is killed, ``rtdebug.common.lifetime``'s guards end the rest.
+The agent is reaped only after teardown has taken its process tree and group, so
+no pid there can have been reused by then.
+
+A multi-node job's ranks publish into its store, signed with the job's secret
+(``rtdebug.registry.signing``): the user's ``RTDEBUG_JOB_SECRET``/``_FILE`` (the same
+on every node), else a random one; kept 0600 in the session dir, handed to the ranks
+in their environment.
 
 One torch import on the launch path: the launcher needs torch for torchrun's own
 parser, so it forks the agent (``rtdebug.launcher.agent``) instead of starting a second
@@ -25,7 +32,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from rtdebug.common import lifetime, rankenv
 from rtdebug.common.config import RankConfig, Target, check_host
@@ -34,6 +41,7 @@ from rtdebug.common.ports import check_ports_free, ports_for_ranks
 from rtdebug.common.procinfo import process_create_time
 from rtdebug.launcher import agent, hangwatch, multinode
 from rtdebug.launcher.session import SessionRun
+from rtdebug.registry import signing
 from rtdebug.registry.c10d import ENV_STORE, ENV_WATCH
 from rtdebug.registry.files import Registry
 from rtdebug.registry.record import session_entry
@@ -122,7 +130,7 @@ def plan_torchrun(parsed: argparse.Namespace, tokens: list[str]) -> TorchrunPlan
 class Launcher:
     def __init__(self, plan: TorchrunPlan, cfg: RankConfig, registry: Registry) -> None:
         self.plan, self.cfg, self.registry = plan, cfg, registry
-        self.proc: subprocess.Popen | agent.ForkedAgent | None = None
+        self.proc: agent.Agent | None = None
 
     def _session_entry(self, ports: list[int]) -> dict[str, Any]:
         return session_entry(
@@ -157,6 +165,7 @@ class Launcher:
         check_host(self.cfg.host)
         ports = ports_for_ranks(self.cfg.port_base, self.plan.local_ranks)
         env = self.environment()  # raises before anything is reserved
+        supplied = signing.supplied_secret() if self.plan.store else None  # a bad secret file: before too
         self.registry.ensure()
         env["RTDEBUG_REGISTRY_DIR"] = str(self.registry.root)
         if self.plan.store:
@@ -166,6 +175,8 @@ class Launcher:
         session = SessionRun(self.registry, self._session_entry(ports))
         session.open()
         sid = self.cfg.session_id
+        if self.plan.store:  # the ranks sign what they publish into the job's store
+            env[signing.ENV_SECRET] = signing.ensure_secret(self.registry.session_dir(sid), supplied)
         print(
             START_LINE.format(sid=sid) + f" ({len(self.plan.local_ranks)} local ranks, "
             f"debug ports {ports[0]}-{ports[-1]} on {self.cfg.host})",
@@ -181,9 +192,8 @@ class Launcher:
                 pid = self.proc.pid
                 session.update(state="running", agent_pid=pid, agent_create_time=process_create_time(pid))
                 threading.Thread(target=self._announce_ready, daemon=True).start()
-                # grouped stacks on failure / no progress; ForkedAgent has the Popen surface it uses (pid, poll)
-                hangwatch.start(self.registry, sid, cast(subprocess.Popen, self.proc), self.cfg)
-                code = self.proc.wait()
+                hangwatch.start(self.registry, sid, self.proc, self.cfg)  # grouped stacks on failure / no progress
+                code = self.proc.wait()  # the agent stays unreaped until teardown has taken its tree
             finally:
                 self._teardown()
                 state = session.close(code)
@@ -192,13 +202,13 @@ class Launcher:
 
     def _forward_stop(self, signum: int, frame: Any) -> None:
         """Ctrl-C, SIGTERM, SIGHUP: torchrun's agent stops its workers; teardown ends what is left."""
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                self.proc.send_signal(signal.SIGTERM)
-            except OSError:
-                pass
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGTERM)
 
     def _teardown(self) -> None:
+        """End what the agent left. Its tree and process group are taken while the agent is still this
+        process's unreaped child (alive or a zombie), so its pid and group id name no other process;
+        only then is it reaped. psutil checks each process's create time again before signalling it."""
         if self.proc is None:
             return
         if self.proc.poll() is None:
@@ -208,9 +218,14 @@ class Launcher:
                 pass
         from rtdebug.common import processes  # psutil: at the end only, not on the way to the ranks
 
-        left = {p.pid: p for p in processes.tree([self.proc.pid]) + processes.group_members(self.proc.pid)}
+        pid = self.proc.pid
+        left = {p.pid: p for p in processes.tree([pid]) + processes.group_members(pid)}
+        if self.proc.poll() is not None:
+            left.pop(pid, None)
+            self.proc.reap()
         if left:
             processes.terminate(list(left.values()), grace_s=5)
+        self.proc.reap()
 
     def _announce_ready(self) -> None:
         want = set(self.plan.local_ranks) if self.plan.node_rank is not None else None
