@@ -3,6 +3,7 @@ foreign uid cannot get into (while the owner still can)."""
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -16,10 +17,12 @@ import time
 import psutil
 import pytest
 
+from rtdebug.common import sockdiag
 from rtdebug.common.addresses import own_addresses, parse_allow
 from rtdebug.common.config import RankConfig
 from rtdebug.common.errors import HarnessError
-from rtdebug.rank.access import AllowList, check, peer_uid, tcp_rows
+from rtdebug.rank import access
+from rtdebug.rank.access import AllowList, check, peer_uid, proc_peer_uid, tcp_rows
 
 from conftest import EXAMPLES, marker_line, read_ranks, rtdebug, wait_ranks
 from dap import DAPClient
@@ -76,6 +79,38 @@ def test_closed_peer_is_not_found_and_refused():
         assert refusal is not None and "could not be found" in refusal.reason
 
 
+def test_sockdiag_asks_the_kernel_for_exactly_the_peer_socket():
+    """One netlink request for the peer's 4-tuple gives what the /proc rows say (state, uid, inode)."""
+    srv, cli, conn = _pair()
+    d = sockdiag.SockDiag()
+    with srv, cli, conn, contextlib.closing(d):
+        ours, peer = conn.getsockname(), conn.getpeername()
+        assert d.owner_uid(ours, peer) == proc_peer_uid(ours, peer) == os.geteuid()
+        (row,) = tcp_rows(ports=(peer[1], ours[1]))
+        assert d.lookup(peer, ours) == (1, row[2], row[3])  # TCP_ESTABLISHED
+        assert d.lookup(ours, peer)[2] != row[3]  # our own end is another socket
+        assert d.lookup(("127.0.0.1", 1), ours) is None  # nobody there
+        assert d.lookup(srv.getsockname(), ("0.0.0.0", 0))[0] == sockdiag.TCP_LISTEN
+        cli.close()
+        assert d.owner_uid(ours, peer) is None  # closed: an orphan without a file (inode 0) is no owner
+
+
+def test_without_socket_diag_the_peer_is_read_from_proc(monkeypatch):
+    class NoDiag(sockdiag.SockDiag):
+        def lookup(self, local, remote):  # a kernel without tcp_diag: ENOENT for every socket
+            return None
+
+    srv, cli, conn = _pair()
+    with srv, cli, conn:
+        with pytest.raises(sockdiag.Unavailable):
+            NoDiag().owner_uid(conn.getsockname(), conn.getpeername())
+        monkeypatch.setattr(sockdiag, "shared", lambda: NoDiag())
+        monkeypatch.setattr(access, "_diag_broken", False)
+        assert peer_uid(conn.getsockname(), conn.getpeername()) == os.geteuid()
+        assert access._diag_broken  # asked once; /proc from then on
+        assert check(conn, AllowList()) is None
+
+
 @needs_setpriv
 def test_peer_uid_of_foreign_socket():
     with socket.socket() as srv:
@@ -89,6 +124,7 @@ def test_peer_uid_of_foreign_socket():
             conn, _ = srv.accept()
             with conn:
                 assert peer_uid(conn.getsockname(), conn.getpeername()) == NOBODY
+                assert proc_peer_uid(conn.getsockname(), conn.getpeername()) == NOBODY  # the fallback agrees
                 refusal = check(conn, AllowList())
                 assert refusal is not None and refusal.uid == NOBODY
                 assert (

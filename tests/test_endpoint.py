@@ -5,6 +5,7 @@ import json
 import os
 import random
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
@@ -64,6 +65,46 @@ def test_attach_detach_reattach_with_one_listening_socket(tmp_path, port_base, m
         p.kill()
         p.wait()
     assert port_free(port_base)
+
+
+def test_a_silent_client_holds_up_no_one_and_is_refused_at_its_deadline(tmp_path, port_base):
+    """The first message is read in the connection's own thread: a client that sends half a header and
+    waits does not keep the owner's DAP client out, and is reset after ``dapgate.DEADLINE_S`` (5 s)."""
+    script = tmp_path / "prog.py"
+    script.write_text(PROGRAM)
+    log = open(tmp_path / "out.log", "w+")
+    p = subprocess.Popen([sys.executable, str(script), str(port_base), "eager"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while "DEBUGPY_LOADED" not in (tmp_path / "out.log").read_text():  # listening (and debugpy up)
+            assert p.poll() is None and time.monotonic() < deadline, (tmp_path / "out.log").read_text()
+            time.sleep(0.05)
+        silent = socket.create_connection(("127.0.0.1", port_base), timeout=30)
+        silent.sendall(b"Content-Len")
+        c = DAPClient("127.0.0.1", port_base)
+        c.attach({str(script): [8]})
+        stopped = c.wait_stopped(30)
+        log.seek(0)
+        assert "refused" not in log.read()  # the owner got in while the silent client still waited
+        c.request("setBreakpoints", source={"path": str(script)}, breakpoints=[])
+        c.continue_(stopped["threadId"])
+        c.disconnect()
+        try:
+            assert silent.recv(100) == b""
+        except ConnectionResetError:
+            pass
+        line = (
+            f"rtdebug: port {port_base}: refused debug connection from 127.0.0.1:{silent.getsockname()[1]} "
+            f"(uid {os.geteuid()}): no complete DAP message within 5 s"
+        )
+        deadline = time.monotonic() + 10  # the line follows the reset
+        while line not in (out := (tmp_path / "out.log").read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert line in out, out
+        assert out.count("STATE attached") == 1
+    finally:
+        p.kill()
+        p.wait()
 
 
 # -- allow-list: a real second machine, as two network namespaces joined by a veth pair ---------------

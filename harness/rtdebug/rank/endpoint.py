@@ -67,7 +67,7 @@ from rtdebug.rank.refusals import RefusalLog
 StateCallback = Callable[[str], None]
 ATTACH_BOOST_S = 5.0
 BACKLOG = 1024  # a flood of refused connects queues ahead of the owner's instead of dropping its SYN
-MAX_PENDING = 16  # admitted connections still sending their first message; more are refused at once
+MAX_PENDING = 64  # admitted connections still sending their first message; more are refused at once
 RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets, nothing lingers in TIME_WAIT
 
 

@@ -1,0 +1,141 @@
+"""The CPU a rank spends on one refused connection (issue 19 goal: <= 0.5 ms).
+
+A real lazy endpoint in its own process; another uid (``setpriv`` to nobody, so root is needed) connects
+``--connects`` times per round, ``--inflight`` at once, each socket held until the rank resets it. The
+rank's utime+stime (``/proc/<pid>/stat``) before and after each round, over the refusals it counted,
+is one round's cost per refusal; the median round is the result.
+
+    .venv/bin/python -m bench.refusal_bench [--rounds 5] [--connects 2000] [--pythonpath DIR]
+
+``--pythonpath harness-of-another-commit`` measures that commit's endpoint (e.g. the one before the fix,
+``git archive <commit> harness | tar -x -C /tmp/old``, then ``--pythonpath /tmp/old/harness``).
+``tests/test_hostile_port.py`` floods a real ``rtdebug run`` rank with the same ``flood``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+NOBODY = 65534
+SETPRIV = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+FOREIGN_PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+TICK = os.sysconf("SC_CLK_TCK")
+
+FLOOD = textwrap.dedent("""
+    import json, os, selectors, socket, sys, time
+    port, n, inflight = map(int, sys.argv[1:4])
+    sel = selectors.DefaultSelector()
+    started = done = replied = 0
+    t0 = time.monotonic()
+    while done < n:
+        while started < n and started - done < inflight:
+            s = socket.socket()
+            s.setblocking(False)
+            try:
+                s.connect(("127.0.0.1", port))
+            except BlockingIOError:
+                pass
+            sel.register(s, selectors.EVENT_READ)
+            started += 1
+        events = sel.select(timeout=30)
+        if not events:
+            break
+        for key, _ in events:
+            try:
+                replied += bool(key.fileobj.recv(100))
+            except OSError:
+                pass
+            sel.unregister(key.fileobj)
+            key.fileobj.close()
+            done += 1
+    print(json.dumps({"uid": os.getuid(), "done": done, "replied": replied, "seconds": time.monotonic() - t0}))
+""")
+
+RANK = textwrap.dedent("""
+    import sys, time
+    from rtdebug.rank.endpoint import Endpoint
+    ep = Endpoint("127.0.0.1", int(sys.argv[1]), on_refused=lambda: None)
+    ep.start()
+    print("READY", flush=True)
+    while True:
+        time.sleep(0.1)
+""")
+
+
+def flood(port: int, n: int, inflight: int = 32, prefix: list[str] | None = None) -> dict:
+    """``n`` connects to ``port`` as another uid; {"uid", "done", "replied", "seconds"}."""
+    argv = [*(SETPRIV if prefix is None else prefix), FOREIGN_PY, "-c", FLOOD, str(port), str(n), str(inflight)]
+    r = subprocess.run(argv, cwd="/", capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise RuntimeError(f"flood failed: {r.stderr.strip()[-2000:]}")
+    return json.loads(r.stdout)
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of ``pid``, all its threads (also those that ended), in seconds."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def measure(rounds: int, connects: int, inflight: int, pythonpath: str | None) -> list[float]:
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=pythonpath) if pythonpath else dict(os.environ)
+    with tempfile.TemporaryFile("w+") as log:
+        rank = subprocess.Popen([sys.executable, "-c", RANK, str(port)], env=env, stdout=log, stderr=log, text=True)
+        try:
+            while True:
+                log.seek(0)
+                if "READY" in log.read():
+                    break
+                if rank.poll() is not None:
+                    raise RuntimeError("the rank did not start")
+                time.sleep(0.05)
+            per = []
+            for i in range(rounds):
+                before = cpu_seconds(rank.pid)
+                got = flood(port, connects, inflight)
+                time.sleep(1.5)  # the held-back refusals' line and count come within a second
+                used = cpu_seconds(rank.pid) - before
+                assert got["replied"] == 0 and got["uid"] == NOBODY, got
+                per.append(used / connects * 1000)
+                print(f"round {i}: {connects} refusals in {got['seconds']:.2f} s, rank CPU {used:.3f} s", flush=True)
+            log.seek(0)
+            lines = sum("refused" in line for line in log)
+            print(f"refusal lines printed: {lines}")
+            return per
+        finally:
+            rank.kill()
+            rank.wait()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--connects", type=int, default=2000)
+    p.add_argument("--inflight", type=int, default=32)
+    p.add_argument("--pythonpath", help="import rtdebug from here instead (another commit's harness/)")
+    a = p.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("refusal_bench: needs root (it connects as another uid through setpriv)")
+    per = measure(a.rounds, a.connects, a.inflight, a.pythonpath)
+    print(f"CPU per refused connection: median {statistics.median(per):.3f} ms "
+          f"(rounds: {', '.join(f'{x:.3f}' for x in per)})")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

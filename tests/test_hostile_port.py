@@ -1,0 +1,304 @@
+"""Hostile bytes and floods against a rank's debug port (issue 19): the port admits DAP only, refusals are cheap.
+
+* the first-message parser (``rtdebug.rank.dapgate``): exact reasons for each kind of non-DAP opening;
+* the bytes a browser sends for a no-cors ``fetch`` POST whose body is a DAP ``evaluate``, a TLS
+  ClientHello, a WebSocket upgrade and garbage, against a lazy and an eager ``rtdebug run`` rank:
+  nothing runs (the marker file the evaluate would write never appears), a lazy rank does not even
+  start debugpy, and the owner attaches afterwards and stops at a breakpoint;
+* 2000 connects as another uid: the rank spends <= 1 s of CPU on all of them, prints about one line a
+  second, records the final count, and the owner's attach during a flood stops within 2 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import ssl
+import threading
+import time
+
+import pytest
+from test_access import NOBODY, SETPRIV, needs_setpriv
+from venvjobs import debugpy_loaded, stop_in
+
+from bench.refusal_bench import cpu_seconds, flood
+from rtdebug.rank import dapgate
+from rtdebug.rank.dapgate import MAX_MESSAGE, NotDAP, message_end, read_first
+from rtdebug.rank.refusals import RefusalLog
+
+from conftest import SCRIPTS, marker_line, read_ranks, wait_ranks
+from dap import DAPClient
+
+SCRIPT = SCRIPTS / "torch_free.py"
+INIT = json.dumps({"seq": 1, "type": "request", "command": "initialize", "arguments": {"adapterID": "x"}}).encode()
+
+
+def dap(body: bytes) -> bytes:
+    return b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+def browser_post(port: int, marker: str) -> bytes:
+    """Firefox's bytes for ``fetch('http://127.0.0.1:PORT/', {method: 'POST', mode: 'no-cors', body})`` from a
+    page on https://evil.example, the body a DAP ``evaluate`` that writes ``marker`` (pydevd ran exactly
+    this before the gate: it skips to the Content-Length header and runs the body)."""
+    body = json.dumps(
+        {
+            "seq": 1,
+            "type": "request",
+            "command": "evaluate",
+            "arguments": {"expression": f"open({marker!r}, 'w').write('pwned')", "context": "repl"},
+        },
+        separators=(",", ":"),
+    ).encode()
+    head = (
+        f"POST / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        "User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0\r\n"
+        "Accept: */*\r\nAccept-Language: en-US,en;q=0.5\r\nAccept-Encoding: gzip, deflate, br, zstd\r\n"
+        f"Content-Type: text/plain;charset=UTF-8\r\nContent-Length: {len(body)}\r\n"
+        "Origin: https://evil.example\r\nConnection: keep-alive\r\nReferer: https://evil.example/\r\n"
+        "Sec-Fetch-Dest: empty\r\nSec-Fetch-Mode: no-cors\r\nSec-Fetch-Site: cross-site\r\nPriority: u=4\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def websocket_upgrade(port: int) -> bytes:
+    return (
+        f"GET /debug HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        "Origin: https://evil.example\r\n\r\n"
+    ).encode()
+
+
+def tls_hello() -> bytes:
+    """A real ClientHello, as ``https://127.0.0.1:PORT`` would open."""
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ssl.create_default_context().wrap_bio(incoming, outgoing, server_hostname="localhost")
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+GARBAGE = b"\x00\xff\x13garbage\r\n\r\n{}"
+
+
+# -- the first-message check ------------------------------------------------------------------------
+
+
+def test_an_initialize_request_is_a_whole_message_and_a_prefix_waits_for_more():
+    msg = dap(INIT)
+    assert message_end(msg) == len(msg)
+    assert message_end(msg + b"Content-Length: 2\r\n\r\n{}") == len(msg)  # what follows is passed on as is
+    assert message_end(b"content-length:%d\r\n\r\n" % len(INIT) + INIT) is not None  # name case, no space
+    for cut in (1, 7, 15, 17, 19, 20, len(msg) - 1):
+        assert message_end(msg[:cut]) is None, cut
+
+
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}", "an HTTP request ('POST / HTTP/1.1'), not DAP"),
+        (websocket_upgrade(5678), "a WebSocket upgrade ('GET /debug HTTP/1.1'), not DAP"),
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", "a TLS handshake, not DAP"),
+        (GARBAGE, "not DAP: it starts with '\\x00\\xff\\x13garbage\\r\\n\\r\\n{}', not 'Content-Length: '"),
+        (b"Content-Type: x\r\n", "not DAP: it starts with 'Content-Type: x\\r', not 'Content-Length: '"),
+        (b"Content-Length: 2\r\nContent-Type: x\r\n\r\n{}", dapgate.BAD_HEADER),
+        (b"Content-Length: 1234567890\r\n\r\n", dapgate.BAD_HEADER),
+        (b"Content-Length: \r\n\r\n", dapgate.BAD_HEADER),
+        (b"Content-Length: 70000\r\n\r\n", "a first DAP message of 70000 bytes, over the 65536-byte limit"),
+        (dap(b"{nope"), "the first DAP message is not JSON"),
+        (dap(b"[1]"), "the first DAP message is not a JSON object"),
+        (dap(b'{"seq":1,"type":"request","command":"evaluate"}'), (
+            "the first DAP message is ('request', 'evaluate'), not an 'initialize' request")),
+        (dap(b'{"type":"event","command":"initialize"}'), (
+            "the first DAP message is ('event', 'initialize'), not an 'initialize' request")),
+        (dap(b'{"type":"request"}'), "the first DAP message is ('request', 'None'), not an 'initialize' request"),
+    ],
+)  # fmt: skip
+def test_anything_but_initialize_first_is_refused_with_its_reason(data, reason):
+    with pytest.raises(NotDAP) as err:
+        message_end(data)
+    assert str(err.value) == reason
+
+
+def test_deep_json_is_refused_not_a_crash():
+    body = b"[" * 30000 + b"]" * 30000
+    with pytest.raises(NotDAP) as err:
+        message_end(dap(body))
+    assert str(err.value) == "the first DAP message is not JSON"
+
+
+def test_read_first_is_bounded_in_time_and_passes_everything_read_on():
+    a, b = socket.socketpair()
+    with a, b:
+        b.sendall(dap(INIT)[:10])
+        t = time.monotonic()
+        with pytest.raises(NotDAP) as err:
+            read_first(a, deadline_s=0.3)
+        assert str(err.value) == "no complete DAP message within 0.3 s" and time.monotonic() - t < 2
+    a, b = socket.socketpair()
+    with a, b:
+        extra = dap(b'{"seq":2,"type":"request","command":"attach"}')
+        b.sendall(dap(INIT) + extra)
+        assert read_first(a, deadline_s=5) == dap(INIT) + extra and a.gettimeout() is None
+    a, b = socket.socketpair()
+    with a, b:
+        b.sendall(dap(INIT)[:20])
+        b.close()
+        with pytest.raises(NotDAP) as err:
+            read_first(a, deadline_s=5)
+        assert str(err.value) == "closed before a complete DAP message"
+    assert MAX_MESSAGE == 65536
+
+
+def test_refusal_log_reports_once_a_second_and_loses_no_count():
+    now = [100.0]
+    reports: list[str] = []
+    log = RefusalLog(reports.append, interval=1.0, clock=lambda: now[0])
+    log.add(lambda: "refused A")
+    for i in range(5):
+        log.add(lambda i=i: f"refused B{i}")
+    assert reports == ["refused A"]
+    assert log._timer is not None
+    log._timer.cancel()  # the test drives time itself
+    now[0] += 1.0
+    log.flush()
+    assert reports == ["refused A", "5 more refused since the last line, the latest: refused B4"]
+    log.add(lambda: "refused C")  # within a second of the summary: held back too
+    log._timer.cancel()
+    now[0] += 1.0
+    log.flush()
+    log.flush()  # nothing held: nothing reported
+    assert reports[2:] == ["1 more refused since the last line, the latest: refused C"]
+    now[0] += 1.0
+    log.add(lambda: "refused D")  # a quiet second later: at once
+    assert reports[3:] == ["refused D"]
+
+
+def test_refusal_log_timer_reports_the_rest_by_itself():
+    reports: list[str] = []
+    log = RefusalLog(reports.append, interval=0.2)
+    for _ in range(3):
+        log.add(lambda: "refused")
+    deadline = time.monotonic() + 5
+    while len(reports) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert reports == ["refused", "2 more refused since the last line, the latest: refused"]
+
+
+# -- a real rank --------------------------------------------------------------------------------------
+
+
+def _send(port: int, data: bytes) -> bytes:
+    """``data`` to the port, then whatever comes back until the rank closes (b"" if it resets)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(data)
+        got = b""
+        try:
+            while chunk := s.recv(65536):
+                got += chunk
+        except OSError:
+            pass
+        return got
+
+
+def _start(job, registry_dir, port: int, tmp_path, *extra: str) -> dict:
+    ctl = tmp_path / "ctl"
+    ctl.mkdir(exist_ok=True)
+    j = job("run", "--port", str(port), *extra, str(SCRIPT), str(ctl))
+    rank = wait_ranks(registry_dir, j.session_id(), 1)[0]
+    j.wait_output("script started")
+    return {"job": j, "pid": rank["pid"], "sid": rank["session_id"]}
+
+
+def _wait_refused(registry_dir, sid: str, want: int, timeout: float = 10) -> int:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = read_ranks(registry_dir, sid)[0].get("refused_count")
+        if got == want or time.monotonic() > deadline:
+            return got
+        time.sleep(0.05)
+
+
+def _refusals_in(lines: list[str]) -> int:
+    """Refusals a rank's lines account for: one per line of its own, N per "N more refused" line."""
+    counts = [line.split(": ")[2].split()[0] for line in lines]  # "rtdebug: rank 0: 1999 more refused ..."
+    return sum(int(n) if n.isdigit() else 1 for n in counts)
+
+
+def _attach_and_stop(port: int) -> tuple[DAPClient, dict]:
+    work = marker_line(SCRIPT, "work")
+    c = DAPClient("127.0.0.1", port)
+    c.attach({str(SCRIPT): [work]})
+    return c, stop_in(c, work, "work")
+
+
+def _release(c: DAPClient, frame: dict) -> None:
+    c.request("setBreakpoints", source={"path": str(SCRIPT)}, breakpoints=[])
+    c.continue_(frame["threadId"])
+    c.disconnect()
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("mode", ["lazy", "eager"])
+def test_browser_post_tls_websocket_and_garbage_reach_nothing(job, registry_dir, port_base, tmp_path, mode):
+    rank = _start(job, registry_dir, port_base, tmp_path, *(["--eager"] if mode == "eager" else []))
+    marker = tmp_path / "marker"
+    hostile = [browser_post(port_base, str(marker)), tls_hello(), websocket_upgrade(port_base), GARBAGE]
+    assert [_send(port_base, data) for data in hostile] == [b""] * 4  # reset, never an answer
+    assert _wait_refused(registry_dir, rank["sid"], 4) == 4
+    assert debugpy_loaded(rank["pid"]) == (mode == "eager")  # a lazy rank did not even start debugpy
+    time.sleep(0.5)
+    assert not marker.exists()
+    lines = [line for line in rank["job"].output().splitlines() if "refused" in line]
+    assert _refusals_in(lines) == 4 and len(lines) <= 3, lines  # at once, then the rest held back a second
+    assert lines[0].startswith("rtdebug: rank 0: refused debug connection from 127.0.0.1:")
+    assert lines[0].endswith(f"(uid {os.geteuid()}): an HTTP request ('POST / HTTP/1.1'), not DAP")
+    assert lines[-1].startswith("rtdebug: rank 0: ") and " more refused since the last line, the latest: " in lines[-1]
+    assert lines[-1].endswith("not DAP: it starts with '\\x00\\xff\\x13garbage\\r\\n\\r\\n{}', not 'Content-Length: '")
+    c, frame = _attach_and_stop(port_base)  # the owner's DAP client gets in after all that
+    assert c.evaluate(f"__import__('os').path.exists({str(marker)!r})", frame["id"]) == "False"
+    _release(c, frame)
+    assert not marker.exists()
+
+
+@pytest.mark.e2e
+@needs_setpriv
+def test_a_flood_from_another_uid_costs_the_rank_little_and_never_stalls_the_owner(
+    job, registry_dir, port_base, tmp_path
+):
+    rank = _start(job, registry_dir, port_base, tmp_path)
+    before = cpu_seconds(rank["pid"])
+    got = flood(port_base, 2000, prefix=SETPRIV)
+    used = cpu_seconds(rank["pid"]) - before
+    assert (got["uid"], got["done"], got["replied"]) == (NOBODY, 2000, 0), got
+    assert used <= 1.0, f"2000 refusals cost the rank {used:.2f} CPU-s"
+    assert _wait_refused(registry_dir, rank["sid"], 2000) == 2000  # the held-back count is recorded
+    lines = [line for line in rank["job"].output().splitlines() if "refused" in line]
+    assert _refusals_in(lines) == 2000 and len(lines) <= got["seconds"] + 2, lines
+    assert lines[-1].startswith("rtdebug: rank 0: ") and f"(uid {NOBODY}): its socket belongs" in lines[-1]
+
+    # the owner attaches while another uid keeps flooding
+    stop, floods = threading.Event(), []
+
+    def keep_flooding() -> None:
+        while not stop.is_set():
+            floods.append(flood(port_base, 4000, prefix=SETPRIV))
+
+    flooder = threading.Thread(target=keep_flooding, daemon=True)
+    flooder.start()
+    try:
+        deadline = time.monotonic() + 30
+        while read_ranks(registry_dir, rank["sid"])[0]["refused_count"] == 2000:  # the flood is on
+            assert time.monotonic() < deadline, "the second flood never reached the rank"
+            time.sleep(0.02)
+        t = time.monotonic()
+        c, frame = _attach_and_stop(port_base)
+        took = time.monotonic() - t
+        during = flooder.is_alive() and not stop.is_set()
+    finally:
+        stop.set()
+        flooder.join(120)
+    assert during and floods and all(f["replied"] == 0 and f["done"] == 4000 for f in floods), floods
+    assert took <= 2.0, f"the owner's attach took {took:.2f} s during the flood"
+    _release(c, frame)
