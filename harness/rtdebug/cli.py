@@ -213,6 +213,7 @@ def _add_stacks(sub) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object (what the VS Code extension reads)")
     p.add_argument("--native", action="store_true", help="add native frames with py-spy (needs ptrace rights)")
     p.add_argument("--threads", action="store_true", help="also print every rank's other threads")
+    p.add_argument("--pid", type=int, help="a job rtdebug did not start: its torchrun agent or a rank (py-spy)")
     p.add_argument(
         "--timeout",
         type=float,
@@ -225,7 +226,37 @@ def _add_stacks(sub) -> None:
 def _cmd_stacks(args) -> int:
     from rtdebug.commands import stacks
 
+    if args.pid is not None:  # a job rtdebug did not start (nor adopt): read-only, through py-spy
+        from rtdebug.commands import pidstacks
+
+        return pidstacks.command(args.pid, args.json, args.threads, args.timeout)
     return stacks.command(args.session, args.rank, args.json, args.native, args.timeout, args.threads)
+
+
+def _add_adopt(sub) -> None:
+    p = sub.add_parser(
+        "adopt",
+        help="give every rank of a running torchrun job (started without rtdebug) a debug endpoint",
+        description="Adopt a running torchrun job: inject rtdebug's lazy debug endpoint (base + RANK), the "
+        "stacks handler and a registry entry into each of its ranks. PID: the torchrun agent or any rank "
+        "(default: the only torchrun job of yours on this machine).",
+    )
+    p.add_argument("pid", nargs="?", type=int, help="torchrun agent or rank pid")
+    p.add_argument("--debug-port-base", type=int, default=DEFAULT_PORT_BASE, metavar="P", help="rank N on P + N")
+    p.add_argument("--debug-host", default="127.0.0.1", metavar="H", help="address the endpoints bind")
+    p.add_argument("--debug-allow", default="", metavar="ADDR|CIDR,...", help="other machines allowed in")
+    p.add_argument("--json", action="store_true", help="print the session and its ranks as JSON")
+    p.add_argument("--detach", type=_session_id, metavar="SESSION", help="undo an adoption; the job runs on")
+
+
+def _cmd_adopt(args) -> int:
+    from rtdebug.commands import adopt
+    from rtdebug.common.config import check_host
+
+    if args.detach:
+        return adopt.detach(args.detach)
+    check_host(args.debug_host)
+    return adopt.adopt(args.pid, args.debug_port_base, args.debug_host, args.debug_allow, args.json)
 
 
 COMMANDS = {
@@ -236,6 +267,7 @@ COMMANDS = {
     "stop": (_add_stop, _cmd_stop),
     "vscode": (_add_vscode, _cmd_vscode),
     "stacks": (_add_stacks, _cmd_stacks),
+    "adopt": (_add_adopt, _cmd_adopt),
 }
 
 

@@ -1,0 +1,204 @@
+"""``rtdebug adopt``: give every rank of a running torchrun job (started without rtdebug) a debug endpoint.
+
+Find the job (``rtdebug.common.jobs``), check that every rank can be injected into before touching any
+(``rtdebug.common.inject.refusal``), register a session of mode ``adopted`` whose launcher is the job's
+torchrun agent (so ``ps`` keeps it live exactly while the job runs), run the adopted rank runtime in
+every rank at once, and print the rank table. A rank that fails undoes the others: nothing half-done.
+``detach`` undoes an adoption in every rank and leaves the job running.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rtdebug.common import inject, jobs
+from rtdebug.common.errors import HarnessError, usage
+from rtdebug.common.ports import check_ports_free, ports_for_ranks
+from rtdebug.registry.files import Registry
+from rtdebug.registry.liveness import prune, reserve_session
+from rtdebug.registry.record import new_session_id, session_entry
+from rtdebug.registry.table import format_table
+
+# The few lines run in a rank (``rtdebug.common.inject``): import our rank runtime there (from this
+# installation's path if the job's Python lacks it) and call it. exec() in a fresh dict: the job's
+# __main__ gets no new names.
+_ADOPT = "import sys\ntry:\n import rtdebug.rank.adopted as m\nexcept ImportError:\n sys.path.append({path!r})\n"
+_ADOPT += " import rtdebug.rank.adopted as m\nm.main({spec!r})\n"
+_DETACH = "import sys\nm = sys.modules.get('rtdebug.rank.adopted')\nif m is not None:\n m.detach({result!r})\n"
+
+
+def _wrap(code: str) -> str:
+    return f"exec({code!r}, {{}})"
+
+
+def adopt_code(spec: dict[str, Any]) -> str:
+    return _wrap(_ADOPT.format(path=str(Path(__file__).resolve().parents[2]), spec=json.dumps(spec)))
+
+
+def detach_code(result: str) -> str:
+    return _wrap(_DETACH.format(result=result))
+
+
+def _pick(pid: int | None) -> jobs.Job:
+    if pid is not None:
+        return jobs.find_job(pid)
+    found = jobs.candidates()
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise HarnessError("no torchrun job of yours runs on this machine")
+    for j in found:
+        print(f"  {j.describe()}", file=sys.stderr)
+    raise usage(f"{len(found)} torchrun jobs run here (listed above); name one: rtdebug adopt PID")
+
+
+def _existing(reg: Registry, job: jobs.Job) -> dict[str, Any] | None:
+    """A live session that already covers this job's agent (adopted or launched by rtdebug)."""
+    for s in prune(reg):
+        if job.agent_pid in (s.get("agent_pid"), s.get("launcher_pid")):
+            return s
+    return None
+
+
+def _results(tmp: Path, pids: list[int]) -> dict[int, dict[str, Any]]:
+    out = {}
+    for pid in pids:
+        try:
+            out[pid] = json.loads((tmp / f"{pid}.json").read_text())
+        except (OSError, ValueError):
+            out[pid] = {"status": "error", "error": "the injected code did not answer"}
+    return out
+
+
+def inject_all(job: jobs.Job, code_for: dict[int, str], tmp: Path, method: str) -> dict[int, dict[str, Any]]:
+    """Run each rank's code; {pid: its answer} (an injection failure is an answer with status error)."""
+    pids = [r.pid for r in job.ranks]
+    errors = inject.run_all(pids, code_for, method)
+    answers = _results(tmp, pids)
+    for pid, err in errors.items():
+        if err is not None:
+            answers[pid] = {"status": "error", "error": err}
+    return answers
+
+
+def _session(sid: str, job: jobs.Job, host: str, base: int, ports: list[int], method: str) -> dict[str, Any]:
+    e = session_entry(
+        sid, "adopted", script=job.script, nnodes=1, nproc_per_node=len(job.ranks), host=host, port_base=base,
+        ports=ports, agent_pid=job.agent_pid, agent_create_time=job.agent_create_time,
+        pg_timeout_s=job.pg_timeout_s(), inject_method=method,
+        run_id=job.ranks[0].env.get("TORCHELASTIC_RUN_ID"),
+    )  # fmt: skip
+    # the job's agent stands for the launcher: liveness keeps the session live exactly while the job runs
+    e.update(launcher_pid=job.agent_pid, launcher_create_time=job.agent_create_time, adopter_pid=e["launcher_pid"])
+    return e
+
+
+def _spec(r: jobs.RankProc, sid: str, reg: Registry, host: str, port: int, allow: str, job: jobs.Job, tmp: Path):
+    return {
+        "session_id": sid, "registry_dir": str(reg.root), "rank": r.rank, "local_rank": r.num("LOCAL_RANK"),
+        "node_rank": r.num("GROUP_RANK"), "world_size": r.num("WORLD_SIZE", len(job.ranks)), "host": host,
+        "port": port, "allow": allow, "script": job.script, "result": str(tmp / f"{r.pid}.json"),
+    }  # fmt: skip
+
+
+def refuse_any(job: jobs.Job, method: str) -> None:
+    """One line for the first rank that cannot be injected into; nothing has been touched yet."""
+    for r in job.ranks:
+        why = inject.refusal(r.pid, method)
+        if why is not None:
+            raise HarnessError(f"cannot adopt rank {r.rank}: {why}; the job was not touched")
+
+
+def adopt(pid: int | None, base: int, host: str, allow: str, as_json: bool) -> int:
+    reg = Registry()
+    job = _pick(pid)
+    if any(r.env.get("RTDEBUG_SESSION") for r in job.ranks):
+        raise HarnessError(f"the job of torchrun pid {job.agent_pid} runs under rtdebug already: see rtdebug ps")
+    already = _existing(reg, job)
+    if already is not None:
+        return _print(already, reg, as_json, f"already adopted (session {already['session_id']}); nothing changed")
+    import platform
+
+    method = inject.choose(inject.python_version(job.ranks[0].pid), platform.machine(),
+                           shutil.which("gdb") is not None, hasattr(sys, "remote_exec"))  # fmt: skip
+    refuse_any(job, method)
+    ports = ports_for_ranks(base, [r.rank for r in job.ranks])
+    check_ports_free(ports, host)
+    sid = new_session_id()
+    reserve_session(reg, _session(sid, job, host, base, ports, method))
+    start = time.monotonic()
+    tmp = Path(tempfile.mkdtemp(prefix="rtdebug-adopt-"))
+    try:
+        code = {
+            r.pid: adopt_code(_spec(r, sid, reg, host, p, allow, job, tmp))
+            for r, p in zip(job.ranks, ports, strict=True)
+        }
+        answers = inject_all(job, code, tmp, method)
+        bad = {pid: a for pid, a in answers.items() if a.get("status") != "adopted"}
+        if bad:
+            _undo(reg, sid, job, tmp, method, [p for p in answers if p not in bad])
+            pid0, a = next(iter(bad.items()))
+            raise HarnessError(f"cannot adopt pid {pid0}: {a.get('error') or a.get('status')}; nothing was changed")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    timeouts = [a["pg_timeout_s"] for a in answers.values() if a.get("pg_timeout_s")]
+    if timeouts:
+        reg.update_session(sid, pg_timeout_s=min(timeouts))
+    reg.update_session(sid, state="running", adopt_s=round(time.monotonic() - start, 3))
+    return _print(reg.read_session(sid) or {}, reg, as_json, None)
+
+
+def _undo(reg: Registry, sid: str, job: jobs.Job, tmp: Path, method: str, done: list[int]) -> None:
+    """Detach the ranks in ``done`` and remove the session: a failed adoption leaves nothing behind."""
+    if done:
+        inject.run_all(done, {pid: detach_code(str(tmp / f"{pid}.detach.json")) for pid in done}, method)
+    shutil.rmtree(reg.session_dir(sid), ignore_errors=True)
+
+
+def _print(session: dict[str, Any], reg: Registry, as_json: bool, note: str | None) -> int:
+    sid = session["session_id"]
+    ranks = reg.ranks(sid)
+    if as_json:
+        print(json.dumps(dict(session, ranks=ranks, note=note), indent=1))
+        return 0
+    if note:
+        print(f"rtdebug: {note}")
+    else:
+        print(f"rtdebug: session {sid} adopted torchrun pid {session['agent_pid']} ({len(ranks)} local ranks, "
+              f"{session['script']}) in {session.get('adopt_s', 0):.2f} s")  # fmt: skip
+    timeout = session.get("pg_timeout_s")
+    if timeout:
+        print(f"rtdebug: warning: this job's process-group timeout is {timeout:g} s and cannot be raised now: "
+              f"a rank paused longer than that ends the job")  # fmt: skip
+    print(format_table(ranks, sid))
+    return 0
+
+
+def detach(session_id: str) -> int:
+    """Undo the adoption of ``session_id`` in every live rank; the job keeps running."""
+    reg = Registry()
+    prune(reg)
+    session = reg.read_session(session_id)
+    if session is None or session.get("mode") != "adopted":
+        raise HarnessError(f"no adopted session {session_id}; see rtdebug ps")
+    live = [r for r in reg.ranks(session_id) if reg.live_rank(r) and r["state"] in ("ready", "attached")]
+    tmp = Path(tempfile.mkdtemp(prefix="rtdebug-detach-"))
+    try:
+        pids = [r["pid"] for r in live]
+        errors = inject.run_all(pids, {p: detach_code(str(tmp / f"{p}.json")) for p in pids},
+                                str(session.get("inject_method", "ptrace")))  # fmt: skip
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    failed = {p: e for p, e in errors.items() if e}
+    reg.update_session(session_id, state="stopped", ended_at=time.time(), detached=True)
+    if failed:
+        pid, err = next(iter(failed.items()))
+        raise HarnessError(f"session {session_id}: could not detach pid {pid}: {err}")
+    print(f"rtdebug: session {session_id} detached from {len(live)} ranks; the job runs on")
+    return 0

@@ -1,0 +1,156 @@
+"""Running torchrun jobs on this machine, found from the process tree and each process's ``/proc/<pid>/environ``.
+
+A rank is a process whose environment has torchrun's ``RANK``; its job is its parent (the torchrun agent,
+or whatever started it) and the parent's other children that have ``RANK``. Read-only: nothing here signals
+or traces a process. ``rtdebug adopt`` and ``rtdebug stacks --pid`` (and later the stop path) use it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+from rtdebug.common.errors import HarnessError
+
+RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT")
+TIMEOUT_VARS = ("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "TORCH_NCCL_BLOCKING_WAIT", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
+DEFAULT_PG_TIMEOUT_S = 1800.0  # torch's default_pg_timeout (gloo; NCCL: 600 s), unless the script passed timeout=
+
+
+def environ(pid: int) -> dict[str, str]:
+    """``pid``'s environment as it started; PermissionError for another user's process."""
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        raw = f.read()
+    out = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            out[key.decode(errors="replace")] = value.decode(errors="replace")
+    return out
+
+
+def owner(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+@dataclass
+class RankProc:
+    pid: int
+    create_time: float
+    env: dict[str, str]  # the RANK_VARS and TIMEOUT_VARS it has
+
+    @property
+    def rank(self) -> int:
+        return int(self.env["RANK"])
+
+    def num(self, key: str, default: int = 0) -> int:
+        try:
+            return int(self.env.get(key, default))
+        except ValueError:
+            return default
+
+
+@dataclass
+class Job:
+    agent_pid: int
+    agent_create_time: float
+    script: str
+    ranks: list[RankProc] = field(default_factory=list)
+
+    @property
+    def running_s(self) -> float:
+        return time.time() - self.agent_create_time
+
+    def pg_timeout_s(self) -> float:
+        """The process-group timeout the ranks run with as far as the environment tells (torch's default)."""
+        env = self.ranks[0].env if self.ranks else {}
+        if env.get("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "").isdigit():
+            return min(DEFAULT_PG_TIMEOUT_S, float(env["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"]))
+        return DEFAULT_PG_TIMEOUT_S
+
+    def describe(self) -> str:
+        return f"pid {self.agent_pid}  {self.script}  {len(self.ranks)} ranks  running {_duration(self.running_s)}"
+
+
+def _duration(s: float) -> str:
+    s = int(s)
+    return f"{s // 3600}h{s // 60 % 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def is_agent(p: psutil.Process) -> bool:
+    try:
+        cmd = p.cmdline()
+    except psutil.Error:
+        return False
+    return "torch.distributed.run" in cmd or any(os.path.basename(c) == "torchrun" for c in cmd[:2])
+
+
+def _script(cmd: list[str]) -> str:
+    """The training script in a torchrun (or rank) command line: the first ``*.py`` argument."""
+    return next((c for c in cmd[1:] if c.endswith(".py")), " ".join(cmd[1:4]))
+
+
+def _rank_of(p: psutil.Process) -> RankProc | None:
+    try:
+        env = environ(p.pid)
+        create_time = p.create_time()
+    except (OSError, psutil.Error):
+        return None
+    if not env.get("RANK", "").isdigit():
+        return None
+    return RankProc(p.pid, create_time, {k: env[k] for k in RANK_VARS + TIMEOUT_VARS if k in env})
+
+
+def job_of(parent: psutil.Process) -> Job:
+    """The job whose ranks are ``parent``'s children with ``RANK`` set (sorted by rank)."""
+    ranks = [r for c in parent.children() if (r := _rank_of(c)) is not None]
+    ranks.sort(key=lambda r: r.rank)
+    try:
+        script = _script(parent.cmdline()) if is_agent(parent) else _script(psutil.Process(ranks[0].pid).cmdline())
+    except (psutil.Error, IndexError):
+        script = "?"
+    return Job(parent.pid, parent.create_time(), script, ranks)
+
+
+def find_job(pid: int) -> Job:
+    """The job of ``pid``, a torchrun agent or one of its ranks; one-line HarnessError otherwise."""
+    try:
+        p = psutil.Process(pid)
+        if owner(pid) != os.geteuid():
+            raise HarnessError(f"pid {pid} belongs to uid {owner(pid)}, not to you (uid {os.geteuid()}): not adopted")
+        if not is_agent(p):
+            rank = _rank_of(p)
+            parent = p.parent()
+            if rank is None or parent is None:
+                raise HarnessError(f"pid {pid} is neither a torchrun agent nor a rank (no RANK in its environment)")
+            p = parent
+        job = job_of(p)
+    except psutil.NoSuchProcess:
+        raise HarnessError(f"no process {pid}") from None
+    except psutil.Error as exc:
+        raise HarnessError(f"cannot read pid {pid}: {exc}") from None
+    if not job.ranks:
+        raise HarnessError(f"torchrun agent {job.agent_pid} has no running rank (yet?)")
+    return job
+
+
+def candidates() -> list[Job]:
+    """Every torchrun job of this user on this machine that has running ranks."""
+    me = os.geteuid()
+    jobs = []
+    for p in psutil.process_iter():
+        try:
+            if p.uids().real != me or not is_agent(p):
+                continue
+            job = job_of(p)
+        except psutil.Error:
+            continue
+        if job.ranks:
+            jobs.append(job)
+    return jobs

@@ -1,0 +1,138 @@
+"""rtdebug's rank runtime, put into a rank of a job that was started without rtdebug (``rtdebug adopt``).
+
+``rtdebug.common.inject`` runs a few lines in the rank's main thread, with the GIL held, that import this
+module and call ``main(spec)``: it opens the same lazy, owner-only endpoint on base + RANK
+(``rtdebug.rank.endpoint.Endpoint``, wired through ``RankRecord.connect``), arms the stacks dump
+(``rtdebug.stacks.dump.arm``) and writes the rank's registry entry. It starts one thread (the endpoint's
+accept loop, blocked in ``accept``) and nothing per step; the rank keeps its own lifetime (no guards).
+A second ``main`` changes nothing. ``detach`` undoes it all: the endpoint is shut, debugpy (if a client
+ever came) stops tracing, the dump signal goes back to its default, ``sys.path`` loses what was added.
+
+Each call writes its answer (one JSON object) to the file ``spec["result"]`` names, for the shell.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from typing import Any
+
+_state: dict[str, Any] = {}
+
+
+def _answer(path: str, result: dict[str, Any]) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(result, f)
+
+
+def main(spec_json: str) -> None:
+    """Adopt this rank as ``spec_json`` says; never raises into the rank (the answer says what happened)."""
+    spec = json.loads(spec_json)
+    try:
+        result = adopt(spec)
+    except BaseException as exc:  # the rank must go on whatever happened here
+        result = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
+    _answer(spec["result"], result)
+
+
+def pg_timeout_s() -> float | None:
+    """The default process group's timeout, read from torch in this rank (None: no group, or unknown)."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is None or not dist.is_initialized():
+            return None
+        import torch
+
+        backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+        return float(backend.options._timeout.total_seconds())
+    except Exception:
+        return None
+
+
+def adopt(spec: dict[str, Any]) -> dict[str, Any]:
+    from rtdebug.rank import runtime
+
+    if _state:
+        return {"status": "already", "session_id": _state["session_id"], "pid": os.getpid()}
+    if runtime.endpoint is not None:  # started by `rtdebug torchrun` / `run`: it has its own endpoint
+        return {"status": "launched", "port": runtime.endpoint.port, "pid": os.getpid()}
+    from rtdebug.rank.endpoint import Endpoint
+    from rtdebug.rank.record import RankRecord
+    from rtdebug.registry.files import Registry
+    from rtdebug.stacks import dump
+
+    reg, sid, rank = Registry(spec["registry_dir"]), spec["session_id"], int(spec["rank"])
+    record = RankRecord(
+        reg, sid, rank, spec["host"], int(spec["port"]), False, spec["script"],
+        local_rank=int(spec["local_rank"]), node_rank=int(spec["node_rank"]), world_size=int(spec["world_size"]),
+    )  # fmt: skip
+    endpoint = Endpoint(spec["host"], int(spec["port"]), allow=spec.get("allow", ""))
+    stacks = dump.arm(reg.session_dir(sid), rank)
+    record.connect(endpoint)
+    try:
+        endpoint.start()
+    except BaseException as exc:
+        _disarm(stacks)
+        record.failed(str(exc), exit_code=None)
+        raise
+    timeout = pg_timeout_s()
+    record.ready(endpoint, stacks=stacks, adopted=True, pg_timeout_s=timeout)
+    _state.update(session_id=sid, endpoint=endpoint, record=record, stacks=stacks, prior=runtime.endpoint)
+    runtime.endpoint = endpoint  # rtdebug.breakpoint() in the script now reaches this endpoint
+    print(
+        f"rtdebug: rank {rank} adopted (session {sid}): debug endpoint {spec['host']}:{spec['port']}", file=sys.stderr
+    )
+    return {"status": "adopted", "pid": os.getpid(), "pg_timeout_s": timeout}
+
+
+def _disarm(stacks: dict[str, Any] | None) -> None:
+    """Give the dump signal back (default action) and close the dump file, if ``arm`` took them."""
+    import faulthandler
+
+    from rtdebug.stacks import dump
+
+    if stacks is None:
+        return
+    faulthandler.unregister(dump.SIGNAL)
+    fd = dump._armed.pop("fd", None)
+    if fd is not None:
+        os.close(fd)
+
+
+def _stop_debugger(endpoint: Any) -> None:
+    """If a client ever attached, debugpy runs here: stop its tracing and its threads."""
+    if endpoint.lazy:
+        return
+    pydevd = sys.modules.get("pydevd")
+    if pydevd is not None:
+        try:
+            pydevd.stoptrace()
+        except Exception:
+            pass
+
+
+def detach(result_path: str) -> None:
+    """Undo ``adopt``: shut the endpoint (its accept thread ends), stop debugpy, disarm the dump."""
+    from rtdebug.rank import runtime
+
+    if not _state:
+        _answer(result_path, {"status": "not adopted", "pid": os.getpid()})
+        return
+    endpoint, record = _state["endpoint"], _state["record"]
+    sock = endpoint._sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)  # wakes the accept thread (close alone would not, on Linux)
+        except OSError:
+            pass
+        sock.close()
+    _stop_debugger(endpoint)
+    _disarm(_state["stacks"])
+    runtime.endpoint = _state["prior"]
+    record.set(state="exited", detached=True, exit_code=None)
+    _state.clear()
+    print(f"rtdebug: rank {record.entry['rank']} detached; nothing of rtdebug runs here now", file=sys.stderr)
+    _answer(result_path, {"status": "detached", "pid": os.getpid()})

@@ -1,0 +1,47 @@
+"""A plain gloo DDP loop for `rtdebug adopt`: all_reduce steps until the control file appears.
+
+Started WITHOUT rtdebug (`python -m torch.distributed.run --nproc-per-node 2 adopt_job.py CONTROL`).
+ADOPT_HANG=1: rank 1 skips one all_reduce and sleeps until CONTROL appears, so rank 0 blocks in the
+C++ collective (the hung variant).
+"""
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+
+def step(t: torch.Tensor) -> None:
+    dist.all_reduce(t)
+
+
+def wait_quietly(control: Path) -> None:
+    while not control.exists():
+        time.sleep(0.05)
+
+
+def main() -> None:
+    control = Path(sys.argv[1])
+    dist.init_process_group("gloo")
+    hang = os.environ.get("ADOPT_HANG") == "1"
+    print(f"job rank {dist.get_rank()} pid {os.getpid()} running", flush=True)
+    n = 0
+    while not control.exists():
+        rank = dist.get_rank()
+        n += 1  # BREAKPOINT: step
+        if hang and rank == 1 and n == 5:
+            wait_quietly(control)  # skips the collective: rank 0 waits in all_reduce
+            break
+        step(torch.ones(4) * rank)
+        time.sleep(0.02)
+    print(f"job rank {dist.get_rank()} done after {n} steps", flush=True)
+    if not hang:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

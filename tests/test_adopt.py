@@ -1,0 +1,235 @@
+"""``rtdebug adopt``: a plain torchrun job, started without rtdebug, gets every rank's endpoint by pid.
+
+The jobs are ``python -m torch.distributed.run --nproc-per-node 2 tests/scripts/adopt_job.py CONTROL``
+(gloo, all_reduce steps until CONTROL appears). Injection is by ptrace (``rtdebug.common.inject``); the
+tests skip where this machine cannot ptrace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from rtdebug.common import inject, jobs
+
+from conftest import PY, ROOT, SCRIPTS, marker_line, read_ranks, rtdebug
+from dap import DAPClient, stop_in_each_rank
+
+pytestmark = pytest.mark.e2e
+JOB = SCRIPTS / "adopt_job.py"
+
+
+def _can_ptrace() -> str | None:
+    if sys.platform != "linux":
+        return "ptrace injection is Linux only"
+    return inject.ptrace_denied(os.getpid())
+
+
+class PlainJob:
+    """A torchrun job started without rtdebug; killed with its tree at the end."""
+
+    def __init__(self, tmp: Path, env: dict[str, str] | None = None, prefix: list[str] | None = None) -> None:
+        self.control = tmp / f"control-{time.monotonic_ns()}"
+        self.log = tmp / f"plain-{time.monotonic_ns()}.log"
+        self._f = open(self.log, "wb")
+        e = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+        e.pop("RTDEBUG_SESSION", None)
+        cmd = [*(prefix or []), PY, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(JOB), str(self.control)]
+        self.proc = subprocess.Popen(cmd, cwd=tmp, env=e, stdout=self._f, stderr=subprocess.STDOUT)
+        self.tmp = tmp
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_running(self, timeout: float = 120) -> list[int]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.output().count("running") >= 2:
+                return [r.pid for r in jobs.job_of(self.agent()).ranks]
+            assert self.proc.poll() is None, self.output()
+            time.sleep(0.2)
+        raise AssertionError(self.output())
+
+    def agent(self) -> psutil.Process:
+        p = psutil.Process(self.proc.pid)
+        return p if jobs.is_agent(p) else p.children()[0]  # under setpriv, the agent is its child (or itself)
+
+    def finish(self, timeout: float = 120) -> int:
+        self.control.touch()
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        try:
+            procs = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.Error:
+            procs = []
+        for p in procs:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        self.proc.kill()
+        self.proc.wait()
+        self._f.close()
+
+
+@pytest.fixture
+def plain(tmp_path, registry_dir):
+    if (why := _can_ptrace()) is not None:
+        pytest.skip(why)
+    started: list[PlainJob] = []
+
+    def start(tmp: Path | None = None, **kw) -> PlainJob:
+        j = PlainJob(tmp or tmp_path, **kw)
+        started.append(j)
+        return j
+
+    yield start
+    for j in started:
+        j.kill()
+
+
+def adopt(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return rtdebug("adopt", *args, env=env)
+
+
+def _session(registry_dir: Path) -> str:
+    return next(p.name for p in registry_dir.iterdir() if (p / "session.json").exists())
+
+
+def _listening(port: int) -> bool:
+    return any(c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in psutil.net_connections("tcp"))
+
+
+def test_adopt_stop_in_each_rank_twice_is_noop_then_detach(plain, registry_dir, port_base):
+    job = plain()
+    pids = job.wait_running()
+    t0 = time.monotonic()
+    r = adopt(str(job.agent().pid), "--debug-port-base", str(port_base))
+    assert r.returncode == 0, r.stderr
+    attachable_s = time.monotonic() - t0
+    assert "adopted torchrun pid" in r.stdout and "cannot be raised" in r.stdout, r.stdout
+    sid = _session(registry_dir)
+    session = json.loads((registry_dir / sid / "session.json").read_text())
+    assert session["mode"] == "adopted" and session["launcher_pid"] == job.agent().pid
+    assert session["pg_timeout_s"] == 1800
+    ranks = read_ranks(registry_dir, sid)
+    assert {r["pid"] for r in ranks.values()} == set(pids) and all(r["state"] == "ready" for r in ranks.values())
+    print(f"adopt -> every rank attachable: {attachable_s:.2f} s (in-process {session['adopt_s']} s)")
+
+    again = adopt(str(pids[1]), "--debug-port-base", str(port_base + 8))  # a rank's pid names the same job
+    assert again.returncode == 0 and "already adopted" in again.stdout, again.stdout + again.stderr
+    assert len([p for p in registry_dir.iterdir() if p.is_dir()]) == 1 and not _listening(port_base + 8)
+
+    line = marker_line(JOB, "step")
+    clients = {n: DAPClient("127.0.0.1", port_base + n) for n in (0, 1)}
+    try:
+        for c in clients.values():
+            c.attach({str(JOB): [line]})
+        stop_in_each_rank(clients, str(JOB), line, "dist.get_rank()")
+    finally:
+        for c in clients.values():
+            c.disconnect()
+
+    d = rtdebug("adopt", "--detach", sid)
+    assert d.returncode == 0 and "the job runs on" in d.stdout, d.stdout + d.stderr
+    assert not _listening(port_base) and not _listening(port_base + 1)
+    for pid in pids:
+        names = {t.name for t in _threads(pid)}
+        assert not any(n.startswith("rtdebug") for n in names), names
+    assert job.finish() == 0, job.output()
+    assert "detached; nothing of rtdebug runs here now" in job.output()
+
+
+def _threads(pid: int) -> list:
+    out = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            out.append(type("T", (), {"name": Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()}))
+        except OSError:
+            pass
+    return out
+
+
+def _two_groups(text: str) -> None:
+    assert "rank 0: all_reduce" in text, text
+    assert "rank 1: wait_quietly" in text, text
+
+
+def test_hung_job_adopt_stacks_and_attach_rank1(plain, registry_dir, port_base):
+    job = plain(env={"ADOPT_HANG": "1"})
+    job.wait_running()
+    time.sleep(2)  # rank 1 skipped step 5; rank 0 blocks in the gloo all_reduce
+    before = rtdebug("stacks", "--pid", str(job.agent().pid))
+    assert before.returncode == 0, before.stderr
+    _two_groups(before.stdout)
+    r = adopt(str(job.agent().pid), "--debug-port-base", str(port_base))
+    assert r.returncode == 0, r.stderr
+    s = rtdebug("stacks")
+    assert s.returncode == 0, s.stderr
+    _two_groups(s.stdout)
+    c = DAPClient("127.0.0.1", port_base + 1)
+    try:
+        c.attach({str(JOB): [JOB.read_text().splitlines().index("    while not control.exists():") + 1]})
+        stopped = c.wait_stopped(60)
+        frame = c.top_frame(stopped["threadId"])
+        assert frame["name"] == "wait_quietly"
+        assert c.evaluate("__import__('torch.distributed').distributed.get_rank()", frame["id"]) == "1"
+    finally:
+        c.disconnect()
+
+
+def test_refusals_leave_the_job_untouched(plain, registry_dir, port_base, tmp_path, monkeypatch):
+    if os.geteuid() != 0 or shutil.which("setpriv") is None or not Path("/usr/bin/python3").exists():
+        pytest.skip("another uid's process needs root, setpriv and /usr/bin/python3")
+    # another uid's process that looks like a torchrun agent (the venv's Python lives under /root, which
+    # uid nobody cannot read, so a real job of nobody's cannot start here): refused by its owner alone
+    fake = ["/usr/bin/python3", "-c", "import time; time.sleep(120)", "torch.distributed.run"]
+    other = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *fake])
+    try:
+        time.sleep(0.5)
+        r = adopt(str(other.pid), "--debug-port-base", str(port_base))
+        assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "belongs to uid" in r.stderr and not any(registry_dir.glob("*/session.json"))
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
+
+    mine = plain()
+    mine.wait_running()
+    agent = mine.agent().pid
+    nogdb = tmp_path / "bin"
+    nogdb.mkdir()
+    r = adopt(str(agent), env={"RTDEBUG_INJECT": "gdb", "PATH": str(nogdb)})
+    assert r.returncode == 1 and "apt-get install gdb" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+    # ptrace denied: simulated (this machine has no yama and runs as root); the same check refuses
+    real = inject.ptrace_denied
+    monkeypatch.setattr(inject, "ptrace_denied", lambda pid: real(pid, scope=1, cap=False))
+    from rtdebug import cli
+
+    assert cli.main(["adopt", str(agent), "--debug-port-base", str(port_base)]) == 1
+    assert not any(registry_dir.glob("*/session.json"))
+    assert all("adopted" not in line for line in mine.output().splitlines())
+    assert mine.finish() == 0, mine.output()
+    assert ROOT.exists()
+
+
+def test_choose_and_refusal_lines():
+    assert inject.choose((3, 11), "x86_64", True, False) == "ptrace"
+    assert inject.choose((3, 12), "aarch64", True, False) == "gdb"
+    assert inject.choose((3, 14), "aarch64", False, True) == "remote_exec"
+    assert inject.choose((3, 13), "aarch64", False, True) == "gdb"  # and gdb's absence is refused by name
+    assert "ptrace_scope = 1" in (inject.ptrace_denied(1, scope=1, cap=False) or "")
+    assert inject.ptrace_denied(1, scope=1, cap=True) is None
+    assert "= 3" in (inject.ptrace_denied(1, scope=3, cap=True) or "")
+    assert inject.c_string('a"b\\c\nd') == '"a\\"b\\\\c\\nd"'
