@@ -93,6 +93,15 @@ def test_vscode_multinode_hosts(capsys):
     assert "--hosts lists 1 hosts for --nnodes 2" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("mode", ["run", "torchrun"])
+def test_generated_configs_run_the_rtdebug_module_only(mode, capsys):
+    """A workspace's own harness/ must never be what a generated config runs (the package was renamed)."""
+    assert cli.main(["vscode", "--script", "t.py", "--mode", mode]) == 0
+    out = capsys.readouterr().out
+    assert "harness" not in out
+    assert '"rtdebug"' in out
+
+
 @pytest.mark.parametrize("cmd", ["run", "torchrun", "ps", "attach", "stop", "vscode"])
 def test_every_command_has_help(cmd, capsys):
     assert cli.main([cmd, "--help"]) == 0

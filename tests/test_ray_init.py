@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 
@@ -48,9 +49,21 @@ def _ps(registry_dir) -> list[dict]:
     return json.loads(r.stdout)["sessions"]
 
 
-def test_workers_of_a_cluster_the_script_started(script_cluster, job, registry_dir, port_base, tmp_path):
-    until, gate = tmp_path / "finish", tmp_path / "go"
-    j = job(
+def _ready_ray_session(j, registry_dir) -> dict:
+    """The run's Ray session once both workers are ready, found by a plain `ps` in a separate process."""
+    deadline, s = time.monotonic() + 240, None
+    while s is None and time.monotonic() < deadline:  # no address given: ps finds the cluster by itself
+        for x in _ps(registry_dir):
+            if x["mode"] == "ray" and len([r for r in x["ranks"] if r["state"] == "ready"]) == 2:
+                s = x
+        assert j.proc.poll() is None, j.output()[-4000:]
+        time.sleep(1)
+    assert s is not None, j.output()[-4000:]
+    return s
+
+
+def _start(job, script_cluster, port_base, tmp_path, *extra: str):
+    return job(
         "run",
         "--port",
         str(port_base),
@@ -58,22 +71,17 @@ def test_workers_of_a_cluster_the_script_started(script_cluster, job, registry_d
         "--start-ray",
         script_cluster.temp_dir,
         "--until-file",
-        str(until),
-        "--gate-file",
-        str(gate),
-        "--step-sleep",
-        "0.2",
+        str(tmp_path / "finish"),
+        *extra,
         env={"RAY_AUTH_MODE": AUTH_MODE, "RAY_DEDUP_LOGS": "0", "RTDEBUG_TEST_STORAGE": str(tmp_path / "results")},
     )
+
+
+def test_workers_of_a_cluster_the_script_started(script_cluster, job, registry_dir, port_base, tmp_path):
+    until, gate = tmp_path / "finish", tmp_path / "go"
+    j = _start(job, script_cluster, port_base, tmp_path, "--gate-file", str(gate), "--step-sleep", "0.2")
     sid = j.session_id()
-    deadline, s = time.monotonic() + 240, None
-    while s is None and time.monotonic() < deadline:  # plain `ps` in a separate process: no address given
-        for x in _ps(registry_dir):
-            if x["mode"] == "ray" and len([r for r in x["ranks"] if r["state"] == "ready"]) == 2:
-                s = x
-        assert j.proc.poll() is None, j.output()[-4000:]
-        time.sleep(1)
-    assert s is not None, j.output()[-4000:]
+    s = _ready_ray_session(j, registry_dir)
     local = json.loads((registry_dir / sid / "session.json").read_text())
     assert s["session_id"].startswith(sid + "-ray") and s["source"] == f"ray {local['ray_address']}"
     ranks = {r["rank"]: r for r in s["ranks"]}
@@ -97,3 +105,19 @@ def test_workers_of_a_cluster_the_script_started(script_cluster, job, registry_d
     time.sleep(2)  # Ray's shutdown of the cluster it started runs at the driver's exit
     assert not script_cluster.processes()
     assert _ps(registry_dir) == []  # no live session left, and the dead cluster's address is not asked
+
+
+def test_stop_ends_a_ray_driver_quietly_by_its_signal(script_cluster, job, registry_dir, port_base, tmp_path):
+    """`rtdebug stop` of a `rtdebug run` whose script's ray.init() started the cluster: ray.init() would make
+    SIGTERM a SystemExit that aborted the driver (exit 134); rtdebug keeps its own handler, so the driver
+    records `stopped` and ends by SIGTERM, and nothing of the cluster is left (the fixture checks)."""
+    j = _start(job, script_cluster, port_base, tmp_path, "--step-sleep", "0.2")
+    sid = j.session_id()
+    _ready_ray_session(j, registry_dir)
+    r = rtdebug("stop", "--session", sid, env={"RTDEBUG_REGISTRY_DIR": str(registry_dir)}, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert j.wait(120) == -signal.SIGTERM, j.output()[-4000:]
+    assert f"rtdebug: session {sid} stopped (signal {int(signal.SIGTERM)})" in j.output()
+    assert json.loads((registry_dir / sid / "session.json").read_text())["state"] == "stopped"
+    for port in (port_base, port_base + 1, port_base + 2):
+        assert port_free(port)

@@ -12,6 +12,7 @@ import pytest
 
 from rtdebug.common.config import RankConfig
 from rtdebug.common.errors import HarnessError
+from rtdebug.common.paths import PACKAGE_DIR
 from rtdebug.rank import collectives
 from rtdebug.stacks import dump as stacks
 from rtdebug.stacks import format as stackformat
@@ -97,7 +98,7 @@ TORCH = "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
 LOGGER = "/v/lib/python3.11/site-packages/torch/distributed/c10d_logger.py"
 PYDEVD = "/v/lib/python3.11/site-packages/debugpy/_vendored/pydevd/pydevd.py"
 THREADING = "/usr/lib/python3.11/threading.py"
-BOOT = stackgroup.HARNESS_DIR + "bootstrap.py"
+BOOT = PACKAGE_DIR + "rank/bootstrap.py"
 
 
 def dump(top, line):
@@ -176,7 +177,7 @@ def test_harness_threads_are_marked_and_left_out_of_the_text():
         "truncated": False,
         "frames": frames(
             ("/usr/lib/python3.11/socket.py", 294, "accept"),
-            (stackgroup.HARNESS_DIR + "endpoint.py", 220, "_accept_loop"),
+            (PACKAGE_DIR + "rank/endpoint.py", 220, "_accept_loop"),
             (THREADING, 982, "run"),
         ),
     }
@@ -275,10 +276,21 @@ def test_a_rank_outside_the_script_says_what_the_harness_does():
     waiting = frames(
         (THREADING, 331, "wait"),
         (PYDEVD, 981, "block_until_configuration_done"),
-        (stackgroup.HARNESS_DIR + "endpoint.py", 286, "wait_for_client"),
+        (PACKAGE_DIR + "rank/endpoint.py", 286, "wait_for_client"),
         (BOOT, 131, "serve_and_run"),
         ("<frozen runpy>", 198, "_run_module_as_main"),
     )
     shown, debugger = stackgroup.visible_frames(waiting)
     assert shown == waiting and debugger is False  # nothing of the user's: keep everything
-    assert stackgroup.label(shown) == "wait \u2190 wait_for_client (endpoint.py:286) [harness, outside the script]"
+    assert stackgroup.label(shown) == "wait \u2190 wait_for_client (endpoint.py:286) [rtdebug, outside the script]"
+
+
+def test_every_rtdebug_subpackage_counts_as_rtdebug_not_user_code():
+    """The frames of rtdebug's rank, launcher and stacks modules are rtdebug's own, wherever they live."""
+    import rtdebug.launcher.agent
+    import rtdebug.rank.bootstrap
+    import rtdebug.stacks.dump
+
+    for mod in (rtdebug.rank.bootstrap, rtdebug.stacks.dump, rtdebug.launcher.agent):
+        assert stackgroup.frame_kind(mod.__file__) != "user", mod.__file__
+    assert stackgroup.frame_kind(str(ROOT / "examples" / "hang.py")) == "user"

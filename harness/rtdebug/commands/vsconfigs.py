@@ -18,7 +18,7 @@ BEGIN_PATTERN = r"^rtdebug: session \S+ starting"
 END_PATTERN = r"^rtdebug: all \d+ local ranks ready"
 
 
-# Keep the harness's own frames (bootstrap, runpy glue) out of call stacks and stepping, even when it is
+# Keep rtdebug's own frames (bootstrap, runpy glue) out of call stacks and stepping, even when it is
 # installed inside the workspace (editable install), where justMyCode alone would show them.
 HIDE_HARNESS = [{"module": "rtdebug", "include": False}]
 
@@ -46,12 +46,12 @@ def rank_config_name(rank: int, host: str, port: int) -> str:
 
 
 def single_process(script: str, port: int | None = None) -> dict[str, Any]:
-    """F5 through the harness: VS Code's debugpy launches it, the harness sees the debugger and just runs."""
+    """F5 through rtdebug: VS Code's debugpy launches it, rtdebug sees the debugger and just runs the script."""
     return {
         "name": f"{PREFIX}{script} (single process)",
         "type": "debugpy",
         "request": "launch",
-        "module": "harness",
+        "module": "rtdebug",
         "args": ["run", script],
         "cwd": "${workspaceFolder}",
         "console": "integratedTerminal",
@@ -63,7 +63,7 @@ def single_process(script: str, port: int | None = None) -> dict[str, Any]:
 def torchrun_task(script: str, python: str, nproc: int, nnodes: int, port_base: int, wait: str) -> dict[str, Any]:
     args = [
         "-m",
-        "harness",
+        "rtdebug",
         "torchrun",
         "--debug-port-base",
         str(port_base),

@@ -27,6 +27,7 @@ class SessionRun:
         self.registry, self.entry = registry, entry
         self.session_id: str = entry["session_id"]
         self.stopping = threading.Event()  # a signal asked the session to stop
+        self.closing = False  # close() has begun: a signal handler must not start it again
         self.state: str | None = None  # how it ended, once closed
 
     def open(self) -> None:
@@ -45,6 +46,8 @@ class SessionRun:
             self.stopping.set()
             handler(signum, frame)
 
+        on_signal.rtdebug_session = True  # type: ignore[attr-defined]  # ours (see launcher.single)
+
         old = {s: signal.signal(s, on_signal) for s in signums}
         try:
             yield
@@ -56,6 +59,7 @@ class SessionRun:
         """Record the end (once); return the session's final state."""
         if self.state is not None:
             return self.state
+        self.closing = True
         state = "stopped" if self.stopping.is_set() else ("exited" if code == 0 else "failed")
         now = time.time()
         for r in self.registry.ranks(self.session_id):

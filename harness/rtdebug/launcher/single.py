@@ -21,13 +21,14 @@ from typing import Any
 from rtdebug.common import rankenv
 from rtdebug.common.config import RankConfig, Target, check_host
 from rtdebug.common.errors import usage
+from rtdebug.common.imports import when_imported
 from rtdebug.common.ports import check_ports_free, port_for_rank
 from rtdebug.launcher import multinode, ray_driver
 from rtdebug.launcher.session import SessionRun
 from rtdebug.registry.files import Registry
 from rtdebug.registry.record import new_session_id, session_entry
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def config(args: Any) -> tuple[Target, RankConfig]:
@@ -67,6 +68,7 @@ def run_single(args: Any) -> int:
     added = environment(cfg, target, args, os.environ)
     os.environ.update(added)
     bootstrap.arm_fixes(cfg)
+    when_imported("ray._private.utils", _keep_our_sigterm_handler)
     if rankenv.V2_VAR in added:
         print("rtdebug: set RAY_TRAIN_V2_ENABLED=1 (Ray Train local mode needs V2)", file=sys.stderr)
     if bootstrap.under_debugger():
@@ -87,7 +89,7 @@ def run_single(args: Any) -> int:
     )
     code = 1
     try:
-        with run.signals(lambda signum, frame: _end_by_signal(run, signum), STOP_SIGNALS):
+        with run.signals(lambda signum, frame: _end_by_signal(run, signum, frame), STOP_SIGNALS):
             code = bootstrap.run_in_launcher(target, cfg, run.registry, port)
     finally:
         run.close(code)
@@ -111,9 +113,29 @@ def _entry(cfg: RankConfig, target: Target, port: int) -> dict[str, Any]:
     )
 
 
-def _end_by_signal(run: SessionRun, signum: int) -> None:
-    """Record ``stopped``, then end by ``signum`` itself, as an unhandled SIGTERM/SIGHUP ends ``python``."""
+def _end_by_signal(run: SessionRun, signum: int, frame: Any) -> None:
+    """Record ``stopped``, then end by ``signum`` itself, as an unhandled SIGTERM/SIGHUP ends ``python``.
+    Ctrl-C stays Python's KeyboardInterrupt (the script may catch it); the session is ``stopped`` either way."""
+    if signum == signal.SIGINT:
+        signal.default_int_handler(signum, frame)
+    if run.closing:
+        return  # the job is ending already; its record is being written
     state = run.close(128 + signum)
     print(f"rtdebug: session {run.session_id} {state} (signal {signum})", file=sys.stderr, flush=True)
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
+
+
+def _keep_our_sigterm_handler(utils: Any) -> None:
+    """``ray.init()`` in the script installs ``sys.exit(signum)`` as the driver's SIGTERM handler, whose
+    ``SystemExit`` unwinding through Ray's and torch's threads aborted the driver (exit 134) on ``rtdebug
+    stop``. While rtdebug's handler is installed, Ray keeps it (the processes Ray started end with the
+    driver: ``stop`` ends the whole tree)."""
+    original = utils.set_sigterm_handler
+
+    def set_sigterm_handler(handler: Any) -> None:
+        if getattr(signal.getsignal(signal.SIGTERM), "rtdebug_session", False):
+            return
+        original(handler)
+
+    utils.set_sigterm_handler = set_sigterm_handler

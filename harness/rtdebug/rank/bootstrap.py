@@ -73,15 +73,19 @@ def serve_and_run(target: Target, record: RankRecord, endpoint: Endpoint, cfg: R
 def failed(exc: BaseException, record: RankRecord, endpoint: Endpoint | None, cfg: RankConfig) -> int:
     """Report the script's exception (one line for a known local-mode mistake), then maybe post-mortem."""
     rank = int(record.entry["rank"])
+    if isinstance(exc, KeyboardInterrupt):  # the user stopped the script (Ctrl-C): it ended, as python's does
+        print_failure(exc)
+        record.stopped(130)
+        return 130
     message = localmode.explain(exc)
     if message is not None:
         print(f"rtdebug: rank {rank}: {message}", file=sys.stderr, flush=True)
     else:
         print_failure(exc)
     record.failed(message or f"{type(exc).__name__}: {exc}")
-    if cfg.post_mortem and not isinstance(exc, KeyboardInterrupt):
+    if cfg.post_mortem:
         postmortem.handle(endpoint, exc, cfg.post_mortem_wait_s, rank)
-    return 130 if isinstance(exc, KeyboardInterrupt) else 1
+    return 1
 
 
 def run_in_launcher(target: Target, cfg: RankConfig, registry: Registry, port: int) -> int:
@@ -119,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     """A torchrun rank: returns the script's exit code; a setup mistake is one line and exit 2."""
     if os.environ.pop(SAFEPATH_VAR, None) == "1":
         os.environ.pop("PYTHONSAFEPATH", None)  # the user's own subprocesses start as they would without us
+    if "RANK" not in os.environ:
+        print("rtdebug: rtdebug.rank.bootstrap must run under torchrun (RANK is not set)", file=sys.stderr)
+        return 2
     try:
         cfg = RankConfig.from_env()
         target = _target(list(sys.argv[1:] if argv is None else argv))
@@ -145,9 +152,6 @@ def main(argv: list[str] | None = None) -> int:
     except HarnessError as exc:
         print(f"rtdebug: rank {os.environ.get('RANK', '?')}: {exc.message}", file=sys.stderr, flush=True)
         return exc.exit_code
-    except KeyError as exc:
-        print(f"rtdebug: rtdebug.rank.bootstrap must run under torchrun ({exc.args[0]} is not set)", file=sys.stderr)
-        return 2
 
 
 if __name__ == "__main__":

@@ -15,13 +15,14 @@ import traceback
 from types import TracebackType
 
 from rtdebug.common.config import Target
+from rtdebug.common.paths import PACKAGE_DIR
 
-_OWN = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep, os.path.abspath(runpy.__file__))
+_RUNPY = os.path.abspath(runpy.__file__)
 
 
 def _ours(filename: str) -> bool:
     path = os.path.abspath(filename)
-    return path.startswith(_OWN[0]) or path == _OWN[1] or filename.startswith("<frozen runpy")
+    return path.startswith(PACKAGE_DIR) or path == _RUNPY or filename.startswith("<frozen runpy")
 
 
 def user_traceback(tb: TracebackType | None) -> TracebackType | None:

@@ -11,6 +11,7 @@ published to the job's store (``publisher``).
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any, Protocol
 
@@ -52,6 +53,7 @@ class RankRecord:
         world_size: int = 1,
     ) -> None:
         self.registry = registry
+        self._lock = threading.RLock()  # the endpoint's threads and the rank's main thread both move the state
         now = time.time()
         pid = os.getpid()
         self.entry: dict[str, Any] = {
@@ -86,23 +88,34 @@ class RankRecord:
 
     def set(self, **fields: Any) -> None:
         """Record ``fields`` everywhere this rank is registered (never raises for a vanished session dir)."""
-        self.entry.update(fields, updated_at=time.time())
-        try:
-            self.registry.write_rank(self.entry)
-        except OSError:
-            pass  # the session dir was removed by `stop`; nothing left to record
+        with self._lock:
+            self.entry.update(fields, updated_at=time.time())
+            try:
+                self.registry.write_rank(self.entry)
+            except OSError:
+                pass  # the registry is gone (the session was stopped): nothing left to record
+            entry = dict(self.entry)
         if self.publisher is not None:
-            self.publisher.update(self.entry, final=fields.get("state") in FINAL)
+            self.publisher.update(entry, final=fields.get("state") in FINAL)
 
     # -- transitions --------------------------------------------------------------------
     def client(self, state: str, endpoint: EndpointLike) -> None:
         """A client came (``attached``) or the last one left (``ready``); a rank that ended stays ended."""
-        if self.state in FINAL:
-            state = self.state
-        self.set(state=state, lazy=endpoint.lazy, attach_count=endpoint.attach_count)
+        with self._lock:
+            if self.state in FINAL:
+                state = self.state
+            self.set(state=state, lazy=endpoint.lazy, attach_count=endpoint.attach_count)
 
     def ready(self, endpoint: EndpointLike | None = None, **fields: Any) -> None:
-        self.set(state="ready", **({"lazy": endpoint.lazy} if endpoint is not None else {}), **fields)
+        """The endpoint is up. Only a ``starting`` rank becomes ``ready``: a client may have attached already."""
+        with self._lock:
+            if endpoint is not None:
+                fields["lazy"] = endpoint.lazy
+            self.set(**({"state": "ready"} if self.state == "starting" else {}), **fields)
+
+    def stopped(self, code: int) -> None:
+        """The user stopped the script (Ctrl-C): it ended, it did not fail."""
+        self.set(state="exited", exit_code=code)
 
     def exited(self, code: int) -> None:
         """The script returned (or called ``sys.exit``): ``exited`` for 0, else ``failed``."""

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 from typing import Any
+
+from rtdebug.common.paths import PACKAGE_DIR
 
 THREAD_RE = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+)\b.*\(most recent call first\):\s*$")
 STACK_RE = re.compile(r"^Stack \(most recent call first\):\s*$")
 FRAME_RE = re.compile(r'^  File "(.*)", line (\d+|\?\?\?) in (.*)$')
-HARNESS_DIR = str(Path(__file__).resolve().parent) + os.sep
 DEBUGGER_PARTS = (
     "/debugpy/",
     "/pydevd",
@@ -63,9 +63,9 @@ def frame(file: str, line: int | None, function: str) -> dict[str, Any]:
 
 
 def frame_kind(file: str) -> str:
-    """``internal`` (harness, debugger, runpy), ``library`` (stdlib, site-packages) or ``user``."""
+    """``internal`` (rtdebug, debugger, runpy), ``library`` (stdlib, site-packages) or ``user``."""
     norm = file.replace("\\", "/")
-    if norm.startswith(HARNESS_DIR.replace("\\", "/")) or any(p in norm for p in DEBUGGER_PARTS):
+    if norm.startswith(PACKAGE_DIR.replace("\\", "/")) or any(p in norm for p in DEBUGGER_PARTS):
         return "internal"
     if norm in ("<frozen runpy>",) or norm.endswith("/runpy.py"):
         return "internal"
@@ -171,9 +171,9 @@ def label(frames: list[dict[str, Any]], debugger: bool = False) -> str:
     top = frames[0]
     user = next((f for f in frames if f["kind"] == "user"), None)
     if user is None:  # before or after the script (e.g. --wait): say what the harness is doing
-        own = next((f for f in frames if f["file"].startswith(HARNESS_DIR)), None)
+        own = next((f for f in frames if f["file"].startswith(PACKAGE_DIR)), None)
         if own is not None and own is not top:
-            return f"{top['function']} {ARROW} {own['function']} ({where(own)}) [harness, outside the script]"
+            return f"{top['function']} {ARROW} {own['function']} ({where(own)}) [rtdebug, outside the script]"
     if user is None or user is top:
         text = f"{top['function']} ({where(top)})"
     else:
