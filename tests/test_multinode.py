@@ -4,7 +4,9 @@ Each node runs the guide's c10d command through ``rtdebug torchrun`` in its own
 namespace with its own registry directory (separate hosts share no files), so
 every cross-node fact the test sees comes through the job's c10d store. From a
 third "laptop" namespace, ``rtdebug ps/attach --store`` find every rank and a
-real DAP client stops each one at a breakpoint. Needs CAP_NET_ADMIN (skips
+real DAP client stops each one at a breakpoint. Every node and the laptop share the job
+secret (``RTDEBUG_JOB_SECRET``), so the store's entries are verified; without it the laptop
+lists them as unverified and never picks them by default. Needs CAP_NET_ADMIN (skips
 otherwise). CI runs 2 nodes x 1 rank; ``RTDEBUG_FULL=1`` adds 2 nodes x 2 ranks
 stopped from the laptop through the store.
 """
@@ -31,8 +33,12 @@ RDZV_PORT = 29500
 FULL = os.environ.get("RTDEBUG_FULL") == "1"
 
 
+JOB_SECRET = "multinode-test-job-secret-0123456789"
+
+
 @pytest.fixture
-def hosts(tmp_path):
+def hosts(tmp_path, monkeypatch):
+    monkeypatch.setenv("RTDEBUG_JOB_SECRET", JOB_SECRET)  # every node and the laptop (Hosts.env copies it)
     if shutil.which("ip") is None:
         pytest.skip("cannot create network namespaces here: iproute2 (`ip`) is not installed")
     sweep()
@@ -149,8 +155,15 @@ def start_job(hosts: Hosts, tmp_path: Path, nproc: int) -> tuple[subprocess.Pope
 def test_two_hosts_one_view_attach_every_rank_and_lose_a_node(hosts, tmp_path):
     n0, n1, store, job = start_job(hosts, tmp_path, 1)
 
-    # the laptop (no registry of its own) sees every rank of the job through the store
+    # the laptop (no registry of its own) sees every rank of the job through the store, verified by the secret
     assert job["source"] == f"store {store}" and job["store"] == store
+    assert job["verified"] is True and all(r["verified"] for r in job["ranks"])
+    # without the secret the same entries are unverified: listed, never picked by default
+    bare = ["env", "-u", "RTDEBUG_JOB_SECRET", PY, "-m", "rtdebug"]
+    unverified = json.loads(hosts.run("lap", *bare, "ps", "--json", "--store", store).stdout)["sessions"][0]
+    assert unverified["verified"] is False
+    refused = hosts.run("lap", *bare, "attach", "--rank", "0", "--store", store, "--timeout", "5")
+    assert refused.returncode == 1 and "no verified live session" in refused.stderr, refused.stderr
     ranks = {r["rank"]: r for r in job["ranks"]}
     assert sorted(ranks) == [0, 1]
     assert sorted(r["host"] for r in ranks.values()) == [hosts.addr["n0"], hosts.addr["n1"]]
