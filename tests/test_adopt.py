@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from rtdebug.common import inject, jobs
+from rtdebug.common.errors import HarnessError
 
 from conftest import PY, ROOT, SCRIPTS, marker_line, read_ranks, rtdebug
 from dap import DAPClient, stop_in_each_rank
@@ -142,20 +143,24 @@ def test_adopt_stop_in_each_rank_twice_is_noop_then_detach(plain, registry_dir, 
     d = rtdebug("adopt", "--detach", sid)
     assert d.returncode == 0 and "the job runs on" in d.stdout, d.stdout + d.stderr
     assert not _listening(port_base) and not _listening(port_base + 1)
-    for pid in pids:
-        names = {t.name for t in _threads(pid)}
-        assert not any(n.startswith("rtdebug") for n in names), names
+    deadline = time.monotonic() + 10  # pydevd's threads end on their own once told to
+    while (left := _foreign_threads(job.agent().pid)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, left  # no accept loop, no relay, no pydevd thread: nothing of rtdebug runs in the ranks
     assert job.finish() == 0, job.output()
     assert "detached; nothing of rtdebug runs here now" in job.output()
 
 
-def _threads(pid: int) -> list:
+def _foreign_threads(agent: int) -> list[str]:
+    """Threads of the job's ranks (py-spy, read-only) with a frame of rtdebug or the debugger."""
+    r = rtdebug("stacks", "--pid", str(agent), "--json")
+    assert r.returncode == 0, r.stderr
     out = []
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            out.append(type("T", (), {"name": Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()}))
-        except OSError:
-            pass
+    for g in json.loads(r.stdout)["groups"]:
+        for t in g["threads"]:
+            files = [f["file"] for f in t["frames"]]
+            if any("rtdebug" in f or "pydevd" in f or "debugpy" in f for f in files):
+                out.append(f"rank {t['rank']} {t['id']}: {files[:3]}")
     return out
 
 
@@ -233,3 +238,42 @@ def test_choose_and_refusal_lines():
     assert inject.ptrace_denied(1, scope=1, cap=True) is None
     assert "= 3" in (inject.ptrace_denied(1, scope=3, cap=True) or "")
     assert inject.c_string('a"b\\c\nd') == '"a\\"b\\\\c\\nd"'
+
+
+def test_one_rank_failing_undoes_the_others(plain, registry_dir, port_base, monkeypatch, capsys):
+    """Rank 1's injection fails after rank 0 was adopted: rank 0 is detached again, no session is left."""
+    job = plain()
+    pids = job.wait_running()
+    real = inject.run
+
+    def run(pid: int, code: str, method: str) -> None:
+        if pid == pids[1] and "adopted.main" not in code and "m.main(" in code:
+            raise HarnessError(f"pid {pid}: simulated injection failure")
+        real(pid, code, method)
+
+    monkeypatch.setattr(inject, "run", run)
+    from rtdebug import cli
+
+    assert cli.main(["adopt", str(job.agent().pid), "--debug-port-base", str(port_base)]) == 1
+    err = capsys.readouterr().err
+    assert "simulated injection failure" in err and "nothing was changed" in err and len(err.splitlines()) == 1
+    assert not any(p.is_dir() for p in registry_dir.iterdir())
+    assert not _listening(port_base) and not _listening(port_base + 1)
+    out = job.output()
+    assert "rank 0 adopted" in out and "rank 0 detached" in out and "rank 1 adopted" not in out, out
+    assert job.finish() == 0, out
+
+
+def test_without_pid_lists_the_candidates(monkeypatch, capsys):
+    from rtdebug import cli
+
+    fake = [jobs.Job(100 + i, time.time() - 65, f"train{i}.py", [jobs.RankProc(200 + i, 0.0, {"RANK": "0"})])
+            for i in range(2)]  # fmt: skip
+    monkeypatch.setattr(jobs, "candidates", lambda: fake)
+    assert cli.main(["adopt"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].strip().startswith("pid 100  train0.py  1 ranks  running 1m0") and len(err) == 3
+    assert err[-1].startswith("rtdebug: error: 2 torchrun jobs run here (listed above); name one")
+    monkeypatch.setattr(jobs, "candidates", lambda: [])
+    assert cli.main(["adopt"]) == 1
+    assert capsys.readouterr().err == "rtdebug: error: no torchrun job of yours runs on this machine\n"

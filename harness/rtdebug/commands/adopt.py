@@ -28,21 +28,12 @@ from rtdebug.registry.table import format_table
 # The few lines run in a rank (``rtdebug.common.inject``): import our rank runtime there (from this
 # installation's path if the job's Python lacks it) and call it. exec() in a fresh dict: the job's
 # __main__ gets no new names.
-_ADOPT = "import sys\ntry:\n import rtdebug.rank.adopted as m\nexcept ImportError:\n sys.path.append({path!r})\n"
-_ADOPT += " import rtdebug.rank.adopted as m\nm.main({spec!r})\n"
-_DETACH = "import sys\nm = sys.modules.get('rtdebug.rank.adopted')\nif m is not None:\n m.detach({result!r})\n"
-
-
-def _wrap(code: str) -> str:
-    return f"exec({code!r}, {{}})"
+_ADOPT = "import sys\ntry:\n import rtdebug.rank.adopted as m\n added = None\nexcept ImportError:\n"
+_ADOPT += " sys.path.append({path!r})\n added = {path!r}\n import rtdebug.rank.adopted as m\nm.main({spec!r}, added)\n"
 
 
 def adopt_code(spec: dict[str, Any]) -> str:
-    return _wrap(_ADOPT.format(path=str(Path(__file__).resolve().parents[2]), spec=json.dumps(spec)))
-
-
-def detach_code(result: str) -> str:
-    return _wrap(_DETACH.format(result=result))
+    return inject.wrap(_ADOPT.format(path=str(Path(__file__).resolve().parents[2]), spec=json.dumps(spec)))
 
 
 def _pick(pid: int | None) -> jobs.Job:
@@ -100,7 +91,11 @@ def _session(sid: str, job: jobs.Job, host: str, base: int, ports: list[int], me
 
 
 def _spec(r: jobs.RankProc, sid: str, reg: Registry, host: str, port: int, allow: str, job: jobs.Job, tmp: Path):
+    import importlib.util
+
+    debugpy = importlib.util.find_spec("debugpy")
     return {
+        "debugpy_path": str(Path(debugpy.origin).parents[1]) if debugpy and debugpy.origin else None,
         "session_id": sid, "registry_dir": str(reg.root), "rank": r.rank, "local_rank": r.num("LOCAL_RANK"),
         "node_rank": r.num("GROUP_RANK"), "world_size": r.num("WORLD_SIZE", len(job.ranks)), "host": host,
         "port": port, "allow": allow, "script": job.script, "result": str(tmp / f"{r.pid}.json"),
@@ -157,7 +152,7 @@ def adopt(pid: int | None, base: int, host: str, allow: str, as_json: bool) -> i
 def _undo(reg: Registry, sid: str, job: jobs.Job, tmp: Path, method: str, done: list[int]) -> None:
     """Detach the ranks in ``done`` and remove the session: a failed adoption leaves nothing behind."""
     if done:
-        inject.run_all(done, {pid: detach_code(str(tmp / f"{pid}.detach.json")) for pid in done}, method)
+        inject.detach_pids(done, method)
     shutil.rmtree(reg.session_dir(sid), ignore_errors=True)
 
 
@@ -188,13 +183,7 @@ def detach(session_id: str) -> int:
     if session is None or session.get("mode") != "adopted":
         raise HarnessError(f"no adopted session {session_id}; see rtdebug ps")
     live = [r for r in reg.ranks(session_id) if reg.live_rank(r) and r["state"] in ("ready", "attached")]
-    tmp = Path(tempfile.mkdtemp(prefix="rtdebug-detach-"))
-    try:
-        pids = [r["pid"] for r in live]
-        errors = inject.run_all(pids, {p: detach_code(str(tmp / f"{p}.json")) for p in pids},
-                                str(session.get("inject_method", "ptrace")))  # fmt: skip
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    errors = inject.detach_pids([r["pid"] for r in live], str(session.get("inject_method", "ptrace")))
     failed = {p: e for p, e in errors.items() if e}
     reg.update_session(session_id, state="stopped", ended_at=time.time(), detached=True)
     if failed:

@@ -171,3 +171,22 @@ def run_all(pids: list[int], code_for: dict[int, str], method: str) -> dict[int,
 
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(pids)))) as ex:
         return dict(zip(pids, ex.map(one, pids), strict=True))
+
+
+# Undo ``rtdebug adopt`` in a rank (``rtdebug.rank.adopted.detach``); a rank never adopted is left alone.
+_DETACH = "import sys\nm = sys.modules.get('rtdebug.rank.adopted')\nif m is not None:\n m.detach({result!r})\n"
+
+
+def wrap(code: str) -> str:
+    """``code`` run by ``exec`` in a fresh namespace: the process's ``__main__`` gets no new names."""
+    return f"exec({code!r}, {{}})"
+
+
+def detach_pids(pids: list[int], method: str) -> dict[int, str | None]:
+    """Detach the adopted ranks ``pids`` (endpoint shut, dump disarmed, debugger stopped); the stop path of
+    an adopted session calls this instead of ending its processes. {pid: None, or why it failed}."""
+    tmp = tempfile.mkdtemp(prefix="rtdebug-detach-")
+    try:
+        return run_all(pids, {p: wrap(_DETACH.format(result=f"{tmp}/{p}.json")) for p in pids}, method)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

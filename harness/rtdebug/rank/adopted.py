@@ -28,11 +28,27 @@ def _answer(path: str, result: dict[str, Any]) -> None:
         json.dump(result, f)
 
 
-def main(spec_json: str) -> None:
+def _path(spec: dict[str, Any], added: str | None) -> list[str]:
+    """What this rank's ``sys.path`` needs for rtdebug (``added`` by the injected lines) and debugpy."""
+    import importlib.util
+
+    paths = [added] if added else []
+    extra = spec.get("debugpy_path")
+    if extra and importlib.util.find_spec("debugpy") is None:  # a client's first attach imports debugpy
+        sys.path.append(extra)
+        paths.append(extra)
+    return paths
+
+
+def main(spec_json: str, added: str | None = None) -> None:
     """Adopt this rank as ``spec_json`` says; never raises into the rank (the answer says what happened)."""
     spec = json.loads(spec_json)
     try:
         result = adopt(spec)
+        if result["status"] == "adopted":
+            _state["paths"] = _path(spec, added)
+        elif added and added in sys.path:
+            sys.path.remove(added)
     except BaseException as exc:  # the rank must go on whatever happened here
         result = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
     _answer(spec["result"], result)
@@ -107,20 +123,31 @@ def _stop_debugger(endpoint: Any) -> None:
     if endpoint.lazy:
         return
     pydevd = sys.modules.get("pydevd")
-    if pydevd is not None:
-        try:
-            pydevd.stoptrace()
-        except Exception:
-            pass
+    py_db = pydevd.get_global_debugger() if pydevd is not None else None
+    waiting = getattr(py_db, "_waiting_for_connection_thread", None)
+    try:
+        if waiting is not None:
+            waiting.do_kill_pydev_thread()  # pydevd's accept loop on our handoff: closed, it ends
+        endpoint._inner.close()
+        if pydevd is not None:
+            pydevd.stoptrace()  # tracing off in every thread, pydevd's reader/writer threads end
+    except Exception:
+        pass
 
 
 def detach(result_path: str) -> None:
-    """Undo ``adopt``: shut the endpoint (its accept thread ends), stop debugpy, disarm the dump."""
+    """Undo ``adopt``; never raises into the rank (the answer says what happened)."""
+    try:
+        result = _detach() if _state else {"status": "not adopted"}
+    except BaseException as exc:  # the rank must go on whatever happened here
+        result = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
+    _answer(result_path, dict(result, pid=os.getpid()))
+
+
+def _detach() -> dict[str, Any]:
+    """Shut the endpoint (its accept thread ends), stop debugpy, disarm the dump, restore ``sys.path``."""
     from rtdebug.rank import runtime
 
-    if not _state:
-        _answer(result_path, {"status": "not adopted", "pid": os.getpid()})
-        return
     endpoint, record = _state["endpoint"], _state["record"]
     sock = endpoint._sock
     if sock is not None:
@@ -132,7 +159,10 @@ def detach(result_path: str) -> None:
     _stop_debugger(endpoint)
     _disarm(_state["stacks"])
     runtime.endpoint = _state["prior"]
+    for p in _state.get("paths", []):
+        if p in sys.path:
+            sys.path.remove(p)
     record.set(state="exited", detached=True, exit_code=None)
     _state.clear()
     print(f"rtdebug: rank {record.entry['rank']} detached; nothing of rtdebug runs here now", file=sys.stderr)
-    _answer(result_path, {"status": "detached", "pid": os.getpid()})
+    return {"status": "detached"}
