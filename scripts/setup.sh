@@ -5,6 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+# rtdebug adopt injects with gdb where its own ptrace injector does not run (not x86_64); tests use it too.
+if ! command -v gdb >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo "sudo -n")
+  $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q gdb >/dev/null || echo "setup: could not install gdb (rtdebug adopt on non-x86_64 needs it)"
+fi
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
