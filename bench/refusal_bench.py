@@ -5,7 +5,7 @@ A real lazy endpoint in its own process; another uid (``setpriv`` to nobody, so 
 rank's utime+stime (``/proc/<pid>/stat``) before and after each round, over the refusals it counted,
 is one round's cost per refusal; the median round is the result.
 
-    .venv/bin/python -m bench.refusal_bench [--rounds 5] [--connects 2000] [--pythonpath DIR]
+    .venv/bin/python -m bench.refusal_bench [--rounds 5] [--connects 2000] [--proc] [--pythonpath DIR]
 
 ``--pythonpath harness-of-another-commit`` measures that commit's endpoint (e.g. the one before the fix,
 ``git archive <commit> harness | tar -x -C /tmp/old``, then ``--pythonpath /tmp/old/harness``).
@@ -62,7 +62,9 @@ FLOOD = textwrap.dedent("""
 
 RANK = textwrap.dedent("""
     import sys, time
+    from rtdebug.rank import access
     from rtdebug.rank.endpoint import Endpoint
+    access._diag_broken = sys.argv[2] == "proc"  # --proc: the /proc fallback, as where netlink cannot answer
     ep = Endpoint("127.0.0.1", int(sys.argv[1]), on_refused=lambda: None)
     ep.start()
     print("READY", flush=True)
@@ -92,11 +94,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def measure(rounds: int, connects: int, inflight: int, pythonpath: str | None) -> list[float]:
+def measure(rounds: int, connects: int, inflight: int, pythonpath: str | None, lookup: str) -> list[float]:
     port = free_port()
     env = dict(os.environ, PYTHONPATH=pythonpath) if pythonpath else dict(os.environ)
     with tempfile.TemporaryFile("w+") as log:
-        rank = subprocess.Popen([sys.executable, "-c", RANK, str(port)], env=env, stdout=log, stderr=log, text=True)
+        rank = subprocess.Popen(
+            [sys.executable, "-c", RANK, str(port), lookup], env=env, stdout=log, stderr=log, text=True
+        )
         try:
             while True:
                 log.seek(0)
@@ -129,10 +133,11 @@ def main() -> None:
     p.add_argument("--connects", type=int, default=2000)
     p.add_argument("--inflight", type=int, default=32)
     p.add_argument("--pythonpath", help="import rtdebug from here instead (another commit's harness/)")
+    p.add_argument("--proc", action="store_true", help="look peers up in /proc/net/tcp*, not by netlink")
     a = p.parse_args()
     if os.geteuid() != 0:
         sys.exit("refusal_bench: needs root (it connects as another uid through setpriv)")
-    per = measure(a.rounds, a.connects, a.inflight, a.pythonpath)
+    per = measure(a.rounds, a.connects, a.inflight, a.pythonpath, "proc" if a.proc else "netlink")
     print(f"CPU per refused connection: median {statistics.median(per):.3f} ms "
           f"(rounds: {', '.join(f'{x:.3f}' for x in per)})")  # fmt: skip
 

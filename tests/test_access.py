@@ -67,6 +67,7 @@ def test_peer_uid_of_own_ipv6_socket():
     srv, cli, conn = _pair(socket.AF_INET6, "::1")
     with srv, cli, conn:
         assert peer_uid(conn.getsockname(), conn.getpeername()) == os.geteuid()
+        assert proc_peer_uid(conn.getsockname(), conn.getpeername()) == os.geteuid()
 
 
 def test_closed_peer_is_not_found_and_refused():
