@@ -57,7 +57,7 @@ def test_unknown_harness_option(registry_dir):
 
 def test_harness_option_after_torchrun_option(registry_dir):
     r = rtdebug("torchrun", "--nproc-per-node", "2", "--wait", "0", str(EXAMPLES / "plain_ddp.py"))
-    one_line_error(r, 2, "harness option --wait must come before torchrun options")
+    one_line_error(r, 2, "rtdebug option --wait must come before torchrun options")
 
 
 def test_port_in_use_names_holder(registry_dir, port_base):

@@ -3,16 +3,17 @@ import json
 import pytest
 
 from rtdebug import cli
+from rtdebug.commands.options import split_our_options
 from rtdebug.launcher.torchrun import local_global_ranks, plan_torchrun
 
 
 def parse(tokens):
-    ours, rest = cli.split_harness_options(tokens)
+    ours, rest = split_our_options(tokens)
     return cli.torchrun_parser().parse_args(ours + rest), rest
 
 
-def test_split_harness_options_keeps_torchrun_flags_untouched():
-    ours, rest = cli.split_harness_options(
+def test_split_our_options_keeps_torchrun_flags_untouched():
+    ours, rest = split_our_options(
         ["--wait", "0", "--eager", "--pg-timeout=5", "--nproc-per-node", "2", "--tee", "3", "train.py", "--wait", "x"]
     )
     assert ours == ["--wait", "0", "--eager", "--pg-timeout=5"]

@@ -169,7 +169,7 @@ def test_debugger_frames_are_left_out_of_the_key():
     assert any(f["kind"] == "internal" for f in groups[0]["threads"][0]["frames"])
 
 
-def test_harness_threads_are_marked_and_left_out_of_the_text():
+def test_rtdebug_threads_are_marked_and_left_out_of_the_text():
     d = dump([], 42)
     accept = {
         "id": "0x2",

@@ -12,13 +12,11 @@ import sys
 import warnings
 
 from rtdebug.commands import attach, ps, stop
-from rtdebug.commands.options import HARNESS_FLAGS, _debug_options, split_harness_options, torchrun_parser
+from rtdebug.commands.options import OUR_FLAGS, debug_options, split_our_options, torchrun_parser
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.ports import DEFAULT_PORT_BASE
 from rtdebug.registry.record import valid_session_id
 from rtdebug.views.api import ViewOptions
-
-__all__ = ["HARNESS_FLAGS", "build_parser", "main", "split_harness_options", "torchrun_parser"]
 
 
 def _session_id(text: str) -> str:
@@ -34,7 +32,7 @@ def _add_run(sub) -> None:
         help="run a single-process (local mode) script under the debugger",
         description="Run a script (or -m module) in this process with a debug endpoint.",
     )
-    _debug_options(p, "--port", "--host", "--allow")
+    debug_options(p, "--port", "--host", "--allow")
     p.add_argument("--wait", action="store_true", help="block before the script until a client attaches")
     p.add_argument(
         "--debug-port-base",
@@ -74,14 +72,12 @@ def _cmd_torchrun(args) -> int:
     if not tokens or tokens[0] in ("-h", "--help"):
         torchrun_parser().print_help()
         return 0 if tokens else 2
-    ours, rest = split_harness_options(tokens)
+    ours, rest = split_our_options(tokens)
     parser = torchrun_parser()
     parsed = parser.parse_args(ours + rest)
-    misplaced = [
-        t for t in rest[: len(rest) - len(parsed.training_script_args) - 1] if t.split("=", 1)[0] in HARNESS_FLAGS
-    ]
+    misplaced = [t for t in rest[: len(rest) - len(parsed.training_script_args) - 1] if t.split("=", 1)[0] in OUR_FLAGS]
     if misplaced:
-        parser.error(f"harness option {misplaced[0]} must come before torchrun options")
+        parser.error(f"rtdebug option {misplaced[0]} must come before torchrun options")
     from rtdebug.launcher import start
 
     return start.run_torchrun(parsed, rest)

@@ -2,6 +2,7 @@
 
 ``ps``, ``attach``, ``stop`` act on sessions through ``rtdebug.views``; ``stacks`` prints grouped
 stacks; ``vsconfigs`` builds VS Code configurations; ``options`` are the debug flags shared by
-``run`` and ``torchrun``. Imports the shared layers; the launcher only through ``rtdebug.launcher.start``,
-lazily, and never the rank package.
+``run`` and ``torchrun``; ``adopt`` takes over a job started without rtdebug. Imports the shared
+layers and never the launcher or the rank package (``rtdebug.cli`` starts the launcher, lazily,
+through ``rtdebug.launcher.start``).
 """

@@ -1,4 +1,4 @@
-"""The harness's own options: the debug group shared by ``run`` and ``torchrun``, and how they sit in
+"""rtdebug's own options: the debug group shared by ``run`` and ``torchrun``, and how they sit in
 front of torchrun's options (``torchrun`` reuses torchrun's own parser so its errors read exactly as
 torchrun's)."""
 
@@ -11,10 +11,10 @@ from rtdebug.common.ports import DEFAULT_PORT_BASE
 from rtdebug.common.rankenv import DEFAULT_PG_TIMEOUT_S
 
 
-def _debug_options(
+def debug_options(
     p: argparse.ArgumentParser, port_flag: str, host_flag: str, allow_flag: str = "--debug-allow"
 ) -> None:
-    g = p.add_argument_group("debug harness")
+    g = p.add_argument_group("rtdebug")
     g.add_argument(
         port_flag,
         type=int,
@@ -66,7 +66,7 @@ def _debug_options(
 
 
 def torchrun_parser() -> argparse.ArgumentParser:
-    """torchrun's own parser plus the harness group, so torchrun errors read exactly as torchrun's."""
+    """torchrun's own parser plus rtdebug's group, so torchrun errors read exactly as torchrun's."""
     from torch.distributed.run import get_args_parser
 
     p = get_args_parser()
@@ -75,7 +75,7 @@ def torchrun_parser() -> argparse.ArgumentParser:
         "Start the real torchrun with a debug endpoint in every rank (port = base + RANK). "
         "Harness options go before torchrun's; every torchrun option passes through."
     )
-    _debug_options(p, "--debug-port-base", "--debug-host")
+    debug_options(p, "--debug-port-base", "--debug-host")
     p.add_argument(
         "--wait",
         dest="wait_ranks",
@@ -103,7 +103,7 @@ def torchrun_parser() -> argparse.ArgumentParser:
     return p
 
 
-HARNESS_FLAGS = {
+OUR_FLAGS = {
     "--debug-port-base": 1,
     "--debug-host": 1,
     "--debug-allow": 1,
@@ -118,15 +118,15 @@ HARNESS_FLAGS = {
 }
 
 
-def split_harness_options(tokens: list[str]) -> tuple[list[str], list[str]]:
-    """Leading harness options vs. the rest (torchrun options, script, script args)."""
+def split_our_options(tokens: list[str]) -> tuple[list[str], list[str]]:
+    """Leading rtdebug options vs. the rest (torchrun options, script, script args)."""
     i = 0
     ours: list[str] = []
     while i < len(tokens):
         name = tokens[i].split("=", 1)[0]
-        if name not in HARNESS_FLAGS:
+        if name not in OUR_FLAGS:
             break
-        n = 0 if "=" in tokens[i] else HARNESS_FLAGS[name]
+        n = 0 if "=" in tokens[i] else OUR_FLAGS[name]
         ours += tokens[i : i + 1 + n]
         i += 1 + n
     return ours, tokens[i:]

@@ -12,7 +12,8 @@ from rtdebug.registry.table import world_size
 from rtdebug.stacks import format as stackformat
 from rtdebug.stacks.collect import collect, select_ranks
 from rtdebug.stacks.native import find_py_spy
-from rtdebug.views.api import ViewOptions, Views
+from rtdebug.views.api import Views
+from rtdebug.views.local import LocalView
 
 
 def command(
@@ -25,7 +26,8 @@ def command(
         raise HarnessError("--native needs py-spy: pip install 'rtdebug[stacks]' (or pip install py-spy)")
     reg = Registry()
     prune(reg)
-    session = Views.open(ViewOptions.from_args(), reg).find_session(session_id)
+    # stacks are taken by signal, so only this machine's sessions (its files) can answer
+    session = Views([LocalView(reg)]).find_session(session_id)
     world = world_size(session)
     ranks = None
     if rank_spec is not None:

@@ -1,6 +1,6 @@
 """Post-import hooks: run a fix the moment a module is first imported.
 
-The harness must patch torch's default process-group timeout and check Ray's V2
+rtdebug must patch torch's default process-group timeout and check Ray's V2
 switch, but importing torch or ray itself in a lazy rank would cost seconds the
 user's script may pay later anyway. A meta-path finder runs the callback right
 after the module executes, or at once if it is already imported.

@@ -1,4 +1,4 @@
-"""Nothing the harness starts outlives its launcher, however the launcher dies.
+"""Nothing rtdebug starts outlives its launcher, however the launcher dies.
 
 torchrun runs in its own session (so the launcher alone decides teardown) and
 starts every rank in a session of its own, so a SIGKILLed launcher (OOM, a

@@ -1,7 +1,7 @@
 """Launcher side of multi-node torchrun: the job's store and ``--debug-host auto``.
 
 With c10d rendezvous the nodes meet at ``--rdzv-endpoint``, where torchrun's
-agent hosts a TCPStore; the harness's ranks publish their entries there
+agent hosts a TCPStore; rtdebug's ranks publish their entries there
 (``rtdebug.rank.publish``) so that any node sees every rank (``rtdebug.views.store``).
 Everything here is decided from torchrun's own arguments, identically on every
 node, before torchrun starts.

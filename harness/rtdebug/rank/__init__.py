@@ -1,10 +1,16 @@
 """Inside every rank (torchrun worker, ``rtdebug run``'s process) or Ray Train worker.
 
-``bootstrap`` is the per-rank entry point torchrun starts; it opens the lazy ``endpoint`` (checked by
-``access``, handed to pydevd through ``handoff``, traced only while attached by ``tracing``), keeps
-the rank's ``record`` and its state, arms ``localmode``/``forcelocal`` fixes, the stacks dump, the
-``lifetime`` guard and the store ``publish``er, then ``execute``s the user's script. ``ray_worker`` is
-the same runtime behind Ray's worker callback; ``api`` is ``rtdebug.breakpoint``.
+``bootstrap`` is the per-rank entry point torchrun starts. In order, it: arms the ``localmode`` and
+``forcelocal`` fixes (post-import hooks), the launcher-watch guard (``rtdebug.common.lifetime``), the
+rank's ``record`` (its registry entry and state machine) and, in a multi-node job, the store
+``publish``er; arms the stacks dump (``rtdebug.stacks.dump``); opens the lazy ``endpoint`` (each
+client checked by ``access``, handed to pydevd through ``handoff``, traced only while attached by
+``tracing``, with a short GIL switch interval while it connects: ``gil``); with ``--wait`` pre-imports
+torch and waits for a client; then ``execute``s the user's script. A raise is reported as python would
+(``localmode``/``collectives`` explain known ones) and, with ``--post-mortem``, held for a client
+(``postmortem``). ``ray_worker`` is the same runtime behind Ray's worker callback; ``adopted`` the
+same runtime injected into a running rank (``rtdebug adopt``); ``api`` is ``rtdebug.breakpoint``,
+which finds the endpoint through ``runtime``.
 
 A rank's start path must stay lean (``tests/test_imports.py``): no psutil, filelock or debugpy before
 the user's script runs. Imports the shared layers (common, registry, stacks) only: never the shell,

@@ -1,4 +1,4 @@
-"""Process-wide state of the harness inside a rank (set by bootstrap, read by the API)."""
+"""Process-wide state of rtdebug inside a rank (set by bootstrap, read by the API)."""
 
 from __future__ import annotations
 

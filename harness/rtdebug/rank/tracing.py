@@ -19,7 +19,7 @@ did, in every thread, without needing those threads to run our code first:
 ``on()`` redoes pydevd's own start sequence (patch_threads, enable_tracing on all
 threads, set_tracing_for_untraced_contexts) before the next client's first byte
 reaches pydevd, so its breakpoints bind as on a first attach. Threads pydevd or the
-harness own (``pydev_do_not_trace``) are never touched. 3.12+ debug through
+rtdebug own (``pydev_do_not_trace``) are never touched. 3.12+ debug through
 ``sys.monitoring``, whose cost with no breakpoints is small: left as they are.
 """
 
@@ -58,10 +58,6 @@ def _ours() -> set[int | None]:
         for t in threading.enumerate()
         if getattr(t, "pydev_do_not_trace", False) or getattr(t, "is_pydev_daemon_thread", False)
     }
-
-
-def is_off() -> bool:
-    return _off
 
 
 def off() -> bool:

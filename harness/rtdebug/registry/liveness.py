@@ -34,7 +34,7 @@ from rtdebug.registry.record import LIVE_RANK_STATES, LIVE_SESSION_STATES
 RETENTION_S = 24 * 3600.0
 TMP_GRACE_S = 60.0  # a temp file older than this belongs to a writer that died mid-write
 Entry = dict[str, Any]
-ENDED_RANK_STATES = LIVE_RANK_STATES + ("orphaned",)
+UNENDED_RANK_STATES = LIVE_RANK_STATES + ("orphaned",)
 
 
 @dataclass
@@ -79,12 +79,12 @@ def judge(s: Entry, ranks: list[Entry], now: float) -> Verdict:
         for r in ranks:
             if r["rank"] in alive and r["state"] in LIVE_RANK_STATES:
                 marks.append((r, dict(state="orphaned")))
-            elif r["rank"] not in alive and r["state"] in ENDED_RANK_STATES:
+            elif r["rank"] not in alive and r["state"] in UNENDED_RANK_STATES:
                 marks.append((r, gone))
         active = True
     else:
         update, rank_error = _ended_session_update(s, now)
-        marks = [(r, dict(state="failed", error=rank_error)) for r in ranks if r["state"] in ENDED_RANK_STATES]
+        marks = [(r, dict(state="failed", error=rank_error)) for r in ranks if r["state"] in UNENDED_RANK_STATES]
         active = False
     rank_updates = [dict(r, updated_at=now, **fields) for r, fields in marks]
     changed = {r["rank"]: r for r in rank_updates}

@@ -2,5 +2,5 @@
 faulthandler at signal time), ``collect`` (the requester: signal, read, wait), ``group`` and ``format``.
 
 ``dump`` runs in ranks; the rest in the shell (``rtdebug stacks``) and the launcher (hang watch).
-Imports ``rtdebug.common``, ``rtdebug.registry`` and ``rtdebug.views`` only.
+Imports ``rtdebug.common`` and ``rtdebug.registry`` only (it may use ``rtdebug.views``, below it).
 """

@@ -78,7 +78,7 @@ def render(snap: dict[str, Any], threads: bool = False, native: bool = False) ->
             rank, text = next(iter(g["native"].items()))
             out.append(f"  native (py-spy, rank {rank}):")
             out += ["    " + line for line in native_main_lines(text)]
-        others = [t for t in g["threads"] if not t["main"] and not t.get("internal")]  # not the harness's own
+        others = [t for t in g["threads"] if not t["main"] and not t.get("internal")]  # not rtdebug's own
         if threads:
             for t in others:
                 out.append(f"  rank {t['rank']} thread {t['id']}:")

@@ -2,7 +2,7 @@
 
 Pure functions, no processes: ``stacks`` collects the text, this module turns
 it into the JSON the CLI prints and the VS Code extension reads. Frames are
-innermost first, as faulthandler writes them. The harness's own frames, runpy
+innermost first, as faulthandler writes them. rtdebug's own frames, runpy
 and the debugger's (pydevd/debugpy) are kept in ``threads`` but left out of a
 group's key and ``frames``, so a rank stopped at a breakpoint groups by the
 user's frames, not by where pydevd waits.
@@ -99,7 +99,7 @@ def dump_complete(text: str, main_id: str | None, bottom: list[str] | None) -> b
 def visible_frames(frames: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
     """The frames a user cares about, and whether a debugger was on top (stopped at a breakpoint).
 
-    Frames on top of (called by) the harness or debugger -- e.g. threading's
+    Frames on top of (called by) rtdebug or the debugger -- e.g. threading's
     ``wait`` inside pydevd's suspend loop -- go too, up to the first user frame.
     """
     first_user = next((i for i, f in enumerate(frames) if f["kind"] == "user"), len(frames))
@@ -145,7 +145,7 @@ def group(dumps: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
         g["ranks"].append(rank)
         g["debugger"] = g["debugger"] or debugger
         for t in d["threads"]:
-            g["threads"].append(dict(t, rank=rank, main=t is main, internal=t is not main and harness_thread(t)))
+            g["threads"].append(dict(t, rank=rank, main=t is main, internal=t is not main and own_thread(t)))
         if d.get("native") is not None:
             g.setdefault("native", {})[str(rank)] = d["native"]
     groups = sorted(buckets.values(), key=lambda g: (-len(g["ranks"]), g["ranks"][0]))
@@ -155,8 +155,8 @@ def group(dumps: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
     return groups
 
 
-def harness_thread(t: dict[str, Any]) -> bool:
-    """The harness's or the debugger's own thread (endpoint accept loop, lifetime guard, pydevd reader)."""
+def own_thread(t: dict[str, Any]) -> bool:
+    """rtdebug's or the debugger's own thread (endpoint accept loop, lifetime guard, pydevd reader)."""
     return any(f["kind"] == "internal" for f in t["frames"]) and not any(f["kind"] == "user" for f in t["frames"])
 
 
@@ -170,7 +170,7 @@ def label(frames: list[dict[str, Any]], debugger: bool = False) -> str:
         return "<no Python frame>"
     top = frames[0]
     user = next((f for f in frames if f["kind"] == "user"), None)
-    if user is None:  # before or after the script (e.g. --wait): say what the harness is doing
+    if user is None:  # before or after the script (e.g. --wait): say what rtdebug is doing
         own = next((f for f in frames if f["file"].startswith(PACKAGE_DIR)), None)
         if own is not None and own is not top:
             return f"{top['function']} {ARROW} {own['function']} ({where(own)}) [rtdebug, outside the script]"
