@@ -126,8 +126,9 @@ def test_adopt_stop_in_each_rank_twice_is_noop_then_detach(plain, registry_dir, 
     assert {r["pid"] for r in ranks.values()} == set(pids) and all(r["state"] == "ready" for r in ranks.values())
     print(f"adopt -> every rank attachable: {attachable_s:.2f} s (in-process {session['adopt_s']} s)")
 
-    again = adopt(str(pids[1]), "--debug-port-base", str(port_base + 8))  # a rank's pid names the same job
-    assert again.returncode == 0 and "already adopted" in again.stdout, again.stdout + again.stderr
+    again = adopt(str(pids[1]), "--debug-port-base", str(port_base + 8), "--json")  # a rank names the same job
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["note"] == f"already adopted (session {sid}); nothing changed"
     assert len([p for p in registry_dir.iterdir() if p.is_dir()]) == 1 and not _listening(port_base + 8)
 
     line = marker_line(JOB, "step")
@@ -170,7 +171,7 @@ def _two_groups(text: str) -> None:
 
 
 def test_hung_job_adopt_stacks_and_attach_rank1(plain, registry_dir, port_base):
-    job = plain(env={"ADOPT_HANG": "1"})
+    job = plain(env={"ADOPT_HANG": "1", "ADOPT_PG_TIMEOUT": "900"})
     job.wait_running()
     time.sleep(2)  # rank 1 skipped step 5; rank 0 blocks in the gloo all_reduce
     before = rtdebug("stacks", "--pid", str(job.agent().pid))
@@ -178,6 +179,7 @@ def test_hung_job_adopt_stacks_and_attach_rank1(plain, registry_dir, port_base):
     _two_groups(before.stdout)
     r = adopt(str(job.agent().pid), "--debug-port-base", str(port_base))
     assert r.returncode == 0, r.stderr
+    assert "process-group timeout is 900 s" in r.stdout, r.stdout  # read from torch in the rank
     s = rtdebug("stacks")
     assert s.returncode == 0, s.stderr
     _two_groups(s.stdout)
@@ -277,3 +279,30 @@ def test_without_pid_lists_the_candidates(monkeypatch, capsys):
     monkeypatch.setattr(jobs, "candidates", lambda: [])
     assert cli.main(["adopt"]) == 1
     assert capsys.readouterr().err == "rtdebug: error: no torchrun job of yours runs on this machine\n"
+
+
+def test_adopted_job_that_ends_reads_exited(plain, registry_dir, port_base):
+    job = plain()
+    job.wait_running()
+    assert adopt(str(job.agent().pid), "--debug-port-base", str(port_base)).returncode == 0
+    sid = _session(registry_dir)
+    assert job.finish() == 0, job.output()
+    ps = rtdebug("ps", "--all", "--json")
+    assert ps.returncode == 0, ps.stderr
+    assert f"session {sid}" not in rtdebug("ps").stdout
+    session = json.loads((registry_dir / sid / "session.json").read_text())
+    assert session["state"] == "exited", session
+    assert {r["state"] for r in read_ranks(registry_dir, sid).values()} == {"exited"}
+
+
+def test_refusal_lines_for_old_or_stripped_pythons(monkeypatch):
+    me = os.getpid()
+    monkeypatch.setattr(inject, "ptrace_denied", lambda pid: None)
+    monkeypatch.setattr(inject, "python_version", lambda pid: (3, 9))
+    assert inject.refusal(me, "ptrace") == f"pid {me} runs Python 3.9; adopting needs Python 3.10 or newer"
+    monkeypatch.setattr(inject, "python_version", lambda pid: (3, 11))
+    monkeypatch.setattr(inject.elfsyms, "resolve", lambda pid, names: {"Py_IsInitialized": 1})
+    why = inject.refusal(me, "ptrace") or ""
+    assert "exports no PyGILState_Ensure, PyGILState_Release, PyRun_SimpleString" in why and "without symbols" in why
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert inject.refusal(me, "gdb") == "gdb is not installed (Debian/Ubuntu: apt-get install gdb)"

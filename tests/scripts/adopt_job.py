@@ -2,12 +2,13 @@
 
 Started WITHOUT rtdebug (`python -m torch.distributed.run --nproc-per-node 2 adopt_job.py CONTROL`).
 ADOPT_HANG=1: rank 1 skips one all_reduce and sleeps until CONTROL appears, so rank 0 blocks in the
-C++ collective (the hung variant).
+C++ collective (the hung variant). ADOPT_PG_TIMEOUT=S: init_process_group(timeout=S seconds).
 """
 
 import os
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -25,7 +26,8 @@ def wait_quietly(control: Path) -> None:
 
 def main() -> None:
     control = Path(sys.argv[1])
-    dist.init_process_group("gloo")
+    timeout = os.environ.get("ADOPT_PG_TIMEOUT")
+    dist.init_process_group("gloo", timeout=timedelta(seconds=float(timeout)) if timeout else None)
     hang = os.environ.get("ADOPT_HANG") == "1"
     print(f"job rank {dist.get_rank()} pid {os.getpid()} running", flush=True)
     n = 0

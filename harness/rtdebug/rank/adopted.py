@@ -96,12 +96,32 @@ def adopt(spec: dict[str, Any]) -> dict[str, Any]:
         raise
     timeout = pg_timeout_s()
     record.ready(endpoint, stacks=stacks, adopted=True, pg_timeout_s=timeout)
+    import atexit
+
     _state.update(session_id=sid, endpoint=endpoint, record=record, stacks=stacks, prior=runtime.endpoint)
+    atexit.register(_at_exit)
     runtime.endpoint = endpoint  # rtdebug.breakpoint() in the script now reaches this endpoint
     print(
         f"rtdebug: rank {rank} adopted (session {sid}): debug endpoint {spec['host']}:{spec['port']}", file=sys.stderr
     )
     return {"status": "adopted", "pid": os.getpid(), "pg_timeout_s": timeout}
+
+
+def _at_exit() -> None:
+    """The rank's script ended (no exit code is known here): record it, and end the session once every
+    rank's entry has ended, so that ``ps`` never calls a finished job's agent "died without teardown"."""
+    record = _state.get("record")
+    if record is None:
+        return
+    from rtdebug.rank.record import FINAL
+
+    record.set(state="exited", exit_code=None)
+    reg, sid = record.registry, _state["session_id"]
+    try:
+        if all(r["state"] in FINAL for r in reg.ranks(sid)):
+            reg.update_session(sid, state="exited", ended_at=record.entry["updated_at"])
+    except OSError:
+        pass
 
 
 def _disarm(stacks: dict[str, Any] | None) -> None:
@@ -159,6 +179,9 @@ def _detach() -> dict[str, Any]:
     _stop_debugger(endpoint)
     _disarm(_state["stacks"])
     runtime.endpoint = _state["prior"]
+    import atexit
+
+    atexit.unregister(_at_exit)
     for p in _state.get("paths", []):
         if p in sys.path:
             sys.path.remove(p)
