@@ -102,9 +102,34 @@ def test_a_silent_client_holds_up_no_one_and_is_refused_at_its_deadline(tmp_path
             time.sleep(0.05)
         assert line in out, out
         assert out.count("STATE attached") == 1
+        time.sleep(1.1)  # a quiet second: the next refusal gets a line of its own
+        _pending_are_bounded(port_base, tmp_path / "out.log")
+        c = DAPClient("127.0.0.1", port_base)  # and the owner still gets in
+        c.attach()
+        c.disconnect()
     finally:
         p.kill()
         p.wait()
+
+
+def _pending_are_bounded(port: int, log) -> None:
+    """64 connections may be reading their first message at once; the 65th is reset at once."""
+    held = [socket.create_connection(("127.0.0.1", port), timeout=30) for _ in range(64)]
+    try:
+        for s in held:
+            s.sendall(b"C")
+        deadline = time.monotonic() + 10
+        line = "): 64 connections are still sending their first message"
+        while line not in log.read_text():
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as extra:
+                try:
+                    assert extra.recv(100) == b""
+                except ConnectionResetError:
+                    pass
+            assert time.monotonic() < deadline, log.read_text()
+    finally:
+        for s in held:
+            s.close()
 
 
 # -- allow-list: a real second machine, as two network namespaces joined by a veth pair ---------------
