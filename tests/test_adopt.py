@@ -303,6 +303,70 @@ def test_refusal_lines_for_old_or_stripped_pythons(monkeypatch):
     monkeypatch.setattr(inject, "python_version", lambda pid: (3, 11))
     monkeypatch.setattr(inject.elfsyms, "resolve", lambda pid, names: {"Py_IsInitialized": 1})
     why = inject.refusal(me, "ptrace") or ""
-    assert "exports no PyGILState_Ensure, PyGILState_Release, PyRun_SimpleString" in why and "without symbols" in why
+    assert "exports no PyGILState_Check, PyGILState_Ensure" in why and "without symbols" in why
     monkeypatch.setenv("PATH", "/nonexistent")
     assert inject.refusal(me, "gdb") == "gdb is not installed (Debian/Ubuntu: apt-get install gdb)"
+
+
+PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+
+
+def _python(version: str) -> str | None:
+    found = sorted(PYENV.glob(f"{version}.*/bin/python{version}"))
+    return str(found[-1]) if found else shutil.which(f"python{version}")
+
+
+@pytest.mark.parametrize("version", ["3.10", "3.11", "3.12", "3.13"])
+def test_torch_free_job_on_each_python(version, registry_dir, port_base, tmp_path):
+    """A bare Python (no rtdebug, no debugpy installed in it) running a plain multi-process job with RANK set:
+    adopt by a rank's pid, stop in rank 1, detach; the busy loop's arithmetic is still right."""
+    py = _python(version)
+    if py is None or (why := _can_ptrace()) is not None:
+        pytest.skip(f"no python{version}" if py is None else why)
+    script = SCRIPTS / "adopt_plain.py"
+    control = tmp_path / "control"
+    log = tmp_path / "plain.log"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen([py, str(script), str(control)], stdout=f, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while log.read_text().count("running") < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        rank1 = jobs.job_of(psutil.Process(proc.pid)).ranks[1].pid
+        r = adopt(str(rank1), "--debug-port-base", str(port_base))
+        assert r.returncode == 0, r.stdout + r.stderr + log.read_text()
+        sid = _session(registry_dir)
+        line = marker_line(script, "plain step")
+        c = DAPClient("127.0.0.1", port_base + 1)
+        try:
+            c.attach({str(script): [line]})
+            stop_in_each_rank({1: c}, str(script), line, "rank")
+        finally:
+            c.disconnect()
+        d = rtdebug("adopt", "--detach", sid)
+        assert d.returncode == 0, d.stderr
+        control.touch()
+        assert proc.wait(60) == 0, log.read_text()
+        assert log.read_text().count(": ok") == 2
+    finally:
+        for p in psutil.Process(proc.pid).children() if proc.poll() is None else []:
+            p.kill()
+        proc.kill()
+        proc.wait()
+
+
+def test_python_too_old_is_refused(registry_dir, port_base, tmp_path):
+    py = _python("3.9")
+    if py is None or (why := _can_ptrace()) is not None:
+        pytest.skip("no python3.9" if py is None else why)
+    proc = subprocess.Popen([py, "-c", "import time; time.sleep(60)"], env=dict(os.environ, RANK="0"))
+    parent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # noqa: F841
+    try:
+        time.sleep(0.5)
+        r = adopt(str(proc.pid), "--debug-port-base", str(port_base))
+        assert r.returncode == 1 and f"pid {proc.pid} runs Python 3.9" in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and not any(registry_dir.glob("*/session.json"))
+    finally:
+        for p in (proc, parent):
+            p.kill()
+            p.wait()

@@ -57,25 +57,10 @@ def _existing(reg: Registry, job: jobs.Job) -> dict[str, Any] | None:
     return None
 
 
-def _results(tmp: Path, pids: list[int]) -> dict[int, dict[str, Any]]:
-    out = {}
-    for pid in pids:
-        try:
-            out[pid] = json.loads((tmp / f"{pid}.json").read_text())
-        except (OSError, ValueError):
-            out[pid] = {"status": "error", "error": "the injected code did not answer"}
-    return out
-
-
 def inject_all(job: jobs.Job, code_for: dict[int, str], tmp: Path, method: str) -> dict[int, dict[str, Any]]:
     """Run each rank's code; {pid: its answer} (an injection failure is an answer with status error)."""
     pids = [r.pid for r in job.ranks]
-    errors = inject.run_all(pids, code_for, method)
-    answers = _results(tmp, pids)
-    for pid, err in errors.items():
-        if err is not None:
-            answers[pid] = {"status": "error", "error": err}
-    return answers
+    return inject.run_all(pids, code_for, method, {p: tmp / f"{p}.json" for p in pids})
 
 
 def _session(sid: str, job: jobs.Job, host: str, base: int, ports: list[int], method: str) -> dict[str, Any]:
@@ -99,6 +84,7 @@ def _spec(r: jobs.RankProc, sid: str, reg: Registry, host: str, port: int, allow
         "session_id": sid, "registry_dir": str(reg.root), "rank": r.rank, "local_rank": r.num("LOCAL_RANK"),
         "node_rank": r.num("GROUP_RANK"), "world_size": r.num("WORLD_SIZE", len(job.ranks)), "host": host,
         "port": port, "allow": allow, "script": job.script, "result": str(tmp / f"{r.pid}.json"),
+        "deadline": time.time() + inject.ANSWER_S,  # a queued injection that runs later must do nothing
     }  # fmt: skip
 
 
@@ -183,8 +169,8 @@ def detach(session_id: str) -> int:
     if session is None or session.get("mode") != "adopted":
         raise HarnessError(f"no adopted session {session_id}; see rtdebug ps")
     live = [r for r in reg.ranks(session_id) if reg.live_rank(r) and r["state"] in ("ready", "attached")]
-    errors = inject.detach_pids([r["pid"] for r in live], str(session.get("inject_method", "ptrace")))
-    failed = {p: e for p, e in errors.items() if e}
+    answers = inject.detach_pids([r["pid"] for r in live], str(session.get("inject_method", "ptrace")))
+    failed = {p: a.get("error") or a["status"] for p, a in answers.items() if a.get("status") == "error"}
     reg.update_session(session_id, state="stopped", ended_at=time.time(), detached=True)
     if failed:
         pid, err = next(iter(failed.items()))

@@ -62,9 +62,16 @@ def python_image(pid: int) -> str | None:
     return None
 
 
-def resolve(pid: int, names: set[str]) -> dict[str, int]:
-    """Absolute addresses in ``pid`` of the functions ``names`` (those found) from its Python image."""
-    image = python_image(pid)
+def resolve_libc(pid: int, name: str) -> int | None:
+    """The address in ``pid`` of the C library function ``name``."""
+    image = next((p for _, _, p in mappings(pid) if "/libc.so" in p or "/libc-" in p or "ld-musl" in p), None)
+    return None if image is None else resolve(pid, {name}, image).get(name)
+
+
+def resolve(pid: int, names: set[str], image: str | None = None) -> dict[str, int]:
+    """Absolute addresses in ``pid`` of the functions ``names`` (those found) in ``image`` (default: the file
+    that holds its Python)."""
+    image = image or python_image(pid)
     if image is None:
         return {}
     e_type, syms = dynsyms(f"/proc/{pid}/root{image}" if Path(f"/proc/{pid}/root").exists() else image, names)

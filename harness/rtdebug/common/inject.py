@@ -17,20 +17,27 @@ main thread next runs Python, so it cannot adopt a rank blocked in C++. ``RTDEBU
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from rtdebug.common import elfsyms, ptrace
 from rtdebug.common.errors import HarnessError
 
-API = ("Py_IsInitialized", "PyGILState_Ensure", "PyRun_SimpleString", "PyGILState_Release")
+API = ("Py_IsInitialized", "PyGILState_Ensure", "PyRun_SimpleString", "PyGILState_Release", "PyGILState_Check",
+       "Py_AddPendingCall")  # fmt: skip
+LIBC = ("mmap",)
+PAGE = 1 << 16  # the code's page (one per injection into a thread that runs Python; it is not unmapped)
 MIN_PYTHON = (3, 10)
+ANSWER_S = 10.0  # how long a rank's code may take to answer (a queued one runs when its main thread runs Python)
 CAP_SYS_PTRACE = 19
 YAMA = Path("/proc/sys/kernel/yama/ptrace_scope")
 
@@ -105,23 +112,48 @@ def c_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def _via_ptrace(pid: int, code: str) -> None:
+def _via_ptrace(pid: int, code: str) -> bool:
+    """Run ``code`` in ``pid``; True if it was queued as a pending call (it runs when the main thread next
+    runs Python), False if it ran before this returned."""
     addr = elfsyms.resolve(pid, set(API))
+    data = code.encode() + b"\0"
+    if len(data) > PAGE:
+        raise HarnessError(f"pid {pid}: the code to inject is too long ({len(data)} bytes)")
     t = ptrace.Tracee(pid)
     try:
-        if t.call(addr["Py_IsInitialized"]) == 0:
+        if ptrace.as_int(t.call(addr["Py_IsInitialized"])) == 0:
             raise HarnessError(f"pid {pid}: its Python is not initialized (yet)")
+        if ptrace.as_int(t.call(addr["PyGILState_Check"])) == 1:
+            return _pending(t, addr, data)
+        # The thread has released the GIL (a C++ collective, sleep, I/O): take it for this thread and run.
         state = t.call(addr["PyGILState_Ensure"])
-        data = code.encode() + b"\0"
         where = t.stack_below(len(data))
         t.write(where, data)
         t.call(addr["PyRun_SimpleString"], where, below=where)
-        t.call(addr["PyGILState_Release"], state & 0xFFFFFFFF)
+        t.call(addr["PyGILState_Release"], ptrace.as_int(state))
+        return False
     finally:
         t.release()
 
 
-def _via_gdb(pid: int, code: str) -> None:
+def _pending(t: ptrace.Tracee, addr: dict[str, int], data: bytes) -> bool:
+    """The thread holds the GIL, so it may be anywhere in the interpreter (mid-allocation, an exception
+    being raised): running Python nested there could corrupt it. Queue ``PyRun_SimpleString(code)`` as a
+    pending call instead (``Py_AddPendingCall``: the interpreter runs it between two bytecodes), with the
+    code in a page of its own (``mmap``, a bare system call wrapper, is safe to call from anywhere)."""
+    mmap = elfsyms.resolve_libc(t.pid, "mmap")
+    if mmap is None:
+        raise HarnessError(f"pid {t.pid}: no mmap in its C library")
+    page = t.call(mmap, 0, PAGE, 3, 0x22, -1, 0)  # PROT_READ|WRITE, MAP_PRIVATE|ANONYMOUS
+    if page >= 1 << 63:
+        raise HarnessError(f"pid {t.pid}: mmap failed in it (errno {-(page - (1 << 64))})")
+    t.write(page, data)
+    if ptrace.as_int(t.call(addr["Py_AddPendingCall"], addr["PyRun_SimpleString"], page)) != 0:
+        raise HarnessError(f"pid {t.pid}: its pending-call queue is full; try again")
+    return True
+
+
+def _via_gdb(pid: int, code: str) -> bool:
     script = (
         "set $init = (int)Py_IsInitialized()\nif $init\n  set $g = (int)PyGILState_Ensure()\n"
         f"  set $r = (int)PyRun_SimpleString({c_string(code)})\n  call (void)PyGILState_Release($g)\n"
@@ -141,26 +173,32 @@ def _via_gdb(pid: int, code: str) -> None:
     if "RTDEBUG_RESULT" not in out.stdout:
         last = (out.stderr.strip().splitlines() or ["no output"])[-1]
         raise HarnessError(f"pid {pid}: gdb could not run code in it: {last}")
+    return False
 
 
-def _via_remote_exec(pid: int, code: str) -> None:
+def _via_remote_exec(pid: int, code: str) -> bool:
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(code)
     os.chmod(f.name, 0o600)
     sys.remote_exec(pid, f.name)  # type: ignore[attr-defined]  # 3.14+; the file is read at the next eval break
+    return True
 
 
-def run(pid: int, code: str, method: str) -> None:
-    """Run ``code`` in ``pid``'s main thread with the GIL held (see the module docstring)."""
+def run(pid: int, code: str, method: str) -> bool:
+    """Run ``code`` in ``pid``'s main thread with the GIL held (see the module docstring); True if it was
+    queued and runs when that thread next runs Python (the caller waits for the code's own answer)."""
     try:
-        {"ptrace": _via_ptrace, "gdb": _via_gdb, "remote_exec": _via_remote_exec}[method](pid, code)
+        return {"ptrace": _via_ptrace, "gdb": _via_gdb, "remote_exec": _via_remote_exec}[method](pid, code)
     except ptrace.PtraceError as exc:
         why = ptrace_denied(pid) or "in a container add CAP_SYS_PTRACE (docker run --cap-add SYS_PTRACE)"
         raise HarnessError(f"ptrace of pid {pid} failed ({exc.strerror}): {why}") from None
 
 
-def run_all(pids: list[int], code_for: dict[int, str], method: str) -> dict[int, str | None]:
-    """``run`` in every pid at once; {pid: None if it ran, else the one-line error}."""
+def run_all(
+    pids: list[int], code_for: dict[int, str], method: str, answer_for: dict[int, Path], timeout: float = ANSWER_S
+) -> dict[int, dict[str, Any]]:
+    """``run`` in every pid at once, then wait (up to ``timeout``) for each one's code to write its answer
+    (a JSON object) to ``answer_for[pid]``. An injection that failed answers ``{"status": "error", ...}``."""
 
     def one(pid: int) -> str | None:
         try:
@@ -170,7 +208,21 @@ def run_all(pids: list[int], code_for: dict[int, str], method: str) -> dict[int,
         return None
 
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(pids)))) as ex:
-        return dict(zip(pids, ex.map(one, pids), strict=True))
+        errors = dict(zip(pids, ex.map(one, pids), strict=True))
+    answers: dict[int, dict[str, Any]] = {p: {"status": "error", "error": e} for p, e in errors.items() if e}
+    deadline = time.monotonic() + timeout
+    while True:
+        for pid in pids:
+            if pid not in answers and answer_for[pid].exists():
+                try:
+                    answers[pid] = json.loads(answer_for[pid].read_text())
+                except (OSError, ValueError):
+                    pass
+        if len(answers) == len(pids) or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    why = f"no answer within {timeout:g} s (its main thread has not run Python since)"
+    return {p: answers.get(p, {"status": "error", "error": why}) for p in pids}
 
 
 # Undo ``rtdebug adopt`` in a rank (``rtdebug.rank.adopted.detach``); a rank never adopted is left alone.
@@ -182,11 +234,13 @@ def wrap(code: str) -> str:
     return f"exec({code!r}, {{}})"
 
 
-def detach_pids(pids: list[int], method: str) -> dict[int, str | None]:
+def detach_pids(pids: list[int], method: str) -> dict[int, dict[str, Any]]:
     """Detach the adopted ranks ``pids`` (endpoint shut, dump disarmed, debugger stopped); the stop path of
-    an adopted session calls this instead of ending its processes. {pid: None, or why it failed}."""
-    tmp = tempfile.mkdtemp(prefix="rtdebug-detach-")
+    an adopted session calls this instead of ending its processes. {pid: its answer; status "detached",
+    "not adopted" or "error"}."""
+    tmp = Path(tempfile.mkdtemp(prefix="rtdebug-detach-"))
     try:
-        return run_all(pids, {p: wrap(_DETACH.format(result=f"{tmp}/{p}.json")) for p in pids}, method)
+        answer_for = {p: tmp / f"{p}.json" for p in pids}
+        return run_all(pids, {p: wrap(_DETACH.format(result=str(answer_for[p]))) for p in pids}, method, answer_for)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -29,7 +29,8 @@ PTRACE_DETACH, PTRACE_GETREGSET, PTRACE_SETREGSET, PTRACE_SEIZE, PTRACE_INTERRUP
 NT_X86_XSTATE = 0x202
 WALL = 0x40000000
 REGS = 27  # unsigned longs in struct user_regs_struct
-RAX, ORIG_RAX, RIP, RSP, RDI = 10, 15, 16, 19, 14
+RAX, ORIG_RAX, RIP, RSP = 10, 15, 16, 19
+ARGS = (14, 13, 12, 11, 9, 8)  # rdi, rsi, rdx, rcx, r8, r9: the System V integer arguments
 XSTATE_MAX = 1 << 16
 
 
@@ -113,13 +114,16 @@ class Tracee:
         """An address below the thread's stack pointer and red zone with ``size`` free bytes above it."""
         return (self.regs[RSP] - 256 - size) & ~0xF
 
-    def call(self, func: int, arg: int = 0, below: int | None = None) -> int:
-        """Run ``func(arg)`` in the thread; return its ``int`` result (``eax``, sign-extended)."""
+    def call(self, func: int, *args: int, below: int | None = None) -> int:
+        """Run ``func(*args)`` (up to 6 integer/pointer arguments) in the thread; return ``rax`` as an
+        unsigned 64-bit value (``as_int`` for a C ``int`` result)."""
         regs = (ctypes.c_ulong * REGS)(*self.regs)
         sp = ((below if below is not None else self.stack_below(0)) - 4096) & ~0xF
         sp -= 8  # the return address: at function entry rsp + 8 is 16-byte aligned
         self.write(sp, struct.pack("<Q", 0))
-        regs[RSP], regs[RIP], regs[RDI], regs[RAX] = sp, func, arg, 0
+        regs[RSP], regs[RIP], regs[RAX] = sp, func, 0
+        for index, value in zip(ARGS, args, strict=False):
+            regs[index] = value & 0xFFFFFFFFFFFFFFFF
         regs[ORIG_RAX] = ctypes.c_ulong(-1).value  # not in a system call: the kernel restarts nothing
         _ptrace(PTRACE_SETREGS, self.pid, 0, ctypes.byref(regs))
         deliver = 0
@@ -132,7 +136,7 @@ class Tracee:
             if sig in (signal.SIGSEGV, signal.SIGBUS):
                 _ptrace(PTRACE_GETREGS, self.pid, 0, ctypes.byref(regs))
                 if regs[RIP] == 0:
-                    return struct.unpack("<i", struct.pack("<I", regs[RAX] & 0xFFFFFFFF))[0]
+                    return int(regs[RAX])
             deliver = sig  # someone else's signal: pass it on
 
     def release(self) -> None:
@@ -148,3 +152,8 @@ class Tracee:
             _ptrace(PTRACE_DETACH, self.pid, 0, 0)
         except PtraceError:
             pass
+
+
+def as_int(rax: int) -> int:
+    """A C ``int`` result: the low 32 bits of ``rax``, sign-extended."""
+    return int(struct.unpack("<i", struct.pack("<I", rax & 0xFFFFFFFF))[0])

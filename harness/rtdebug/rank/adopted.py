@@ -17,15 +17,21 @@ import json
 import os
 import socket
 import sys
+import time
 from typing import Any
 
 _state: dict[str, Any] = {}
 
 
 def _answer(path: str, result: dict[str, Any]) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(result, f)
+    """Write the answer whole (the shell polls for the file); a shell that gave up has removed its dir."""
+    try:
+        fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(result, f)
+        os.replace(path + ".tmp", path)
+    except OSError:
+        pass
 
 
 def _path(spec: dict[str, Any], added: str | None) -> list[str]:
@@ -43,6 +49,10 @@ def _path(spec: dict[str, Any], added: str | None) -> list[str]:
 def main(spec_json: str, added: str | None = None) -> None:
     """Adopt this rank as ``spec_json`` says; never raises into the rank (the answer says what happened)."""
     spec = json.loads(spec_json)
+    if time.time() > spec.get("deadline", float("inf")):  # queued, and run after the shell gave up on it
+        if added and added in sys.path:
+            sys.path.remove(added)
+        return _answer(spec["result"], {"status": "too late"})
     try:
         result = adopt(spec)
         if result["status"] == "adopted":
