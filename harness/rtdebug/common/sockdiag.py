@@ -132,11 +132,13 @@ def _decode(reply: bytes, local_port: int, remote_port: int) -> tuple[int, int, 
 
 
 _shared: SockDiag | None = None
+_shared_lock = threading.Lock()
 
 
 def shared() -> SockDiag:
     """The process's one ``SockDiag`` (a netlink socket is opened only when the first peer is checked)."""
     global _shared
-    if _shared is None:
-        _shared = SockDiag()
-    return _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = SockDiag()
+        return _shared

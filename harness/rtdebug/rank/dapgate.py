@@ -100,8 +100,8 @@ def read_first(
         left = deadline - clock()
         if left <= 0:
             raise NotDAP(f"no complete DAP message within {deadline_s:g} s")
-        sock.settimeout(left)
         try:
+            sock.settimeout(left)
             chunk = sock.recv(MAX_MESSAGE - len(buf))
         except TimeoutError:
             raise NotDAP(f"no complete DAP message within {deadline_s:g} s") from None

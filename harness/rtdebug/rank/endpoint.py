@@ -62,7 +62,7 @@ from rtdebug.common.ports import port_holder
 from rtdebug.rank import gil, tracing
 from rtdebug.rank.access import AllowList, Refusal, judge
 from rtdebug.rank.dapgate import NotDAP, read_first
-from rtdebug.rank.handoff import Handoff, listen_via_handoff
+from rtdebug.rank.handoff import Handoff, listen_via_handoff, pump
 from rtdebug.rank.refusals import RefusalLog
 
 StateCallback = Callable[[str], None]
@@ -78,23 +78,6 @@ def _daemon_thread(target, name: str, *args) -> threading.Thread:
     t.is_pydev_daemon_thread = True  # type: ignore[attr-defined]
     t.start()
     return t
-
-
-def _pump(src: socket.socket, dst: socket.socket) -> None:
-    try:
-        while True:
-            data = src.recv(65536)
-            if not data:
-                break
-            dst.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 def debugger_active() -> bool:
@@ -189,10 +172,14 @@ class Endpoint:
                 peer = Refusal("?", None, f"could not check the peer: {exc}")
             if not peer.reason and not self._pending.acquire(blocking=False):
                 peer.reason = f"{MAX_PENDING} connections are still sending their first message"
-            if peer.reason:
-                self._refuse(client, peer)
-            else:
-                _daemon_thread(self._serve, f"rtdebug-relay-{self.port}", client, peer)
+            if not peer.reason:
+                try:
+                    _daemon_thread(self._serve, f"rtdebug-relay-{self.port}", client, peer)
+                    continue
+                except RuntimeError as exc:  # no thread to be had: refuse, keep accepting
+                    self._pending.release()
+                    peer.reason = f"could not start a thread for it ({exc})"
+            self._refuse(client, peer)
 
     def _refuse(self, client: socket.socket, refusal: Refusal) -> None:
         try:
@@ -248,8 +235,8 @@ class Endpoint:
             upstream.sendall(first)  # the initialize request the gate read
         except OSError:
             pass  # pydevd is gone: the pumps below see it and close both ends
-        back = _daemon_thread(_pump, f"rtdebug-relay-up-{self.port}", upstream, client)
-        _pump(client, upstream)
+        back = _daemon_thread(pump, f"rtdebug-relay-up-{self.port}", upstream, client)
+        pump(client, upstream)
         back.join()
         client.close()
         upstream.close()

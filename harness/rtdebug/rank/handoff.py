@@ -46,6 +46,24 @@ class Handoff:
         self._queue.put(None)
 
 
+def pump(src: socket.socket, dst: socket.socket) -> None:
+    """Relay ``src`` to ``dst`` (a client and its end of the handoff) until either side ends; then both end."""
+    try:
+        while True:
+            data = src.recv(65536)
+            if not data:
+                break
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
 def listen_via_handoff(handoff: Handoff) -> None:
     """``debugpy.listen`` with in-process adapter, pydevd's server socket being ``handoff``."""
     import debugpy
