@@ -161,7 +161,7 @@ def _foreign_threads(agent: int) -> list[str]:
         for t in g["threads"]:
             files = [f["file"] for f in t["frames"]]
             if any("rtdebug" in f or "pydevd" in f or "debugpy" in f for f in files):
-                out.append(f"rank {t['rank']} {t['id']}: {files[:3]}")
+                out.append(f"rank {t['rank']}: " + " < ".join(f"{f['function']}:{f['line']}" for f in t["frames"]))
     return out
 
 
@@ -370,3 +370,27 @@ def test_python_too_old_is_refused(registry_dir, port_base, tmp_path):
         for p in (proc, parent):
             p.kill()
             p.wait()
+
+
+def test_detach_while_a_client_holds_a_rank_stopped(plain, registry_dir, port_base):
+    """Detach with rank 0 stopped at a breakpoint by a connected client: the rank resumes, the client's
+    connection ends, no rtdebug or debugger thread is left, and the job finishes with exit 0."""
+    job = plain()
+    job.wait_running()
+    assert adopt(str(job.agent().pid), "--debug-port-base", str(port_base)).returncode == 0
+    sid = _session(registry_dir)
+    line = marker_line(JOB, "step")
+    c = DAPClient("127.0.0.1", port_base)
+    try:
+        c.attach({str(JOB): [line]})
+        c.wait_stopped(60)
+        d = rtdebug("adopt", "--detach", sid)
+        assert d.returncode == 0, d.stdout + d.stderr
+        deadline = time.monotonic() + 10
+        while (left := _foreign_threads(job.agent().pid)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not left, left
+    finally:
+        c.close()
+    assert not _listening(port_base)
+    assert job.finish() == 0, job.output()

@@ -81,7 +81,7 @@ def pg_timeout_s() -> float | None:
 def adopt(spec: dict[str, Any]) -> dict[str, Any]:
     from rtdebug.rank import runtime
 
-    if _state:
+    if "session_id" in _state:
         return {"status": "already", "session_id": _state["session_id"], "pid": os.getpid()}
     if runtime.endpoint is not None:  # started by `rtdebug torchrun` / `run`: it has its own endpoint
         return {"status": "launched", "port": runtime.endpoint.port, "pid": os.getpid()}
@@ -96,11 +96,13 @@ def adopt(spec: dict[str, Any]) -> dict[str, Any]:
         local_rank=int(spec["local_rank"]), node_rank=int(spec["node_rank"]), world_size=int(spec["world_size"]),
     )  # fmt: skip
     endpoint = Endpoint(spec["host"], int(spec["port"]), allow=spec.get("allow", ""))
+    _track_clients(endpoint)
     stacks = dump.arm(reg.session_dir(sid), rank)
     record.connect(endpoint)
     try:
         endpoint.start()
     except BaseException as exc:
+        _state.clear()
         _disarm(stacks)
         record.failed(str(exc), exit_code=None)
         raise
@@ -115,6 +117,28 @@ def adopt(spec: dict[str, Any]) -> dict[str, Any]:
         f"rtdebug: rank {rank} adopted (session {sid}): debug endpoint {spec['host']}:{spec['port']}", file=sys.stderr
     )
     return {"status": "adopted", "pid": os.getpid(), "pg_timeout_s": timeout}
+
+
+def _track_clients(endpoint: Any) -> None:
+    """Keep this rank's end of every client's relay (``Handoff.connect``), so that ``detach`` can end the
+    connections of clients still attached (the endpoint has no close of its own)."""
+    start = endpoint.start_debugpy
+    upstreams: list[socket.socket] = _state.setdefault("upstreams", [])
+
+    def start_debugpy() -> Any:
+        handoff = start()
+        if not getattr(handoff, "rtdebug_tracked", False):
+            connect = handoff.connect
+
+            def tracked() -> socket.socket:
+                s = connect()
+                upstreams.append(s)
+                return s
+
+            handoff.connect, handoff.rtdebug_tracked = tracked, True
+        return handoff
+
+    endpoint.start_debugpy = start_debugpy
 
 
 def _at_exit() -> None:
@@ -168,7 +192,7 @@ def _stop_debugger(endpoint: Any) -> None:
 def detach(result_path: str) -> None:
     """Undo ``adopt``; never raises into the rank (the answer says what happened)."""
     try:
-        result = _detach() if _state else {"status": "not adopted"}
+        result = _detach() if "session_id" in _state else {"status": "not adopted"}
     except BaseException as exc:  # the rank must go on whatever happened here
         result = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
     _answer(result_path, dict(result, pid=os.getpid()))
@@ -186,6 +210,11 @@ def _detach() -> dict[str, Any]:
         except OSError:
             pass
         sock.close()
+    for s in _state.get("upstreams", []):  # a client still attached: its relay ends, its connection closes
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
     _stop_debugger(endpoint)
     _disarm(_state["stacks"])
     runtime.endpoint = _state["prior"]
