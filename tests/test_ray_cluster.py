@@ -105,6 +105,9 @@ def test_workers_attach_on_two_nodes_and_a_paused_worker_kills_nothing(cluster, 
     ranks = {r["rank"]: r for r in s["ranks"]}
     assert sorted(ranks) == [0, 1]
     assert ranks[0]["node_id"] != ranks[1]["node_id"]  # one worker per raylet
+    # signed with the driver session's secret (0600 in its session dir): verified; no command line in the KV
+    assert s["verified"] is True and all(r["verified"] for r in ranks.values()) and s["command"] == []
+    assert (registry_dir / sid / "job.secret").stat().st_mode & 0o777 == 0o600
     for n, r in ranks.items():
         assert (r["host"], r["port"]) == ("127.0.0.1", port_base + 1 + n)
         assert r["lazy"] is True and r["debugpy_imported"] is False  # nobody attached: no debugpy loaded
