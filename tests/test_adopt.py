@@ -124,7 +124,8 @@ def test_adopt_stop_in_each_rank_twice_is_noop_then_detach(plain, registry_dir, 
     assert session["pg_timeout_s"] == 1800
     ranks = read_ranks(registry_dir, sid)
     assert {r["pid"] for r in ranks.values()} == set(pids) and all(r["state"] == "ready" for r in ranks.values())
-    print(f"adopt -> every rank attachable: {attachable_s:.2f} s (in-process {session['adopt_s']} s)")
+    print(f"adopt -> every rank attachable: {attachable_s:.2f} s")
+    _schema_problems(session, read_ranks(registry_dir, sid))
 
     again = adopt(str(pids[1]), "--debug-port-base", str(port_base + 8), "--json")  # a rank names the same job
     assert again.returncode == 0, again.stderr
@@ -394,3 +395,16 @@ def test_detach_while_a_client_holds_a_rank_stopped(plain, registry_dir, port_ba
         c.close()
     assert not _listening(port_base)
     assert job.finish() == 0, job.output()
+
+
+def _schema_problems(session: dict, ranks: dict) -> None:
+    """Adopted entries differ from the registry schema only where the schema has not caught up yet:
+    mode "adopted" and the session's pg_timeout_s (registry/registry.schema.json is not ours to edit)."""
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((ROOT / "harness/rtdebug/registry/registry.schema.json").read_text())
+    defs = schema.get("$defs", {})
+    for entry, name in [(session, "session"), *[(r, "rank") for r in ranks.values()]]:
+        sub = dict(defs[name], **{"$defs": defs})
+        errors = [e.message for e in jsonschema.Draft202012Validator(sub).iter_errors(entry)]
+        allowed = ("'adopted' is not one of", "('pg_timeout_s' was unexpected)")
+        assert all(any(a in e for a in allowed) for e in errors), errors

@@ -65,13 +65,12 @@ def inject_all(job: jobs.Job, code_for: dict[int, str], tmp: Path, method: str) 
 
 def _session(sid: str, job: jobs.Job, host: str, base: int, ports: list[int], method: str) -> dict[str, Any]:
     e = session_entry(
-        sid, "adopted", script=job.script, nnodes=1, nproc_per_node=len(job.ranks), host=host, port_base=base,
+        sid, "adopted", script=job.script, nnodes="1", nproc_per_node=len(job.ranks), host=host, port_base=base,
         ports=ports, agent_pid=job.agent_pid, agent_create_time=job.agent_create_time,
-        pg_timeout_s=job.pg_timeout_s(), inject_method=method,
-        run_id=job.ranks[0].env.get("TORCHELASTIC_RUN_ID"),
+        pg_timeout_s=job.pg_timeout_s(),
     )  # fmt: skip
     # the job's agent stands for the launcher: liveness keeps the session live exactly while the job runs
-    e.update(launcher_pid=job.agent_pid, launcher_create_time=job.agent_create_time, adopter_pid=e["launcher_pid"])
+    e.update(launcher_pid=job.agent_pid, launcher_create_time=job.agent_create_time)
     return e
 
 
@@ -86,6 +85,13 @@ def _spec(r: jobs.RankProc, sid: str, reg: Registry, host: str, port: int, allow
         "port": port, "allow": allow, "script": job.script, "result": str(tmp / f"{r.pid}.json"),
         "deadline": time.time() + inject.ANSWER_S,  # a queued injection that runs later must do nothing
     }  # fmt: skip
+
+
+def _method(pid: int) -> str:
+    import platform
+
+    python = inject.python_version(pid)
+    return inject.choose(python, platform.machine(), shutil.which("gdb") is not None, hasattr(sys, "remote_exec"))
 
 
 def refuse_any(job: jobs.Job, method: str) -> None:
@@ -104,10 +110,7 @@ def adopt(pid: int | None, base: int, host: str, allow: str, as_json: bool) -> i
     already = _existing(reg, job)
     if already is not None:
         return _print(already, reg, as_json, f"already adopted (session {already['session_id']}); nothing changed")
-    import platform
-
-    method = inject.choose(inject.python_version(job.ranks[0].pid), platform.machine(),
-                           shutil.which("gdb") is not None, hasattr(sys, "remote_exec"))  # fmt: skip
+    method = _method(job.ranks[0].pid)
     refuse_any(job, method)
     ports = ports_for_ranks(base, [r.rank for r in job.ranks])
     check_ports_free(ports, host)
@@ -131,8 +134,8 @@ def adopt(pid: int | None, base: int, host: str, allow: str, as_json: bool) -> i
     timeouts = [a["pg_timeout_s"] for a in answers.values() if a.get("pg_timeout_s")]
     if timeouts:
         reg.update_session(sid, pg_timeout_s=min(timeouts))
-    reg.update_session(sid, state="running", adopt_s=round(time.monotonic() - start, 3))
-    return _print(reg.read_session(sid) or {}, reg, as_json, None)
+    reg.update_session(sid, state="running")
+    return _print(reg.read_session(sid) or {}, reg, as_json, None, time.monotonic() - start)
 
 
 def _undo(reg: Registry, sid: str, job: jobs.Job, tmp: Path, method: str, done: list[int]) -> None:
@@ -142,17 +145,17 @@ def _undo(reg: Registry, sid: str, job: jobs.Job, tmp: Path, method: str, done: 
     shutil.rmtree(reg.session_dir(sid), ignore_errors=True)
 
 
-def _print(session: dict[str, Any], reg: Registry, as_json: bool, note: str | None) -> int:
+def _print(session: dict[str, Any], reg: Registry, as_json: bool, note: str | None, took: float = 0.0) -> int:
     sid = session["session_id"]
     ranks = reg.ranks(sid)
     if as_json:
-        print(json.dumps(dict(session, ranks=ranks, note=note), indent=1))
+        print(json.dumps(dict(session, ranks=ranks, note=note, adopt_s=round(took, 3)), indent=1))
         return 0
     if note:
         print(f"rtdebug: {note}")
     else:
         print(f"rtdebug: session {sid} adopted torchrun pid {session['agent_pid']} ({len(ranks)} local ranks, "
-              f"{session['script']}) in {session.get('adopt_s', 0):.2f} s")  # fmt: skip
+              f"{session['script']}) in {took:.2f} s")  # fmt: skip
     timeout = session.get("pg_timeout_s")
     if timeout:
         print(f"rtdebug: warning: this job's process-group timeout is {timeout:g} s and cannot be raised now: "
@@ -169,9 +172,9 @@ def detach(session_id: str) -> int:
     if session is None or session.get("mode") != "adopted":
         raise HarnessError(f"no adopted session {session_id}; see rtdebug ps")
     live = [r for r in reg.ranks(session_id) if reg.live_rank(r) and r["state"] in ("ready", "attached")]
-    answers = inject.detach_pids([r["pid"] for r in live], str(session.get("inject_method", "ptrace")))
+    answers = inject.detach_pids([r["pid"] for r in live], _method(live[0]["pid"]) if live else "ptrace")
     failed = {p: a.get("error") or a["status"] for p, a in answers.items() if a.get("status") == "error"}
-    reg.update_session(session_id, state="stopped", ended_at=time.time(), detached=True)
+    reg.update_session(session_id, state="stopped", ended_at=time.time())
     if failed:
         pid, err = next(iter(failed.items()))
         raise HarnessError(f"session {session_id}: could not detach pid {pid}: {err}")

@@ -107,7 +107,7 @@ def adopt(spec: dict[str, Any]) -> dict[str, Any]:
         record.failed(str(exc), exit_code=None)
         raise
     timeout = pg_timeout_s()
-    record.ready(endpoint, stacks=stacks, adopted=True, pg_timeout_s=timeout)
+    record.ready(endpoint, stacks=stacks)
     import atexit
 
     _state.update(session_id=sid, endpoint=endpoint, record=record, stacks=stacks, prior=runtime.endpoint)
@@ -224,7 +224,7 @@ def _detach() -> dict[str, Any]:
     for p in _state.get("paths", []):
         if p in sys.path:
             sys.path.remove(p)
-    record.set(state="exited", detached=True, exit_code=None)
+    record.set(state="exited", exit_code=None)
     _state.clear()
     print(f"rtdebug: rank {record.entry['rank']} detached; nothing of rtdebug runs here now", file=sys.stderr)
     return {"status": "detached"}
