@@ -184,6 +184,11 @@ def test_hung_job_adopt_stacks_and_attach_rank1(plain, registry_dir, port_base):
     s = rtdebug("stacks")
     assert s.returncode == 0, s.stderr
     _two_groups(s.stdout)
+    labels = [
+        [(g["ranks"], g["label"], g["departs_at"]) for g in json.loads(r.stdout)["groups"]]
+        for r in (rtdebug("stacks", "--pid", str(job.agent().pid), "--json"), rtdebug("stacks", "--json"))
+    ]
+    assert labels[0] == labels[1], labels  # py-spy (un-adopted) and the signal dump (adopted) agree
     c = DAPClient("127.0.0.1", port_base + 1)
     try:
         c.attach({str(JOB): [JOB.read_text().splitlines().index("    while not control.exists():") + 1]})

@@ -20,6 +20,11 @@ from rtdebug.stacks import group as stackgroup
 from rtdebug.stacks.native import find_py_spy
 
 
+def _name(qualname: str) -> str:
+    """py-spy gives ``co_qualname`` (3.11+; ``Outer.<locals>.wrapper``), faulthandler ``co_name``: the same."""
+    return qualname.rpartition(".")[2] or qualname
+
+
 def _dump(exe: str, pid: int, timeout: float) -> dict[str, Any] | str:
     """One rank through ``py-spy dump --json``: the group module's dump shape, or why not."""
     try:
@@ -38,7 +43,7 @@ def _dump(exe: str, pid: int, timeout: float) -> dict[str, Any] | str:
         tid = hex(t.get("thread_id") or 0)
         if t.get("os_thread_id") == pid:
             main_id = tid
-        frames = [stackgroup.frame(f.get("filename", "?"), f.get("line") or None, f.get("name", "?"))
+        frames = [stackgroup.frame(f.get("filename", "?"), f.get("line") or None, _name(f.get("name", "?")))
                   for f in t.get("frames", [])]  # fmt: skip
         threads.append({"id": tid, "current": False, "frames": frames, "truncated": False})
     return {"threads": threads, "main_id": main_id, "pid": pid, "complete": True}
