@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -310,6 +311,14 @@ def test_refusal_lines_for_old_or_stripped_pythons(monkeypatch):
     monkeypatch.setattr(inject.elfsyms, "resolve", lambda pid, names: {"Py_IsInitialized": 1})
     why = inject.refusal(me, "ptrace") or ""
     assert "exports no PyGILState_Check, PyGILState_Ensure" in why and "without symbols" in why
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        os.kill(sleeper.pid, signal.SIGSTOP)
+        time.sleep(0.2)
+        assert "is stopped (SIGSTOP or a debugger)" in (inject.refusal(sleeper.pid, "ptrace") or "")
+    finally:
+        sleeper.kill()
+        sleeper.wait()
     monkeypatch.setenv("PATH", "/nonexistent")
     assert inject.refusal(me, "gdb") == "gdb is not installed (Debian/Ubuntu: apt-get install gdb)"
 

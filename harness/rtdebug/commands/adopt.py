@@ -123,7 +123,11 @@ def adopt(pid: int | None, base: int, host: str, allow: str, as_json: bool) -> i
             r.pid: adopt_code(_spec(r, sid, reg, host, p, allow, job, tmp))
             for r, p in zip(job.ranks, ports, strict=True)
         }
-        answers = inject_all(job, code, tmp, method)
+        try:
+            answers = inject_all(job, code, tmp, method)
+        except BaseException:  # Ctrl-C while injecting: the injections finish (each restores its thread) first
+            _undo(reg, sid, job, tmp, method, [r.pid for r in job.ranks])
+            raise
         bad = {pid: a for pid, a in answers.items() if a.get("status") != "adopted"}
         if bad:
             _undo(reg, sid, job, tmp, method, [p for p in answers if p not in bad])

@@ -85,6 +85,17 @@ def ptrace_denied(pid: int, scope: int | None = None, cap: bool | None = None) -
     return None
 
 
+def traced_or_stopped(pid: int) -> str | None:
+    """A process that a debugger traces cannot be traced twice; a stopped one would be resumed by the call."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    tracer = fields.get("TracerPid", "0").strip()
+    if tracer not in ("", "0"):
+        return f"pid {pid} is traced by pid {tracer} already (a debugger or py-spy?); detach it first"
+    if fields.get("State", "").strip()[:1] in ("T", "t"):
+        return f"pid {pid} is stopped (SIGSTOP or a debugger); continue it first (kill -CONT {pid})"
+    return None
+
+
 def refusal(pid: int, method: str) -> str | None:
     """Why code cannot be injected into ``pid`` with ``method``, in one line (checked before any rank is
     touched, so that a refusal leaves nothing half-done), or None."""
@@ -93,7 +104,7 @@ def refusal(pid: int, method: str) -> str | None:
         return f"pid {pid} belongs to uid {uid}, not to you (uid {os.geteuid()})"
     if method == "gdb" and shutil.which("gdb") is None:
         return "gdb is not installed (Debian/Ubuntu: apt-get install gdb)"
-    why = ptrace_denied(pid)
+    why = traced_or_stopped(pid) or ptrace_denied(pid)
     if why is not None:
         return why
     version = python_version(pid)
