@@ -32,13 +32,16 @@ export function registerAll(context: vscode.ExtensionContext): void {
   const rankCommands = new RankCommands(attach, registry, stacksView, allStop, log);
   const evalDocs = new EvalDocuments();
   const evaluate = new EvaluateCommand(attach, states, evalDocs, rankCommands);
+  const ranksTree = vscode.window.createTreeView(Views.ranks, { treeDataProvider: ranksView, showCollapseAll: false });
+  const showRootProblem = () => { ranksTree.message = registry.rootProblem ? `rtdebug: ${registry.rootProblem}` : undefined; };
+  showRootProblem();
   const setAllStopKey = () => void vscode.commands.executeCommand('setContext', ContextKeys.allStop, readSettings().allStop);
   setAllStopKey();
   const reg = vscode.commands.registerCommand;
   context.subscriptions.push(
     registry, attach, log, allStop, ranksView, stacksView,
     new RankStatusBar(registry, attach),
-    vscode.window.createTreeView(Views.ranks, { treeDataProvider: ranksView, showCollapseAll: false }),
+    ranksTree, registry.onDidChange(showRootProblem),
     vscode.window.createTreeView(Views.stacks, { treeDataProvider: stacksView, showCollapseAll: true }),
     vscode.workspace.registerTextDocumentContentProvider(EVAL_SCHEME, evalDocs),
     vscode.workspace.onDidChangeConfiguration((e) => { if (e.affectsConfiguration('rtdebug.allStop')) setAllStopKey(); }),

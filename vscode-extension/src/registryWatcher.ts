@@ -29,6 +29,8 @@ export class RegistryWatcher implements vscode.Disposable {
   private cli = new CliRankSource(async () => runHarness(await currentHarness(Gated.listing), ['ps', '--json'], 30000));
   /** The last CLI listing error (shown in the view's message), cleared by a good read. */
   cliError: string | undefined;
+  /** Why this machine's registry root is refused (not the owner's alone), in the harness's words; shown as the view's message. */
+  rootProblem: string | undefined;
 
   constructor(pollMs = REGISTRY_POLL_MS) {
     this.timer = setInterval(() => this.refresh(), pollMs);
@@ -40,9 +42,11 @@ export class RegistryWatcher implements vscode.Disposable {
   get dir(): string { return registryDir(process.env, undefined, readSettings().registryDir); }
 
   refresh(): Session[] {
-    const files = readRegistry(this.dir).sessions;
-    this.current = this.fromCli.length ? mergeSessions(files, this.fromCli) : files;
-    const sig = JSON.stringify(this.current.map((s) => [s.entry.session_id, s.entry.state, s.ranks.map((r) => [r.rank, r.pid, r.state, r.attach_count, r.refused_count])]));
+    const read = readRegistry(this.dir);
+    this.rootProblem = read.refused;
+    this.current = this.fromCli.length ? mergeSessions(read.sessions, this.fromCli) : read.sessions;
+    const sig = JSON.stringify([this.rootProblem, this.current.map((s) => [s.entry.session_id, s.entry.state, s.entry.verified,
+      s.ranks.map((r) => [r.rank, r.pid, r.state, r.attach_count, r.refused_count, r.verified])])]);
     if (sig !== this.last) { this.last = sig; this.changed.fire(this.current); }
     return this.current;
   }

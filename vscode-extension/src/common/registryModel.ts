@@ -15,6 +15,8 @@ export interface SessionEntry {
   exit_code?: number | null; state: SessionState;
   /** Which listing found it (`rtdebug ps --json`: "local", a c10d store, a Ray cluster); absent = this machine's files. */
   source?: string;
+  /** `rtdebug ps --json`: false for a remote entry no job secret here verifies (anyone who can write that store could have). */
+  verified?: boolean;
 }
 
 export interface RankEntry {
@@ -26,7 +28,12 @@ export interface RankEntry {
   refused_count?: number;
   /** Store view and Ray workers: the rank's node (where a client reaches it). */
   node_ip?: string; hostname?: string;
+  /** `rtdebug ps --json`: false for a remote entry no job secret here verifies. */
+  verified?: boolean;
 }
+
+/** An entry a remote listing could not verify (this machine's files are always trusted: the root is the owner's alone). */
+export const isUnverified = (e: { verified?: boolean }): boolean => e.verified === false;
 
 export interface Session { entry: SessionEntry; ranks: RankEntry[] }
 

@@ -6,7 +6,7 @@ import { rankEndpoint, toRankDebugConfig } from '../../src/common/attachConfig';
 import { AttachInfo } from '../../src/common/harnessCli';
 import { readRegistry } from '../../src/common/registryReader';
 import { rankPickItems, statusText } from '../../src/common/quickPickItems';
-import { FIXTURES } from './helpers';
+import { FIXTURES, fixtureRegistry } from './helpers';
 
 const info: AttachInfo = {
   session_id: 's1', rank: 1, host: '127.0.0.1', port: 5679,
@@ -41,7 +41,7 @@ test('connect falls back to the host/port fields when the configuration lacks it
 });
 
 test('quick pick rows: one per live rank, with host:port and state', () => {
-  const { sessions } = readRegistry(path.join(FIXTURES, 'registry'), (pid) => pid !== 2001);
+  const { sessions } = readRegistry(fixtureRegistry(), (pid) => pid !== 2001);
   const items = rankPickItems(sessions);
   assert.equal(items.length, 2);
   assert.match(items[0].label, /rank 0/);
@@ -53,7 +53,7 @@ test('quick pick rows: one per live rank, with host:port and state', () => {
 });
 
 test('status bar text: attached/live, hidden when nothing is live', () => {
-  const { sessions } = readRegistry(path.join(FIXTURES, 'registry'), (pid) => pid !== 2001);
+  const { sessions } = readRegistry(fixtureRegistry(), (pid) => pid !== 2001);
   assert.equal(statusText(sessions, 1)?.text, '$(debug) rtdebug 1/2');
   assert.match(statusText(sessions, 0)?.tooltip ?? '', /2 live rank\(s\) in 1 session\(s\) \(s1\), 0 attached/);
   assert.equal(statusText([], 0), undefined);

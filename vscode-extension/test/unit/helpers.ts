@@ -16,6 +16,16 @@ export function copyDir(src: string, dst: string): void {
   fs.cpSync(src, dst, { recursive: true });
 }
 
+/**
+ * A private copy of test/fixtures/registry (mkdtemp: mode 0700, ours), since the reader, like the harness,
+ * refuses a registry root that other users can read — as a checkout's 0755 fixture directory is.
+ */
+export function fixtureRegistry(): string {
+  const dir = tmpDir();
+  copyDir(path.join(FIXTURES, 'registry'), dir);
+  return dir;
+}
+
 /** The Python interpreter that has the harness installed (CI passes RTDEBUG_PYTHON). */
 export function harnessPython(): string | undefined {
   const p = process.env.RTDEBUG_PYTHON ?? path.join(REPO_ROOT, '.venv', 'bin', 'python');
