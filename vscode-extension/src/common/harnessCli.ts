@@ -1,6 +1,7 @@
 import { execFile, ExecFileOptions } from 'child_process';
 import { neutralCwd } from './cliPaths';
 import { GeneratedConfigs, parseGenerated } from './launchFiles';
+import { FlagCache, rejectedFlag, VERSION_PROBE } from './pythonFlags';
 
 /** Runs `<python> -m <module> <args>` and turns its failures into one clear sentence. */
 export class HarnessCliError extends Error {}
@@ -27,26 +28,39 @@ export function cliExecOptions(cmd: HarnessCommand, timeoutMs: number): ExecFile
   return { cwd: neutralCwd(), env: cmd.env ?? process.env, timeout: timeoutMs, maxBuffer: 8 << 20 };
 }
 
-export function runHarness(cmd: HarnessCommand, args: string[], timeoutMs = 60000): Promise<string> {
-  return new Promise((resolve, reject) => {
-    execFile(cmd.python, ['-m', cmd.module, ...args], { ...cliExecOptions(cmd, timeoutMs), encoding: 'utf8' }, (err, stdout, stderr) => {
-      if (!err) return resolve(stdout);
-      reject(new HarnessCliError(describeFailure(cmd, args, err, stderr)));
-    });
+/** `-P` where the interpreter has it (pythonFlags.ts): probed once per interpreter, in the neutral cwd. */
+export const interpreterFlags = new FlagCache((python) => new Promise((resolve, reject) => {
+  execFile(python, VERSION_PROBE, { cwd: neutralCwd(), env: process.env, timeout: 15000, encoding: 'utf8' }, (err, out) => (err ? reject(err) : resolve(out)));
+}));
+
+/** Runs `<python> <flags> <argv>` in the neutral cwd; an interpreter that rejects a flag is run again without. */
+function execCli(cmd: HarnessCommand, argv: string[], timeoutMs: number, cache = interpreterFlags): Promise<{ err: ExecError | null; stdout: string; stderr: string }> {
+  const once = (flags: string[]) => new Promise<{ err: ExecError | null; stdout: string; stderr: string }>((resolve) => {
+    execFile(cmd.python, [...flags, ...argv], { ...cliExecOptions(cmd, timeoutMs), encoding: 'utf8' }, (err, stdout, stderr) => resolve({ err, stdout, stderr }));
   });
+  return cache.flags(cmd.python).then(async (flags) => {
+    const r = await once(flags);
+    if (!r.err || !flags.length || !rejectedFlag(r.stderr)) return r;
+    cache.forget(cmd.python);
+    return once([]);
+  });
+}
+
+type ExecError = { code?: string | number | null; killed?: boolean; message: string };
+
+export async function runHarness(cmd: HarnessCommand, args: string[], timeoutMs = 60000): Promise<string> {
+  const { err, stdout, stderr } = await execCli(cmd, ['-m', cmd.module, ...args], timeoutMs);
+  if (err) throw new HarnessCliError(describeFailure(cmd, args, err, stderr));
+  return stdout;
 }
 
 /** Fails with a clear message unless `python` can import the module (`python -c "import <module>"`). */
-export function checkInstalled(cmd: HarnessCommand): Promise<void> {
-  return new Promise((resolve, reject) => {
-    execFile(cmd.python, ['-c', `import ${cmd.module}`], { ...cliExecOptions(cmd, 30000), encoding: 'utf8' }, (err, _out, stderr) => {
-      if (!err) return resolve();
-      reject(new HarnessCliError(describeFailure(cmd, [], err, stderr)));
-    });
-  });
+export async function checkInstalled(cmd: HarnessCommand): Promise<void> {
+  const { err, stderr } = await execCli(cmd, ['-c', `import ${cmd.module}`], 30000);
+  if (err) throw new HarnessCliError(describeFailure(cmd, [], err, stderr));
 }
 
-export function describeFailure(cmd: HarnessCommand, args: string[], err: { code?: string | number | null; killed?: boolean; message: string }, stderr: string): string {
+export function describeFailure(cmd: HarnessCommand, args: string[], err: ExecError, stderr: string): string {
   const what = `${cmd.python} -m ${cmd.module} ${args[0] ?? ''}`.trim();
   if (err.code === 'ENOENT') return `Python interpreter not found: ${cmd.python}. Set "rtdebug.pythonPath" or select an interpreter.`;
   if (/No module named/.test(stderr) && stderr.includes(cmd.module)) {
