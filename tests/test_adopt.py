@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -247,6 +248,14 @@ def test_choose_and_refusal_lines():
     assert inject.ptrace_denied(1, scope=1, cap=True) is None
     assert "= 3" in (inject.ptrace_denied(1, scope=3, cap=True) or "")
     assert inject.c_string('a"b\\c\nd') == '"a\\"b\\\\c\\nd"'
+    script = inject.gdb_script('print("x")')
+    assert script.count('"print(\\"x\\")"') == 2 and [line.strip() for line in script.splitlines()].count("end") == 2
+    if shutil.which("gdb"):  # the whole if/else block parses (gdb reads it before running any of it)
+        probe = script.replace("set $init = (int)Py_IsInitialized()", "set $init = 0")
+        path = Path(tempfile.mkdtemp()) / "probe.gdb"
+        path.write_text(probe)
+        out = subprocess.run(["gdb", "-nx", "--batch", "-x", str(path)], capture_output=True, text=True)
+        assert "RTDEBUG_NOT_INITIALIZED" in out.stdout, out.stdout + out.stderr
 
 
 def test_one_rank_failing_undoes_the_others(plain, registry_dir, port_base, monkeypatch, capsys):

@@ -132,7 +132,10 @@ def adopt(pid: int | None, base: int, host: str, allow: str, as_json: bool) -> i
         if bad:
             _undo(reg, sid, job, tmp, method, [p for p in answers if p not in bad])
             pid0, a = next(iter(bad.items()))
-            raise HarnessError(f"cannot adopt pid {pid0}: {a.get('error') or a.get('status')}; nothing was changed")
+            why = a.get("error") or a.get("status")
+            if a.get("status") == "already":  # adopted through another registry ($RTDEBUG_REGISTRY_DIR)
+                why = f"it was adopted already, as session {a.get('session_id')} of another registry"
+            raise HarnessError(f"cannot adopt pid {pid0}: {why}; nothing was changed")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     timeouts = [a["pg_timeout_s"] for a in answers.values() if a.get("pg_timeout_s")]

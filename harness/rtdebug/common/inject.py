@@ -164,14 +164,24 @@ def _pending(t: ptrace.Tracee, addr: dict[str, int], data: bytes) -> bool:
     return True
 
 
-def _via_gdb(pid: int, code: str) -> bool:
-    script = (
-        "set $init = (int)Py_IsInitialized()\nif $init\n  set $g = (int)PyGILState_Ensure()\n"
-        f"  set $r = (int)PyRun_SimpleString({c_string(code)})\n  call (void)PyGILState_Release($g)\n"
-        '  printf "RTDEBUG_RESULT %d\\n", $r\nelse\n  printf "RTDEBUG_NOT_INITIALIZED\\n"\nend\n'
+def gdb_script(code: str) -> str:
+    """The gdb commands (see the module docstring): queued as a pending call when the thread holds the GIL,
+    run under ``PyGILState_Ensure`` when it has released it. gdb copies each string literal into the
+    process (with its ``malloc``), where a queued one stays until it has run."""
+    c = c_string(code)
+    return (
+        "set $init = (int)Py_IsInitialized()\nif $init\n  if (int)PyGILState_Check()\n"
+        f"    set $r = (int)Py_AddPendingCall((void*)PyRun_SimpleString, {c})\n"
+        '    printf "RTDEBUG_QUEUED %d\\n", $r\n  else\n    set $g = (int)PyGILState_Ensure()\n'
+        f"    set $r = (int)PyRun_SimpleString({c})\n    call (void)PyGILState_Release($g)\n"
+        '    printf "RTDEBUG_RESULT %d\\n", $r\n  end\nelse\n  printf "RTDEBUG_NOT_INITIALIZED\\n"\nend\n'
     )
+
+
+def _via_gdb(pid: int, code: str) -> bool:
+    """Untested on this project's machines: their gdb 13 cannot restore registers there (``ptrace`` module)."""
     with tempfile.NamedTemporaryFile("w", suffix=".gdb", delete=False) as f:
-        f.write(script)
+        f.write(gdb_script(code))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONIOENCODING")}
     opts = ["-iex", "set debuginfod enabled off", "-ex", "set scheduler-locking off"]
     try:
@@ -181,6 +191,8 @@ def _via_gdb(pid: int, code: str) -> bool:
         )  # fmt: skip
     finally:
         os.unlink(f.name)
+    if "RTDEBUG_QUEUED 0" in out.stdout:
+        return True
     if "RTDEBUG_RESULT" not in out.stdout:
         last = (out.stderr.strip().splitlines() or ["no output"])[-1]
         raise HarnessError(f"pid {pid}: gdb could not run code in it: {last}")
