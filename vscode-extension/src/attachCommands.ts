@@ -2,6 +2,7 @@ import * as vscode from 'vscode';
 import { DEBUG_TYPE, ENTRY_PREFIX, Gated } from './constants';
 import { parseAttachUri } from './common/attachUri';
 import { rankPickItems } from './common/quickPickItems';
+import { AttachDeclinedError } from './common/remoteAttach';
 import { AttachService } from './attachService';
 import { RegistryWatcher } from './registryWatcher';
 import { ensureTrusted } from './workspaceTrust';
@@ -60,6 +61,9 @@ export class AttachCommands {
   }
 
   private async run(f: () => Promise<void>): Promise<void> {
-    try { await f(); } catch (e) { void vscode.window.showErrorMessage(`rtdebug: ${(e as Error).message}`); }
+    try { await f(); } catch (e) {
+      if (e instanceof AttachDeclinedError) return; // the user said no to the host: nothing to report
+      void vscode.window.showErrorMessage(`rtdebug: ${(e as Error).message}`);
+    }
   }
 }

@@ -2,12 +2,14 @@ import * as vscode from 'vscode';
 import { DEBUGPY_EXTENSION_ID } from './constants';
 import { RankDebugConfig, RankRef, rankEndpoint, toRankDebugConfig } from './common/attachConfig';
 import { attachInfo, HarnessCommand } from './common/harnessCli';
+import { AttachDeclinedError, hostPrompt } from './common/remoteAttach';
 
 /**
  * Starts and tracks the per-rank debug sessions. The attach configuration comes from the harness
  * (`python -m rtdebug attach --json`); `toRankDebugConfig` only picks the session type: stock `debugpy`
  * when the Python Debugger is installed, else our own type served by DebugAdapterServer. Sessions started
- * from the generated debugpy configs are recognised by their endpoint (`byEndpoint`).
+ * from the generated debugpy configs are recognised by their endpoint (`byEndpoint`). A rank on another
+ * machine, or an unverified entry, is connected only after the user confirms its host (common/remoteAttach.ts).
  */
 export class AttachService implements vscode.Disposable {
   private sessions = new Map<string, vscode.DebugSession>();
@@ -15,6 +17,8 @@ export class AttachService implements vscode.Disposable {
   private changed = new vscode.EventEmitter<void>();
   readonly onDidChange = this.changed.event;
   private subs: vscode.Disposable[] = [];
+  /** The user's answers to hostPrompt, by its key, for this window's lifetime. */
+  private decisions = new Map<string, Promise<boolean>>();
 
   constructor(private harness: () => Promise<HarnessCommand>, private byEndpoint: (ep: { host: string; port: number }) => RankRef | undefined = () => undefined) {
     this.subs.push(
@@ -53,13 +57,29 @@ export class AttachService implements vscode.Disposable {
 
   useDebugpy(): boolean { return !!vscode.extensions.getExtension(DEBUGPY_EXTENSION_ID); }
 
-  async configFor(session: string | undefined, rank: number): Promise<RankDebugConfig> {
-    return toRankDebugConfig(await attachInfo(await this.harness(), rank, session), this.useDebugpy());
+  /**
+   * The debug configuration for one rank, once its host is confirmed where it has to be; throws
+   * AttachDeclinedError when the user does not. `rememberDecline`: an "all ranks" session does not ask
+   * again about a host the user declined (its ranks are retried every second); an explicit attach does.
+   */
+  async configFor(session: string | undefined, rank: number, rememberDecline = false): Promise<RankDebugConfig> {
+    const info = await attachInfo(await this.harness(), rank, session);
+    const p = hostPrompt(info);
+    if (p) {
+      let d = this.decisions.get(p.key);
+      if (d && !rememberDecline && !(await d)) d = undefined;
+      if (!d) {
+        d = Promise.resolve(vscode.window.showWarningMessage(p.message, { modal: true, detail: p.detail }, p.confirm)).then((c) => c === p.confirm);
+        this.decisions.set(p.key, d);
+      }
+      if (!(await d)) throw new AttachDeclinedError(p.declined);
+    }
+    return toRankDebugConfig(info, this.useDebugpy());
   }
 
   /** Attach one rank; with a parent, the child is shown under it in the Call Stack view. */
   async attach(session: string | undefined, rank: number, parent?: vscode.DebugSession): Promise<void> {
-    const config = await this.configFor(session, rank);
+    const config = await this.configFor(session, rank, !!parent);
     if (this.isAttached(config.rtdebugRank.session, rank)) return;
     const folder = parent?.workspaceFolder ?? vscode.workspace.workspaceFolders?.[0];
     const ok = await vscode.debug.startDebugging(folder, config, parent ? { parentSession: parent, compact: false, lifecycleManagedByParent: false } : undefined);

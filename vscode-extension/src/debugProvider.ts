@@ -5,6 +5,7 @@ import { DEBUG_TYPE, ENTRY_PREFIX, Gated } from './constants';
 import { rankEndpoint } from './common/attachConfig';
 import { absoluteFrom } from './common/cliPaths';
 import { checkInstalled } from './common/harnessCli';
+import { AttachDeclinedError } from './common/remoteAttach';
 import { trustGate } from './common/trustGate';
 import { AttachService } from './attachService';
 import { resolvePython } from './interpreter';
@@ -50,7 +51,7 @@ export class RtdebugConfigurationProvider implements vscode.DebugConfigurationPr
       try {
         return { ...(await this.attach.configFor(config.session, rank)), ...(config.justMyCode !== undefined ? { justMyCode: config.justMyCode } : {}) };
       } catch (e) {
-        return fail((e as Error).message);
+        return e instanceof AttachDeclinedError ? undefined : fail((e as Error).message);
       }
     }
     const s = readSettings(folder?.uri);

@@ -1,6 +1,7 @@
 import * as vscode from 'vscode';
 import { Gated, Views } from './constants';
 import { runHarness } from './common/harnessCli';
+import { AttachDeclinedError } from './common/remoteAttach';
 import { parseStacks } from './common/stacksModel';
 import { AttachService } from './attachService';
 import { AllStopController } from './allStopController';
@@ -90,6 +91,7 @@ export class RankCommands {
 export async function guard(f: () => Promise<void>, log?: vscode.OutputChannel): Promise<void> {
   try { await f(); } catch (e) {
     log?.appendLine(`rtdebug: ${(e as Error).message}`);
+    if (e instanceof AttachDeclinedError) return; // the user's own answer: logged, not shown back
     void vscode.window.showErrorMessage(`rtdebug: ${(e as Error).message}`);
   }
 }

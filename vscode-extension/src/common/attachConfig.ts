@@ -18,15 +18,19 @@ export function rankSessionName(session: string, rank: number): string {
   return `${ENTRY_PREFIX}rank ${rank} (${session})`;
 }
 
+/** Where the debug session for `info` connects: the configuration's `connect`, else the host/port fields. */
+export function connectEndpoint(info: AttachInfo): { host: string; port: number } {
+  const connect = (info.configuration.connect as { host?: string; port?: number } | undefined) ?? {};
+  return { host: connect.host ?? info.host, port: connect.port ?? info.port };
+}
+
 export function toRankDebugConfig(info: AttachInfo, useDebugpy: boolean): RankDebugConfig {
-  const base = info.configuration;
-  const connect = (base.connect as { host?: string; port?: number } | undefined) ?? {};
   return {
-    ...base,
+    ...info.configuration,
     type: useDebugpy ? DEBUGPY_TYPE : DEBUG_TYPE,
     request: 'attach',
     name: rankSessionName(info.session_id, info.rank),
-    connect: { host: connect.host ?? info.host, port: connect.port ?? info.port },
+    connect: connectEndpoint(info),
     rtdebugRank: { session: info.session_id, rank: info.rank },
   };
 }
@@ -39,6 +43,11 @@ export function rankEndpoint(config: Record<string, unknown>): { host: string; p
 }
 
 const LOCAL = new Set(['127.0.0.1', 'localhost', '0.0.0.0', '::1', '::', '']);
+
+/** A host that is this machine for sure without asking the harness: loopback or the wildcard address. */
+export function isLoopbackHost(host: string): boolean {
+  return LOCAL.has(host) || /^127\.\d+\.\d+\.\d+$/.test(host);
+}
 
 /**
  * Which registry rank a debug session talks to, for sessions started from the generated `"type": "debugpy"`

@@ -18,9 +18,13 @@ export interface GenerateOptions {
   portBase?: number; wait?: string; python?: string;
 }
 
-/** What `attach --json` prints. */
+/**
+ * What `attach --json` prints. `verified`: false for a remote entry no job secret here verifies; `local`:
+ * whether the host is this machine (both absent from older harnesses: see common/remoteAttach.ts).
+ */
 export interface AttachInfo {
   session_id: string; rank: number; host: string; port: number; configuration: Record<string, unknown>;
+  verified?: boolean; local?: boolean;
 }
 
 /** The options of every CLI process: the neutral cwd, the harness environment, a timeout. */

@@ -1,4 +1,5 @@
 import { RankEntry, Session, isAttachable } from './registryModel';
+import { AttachDeclinedError } from './remoteAttach';
 
 /**
  * The logic behind one "all ranks" parent debug session: optionally start the job, wait until the wanted
@@ -83,7 +84,8 @@ export class RankGroup {
     this.attached.add(key);
     this.deps.log(`rtdebug: attaching to rank ${r.rank} at ${r.host}:${r.port} (session ${r.session_id})`);
     try { await this.deps.attach(r.session_id, r); } catch (e) {
-      this.attached.delete(key);
+      // a host the user declined stays unattached: not retried (and not asked about again)
+      if (!(e instanceof AttachDeclinedError)) this.attached.delete(key);
       this.deps.log(`rtdebug: attach to rank ${r.rank} failed: ${(e as Error).message}`);
     }
   }
