@@ -1,7 +1,7 @@
 import * as vscode from 'vscode';
 import { DEBUG_TYPE, ENTRY_PREFIX, Gated } from './constants';
 import { parseAttachUri } from './common/attachUri';
-import { rankPickItems } from './common/quickPickItems';
+import { implicitSession, rankPickItems, sessionPickItems } from './common/quickPickItems';
 import { AttachDeclinedError } from './common/remoteAttach';
 import { AttachService } from './attachService';
 import { RegistryWatcher } from './registryWatcher';
@@ -37,13 +37,12 @@ export class AttachCommands {
     if (!session) {
       const sessions = this.registry.refresh();
       if (!sessions.length) return void vscode.window.showWarningMessage(`rtdebug: no live rtdebug session in ${this.registry.dir}. Start a job with \`rtdebug torchrun …\` first.`);
-      if (sessions.length > 1) {
-        const pick = await vscode.window.showQuickPick(sessions.map((s) => ({
-          label: s.entry.session_id, description: `${s.entry.mode} ${s.entry.script}`, detail: `${s.ranks.length} live rank(s)`,
-        })), { title: 'rtdebug: attach to all ranks of…' });
+      session = implicitSession(sessions)?.entry.session_id;
+      if (!session) { // several, or only an unverified one: the user chooses
+        const pick = await vscode.window.showQuickPick(sessionPickItems(sessions), { title: 'rtdebug: attach to all ranks of…' });
         if (!pick) return;
         session = pick.label;
-      } else session = sessions[0].entry.session_id;
+      }
     }
     const folder = vscode.workspace.workspaceFolders?.[0];
     await this.run(async () => {

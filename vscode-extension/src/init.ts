@@ -33,15 +33,15 @@ export function registerAll(context: vscode.ExtensionContext): void {
   const evalDocs = new EvalDocuments();
   const evaluate = new EvaluateCommand(attach, states, evalDocs, rankCommands);
   const ranksTree = vscode.window.createTreeView(Views.ranks, { treeDataProvider: ranksView, showCollapseAll: false });
-  const showRootProblem = () => { ranksTree.message = registry.rootProblem ? `rtdebug: ${registry.rootProblem}` : undefined; };
-  showRootProblem();
+  const showViewMessage = () => { ranksTree.message = registry.viewMessage; };
+  showViewMessage();
   const setAllStopKey = () => void vscode.commands.executeCommand('setContext', ContextKeys.allStop, readSettings().allStop);
   setAllStopKey();
   const reg = vscode.commands.registerCommand;
   context.subscriptions.push(
     registry, attach, log, allStop, ranksView, stacksView,
     new RankStatusBar(registry, attach),
-    ranksTree, registry.onDidChange(showRootProblem),
+    ranksTree, registry.onDidChange(showViewMessage),
     vscode.window.createTreeView(Views.stacks, { treeDataProvider: stacksView, showCollapseAll: true }),
     vscode.workspace.registerTextDocumentContentProvider(EVAL_SCHEME, evalDocs),
     vscode.workspace.onDidChangeConfiguration((e) => { if (e.affectsConfiguration('rtdebug.allStop')) setAllStopKey(); }),

@@ -2,6 +2,7 @@ import * as vscode from 'vscode';
 import { CLI_POLL_MS, Gated, REGISTRY_POLL_MS } from './constants';
 import { runHarness } from './common/harnessCli';
 import { cliPoll, CliRankSource, mergeSessions } from './common/rankSource';
+import { ranksViewMessage } from './common/ranksTree';
 import { registryDir } from './common/registryPaths';
 import { findSession, readRegistry } from './common/registryReader';
 import { Session } from './common/registryModel';
@@ -29,6 +30,8 @@ export class RegistryWatcher implements vscode.Disposable {
   private cli = new CliRankSource(async () => runHarness(await currentHarness(Gated.listing), ['ps', '--json'], 30000));
   /** The last CLI listing error (shown in the view's message), cleared by a good read. */
   cliError: string | undefined;
+  /** What the Ranks view says above its rows: the refused root, else the remote entries `ps` skipped. */
+  get viewMessage(): string | undefined { return ranksViewMessage(this.rootProblem, this.cli.skipped); }
   /** Why this machine's registry root is refused (not the owner's alone), in the harness's words; shown as the view's message. */
   rootProblem: string | undefined;
 
@@ -45,7 +48,7 @@ export class RegistryWatcher implements vscode.Disposable {
     const read = readRegistry(this.dir);
     this.rootProblem = read.refused;
     this.current = this.fromCli.length ? mergeSessions(read.sessions, this.fromCli) : read.sessions;
-    const sig = JSON.stringify([this.rootProblem, this.current.map((s) => [s.entry.session_id, s.entry.state, s.entry.verified,
+    const sig = JSON.stringify([this.rootProblem, this.viewMessage, this.current.map((s) => [s.entry.session_id, s.entry.state, s.entry.verified,
       s.ranks.map((r) => [r.rank, r.pid, r.state, r.attach_count, r.refused_count, r.verified])])]);
     if (sig !== this.last) { this.last = sig; this.changed.fire(this.current); }
     return this.current;
@@ -56,7 +59,7 @@ export class RegistryWatcher implements vscode.Disposable {
     const decision = cliPoll(readSettings().listing, process.env, workspaceTrusted(), force);
     if (decision === 'untrusted') this.cliError = untrustedMessage(Gated.listing);
     if (this.cliBusy || decision !== 'poll') {
-      if (this.fromCli.length && decision !== 'poll') { this.fromCli = []; this.refresh(); }
+      if ((this.fromCli.length || this.cli.skipped.length) && decision !== 'poll') { this.fromCli = []; this.cli.skipped = []; this.refresh(); }
       return;
     }
     this.cliBusy = true;

@@ -21,9 +21,29 @@ export class FileRankSource implements RankSource {
 
 export class CliRankSource implements RankSource {
   readonly label = 'rtdebug ps --json';
+  /** The remote entries the last listing skipped (not valid records), one line each. */
+  skipped: string[] = [];
   /** `run` returns the stdout of `<python> -m <harness> ps --json`. */
   constructor(private run: () => Promise<string>) {}
-  async read(): Promise<Session[]> { return parsePsJson(await this.run()); }
+  async read(): Promise<Session[]> {
+    const text = await this.run();
+    const sessions = parsePsJson(text);
+    this.skipped = psSkipped(text);
+    return sessions;
+  }
+}
+
+/**
+ * `ps --json`'s `skipped` list (remote entries that are not valid records: junk in the store or the KV) as
+ * the harness words them (`rtdebug: warning: skipped <source> entry '<key>': <why>`).
+ */
+export function psSkipped(text: string): string[] {
+  let v: unknown;
+  try { v = JSON.parse(text); } catch { return []; }
+  const list = (v as { skipped?: unknown }).skipped;
+  if (!Array.isArray(list)) return [];
+  return list.filter((x): x is Record<string, unknown> => typeof x === 'object' && x !== null)
+    .map((x) => `rtdebug: warning: skipped ${String(x.source)} entry '${String(x.key).slice(0, 120)}': ${String(x.error)}`);
 }
 
 /**

@@ -1,5 +1,5 @@
 import { RankDebugInfo } from './rankDebugState';
-import { RankEntry, Session } from './registryModel';
+import { isUnverified, RankEntry, Session } from './registryModel';
 
 /**
  * Pure builders for the Ranks view rows: session → ranks, with a state a user can act on and text a
@@ -54,22 +54,29 @@ export function rankViewState(r: RankEntry, dbg: RankDebugInfo | undefined): { s
   return { state: 'ready', text: r.attach_count > 0 ? 'ready (detached)' : 'ready' };
 }
 
+/** Said of an unverified session or rank (a remote entry anyone who can write that store could have written). */
+export const UNVERIFIED_NOTE = 'unverified: no job secret here matches this entry, so anyone who can write the cluster store or Ray KV could have written it; never chosen by default, and its host is shown before connecting (RTDEBUG_JOB_SECRET verifies it)';
+
+/** A rank is unverified when its own entry is, or its session's is. */
+export const rankUnverified = (s: Session, r: RankEntry): boolean => isUnverified(r) || isUnverified(s.entry);
+
 export function sessionRow(s: Session): Row {
   const e = s.entry;
+  const unverified = isUnverified(e);
   const where = e.source && e.source !== 'local' ? e.source : `node ${e.node_rank ?? 0} · ${e.host}`;
   const maxNodes = Number(String(e.nnodes ?? '1').split(':').pop());
   const nnodes = maxNodes > 1 ? ` · ${e.nnodes} nodes` : '';
-  const desc = `${e.mode} ${basename(e.script)} · ${s.ranks.length} rank(s)${nnodes} · ${where} · ${e.state}`;
+  const desc = `${unverified ? 'unverified · ' : ''}${e.mode} ${basename(e.script)} · ${s.ranks.length} rank(s)${nnodes} · ${where} · ${e.state}`;
   return {
     id: `session:${e.session_id}`,
     label: e.session_id,
     description: desc,
-    tooltip: [`rtdebug session ${e.session_id} (${e.state})`, `${e.mode}: ${e.script}`, `launcher pid ${e.launcher_pid}, ports ${portRange(e.ports)}`,
+    tooltip: [`rtdebug session ${e.session_id} (${e.state})`, ...(unverified ? [UNVERIFIED_NOTE] : []), `${e.mode}: ${e.script}`, `launcher pid ${e.launcher_pid}, ports ${portRange(e.ports)}`,
       `${e.nproc_per_node} rank(s) per node, nnodes ${e.nnodes}`, `found by: ${e.source ?? 'registry files'}`].join('\n'),
     contextValue: 'rtdebugSession',
-    icon: e.state === 'orphaned' ? 'warning' : 'server-process',
-    color: e.state === 'orphaned' ? 'charts.orange' : undefined,
-    accessibilityLabel: `rtdebug session ${e.session_id}, ${e.mode} ${basename(e.script)}, ${s.ranks.length} ranks, ${e.state}`,
+    icon: unverified ? 'unverified' : e.state === 'orphaned' ? 'warning' : 'server-process',
+    color: unverified || e.state === 'orphaned' ? 'charts.orange' : undefined,
+    accessibilityLabel: `rtdebug session ${e.session_id}${unverified ? ', unverified' : ''}, ${e.mode} ${basename(e.script)}, ${s.ranks.length} ranks, ${e.state}`,
   };
 }
 
@@ -79,20 +86,32 @@ export function rankRow(s: Session, r: RankEntry, dbg: RankDebugInfo | undefined
   const ours = dbg ? '.attached' : '';
   const refused = r.refused_count ? ` · ${r.refused_count} refused` : '';
   const node = r.hostname || r.node_ip ? ` · on ${r.hostname || r.node_ip}` : '';
+  const unverified = rankUnverified(s, r);
   return {
     id: `rank:${s.entry.session_id}/${r.rank}`,
     label: `rank ${r.rank}`,
-    description: `${v.text} · local ${r.local_rank} · ${r.host}:${r.port} · pid ${r.pid}${node}${refused}`,
-    tooltip: [`rank ${r.rank} of ${r.world_size} (local rank ${r.local_rank}, node ${r.node_rank})`, `state: ${v.text}`,
+    description: `${unverified ? 'unverified · ' : ''}${v.text} · local ${r.local_rank} · ${r.host}:${r.port} · pid ${r.pid}${node}${refused}`,
+    tooltip: [`rank ${r.rank} of ${r.world_size} (local rank ${r.local_rank}, node ${r.node_rank})`, ...(unverified ? [UNVERIFIED_NOTE] : []), `state: ${v.text}`,
       `debug endpoint ${r.host}:${r.port}, pid ${r.pid}${node ? `, node ${r.hostname ?? ''} ${r.node_ip ?? ''}`.trimEnd() : ''}`, `session ${s.entry.session_id}`,
       ...(r.refused_count ? [`${r.refused_count} connection(s) refused by the endpoint's access rule`] : [])].join('\n'),
     contextValue: `rtdebugRank.${v.state}${ours}`,
     icon, color,
-    accessibilityLabel: `rank ${r.rank}, ${v.text}, local rank ${r.local_rank}, endpoint ${r.host} port ${r.port}, process ${r.pid}`,
+    accessibilityLabel: `rank ${r.rank}${unverified ? ', unverified' : ''}, ${v.text}, local rank ${r.local_rank}, endpoint ${r.host} port ${r.port}, process ${r.pid}`,
   };
 }
 
 function portRange(ports: number[]): string {
   if (!ports.length) return 'none';
   return ports.length === 1 ? String(ports[0]) : `${ports[0]}-${ports[ports.length - 1]}`;
+}
+
+/**
+ * The line above the Ranks view's rows: a refused registry root (the harness's words: nothing is listed
+ * from it), else how many remote entries `rtdebug ps` skipped as junk, and the first of them.
+ */
+export function ranksViewMessage(rootProblem: string | undefined, skipped: string[]): string | undefined {
+  if (rootProblem) return `rtdebug: ${rootProblem}`;
+  const n = skipped.length;
+  if (!n) return undefined;
+  return `rtdebug ps skipped ${n === 1 ? 'a remote entry that is' : `${n} remote entries that are`} not a valid record: ${skipped[0].replace(/^rtdebug: warning: skipped /, '')}`;
 }

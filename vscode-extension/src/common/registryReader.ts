@@ -1,7 +1,7 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import { isProcessLive, LivenessCheck } from './processLiveness';
-import { parseRankEntry, parseSessionEntry, RankEntry, Session } from './registryModel';
+import { isUnverified, parseRankEntry, parseSessionEntry, RankEntry, Session } from './registryModel';
 import { checkRoot, validSessionId } from './registryPaths';
 
 /** `refused`: the root is not the owner's alone (checkRoot); then it is the one problem and nothing is listed. */
@@ -71,7 +71,10 @@ function readRanks(sdir: string, sessionId: string, live: LivenessCheck, problem
   return ranks.sort((a, b) => a.rank - b.rank);
 }
 
-/** The session with this id, or the newest live one when `id` is empty. */
+/**
+ * The session with this id, or, when `id` is empty, the newest live one that is not an unverified remote
+ * entry (those are never the default: a forged entry with a late started_at must not win).
+ */
 export function findSession(sessions: Session[], id?: string): Session | undefined {
-  return id ? sessions.find((s) => s.entry.session_id === id) : sessions[0];
+  return id ? sessions.find((s) => s.entry.session_id === id) : sessions.find((s) => !isUnverified(s.entry));
 }
