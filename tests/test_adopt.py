@@ -119,7 +119,7 @@ def test_adopt_stop_in_each_rank_twice_is_noop_then_detach(plain, registry_dir, 
     r = adopt(str(job.agent().pid), "--debug-port-base", str(port_base))
     assert r.returncode == 0, r.stderr
     attachable_s = time.monotonic() - t0
-    assert "adopted torchrun pid" in r.stdout and "cannot be raised" in r.stdout, r.stdout
+    assert "adopted torchrun pid" in r.stdout and "timeout is 1800 s; it cannot be raised now" in r.stdout, r.stdout
     sid = _session(registry_dir)
     session = json.loads((registry_dir / sid / "session.json").read_text())
     assert session["mode"] == "adopted" and session["launcher_pid"] == job.agent().pid
@@ -422,12 +422,12 @@ def test_detach_while_a_client_holds_a_rank_stopped(plain, registry_dir, port_ba
 
 def _schema_problems(session: dict, ranks: dict) -> None:
     """Adopted entries differ from the registry schema only where the schema has not caught up yet:
-    mode "adopted" and the session's pg_timeout_s (registry/registry.schema.json is not ours to edit)."""
+    mode "adopted", the session's pg_timeout_s and nccl_heartbeat_s (registry.schema.json is not ours to edit)."""
     jsonschema = pytest.importorskip("jsonschema")
     schema = json.loads((ROOT / "harness/rtdebug/registry/registry.schema.json").read_text())
     defs = schema.get("$defs", {})
     for entry, name in [(session, "session"), *[(r, "rank") for r in ranks.values()]]:
         sub = dict(defs[name], **{"$defs": defs})
         errors = [e.message for e in jsonschema.Draft202012Validator(sub).iter_errors(entry)]
-        allowed = ("'adopted' is not one of", "('pg_timeout_s' was unexpected)")
+        allowed = ("'adopted' is not one of", "('nccl_heartbeat_s', 'pg_timeout_s' were unexpected)")
         assert all(any(a in e for a in allowed) for e in errors), errors

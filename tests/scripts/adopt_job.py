@@ -15,8 +15,11 @@ import torch
 import torch.distributed as dist
 
 
-def step(t: torch.Tensor) -> None:
+def step(t: torch.Tensor, stop: bool) -> bool:
+    """One all_reduce; its last element carries "stop" so that every rank leaves the loop at the same step."""
+    t[-1] = float(stop)
     dist.all_reduce(t)
+    return bool(t[-1].item() > 0)
 
 
 def wait_quietly(control: Path) -> None:
@@ -31,13 +34,14 @@ def main() -> None:
     hang = os.environ.get("ADOPT_HANG") == "1"
     print(f"job rank {dist.get_rank()} pid {os.getpid()} running", flush=True)
     n = 0
-    while not control.exists():
+    while True:
         rank = dist.get_rank()
         n += 1  # BREAKPOINT: step
         if hang and rank == 1 and n == 5:
             wait_quietly(control)  # skips the collective: rank 0 waits in all_reduce
             break
-        step(torch.ones(4) * rank)
+        if step(torch.ones(5) * rank, control.exists()):
+            break
         time.sleep(0.02)
     print(f"job rank {dist.get_rank()} done after {n} steps", flush=True)
     if not hang:

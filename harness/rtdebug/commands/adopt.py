@@ -67,7 +67,7 @@ def _session(sid: str, job: jobs.Job, host: str, base: int, ports: list[int], me
     e = session_entry(
         sid, "adopted", script=job.script, nnodes="1", nproc_per_node=len(job.ranks), host=host, port_base=base,
         ports=ports, agent_pid=job.agent_pid, agent_create_time=job.agent_create_time,
-        pg_timeout_s=job.pg_timeout_s(),
+        pg_timeout_s=None, nccl_heartbeat_s=job.heartbeat_s(),
     )  # fmt: skip
     # the job's agent stands for the launcher: liveness keeps the session live exactly while the job runs
     e.update(launcher_pid=job.agent_pid, launcher_create_time=job.agent_create_time)
@@ -163,12 +163,23 @@ def _print(session: dict[str, Any], reg: Registry, as_json: bool, note: str | No
     else:
         print(f"rtdebug: session {sid} adopted torchrun pid {session['agent_pid']} ({len(ranks)} local ranks, "
               f"{session['script']}) in {took:.2f} s")  # fmt: skip
-    timeout = session.get("pg_timeout_s")
-    if timeout:
-        print(f"rtdebug: warning: this job's process-group timeout is {timeout:g} s and cannot be raised now: "
-              f"a rank paused longer than that ends the job")  # fmt: skip
+    print(f"rtdebug: warning: {limits(session)}")
     print(format_table(ranks, sid))
     return 0
+
+
+def limits(session: dict[str, Any]) -> str:
+    """The adopted job's own time limits, fixed when it started: the line that warns about pausing."""
+    timeout = session.get("pg_timeout_s")
+    what = (
+        f"this job's process-group timeout is {timeout:g} s"
+        if timeout
+        else "this job's process-group timeout could not be read (no process group yet?); torch's default is "
+        "1800 s (gloo) or 600 s (NCCL)"
+    )
+    beat = session.get("nccl_heartbeat_s")
+    beat_line = f"; NCCL's heartbeat monitor ends a rank stuck {beat:g} s" if beat else ""
+    return f"{what}{beat_line}; it cannot be raised now: a rank paused longer than that ends the job"
 
 
 def detach(session_id: str) -> int:

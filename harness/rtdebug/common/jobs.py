@@ -17,7 +17,6 @@ from rtdebug.common.errors import HarnessError
 
 RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT")
 TIMEOUT_VARS = ("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "TORCH_NCCL_BLOCKING_WAIT", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
-DEFAULT_PG_TIMEOUT_S = 1800.0  # torch's default_pg_timeout (gloo; NCCL: 600 s), unless the script passed timeout=
 
 
 def environ(pid: int) -> dict[str, str]:
@@ -67,12 +66,10 @@ class Job:
     def running_s(self) -> float:
         return time.time() - self.agent_create_time
 
-    def pg_timeout_s(self) -> float:
-        """The process-group timeout the ranks run with as far as the environment tells (torch's default)."""
-        env = self.ranks[0].env if self.ranks else {}
-        if env.get("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "").isdigit():
-            return min(DEFAULT_PG_TIMEOUT_S, float(env["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"]))
-        return DEFAULT_PG_TIMEOUT_S
+    def heartbeat_s(self) -> float | None:
+        """NCCL's heartbeat monitor ends a rank whose watchdog is stuck this long (``TORCH_NCCL_*``), if set."""
+        value = (self.ranks[0].env if self.ranks else {}).get("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "")
+        return float(value) if value.isdigit() else None
 
     def describe(self) -> str:
         return f"pid {self.agent_pid}  {self.script}  {len(self.ranks)} ranks  running {_duration(self.running_s)}"

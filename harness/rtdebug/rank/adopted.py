@@ -72,10 +72,15 @@ def pg_timeout_s() -> float | None:
             return None
         import torch
 
-        backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
-        return float(backend.options._timeout.total_seconds())
+        group = dist.distributed_c10d._get_default_group()
     except Exception:
         return None
+    for device in ("cpu", "cuda"):  # gloo's backend, else NCCL's
+        try:
+            return float(group._get_backend(torch.device(device)).options._timeout.total_seconds())
+        except Exception:
+            continue
+    return None
 
 
 def adopt(spec: dict[str, Any]) -> dict[str, Any]:
