@@ -1,13 +1,22 @@
 """Run a small piece of Python in running processes, each with the GIL held: ``rtdebug adopt`` and its detach.
 
 How the GIL is taken (``ptrace`` and ``gdb``, Python 3.10-3.13): the process's main thread is stopped
-wherever it is and made to call ``PyGILState_Ensure()``, ``PyRun_SimpleString(code)`` and
-``PyGILState_Release()``, while its other threads keep running (gdb's ``scheduler-locking off``). A main
-thread blocked in a C++ collective or in ``time.sleep`` has released the GIL, so ``PyGILState_Ensure``
-takes it back for its own thread state (``PyEval_RestoreThread``); one that runs Python holds it already
-and the code runs nested, as debugpy's ``--pid`` injector does; one waiting for it waits until the holder
-(another thread, still running) lets go. After the calls the thread's registers are put back and the
-system call it was in, if any, is restarted by the kernel as after a signal.
+wherever it is, its other threads keep running (gdb's ``scheduler-locking off``), and it is made to call
+``PyGILState_Check()``, which says whether this thread holds the GIL:
+
+- it does not, and it was blocked in a system call (a C++ collective, ``time.sleep``, I/O, waiting for
+  the GIL; not half-way through C code that might hold a lock the code needs, e.g. malloc's): it calls
+  ``PyGILState_Ensure()``, which takes the GIL back for the thread's own state (``PyEval_RestoreThread``;
+  if another thread holds it, that thread runs on and lets go at its next switch), then
+  ``PyRun_SimpleString(code)`` and ``PyGILState_Release()``; the code has run when the call returns;
+- it does (it runs Python, or C code), or it runs C code without the GIL: running Python there could
+  break the interpreter (an exception being raised, an allocation half done: seen on 3.13 as a
+  ``SystemError``), so ``Py_AddPendingCall(PyRun_SimpleString, code)`` queues it instead, with the code in
+  a page of its own, and the interpreter runs it between two bytecodes, at once in a busy rank, or as
+  soon as the thread is back in Python.
+
+Either way the thread's registers are then put back and the system call it was in, if any, is restarted
+by the kernel as after a signal. The code writes its own answer file; ``run_all`` waits for it.
 
 Methods (``choose``): ``ptrace`` (``rtdebug.common.ptrace``, x86_64: needs no debugger and works where
 gdb 13 cannot restore a thread's registers, see there); ``gdb`` elsewhere, as ``debugpy --pid`` does it;
@@ -34,8 +43,8 @@ from rtdebug.common.errors import HarnessError
 
 API = ("Py_IsInitialized", "PyGILState_Ensure", "PyRun_SimpleString", "PyGILState_Release", "PyGILState_Check",
        "Py_AddPendingCall")  # fmt: skip
-LIBC = ("mmap",)
-PAGE = 1 << 16  # the code's page (one per injection into a thread that runs Python; it is not unmapped)
+PAGE = 4096
+MAX_CODE = 1 << 16
 MIN_PYTHON = (3, 10)
 ANSWER_S = 10.0  # how long a rank's code may take to answer (a queued one runs when its main thread runs Python)
 CAP_SYS_PTRACE = 19
@@ -128,15 +137,15 @@ def _via_ptrace(pid: int, code: str) -> bool:
     runs Python), False if it ran before this returned."""
     addr = elfsyms.resolve(pid, set(API))
     data = code.encode() + b"\0"
-    if len(data) > PAGE:
+    if len(data) > MAX_CODE:
         raise HarnessError(f"pid {pid}: the code to inject is too long ({len(data)} bytes)")
     t = ptrace.Tracee(pid)
     try:
         if ptrace.as_int(t.call(addr["Py_IsInitialized"])) == 0:
             raise HarnessError(f"pid {pid}: its Python is not initialized (yet)")
-        if ptrace.as_int(t.call(addr["PyGILState_Check"])) == 1:
+        if ptrace.as_int(t.call(addr["PyGILState_Check"])) == 1 or not t.blocked_in_syscall:
             return _pending(t, addr, data)
-        # The thread has released the GIL (a C++ collective, sleep, I/O): take it for this thread and run.
+        # Blocked in a system call with the GIL released (a C++ collective, sleep, I/O): take it and run.
         state = t.call(addr["PyGILState_Ensure"])
         where = t.stack_below(len(data))
         t.write(where, data)
@@ -155,7 +164,8 @@ def _pending(t: ptrace.Tracee, addr: dict[str, int], data: bytes) -> bool:
     mmap = elfsyms.resolve_libc(t.pid, "mmap")
     if mmap is None:
         raise HarnessError(f"pid {t.pid}: no mmap in its C library")
-    page = t.call(mmap, 0, PAGE, 3, 0x22, -1, 0)  # PROT_READ|WRITE, MAP_PRIVATE|ANONYMOUS
+    size = -(-len(data) // PAGE) * PAGE  # left mapped: it must outlive this call (a page or so per injection)
+    page = t.call(mmap, 0, size, 3, 0x22, -1, 0)  # PROT_READ|WRITE, MAP_PRIVATE|ANONYMOUS
     if page >= 1 << 63:
         raise HarnessError(f"pid {t.pid}: mmap failed in it (errno {-(page - (1 << 64))})")
     t.write(page, data)

@@ -32,6 +32,7 @@ REGS = 27  # unsigned longs in struct user_regs_struct
 RAX, ORIG_RAX, RIP, RSP = 10, 15, 16, 19
 ARGS = (14, 13, 12, 11, 9, 8)  # rdi, rsi, rdx, rcx, r8, r9: the System V integer arguments
 XSTATE_MAX = 1 << 16
+RESTART = (-512, -513, -514, -516, -4)  # ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND, ERESTART_RESTARTBLOCK, EINTR
 
 
 class PtraceError(OSError):
@@ -102,6 +103,13 @@ class Tracee:
                 raise PtraceError(0, f"pid {self.pid} ended while traced")
             if os.WIFSTOPPED(status):
                 return os.WSTOPSIG(status), status >> 16
+
+    @property
+    def blocked_in_syscall(self) -> bool:
+        """The thread was waiting in a system call when stopped (its result is a restart code, or EINTR):
+        it is parked at a libc wrapper, not half-way through C code such as an allocation."""
+        rax = struct.unpack("<q", struct.pack("<Q", self.regs[RAX]))[0]
+        return ctypes.c_long(self.regs[ORIG_RAX]).value >= 0 and rax in RESTART
 
     def write(self, addr: int, data: bytes) -> None:
         fd = os.open(f"/proc/{self.pid}/mem", os.O_RDWR)
