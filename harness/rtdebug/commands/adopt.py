@@ -4,7 +4,9 @@ Find the job (``rtdebug.common.jobs``), check that every rank can be injected in
 (``rtdebug.common.inject.refusal``), register a session of mode ``adopted`` whose launcher is the job's
 torchrun agent (so ``ps`` keeps it live exactly while the job runs), run the adopted rank runtime in
 every rank at once, and print the rank table. A rank that fails undoes the others: nothing half-done.
-``detach`` undoes an adoption in every rank and leaves the job running.
+``detach`` undoes an adoption in every rank and leaves the job running. ``rtdebug stop`` does not detach
+yet (it ends the session's processes, and this session's launcher is the job's agent): the stop path is to
+call ``rtdebug.common.inject.detach_pids`` for a session of mode ``adopted``.
 """
 
 from __future__ import annotations
@@ -165,6 +167,8 @@ def _print(session: dict[str, Any], reg: Registry, as_json: bool, note: str | No
               f"{session['script']}) in {took:.2f} s")  # fmt: skip
     print(f"rtdebug: warning: {limits(session)}")
     print(format_table(ranks, sid))
+    # until `rtdebug stop` knows adopted sessions, it would end the job (the session's launcher is its agent)
+    print(f"rtdebug: to leave the job as it was: rtdebug adopt --detach {sid} (rtdebug stop would end the job)")
     return 0
 
 
