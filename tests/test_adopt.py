@@ -431,3 +431,20 @@ def _schema_problems(session: dict, ranks: dict) -> None:
         errors = [e.message for e in jsonschema.Draft202012Validator(sub).iter_errors(entry)]
         allowed = ("'adopted' is not one of", "('nccl_heartbeat_s', 'pg_timeout_s' were unexpected)")
         assert all(any(a in e for a in allowed) for e in errors), errors
+
+
+def test_ptrace_denied_without_cap_sys_ptrace(plain, registry_dir, port_base):
+    """A real refusal: the ranks are not dumpable and the adopting process has no CAP_SYS_PTRACE (dropped
+    with setpriv when this runs as root). One line naming the capability; the job runs on untouched."""
+    job = plain(env={"ADOPT_NODUMP": "1"})
+    job.wait_running()
+    drop = ["setpriv", "--bounding-set=-sys_ptrace", "--inh-caps=-sys_ptrace"] if os.geteuid() == 0 else []
+    if drop and shutil.which("setpriv") is None:
+        pytest.skip("needs setpriv to drop CAP_SYS_PTRACE")
+    cmd = [*drop, PY, "-m", "rtdebug", "adopt", str(job.agent().pid), "--debug-port-base", str(port_base)]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "CAP_SYS_PTRACE" in r.stderr and "nothing was changed" in r.stderr, r.stderr
+    assert not any(p.is_dir() for p in registry_dir.iterdir()) if registry_dir.exists() else True
+    assert not _listening(port_base) and "adopted" not in job.output()
+    assert job.finish() == 0, job.output()

@@ -3,6 +3,7 @@
 Started WITHOUT rtdebug (`python -m torch.distributed.run --nproc-per-node 2 adopt_job.py CONTROL`).
 ADOPT_HANG=1: rank 1 skips one all_reduce and sleeps until CONTROL appears, so rank 0 blocks in the
 C++ collective (the hung variant). ADOPT_PG_TIMEOUT=S: init_process_group(timeout=S seconds).
+ADOPT_NODUMP=1: the ranks make themselves non-dumpable (only CAP_SYS_PTRACE may trace them then).
 """
 
 import os
@@ -29,6 +30,10 @@ def wait_quietly(control: Path) -> None:
 
 def main() -> None:
     control = Path(sys.argv[1])
+    if os.environ.get("ADOPT_NODUMP") == "1":
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
     timeout = os.environ.get("ADOPT_PG_TIMEOUT")
     dist.init_process_group("gloo", timeout=timedelta(seconds=float(timeout)) if timeout else None)
     hang = os.environ.get("ADOPT_HANG") == "1"

@@ -74,7 +74,10 @@ def resolve(pid: int, names: set[str], image: str | None = None) -> dict[str, in
     image = image or python_image(pid)
     if image is None:
         return {}
-    e_type, syms = dynsyms(f"/proc/{pid}/root{image}" if Path(f"/proc/{pid}/root").exists() else image, names)
+    try:  # the file as the process sees it (another mount namespace), else as we do
+        e_type, syms = dynsyms(f"/proc/{pid}/root{image}", names)
+    except OSError:  # no access to its root without ptrace rights, or no such file
+        e_type, syms = dynsyms(image, names)
     base = 0
     if e_type == ET_DYN:
         base = min((start - off for start, off, path in mappings(pid) if path == image), default=0)

@@ -26,6 +26,7 @@ main thread next runs Python, so it cannot adopt a rank blocked in C++. ``RTDEBU
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -48,6 +49,10 @@ MAX_CODE = 1 << 16
 MIN_PYTHON = (3, 10)
 ANSWER_S = 10.0  # how long a rank's code may take to answer (a queued one runs when its main thread runs Python)
 CAP_SYS_PTRACE = 19
+NOT_TRACEABLE = (
+    "tracing it needs CAP_SYS_PTRACE, which this process lacks (the target is not dumpable, or a container "
+    "or seccomp policy forbids ptrace: docker run --cap-add SYS_PTRACE)"
+)
 YAMA = Path("/proc/sys/kernel/yama/ptrace_scope")
 
 
@@ -116,7 +121,10 @@ def refusal(pid: int, method: str) -> str | None:
     why = traced_or_stopped(pid) or ptrace_denied(pid)
     if why is not None:
         return why
-    version = python_version(pid)
+    try:
+        version = python_version(pid)
+    except PermissionError:  # /proc/<pid>/maps needs ptrace access
+        return f"cannot read pid {pid}'s memory map: {NOT_TRACEABLE}"
     if version is not None and version < MIN_PYTHON:
         return f"pid {pid} runs Python {version[0]}.{version[1]}; adopting needs Python 3.10 or newer"
     if method in ("ptrace", "gdb"):
@@ -223,8 +231,10 @@ def run(pid: int, code: str, method: str) -> bool:
     try:
         return {"ptrace": _via_ptrace, "gdb": _via_gdb, "remote_exec": _via_remote_exec}[method](pid, code)
     except ptrace.PtraceError as exc:
-        why = ptrace_denied(pid) or "in a container add CAP_SYS_PTRACE (docker run --cap-add SYS_PTRACE)"
-        raise HarnessError(f"ptrace of pid {pid} failed ({exc.strerror}): {why}") from None
+        if exc.errno not in (errno.EPERM, errno.EACCES):
+            raise HarnessError(str(exc.strerror)) from None  # e.g. the process ended meanwhile
+        why = ptrace_denied(pid) or NOT_TRACEABLE
+        raise HarnessError(f"ptrace of pid {pid} was refused ({os.strerror(exc.errno)}): {why}") from None
 
 
 def run_all(
