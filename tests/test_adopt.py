@@ -39,13 +39,16 @@ def _can_ptrace() -> str | None:
 class PlainJob:
     """A torchrun job started without rtdebug; killed with its tree at the end."""
 
-    def __init__(self, tmp: Path, env: dict[str, str] | None = None, prefix: list[str] | None = None) -> None:
+    def __init__(
+        self, tmp: Path, env: dict[str, str] | None = None, prefix: list[str] | None = None, extra: tuple = ()
+    ) -> None:
         self.control = tmp / f"control-{time.monotonic_ns()}"
         self.log = tmp / f"plain-{time.monotonic_ns()}.log"
         self._f = open(self.log, "wb")
         e = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
         e.pop("RTDEBUG_SESSION", None)
-        cmd = [*(prefix or []), PY, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(JOB), str(self.control)]
+        run = [PY, "-m", "torch.distributed.run", "--nproc-per-node", "2", *extra]
+        cmd = [*(prefix or []), *run, str(JOB), str(self.control)]
         self.proc = subprocess.Popen(cmd, cwd=tmp, env=e, stdout=self._f, stderr=subprocess.STDOUT)
         self.tmp = tmp
 
@@ -476,3 +479,23 @@ def test_adopt_detach_cycles_leave_busy_ranks_correct(registry_dir, port_base, t
             p.kill()
         proc.kill()
         proc.wait()
+
+
+def test_ranks_restarted_by_torchrun_are_adopted_into_the_same_session(plain, registry_dir, port_base):
+    job = plain(extra=("--max-restarts", "1"))
+    first = job.wait_running()
+    assert adopt(str(job.agent().pid), "--debug-port-base", str(port_base)).returncode == 0
+    sid = _session(registry_dir)
+    job.control.with_suffix(".crash").touch()  # rank 1 exits 3; torchrun restarts both ranks
+    deadline = time.monotonic() + 120
+    while job.output().count("running") < 4 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    now = [r.pid for r in jobs.job_of(job.agent()).ranks]
+    assert len(now) == 2 and not set(now) & set(first), job.output()
+    r = adopt(str(job.agent().pid), "--debug-port-base", str(port_base + 8))  # the session's ports are kept
+    assert r.returncode == 0 and f"session {sid}: adopted its 2 ranks" in r.stdout, r.stdout + r.stderr
+    ranks = read_ranks(registry_dir, sid)
+    assert [ranks[n]["pid"] for n in (0, 1)] == now and all(ranks[n]["port"] == port_base + n for n in (0, 1))
+    assert _listening(port_base) and _listening(port_base + 1)
+    assert adopt(str(now[0])).stdout.startswith(f"rtdebug: already adopted (session {sid})")
+    assert job.finish() == 0, job.output()

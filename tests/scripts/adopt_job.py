@@ -4,6 +4,7 @@ Started WITHOUT rtdebug (`python -m torch.distributed.run --nproc-per-node 2 ado
 ADOPT_HANG=1: rank 1 skips one all_reduce and sleeps until CONTROL appears, so rank 0 blocks in the
 C++ collective (the hung variant). ADOPT_PG_TIMEOUT=S: init_process_group(timeout=S seconds).
 ADOPT_NODUMP=1: the ranks make themselves non-dumpable (only CAP_SYS_PTRACE may trace them then).
+CONTROL.crash appearing makes rank 1 of the first attempt exit 3 (torchrun --max-restarts restarts the ranks).
 """
 
 import os
@@ -45,6 +46,8 @@ def main() -> None:
         if hang and rank == 1 and n == 5:
             wait_quietly(control)  # skips the collective: rank 0 waits in all_reduce
             break
+        if rank == 1 and os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0" and control.with_suffix(".crash").exists():
+            sys.exit(3)
         if step(torch.ones(5) * rank, control.exists()):
             break
         time.sleep(0.02)

@@ -109,16 +109,34 @@ def adopt(pid: int | None, base: int, host: str, allow: str, as_json: bool) -> i
     job = _pick(pid)
     if any(r.env.get("RTDEBUG_SESSION") for r in job.ranks):
         raise HarnessError(f"the job of torchrun pid {job.agent_pid} runs under rtdebug already: see rtdebug ps")
-    already = _existing(reg, job)
-    if already is not None:
-        return _print(already, reg, as_json, f"already adopted (session {already['session_id']}); nothing changed")
     method = _method(job.ranks[0].pid)
+    already = _existing(reg, job)
+    if already is not None:  # adopted: only ranks torchrun has started since (an elastic restart) are new
+        sid = already["session_id"]
+        covered = {r["pid"] for r in reg.ranks(sid) if reg.live_rank(r) and r["state"] in ("ready", "attached")}
+        job.ranks = [r for r in job.ranks if r.pid not in covered]
+        if not job.ranks:
+            return _print(already, reg, as_json, f"already adopted (session {sid}); nothing changed")
+        base, host = int(already["port_base"]), str(already["host"])
     refuse_any(job, method)
     ports = ports_for_ranks(base, [r.rank for r in job.ranks])
     check_ports_free(ports, host)
-    sid = new_session_id()
-    reserve_session(reg, _session(sid, job, host, base, ports, method))
+    if already is None:
+        sid = new_session_id()
+        reserve_session(reg, _session(sid, job, host, base, ports, method))
     start = time.monotonic()
+    answers = _inject_ranks(reg, sid, job, ports, host, allow, method, remove=already is None)
+    timeouts = [a["pg_timeout_s"] for a in answers.values() if a.get("pg_timeout_s")]
+    if timeouts:
+        reg.update_session(sid, pg_timeout_s=min(timeouts))
+    reg.update_session(sid, state="running")
+    note = None if already is None else f"session {sid}: adopted its {len(job.ranks)} ranks started (or detached) since"
+    return _print(reg.read_session(sid) or {}, reg, as_json, note, time.monotonic() - start)
+
+
+def _inject_ranks(reg: Registry, sid: str, job: jobs.Job, ports: list[int], host: str, allow: str, method: str,
+                  remove: bool) -> dict[int, dict[str, Any]]:  # fmt: skip
+    """Adopt every rank of ``job``; if one fails, detach the others (and ``remove`` the session): one line."""
     tmp = Path(tempfile.mkdtemp(prefix="rtdebug-adopt-"))
     try:
         code = {
@@ -128,30 +146,27 @@ def adopt(pid: int | None, base: int, host: str, allow: str, as_json: bool) -> i
         try:
             answers = inject_all(job, code, tmp, method)
         except BaseException:  # Ctrl-C while injecting: the injections finish (each restores its thread) first
-            _undo(reg, sid, job, tmp, method, [r.pid for r in job.ranks])
+            _undo(reg, sid, method, [r.pid for r in job.ranks], remove)
             raise
         bad = {pid: a for pid, a in answers.items() if a.get("status") != "adopted"}
         if bad:
-            _undo(reg, sid, job, tmp, method, [p for p in answers if p not in bad])
+            _undo(reg, sid, method, [p for p in answers if p not in bad], remove)
             pid0, a = next(iter(bad.items()))
             why = a.get("error") or a.get("status")
             if a.get("status") == "already":  # adopted through another registry ($RTDEBUG_REGISTRY_DIR)
                 why = f"it was adopted already, as session {a.get('session_id')} of another registry"
             raise HarnessError(f"cannot adopt pid {pid0}: {why}; nothing was changed")
+        return answers
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    timeouts = [a["pg_timeout_s"] for a in answers.values() if a.get("pg_timeout_s")]
-    if timeouts:
-        reg.update_session(sid, pg_timeout_s=min(timeouts))
-    reg.update_session(sid, state="running")
-    return _print(reg.read_session(sid) or {}, reg, as_json, None, time.monotonic() - start)
 
 
-def _undo(reg: Registry, sid: str, job: jobs.Job, tmp: Path, method: str, done: list[int]) -> None:
-    """Detach the ranks in ``done`` and remove the session: a failed adoption leaves nothing behind."""
+def _undo(reg: Registry, sid: str, method: str, done: list[int], remove: bool) -> None:
+    """Detach the ranks in ``done`` and remove the (new) session: a failed adoption leaves nothing behind."""
     if done:
         inject.detach_pids(done, method)
-    shutil.rmtree(reg.session_dir(sid), ignore_errors=True)
+    if remove:
+        shutil.rmtree(reg.session_dir(sid), ignore_errors=True)
 
 
 def _print(session: dict[str, Any], reg: Registry, as_json: bool, note: str | None, took: float = 0.0) -> int:
