@@ -255,7 +255,8 @@ def test_browser_post_tls_websocket_and_garbage_reach_nothing(job, registry_dir,
     assert lines[0].startswith("rtdebug: rank 0: refused debug connection from 127.0.0.1:")
     assert lines[0].endswith(f"(uid {os.geteuid()}): an HTTP request ('POST / HTTP/1.1'), not DAP")
     assert lines[-1].startswith("rtdebug: rank 0: ") and " more refused since the last line, the latest: " in lines[-1]
-    assert lines[-1].endswith("not DAP: it starts with '\\x00\\xff\\x13garbage\\r\\n\\r\\n{}', not 'Content-Length: '")
+    # each connection is judged in its own thread, so the latest of the held-back three may be any of them
+    assert lines[-1].endswith(("a TLS handshake, not DAP", "not DAP", "not 'Content-Length: '")), lines[-1]
     c, frame = _attach_and_stop(port_base)  # the owner's DAP client gets in after all that
     assert c.evaluate(f"__import__('os').path.exists({str(marker)!r})", frame["id"]) == "False"
     _release(c, frame)

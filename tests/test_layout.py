@@ -23,7 +23,11 @@ ENTRY_POINTS = {
     ("shell", "rtdebug.launcher.start"),  # rtdebug run / torchrun start the controller
     ("launcher", "rtdebug.rank.bootstrap"),  # torchrun's -m target; rtdebug run runs rank 0 in-process
     ("launcher", "rtdebug.rank.ray_worker"),  # named in RAY_TRAIN_CALLBACKS: Ray loads it in each worker
-    ("root", "rtdebug.rank.api"),  # rtdebug.breakpoint, resolved on first use
+    ("root", "rtdebug.rank.api"),
+    (
+        "shell",
+        "rtdebug.rank.adopted",
+    ),  # rtdebug adopt: named in the code it injects into a running rank  # rtdebug.breakpoint, resolved on first use
 }
 STRING_MODULE = re.compile(r"^rtdebug(\.\w+)+$")
 

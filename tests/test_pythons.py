@@ -109,11 +109,11 @@ def scenario_wait(rt: Runner) -> None:
 NOBODY = 65534
 INTRUDER = """if 1:
     import json, os, socket, sys
-    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
     body = json.dumps({"seq": 1, "type": "request", "command": "initialize", "arguments": {}}).encode()
-    s.sendall(b"Content-Length: %d\\r\\n\\r\\n" % len(body) + body)
-    s.settimeout(4)
-    try:
+    try:  # the rank resets a refused connection, which can reach us while we still connect or send
+        s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+        s.sendall(b"Content-Length: %d\\r\\n\\r\\n" % len(body) + body)
+        s.settimeout(4)
         reply = s.recv(65536)
     except OSError:
         reply = b""

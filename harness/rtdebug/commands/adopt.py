@@ -26,6 +26,7 @@ from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import prune, reserve_session
 from rtdebug.registry.record import new_session_id, session_entry
 from rtdebug.registry.table import format_table
+from rtdebug.views.teardown import detach_adopted
 
 # The few lines run in a rank (``rtdebug.common.inject``): import our rank runtime there (from this
 # installation's path if the job's Python lacks it) and call it. exec() in a fresh dict: the job's
@@ -90,10 +91,7 @@ def _spec(r: jobs.RankProc, sid: str, reg: Registry, host: str, port: int, allow
 
 
 def _method(pid: int) -> str:
-    import platform
-
-    python = inject.python_version(pid)
-    return inject.choose(python, platform.machine(), shutil.which("gdb") is not None, hasattr(sys, "remote_exec"))
+    return inject.method_for(pid)
 
 
 def refuse_any(job: jobs.Job, method: str) -> None:
@@ -208,12 +206,5 @@ def detach(session_id: str) -> int:
     session = reg.read_session(session_id)
     if session is None or session.get("mode") != "adopted":
         raise HarnessError(f"no adopted session {session_id}; see rtdebug ps")
-    live = [r for r in reg.ranks(session_id) if reg.live_rank(r) and r["state"] in ("ready", "attached")]
-    answers = inject.detach_pids([r["pid"] for r in live], _method(live[0]["pid"]) if live else "ptrace")
-    failed = {p: a.get("error") or a["status"] for p, a in answers.items() if a.get("status") == "error"}
-    reg.update_session(session_id, state="stopped", ended_at=time.time())
-    if failed:
-        pid, err = next(iter(failed.items()))
-        raise HarnessError(f"session {session_id}: could not detach pid {pid}: {err}")
-    print(f"rtdebug: session {session_id} detached from {len(live)} ranks; the job runs on")
+    print(detach_adopted(reg, session))
     return 0

@@ -277,6 +277,14 @@ def wrap(code: str) -> str:
     return f"exec({code!r}, {{}})"
 
 
+def method_for(pid: int) -> str:
+    """How this machine enters ``pid``'s Python: ptrace, gdb or sys.remote_exec (see ``choose``)."""
+    import platform
+
+    python = python_version(pid)
+    return choose(python, platform.machine(), shutil.which("gdb") is not None, hasattr(sys, "remote_exec"))
+
+
 def detach_pids(pids: list[int], method: str) -> dict[int, dict[str, Any]]:
     """Detach the adopted ranks ``pids`` (endpoint shut, dump disarmed, debugger stopped); the stop path of
     an adopted session calls this instead of ending its processes. {pid: its answer; status "detached",

@@ -64,6 +64,9 @@ def _ended_session_update(s: Entry, now: float) -> tuple[dict[str, Any], str]:
 
 def judge(s: Entry, ranks: list[Entry], now: float) -> Verdict:
     """Decide one session from its entries and its processes (reads /proc, writes nothing)."""
+    if s.get("mode") == "adopted" and s["state"] == "stopped":  # detached: the job runs on, no longer ours
+        ended = s.get("ended_at") or now
+        return Verdict(dict(s, ranks=ranks), False, expired=now - ended > RETENTION_S)
     alive = {r["rank"] for r in ranks if is_alive(r["pid"], r["create_time"])}
     marks: list[tuple[Entry, dict[str, Any]]] = []
     gone = dict(state="failed", error="process gone")

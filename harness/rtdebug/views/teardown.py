@@ -22,7 +22,7 @@ from typing import Any
 
 import psutil
 
-from rtdebug.common import processes
+from rtdebug.common import inject, processes
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.ports import is_port_free, port_holder
 from rtdebug.common.procinfo import is_alive
@@ -78,13 +78,35 @@ def wait_ports_free(ports: list[int], host: str, timeout: float = 10.0) -> list[
     return busy
 
 
+def detach_adopted(reg: Registry, session: Entry) -> str:
+    """An adopted job was not started by rtdebug, so stopping it means leaving it as it was: every live
+    rank's endpoint is closed and its stacks handler removed (by injection again); nothing is signalled."""
+    sid = session["session_id"]
+    live = [r for r in reg.ranks(sid) if reg.live_rank(r) and r["state"] in ("ready", "attached")]
+    method = inject.method_for(live[0]["pid"]) if live else "ptrace"
+    answers = inject.detach_pids([r["pid"] for r in live], method)
+    now = time.time()
+    reg.update_session(sid, state="stopped", ended_at=now)
+    for r in reg.ranks(sid):
+        if r["state"] in ("starting", "ready", "attached"):
+            reg.write_rank(dict(r, state="exited", updated_at=now))
+    failed = {p: a.get("error") or a["status"] for p, a in answers.items() if a.get("status") == "error"}
+    if failed:
+        pid, err = next(iter(failed.items()))
+        raise HarnessError(f"session {sid}: could not detach pid {pid}: {err}")
+    return f"rtdebug: session {sid} detached from {len(live)} ranks; the job runs on"
+
+
 def stop_local_session(reg: Registry, session: Entry) -> str:
-    """End every process of ``session``, mark its entries, check its ports; return a one-line summary."""
+    """End every process of ``session``, mark its entries, check its ports; return a one-line summary.
+    An adopted session is detached instead (``detach_adopted``): its job was never rtdebug's to end."""
     sid = session["session_id"]
     recorded = reg.read_session(sid)  # this machine's own record, never what a merged view says
     if recorded is None:
         raise HarnessError(f"session {sid} has no readable registry entry on this machine; nothing signalled")
     session = recorded
+    if session.get("mode") == "adopted":
+        return detach_adopted(reg, session)
     ranks = reg.ranks(sid)
     procs = recorded_processes(session, ranks)
     launcher = next((p for p in procs if p.pid == session["launcher_pid"]), None)
