@@ -69,12 +69,23 @@ def node_args(hosts: Hosts, node: str, script: list[str], nproc: int = 1, static
             "--local-addr", hosts.addr[node], *script]  # fmt: skip
 
 
+FLOOD = """
+import socket, sys
+n = 0
+for _ in range(2000):
+    try:
+        socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5).close()
+        n += 1
+    except OSError:
+        pass
+print(n)
+"""
 KNOCK = """
 import socket, sys
-s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30)
 body = b'{"seq": 1, "type": "request", "command": "initialize", "arguments": {"adapterID": "debugpy"}}'
-s.sendall(b"Content-Length: %d\\r\\n\\r\\n" % len(body) + body)
-try:
+try:  # a refused connection is reset, which may reach us while we still connect or send
+    s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30)
+    s.sendall(b"Content-Length: %d\\r\\n\\r\\n" % len(body) + body)
     print("closed" if s.recv(1000) == b"" else "answered")
 except ConnectionResetError:
     print("reset")
@@ -205,6 +216,20 @@ def test_two_hosts_one_view_attach_every_rank_and_lose_a_node(hosts, tmp_path):
     other = "n1" if ranks[0]["host"] == hosts.addr["n0"] else "n0"
     knock = hosts.run(other, PY, "-c", KNOCK, ranks[0]["host"], str(ranks[0]["port"]), timeout=60)
     assert knock.stdout.strip() in ("closed", "reset"), knock.stdout + knock.stderr
+
+    # a flood of 2000 refused connects (another uid, on rank 0's own host) costs the job nothing: refusals
+    # never advance the store's liveness tick, so no node looks lost and the job runs on (issue 19)
+    flood = hosts.run(
+        "n0" if ranks[0]["host"] == hosts.addr["n0"] else "n1",
+        *("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", FLOOD),
+        ranks[0]["host"],
+        str(ranks[0]["port"]),
+        timeout=120,
+    )
+    assert flood.returncode == 0 and int(flood.stdout) > 1000, flood.stdout + flood.stderr
+    time.sleep(12)  # longer than the view's LOST_ROUNDS at the heartbeat
+    after = ps_json(hosts, "lap", "--store", store)["sessions"][0]
+    assert after["state"] == "running" and all(r["state"] in ("ready", "attached") for r in after["ranks"]), after
 
     # attach from the laptop through the view; each rank stops where dist.get_rank() is N and the
     # process's own socket address and NODE_ADDR are those of the namespace the view names

@@ -15,6 +15,7 @@ import time
 
 import psutil
 import pytest
+from test_hostile_port import _send, browser_post
 
 from rtdebug.common.rankenv import DEFAULT_PG_TIMEOUT_S
 
@@ -115,6 +116,9 @@ def test_workers_attach_on_two_nodes_and_a_paused_worker_kills_nothing(cluster, 
     # the driver's own session records the cluster, and keeps its endpoint on --port
     local = json.loads((registry_dir / sid / "session.json").read_text())
     assert local["ray_address"] == cluster.address and local["ports"] == [port_base]
+    marker = tmp_path / "marker"
+    for r in ranks.values():  # a web page's POST to a Ray worker's port reaches nothing (issue 19)
+        assert _send(r["port"], browser_post(r["port"], str(marker))) == b""
 
     clients = {}
     for n, r in ranks.items():
@@ -151,6 +155,7 @@ def test_workers_attach_on_two_nodes_and_a_paused_worker_kills_nothing(cluster, 
     for n, r in ranks.items():  # the same worker processes ran to the end: no restart
         assert f"worker rank {n} step " in out and f"pid {r['pid']}" in out
     assert "health check" not in out.lower() and "Restarting" not in out
+    assert not marker.exists() and "an HTTP request ('POST / HTTP/1.1'), not DAP" in out
     for r in ranks.values():
         assert port_free(r["port"])
     assert not [x for x in _ps(cluster, registry_dir) if x["mode"] == "ray"]
