@@ -29,7 +29,7 @@ from rtdebug.common.procinfo import is_alive
 from rtdebug.registry import signing
 from rtdebug.registry.files import LIVE_RANK_STATES, LIVE_SESSION_STATES, Registry
 from rtdebug.registry.record import valid_session_id
-from rtdebug.views.remote import check, claims_local, local_trust
+from rtdebug.views.remote import MultiView, check, claims_local, local_trust
 
 Entry = dict[str, Any]
 CONNECT_TIMEOUT_S = 3.0
@@ -197,41 +197,14 @@ class RayView:
         return f"rtdebug: stopped session {sid} through its driver's session {parent} ({span}); {ended}"
 
 
-class MultiRayView:
+class MultiRayView(MultiView):
     """The clusters that live local ``rtdebug run`` sessions recorded, as one view."""
 
+    gone = "session"
+
     def __init__(self, views: list[RayView]) -> None:
-        self.views = views
+        super().__init__(views)
         self.label = "ray " + ",".join(v.address for v in views)
-
-    def sessions(self) -> list[Entry]:
-        out = []
-        for v in self.views:
-            try:
-                out += [dict(s, source=self.label) for s in v.sessions()]
-            except HarnessError:
-                continue  # an auto-found cluster that ended with its driver
-        return out
-
-    def session(self, session_id: str) -> Entry | None:
-        for v in self.views:
-            try:
-                s = v.session(session_id)
-            except HarnessError:
-                continue
-            if s is not None:
-                return dict(s, source=self.label)
-        return None
-
-    @property
-    def skipped(self) -> dict[str, str]:
-        return {k: why for v in self.views for k, why in v.skipped.items()}
-
-    def stop(self, session: Entry) -> str:
-        for v in self.views:  # the cluster that listed it, never an address the entry names
-            if v.session(session["session_id"]) is not None:
-                return v.stop(session)
-        raise HarnessError(f"session {session['session_id']} has ended")
 
 
 def recorded_addresses() -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rtdebug.common.errors import HarnessError
 from rtdebug.registry import signing
 from rtdebug.registry.files import LIVE_SESSION_STATES, Registry
 from rtdebug.registry.record import problem
@@ -71,3 +72,44 @@ def claims_local(entry: Entry, local_ids: frozenset[str]) -> str | None:
 
 def skipped_line(label: str, key: str, why: str) -> str:
     return f"rtdebug: warning: skipped {label} entry {key[:120]!r}: {why}"
+
+
+class MultiView:
+    """Several remote views of one kind (the clusters or stores this machine's live sessions recorded), as
+    one view. A view that fails to answer (its job or cluster ended) is passed over; a session is stopped
+    through the view that listed it, never through an address the entry names."""
+
+    label = ""
+    gone = "session"  # what the user calls an entry that is no longer listed
+
+    def __init__(self, views: list[Any]) -> None:
+        self.views = views
+
+    def sessions(self) -> list[Entry]:
+        out = []
+        for v in self.views:
+            try:
+                out += [dict(s, source=self.label) for s in v.sessions()]
+            except HarnessError:
+                continue  # an auto-found store or cluster that ended with its job
+        return out
+
+    def session(self, session_id: str) -> Entry | None:
+        for v in self.views:
+            try:
+                s = v.session(session_id)
+            except HarnessError:
+                continue
+            if s is not None:
+                return dict(s, source=self.label)
+        return None
+
+    @property
+    def skipped(self) -> dict[str, str]:
+        return {k: why for v in self.views for k, why in v.skipped.items()}
+
+    def stop(self, session: Entry) -> str:
+        for v in self.views:
+            if v.session(session["session_id"]) is not None:
+                return str(v.stop(session))
+        raise HarnessError(f"{self.gone} {session['session_id']} has ended")

@@ -31,7 +31,7 @@ from rtdebug.common.addresses import is_own
 from rtdebug.common.errors import HarnessError
 from rtdebug.registry import c10d
 from rtdebug.registry.files import LIVE_RANK_STATES, Registry
-from rtdebug.views.remote import check, claims_local, local_trust
+from rtdebug.views.remote import MultiView, check, claims_local, local_trust
 
 Entry = dict[str, Any]
 READ_TIMEOUT_S = 5.0
@@ -262,29 +262,11 @@ def _recorded_stores() -> dict[tuple[str, int], str]:
     return out
 
 
-class MultiStoreView:
+class MultiStoreView(MultiView):
     """The stores recorded by this machine's live sessions, as one view."""
 
+    gone = "job"
+
     def __init__(self, views: list[StoreView]) -> None:
-        self.views = views
+        super().__init__(views)
         self.label = "store " + ",".join(f"{v.host}:{v.port}" for v in views)
-
-    def sessions(self) -> list[Entry]:
-        return [dict(s, source=self.label) for v in self.views for s in v.sessions()]
-
-    def session(self, session_id: str) -> Entry | None:
-        for v in self.views:
-            s = v.session(session_id)
-            if s is not None:
-                return dict(s, source=self.label)
-        return None
-
-    @property
-    def skipped(self) -> dict[str, str]:
-        return {k: why for v in self.views for k, why in v.skipped.items()}
-
-    def stop(self, session: Entry) -> str:
-        for v in self.views:  # the store that listed it, never an address the entry names
-            if v.session(session["session_id"]) is not None:
-                return v.stop(session)
-        raise HarnessError(f"job {session['session_id']} has ended")
