@@ -95,15 +95,23 @@ class Job:
             return []
 
     def kill(self) -> None:
-        procs = self.descendants()
-        for p in [*procs]:
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
-        self.proc.kill()
-        self.proc.wait()
+        kill_tree(self.proc)
         self._f.close()
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """``proc`` and every descendant, killed and reaped: a test never leaves a process behind."""
+    try:
+        procs = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        procs = []
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    proc.kill()
+    proc.wait()
 
 
 @pytest.fixture

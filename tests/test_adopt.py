@@ -15,6 +15,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -23,7 +25,7 @@ import pytest
 from rtdebug.common import inject, jobs
 from rtdebug.common.errors import HarnessError
 
-from conftest import PY, ROOT, SCRIPTS, marker_line, read_ranks, rtdebug
+from conftest import PY, ROOT, SCRIPTS, kill_tree, marker_line, read_ranks, rtdebug
 from dap import DAPClient, stop_in_each_rank
 
 pytestmark = pytest.mark.e2e
@@ -73,17 +75,7 @@ class PlainJob:
         return self.proc.wait(timeout)
 
     def kill(self) -> None:
-        try:
-            procs = psutil.Process(self.proc.pid).children(recursive=True)
-        except psutil.Error:
-            procs = []
-        for p in procs:
-            try:
-                p.kill()
-            except psutil.Error:
-                pass
-        self.proc.kill()
-        self.proc.wait()
+        kill_tree(self.proc)
         self._f.close()
 
 
@@ -101,6 +93,25 @@ def plain(tmp_path, registry_dir):
     yield start
     for j in started:
         j.kill()
+
+
+@contextmanager
+def busy_plain(py: str, tmp_path: Path) -> Iterator[tuple[subprocess.Popen, Path, Path]]:
+    """tests/scripts/adopt_plain.py under ``py``: two busy pure-Python ranks with RANK set, both running;
+    (process, control file that ends them, log). Killed with its tree on the way out."""
+    control, log = tmp_path / "control", tmp_path / "plain.log"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(
+            [py, str(SCRIPTS / "adopt_plain.py"), str(control)], stdout=f, stderr=subprocess.STDOUT, cwd=tmp_path
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while log.read_text().count("running") < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        yield proc, control, log
+    finally:
+        if proc.poll() is None:
+            kill_tree(proc)
 
 
 def adopt(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -351,14 +362,7 @@ def test_torch_free_job_on_each_python(version, registry_dir, port_base, tmp_pat
     if py is None or (why := _can_ptrace()) is not None:
         pytest.skip(f"no python{version}" if py is None else why)
     script = SCRIPTS / "adopt_plain.py"
-    control = tmp_path / "control"
-    log = tmp_path / "plain.log"
-    with open(log, "wb") as f:
-        proc = subprocess.Popen([py, str(script), str(control)], stdout=f, stderr=subprocess.STDOUT, cwd=tmp_path)
-    try:
-        deadline = time.monotonic() + 60
-        while log.read_text().count("running") < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
+    with busy_plain(py, tmp_path) as (proc, control, log):
         rank1 = jobs.job_of(psutil.Process(proc.pid)).ranks[1].pid
         r = adopt(str(rank1), "--debug-port-base", str(port_base))
         assert r.returncode == 0, r.stdout + r.stderr + log.read_text()
@@ -375,11 +379,6 @@ def test_torch_free_job_on_each_python(version, registry_dir, port_base, tmp_pat
         control.touch()
         assert proc.wait(60) == 0, log.read_text()
         assert log.read_text().count(": ok") == 2
-    finally:
-        for p in psutil.Process(proc.pid).children() if proc.poll() is None else []:
-            p.kill()
-        proc.kill()
-        proc.wait()
 
 
 def test_python_too_old_is_refused(registry_dir, port_base, tmp_path):
@@ -460,13 +459,7 @@ def test_adopt_detach_cycles_leave_busy_ranks_correct(registry_dir, port_base, t
     on 3.13): every injection stops a rank mid-bytecode, and the ranks' checked arithmetic stays right."""
     if (why := _can_ptrace()) is not None:
         pytest.skip(why)
-    script, control, log = SCRIPTS / "adopt_plain.py", tmp_path / "control", tmp_path / "plain.log"
-    with open(log, "wb") as f:
-        proc = subprocess.Popen([PY, str(script), str(control)], stdout=f, stderr=subprocess.STDOUT, cwd=tmp_path)
-    try:
-        deadline = time.monotonic() + 60
-        while log.read_text().count("running") < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
+    with busy_plain(PY, tmp_path) as (proc, control, log):
         rank0 = jobs.job_of(psutil.Process(proc.pid)).ranks[0].pid
         for _ in range(int(os.environ.get("RTDEBUG_ADOPT_CYCLES", "8"))):
             r = adopt(str(rank0), "--debug-port-base", str(port_base), "--json")
@@ -476,11 +469,6 @@ def test_adopt_detach_cycles_leave_busy_ranks_correct(registry_dir, port_base, t
         control.touch()
         assert proc.wait(60) == 0, log.read_text()
         assert log.read_text().count(": ok") == 2
-    finally:
-        for p in psutil.Process(proc.pid).children() if proc.poll() is None else []:
-            p.kill()
-        proc.kill()
-        proc.wait()
 
 
 @pytest.mark.skipif(

@@ -8,7 +8,6 @@ grouped and printed exactly as ``rtdebug stacks`` does (``rtdebug.stacks.group``
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -17,7 +16,7 @@ from rtdebug.common import jobs
 from rtdebug.common.errors import HarnessError
 from rtdebug.stacks import format as stackformat
 from rtdebug.stacks import group as stackgroup
-from rtdebug.stacks.native import find_py_spy
+from rtdebug.stacks.native import find_py_spy, py_spy_dump
 
 
 def _name(qualname: str) -> str:
@@ -27,17 +26,9 @@ def _name(qualname: str) -> str:
 
 def _dump(exe: str, pid: int, timeout: float) -> dict[str, Any] | str:
     """One rank through ``py-spy dump --json``: the group module's dump shape, or why not."""
-    try:
-        out = subprocess.run([exe, "dump", "--json", "--pid", str(pid)], capture_output=True, text=True,
-                             timeout=max(timeout, 1.0) * 10)  # fmt: skip
-    except subprocess.TimeoutExpired:
-        return "py-spy timed out"
-    if out.returncode != 0:
-        return "py-spy could not read it: " + (out.stderr.strip().splitlines() or ["?"])[0]
-    try:
-        raw = json.loads(out.stdout)
-    except ValueError:
-        return "py-spy printed no JSON"
+    raw = py_spy_dump(exe, pid, max(timeout, 1.0) * 10)
+    if isinstance(raw, str):
+        return raw
     threads, main_id = [], None
     for t in raw:
         tid = hex(t.get("thread_id") or 0)

@@ -19,6 +19,23 @@ def find_py_spy() -> str | None:
     return str(here) if here.is_file() and os.access(here, os.X_OK) else shutil.which("py-spy")
 
 
+def py_spy_dump(exe: str, pid: int, timeout: float, native: bool = False) -> list[dict[str, Any]] | str:
+    """py-spy's ``dump --json`` of one process (read-only; ``native`` adds C/C++ frames): its threads, or
+    why not, in one line. Shared by ``--native`` and ``rtdebug stacks --pid``."""
+    cmd = [exe, "dump", *(["--native"] if native else []), "--json", "--pid", str(pid)]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "py-spy timed out"
+    if out.returncode != 0:
+        return "py-spy could not attach: " + (out.stderr.strip().splitlines() or ["?"])[0]
+    try:
+        threads = json.loads(out.stdout)
+    except ValueError:
+        return "py-spy printed no JSON"
+    return threads if isinstance(threads, list) else "py-spy printed no thread list"
+
+
 def native_dumps(pids: dict[int, int], timeout: float) -> dict[int, Any]:
     """py-spy's ``dump --native`` of each rank (threads with Python and native frames), in parallel."""
     exe = find_py_spy()
@@ -26,21 +43,9 @@ def native_dumps(pids: dict[int, int], timeout: float) -> dict[int, Any]:
         raise HarnessError("--native needs py-spy: pip install 'rtdebug[stacks]' (or pip install py-spy)")
 
     def one(pid: int) -> Any:
-        try:
-            out = subprocess.run(
-                [exe, "dump", "--native", "--json", "--pid", str(pid)],
-                capture_output=True,
-                text=True,
-                timeout=max(timeout * 10, 30.0),  # symbolizing libtorch takes seconds
-            )
-        except subprocess.TimeoutExpired:
-            return "py-spy timed out"
-        if out.returncode != 0:
-            return "py-spy could not attach: " + (out.stderr.strip().splitlines() or ["?"])[0]
-        try:
-            threads = json.loads(out.stdout)
-        except ValueError:
-            return "py-spy printed no JSON"
+        threads = py_spy_dump(exe, pid, max(timeout * 10, 30.0), native=True)  # symbolizing libtorch: seconds
+        if isinstance(threads, str):
+            return threads
         return [
             {
                 "id": hex(t.get("thread_id") or 0),
