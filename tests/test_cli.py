@@ -40,7 +40,7 @@ def test_plan_passes_torchrun_options_and_script_args(tmp_path):
     )
     plan = plan_torchrun(ns, rest)
     assert plan.torchrun_options == ["--nproc-per-node", "3", "--master-port", "29999", "--local-ranks-filter", "0"]
-    assert plan.command()[-5:] == ["-m", "rtdebug.rank.bootstrap", str(script), "--lr", "1"]
+    assert plan.torchrun_args()[-5:] == ["-m", "rtdebug.rank.bootstrap", str(script), "--lr", "1"]
     assert plan.local_ranks == [0, 1, 2] and ns.port == 7000
 
 
@@ -48,7 +48,7 @@ def test_plan_module_mode():
     ns, rest = parse(["--nproc-per-node", "2", "-m", "json.tool", "x"])
     plan = plan_torchrun(ns, rest)
     assert "-m" not in plan.torchrun_options
-    assert plan.command()[-5:] == ["-m", "rtdebug.rank.bootstrap", "-m", "json.tool", "x"]
+    assert plan.torchrun_args()[-5:] == ["-m", "rtdebug.rank.bootstrap", "-m", "json.tool", "x"]
 
 
 def test_no_python_rejected(tmp_path):

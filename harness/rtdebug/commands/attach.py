@@ -19,6 +19,7 @@ from rtdebug.common.errors import HarnessError, usage
 from rtdebug.common.procinfo import is_alive
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import prune
+from rtdebug.registry.record import ATTACHABLE_STATES
 from rtdebug.registry.table import world_size
 from rtdebug.views.api import ViewOptions, Views
 
@@ -45,7 +46,7 @@ def _rank_ready(views: Views, reg: Registry, sid: str, rank: int, timeout: float
             local = current.get("source", "local") == "local"
             alive = not local or is_alive(entry["pid"], entry["create_time"])
             # a failed rank that is still alive is waiting for a post-mortem client
-            if entry["state"] in ("ready", "attached") or (entry["state"] == "failed" and alive and local):
+            if entry["state"] in ATTACHABLE_STATES or (entry["state"] == "failed" and alive and local):
                 return entry
             if entry["state"] in ("exited", "failed"):
                 raise HarnessError(

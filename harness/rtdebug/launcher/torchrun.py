@@ -28,7 +28,6 @@ import argparse
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -44,7 +43,7 @@ from rtdebug.launcher.session import SessionRun
 from rtdebug.registry import signing
 from rtdebug.registry.c10d import ENV_STORE, ENV_WATCH
 from rtdebug.registry.files import Registry
-from rtdebug.registry.record import session_entry
+from rtdebug.registry.record import ATTACHABLE_STATES, session_entry
 from rtdebug.registry.table import format_table
 
 READY_LINE = "rtdebug: all {n} local ranks ready (session {sid})"
@@ -72,10 +71,6 @@ class TorchrunPlan:
     def torchrun_args(self) -> list[str]:
         inner = ["-m", "rtdebug.rank.bootstrap"] + (["-m"] if self.target.module else [])
         return [*self.torchrun_options, *inner, self.target.target, *self.target.args]
-
-    def command(self) -> list[str]:
-        """The agent as a command line (``rtdebug.launcher.agent`` forks it instead when it safely can)."""
-        return [sys.executable, "-m", "torch.distributed.run", *self.torchrun_args()]
 
 
 def max_nodes_of(nnodes: str) -> int:
@@ -231,7 +226,7 @@ class Launcher:
         want = set(self.plan.local_ranks) if self.plan.node_rank is not None else None
         n_local = self.plan.nproc_per_node
         while self.proc is not None and self.proc.poll() is None:
-            ranks = [r for r in self.registry.ranks(self.cfg.session_id) if r["state"] in ("ready", "attached")]
+            ranks = [r for r in self.registry.ranks(self.cfg.session_id) if r["state"] in ATTACHABLE_STATES]
             mine = [r for r in ranks if want is None or r["rank"] in want]
             if len(mine) >= n_local:
                 print(format_table(mine, self.cfg.session_id), flush=True)

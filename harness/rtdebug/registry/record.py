@@ -26,6 +26,7 @@ from rtdebug.common.procinfo import process_create_time
 
 SCHEMA_VERSION = 1
 LIVE_RANK_STATES = ("starting", "ready", "attached")
+ATTACHABLE_STATES = ("ready", "attached")  # a client can connect (starting: the endpoint is not up yet)
 LIVE_SESSION_STATES = ("starting", "running")
 _NUM: tuple[type, ...] = (int, float)
 # The fields readers index without checking; an entry lacking one is "unreadable", not a crash.

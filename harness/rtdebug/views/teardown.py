@@ -27,6 +27,7 @@ from rtdebug.common.errors import HarnessError
 from rtdebug.common.ports import is_port_free, port_holder
 from rtdebug.common.procinfo import is_alive
 from rtdebug.registry.files import Registry
+from rtdebug.registry.record import ATTACHABLE_STATES, LIVE_RANK_STATES
 
 Entry = dict[str, Any]
 SESSION_VAR = b"RTDEBUG_SESSION="
@@ -82,13 +83,13 @@ def detach_adopted(reg: Registry, session: Entry) -> str:
     """An adopted job was not started by rtdebug, so stopping it means leaving it as it was: every live
     rank's endpoint is closed and its stacks handler removed (by injection again); nothing is signalled."""
     sid = session["session_id"]
-    live = [r for r in reg.ranks(sid) if reg.live_rank(r) and r["state"] in ("ready", "attached")]
+    live = [r for r in reg.ranks(sid) if reg.live_rank(r) and r["state"] in ATTACHABLE_STATES]
     method = inject.method_for(live[0]["pid"]) if live else "ptrace"
     answers = inject.detach_pids([r["pid"] for r in live], method)
     now = time.time()
     reg.update_session(sid, state="stopped", ended_at=now)
     for r in reg.ranks(sid):
-        if r["state"] in ("starting", "ready", "attached"):
+        if r["state"] in LIVE_RANK_STATES:
             reg.write_rank(dict(r, state="exited", updated_at=now))
     failed = {p: a.get("error") or a["status"] for p, a in answers.items() if a.get("status") == "error"}
     if failed:
