@@ -498,3 +498,63 @@ def test_ranks_restarted_by_torchrun_are_adopted_into_the_same_session(plain, re
     assert _listening(port_base) and _listening(port_base + 1)
     assert adopt(str(now[0])).stdout.startswith(f"rtdebug: already adopted (session {sid})")
     assert job.finish() == 0, job.output()
+
+
+def _listed(agent: int) -> dict | None:
+    r = rtdebug("adopt", "--list", "--json")
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    return next((j for j in json.loads(r.stdout) if j["pid"] == agent), None)
+
+
+def test_list_shows_a_plain_job_then_its_adoption(plain, registry_dir, port_base):
+    """`adopt --list --json` (the VS Code picker's source): a real plain torchrun job with its pid, script
+    and ranks; after `adopt`, the session that adopted it; after the detach, none again."""
+    job = plain()
+    pids = job.wait_running()
+    agent = job.agent().pid
+    entry = _listed(agent)
+    assert entry is not None and entry["kind"] == "torchrun" and entry["script"].endswith("adopt_job.py"), entry
+    assert entry["ranks"] == [0, 1] and entry["world_size"] == 2 and entry["adopted_session"] is None, entry
+    assert 0 < entry["running_s"] < time.time() - psutil.Process(agent).create_time() + 5
+    assert adopt(str(pids[0]), "--debug-port-base", str(port_base)).returncode == 0
+    sid = _session(registry_dir)
+    assert (_listed(agent) or {}).get("adopted_session") == sid
+    text = rtdebug("adopt", "--list").stdout.splitlines()
+    assert text[0].split() == ["PID", "KIND", "RANKS", "RUNNING", "ADOPTED", "SCRIPT"], text
+    assert any(line.split()[:3] == [str(agent), "torchrun", "0,1/2"] and sid in line for line in text), text
+    assert rtdebug("adopt", "--detach", sid).returncode == 0
+    assert (_listed(agent) or {}).get("adopted_session", "gone") is None
+    assert job.finish() == 0, job.output()
+
+
+def test_list_is_junk_free(tmp_path, monkeypatch, capsys):
+    """Lookalikes are not jobs: an "agent" whose child's RANK is junk, one whose rank runs under rtdebug
+    already (nothing to adopt). With no job at all: `[]` and exit 0, one plain line without --json."""
+    code = (
+        "import os, subprocess, sys, time\n"
+        "env = dict(os.environ, RANK=sys.argv[1], RTDEBUG_SESSION=sys.argv[2])\n"
+        "child = subprocess.Popen(['sleep', '60'], env=env)\n"
+        "print('up', flush=True)\ntime.sleep(60)\n"
+    )
+    fakes = [
+        subprocess.Popen([PY, "-c", code, rank, sid, "torch.distributed.run"], stdout=subprocess.PIPE)
+        for rank, sid in (("x1", ""), ("0", "20260101-000000-abcd"))
+    ]
+    try:
+        for f in fakes:
+            assert f.stdout is not None and f.stdout.readline() == b"up\n"
+        r = rtdebug("adopt", "--list", "--json")
+        assert r.returncode == 0 and r.stderr == "", r.stderr
+        assert not {j["pid"] for j in json.loads(r.stdout)} & {f.pid for f in fakes}, r.stdout
+    finally:
+        for f in fakes:
+            kill_tree(f)
+    from rtdebug import cli
+
+    monkeypatch.setattr(jobs, "candidates", lambda: [])
+    assert cli.main(["adopt", "--list", "--json"]) == 0
+    assert capsys.readouterr().out == "[]\n"
+    assert cli.main(["adopt", "--list"]) == 0
+    assert capsys.readouterr().out == "no torchrun job of yours runs on this machine\n"
+    assert cli.main(["adopt", "--list", "123"]) == 2
+    assert capsys.readouterr().err == "rtdebug: error: adopt --list takes no PID and no --detach\n"

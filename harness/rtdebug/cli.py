@@ -243,16 +243,13 @@ def _add_adopt(sub) -> None:
     p.add_argument("--debug-allow", default="", metavar="ADDR|CIDR,...", help="other machines allowed in")
     p.add_argument("--json", action="store_true", help="print the session and its ranks as JSON")
     p.add_argument("--detach", type=_session_id, metavar="SESSION", help="undo an adoption; the job runs on")
+    p.add_argument("--list", action="store_true", help="the jobs here you can adopt (--json: as JSON)")
 
 
 def _cmd_adopt(args) -> int:
     from rtdebug.commands import adopt
-    from rtdebug.common.config import check_host
 
-    if args.detach:
-        return adopt.detach(args.detach)
-    check_host(args.debug_host)
-    return adopt.adopt(args.pid, args.debug_port_base, args.debug_host, args.debug_allow, args.json)
+    return adopt.command(args)
 
 
 COMMANDS = {

@@ -6,7 +6,8 @@ torchrun agent (so ``ps`` keeps it live exactly while the job runs), run the ado
 every rank at once, and print the rank table. A rank that fails undoes the others: nothing half-done.
 ``detach`` undoes an adoption in every rank and leaves the job running. ``rtdebug stop`` does not detach
 yet (it ends the session's processes, and this session's launcher is the job's agent): the stop path is to
-call ``rtdebug.common.inject.detach_pids`` for a session of mode ``adopted``.
+call ``rtdebug.common.inject.detach_pids`` for a session of mode ``adopted``. ``--list`` (``--json``) names the
+jobs that can be adopted here, and the session that adopted each already: the VS Code "Adopt" picker's source.
 """
 
 from __future__ import annotations
@@ -197,6 +198,61 @@ def limits(session: dict[str, Any]) -> str:
     beat = session.get("nccl_heartbeat_s")
     beat_line = f"; NCCL's heartbeat monitor ends a rank stuck {beat:g} s" if beat else ""
     return f"{what}{beat_line}; it cannot be raised now: a rank paused longer than that ends the job"
+
+
+def _adopted_by_pid(reg: Registry) -> dict[int, str]:
+    """{pid: session id} for every live adopted session: its agent's pid and its live ranks' pids."""
+    out: dict[int, str] = {}
+    for s in prune(reg):
+        if s.get("mode") == "adopted":
+            sid = s["session_id"]
+            out[int(s["launcher_pid"])] = sid
+            out.update((int(r["pid"]), sid) for r in reg.ranks(sid) if reg.live_rank(r))
+    return out
+
+
+def listing() -> list[dict[str, Any]]:
+    """``rtdebug adopt --list --json``: the jobs of yours on this machine that can be adopted (the VS Code
+    picker's contract), each with the session that adopted it already, if one did."""
+    by_pid = _adopted_by_pid(Registry())
+    out = []
+    for job in jobs.candidates():
+        pids = [job.agent_pid, *(r.pid for r in job.ranks)]
+        out.append(job.listing(next((by_pid[p] for p in pids if p in by_pid), None)))
+    return out
+
+
+def list_command(as_json: bool) -> int:
+    found = listing()
+    if as_json:
+        print(json.dumps(found, indent=1))
+        return 0
+    if not found:
+        print("no torchrun job of yours runs on this machine")
+        return 0
+    rows = [("PID", "KIND", "RANKS", "RUNNING", "ADOPTED", "SCRIPT")]
+    for j in found:
+        ranks = ",".join("?" if r is None else str(r) for r in j["ranks"])
+        size = f"/{j['world_size']}" if j["world_size"] is not None else ""
+        running = jobs.duration(j["running_s"])
+        rows.append((str(j["pid"]), j["kind"], ranks + size, running, j["adopted_session"] or "-", j["script"]))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    print("\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows))
+    return 0
+
+
+def command(args: Any) -> int:
+    """``rtdebug adopt``'s dispatch: --list, --detach, or adopt."""
+    from rtdebug.common.config import check_host
+
+    if args.list:
+        if args.detach or args.pid is not None:
+            raise usage("adopt --list takes no PID and no --detach")
+        return list_command(args.json)
+    if args.detach:
+        return detach(args.detach)
+    check_host(args.debug_host)
+    return adopt(args.pid, args.debug_port_base, args.debug_host, args.debug_allow, args.json)
 
 
 def detach(session_id: str) -> int:

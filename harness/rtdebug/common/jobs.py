@@ -15,7 +15,8 @@ import psutil
 
 from rtdebug.common.errors import HarnessError
 
-RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT")
+RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT",
+             "RTDEBUG_SESSION")  # fmt: skip
 TIMEOUT_VARS = ("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "TORCH_NCCL_BLOCKING_WAIT", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
 
 
@@ -61,6 +62,7 @@ class Job:
     agent_create_time: float
     script: str
     ranks: list[RankProc] = field(default_factory=list)
+    kind: str = "torchrun"
 
     @property
     def running_s(self) -> float:
@@ -71,11 +73,26 @@ class Job:
         value = (self.ranks[0].env if self.ranks else {}).get("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "")
         return float(value) if value.isdigit() else None
 
+    @property
+    def under_rtdebug(self) -> bool:
+        """Started by ``rtdebug torchrun``/``run``: its ranks have an endpoint already, nothing to adopt."""
+        return any(r.env.get("RTDEBUG_SESSION") for r in self.ranks)
+
+    def listing(self, adopted_session: str | None) -> dict[str, object]:
+        """The ``rtdebug adopt --list --json`` entry (the VS Code picker's contract)."""
+        world = {r.num("WORLD_SIZE", -1) for r in self.ranks} - {-1}
+        return {
+            "pid": self.agent_pid, "kind": self.kind, "script": self.script,
+            "ranks": [r.rank if "RANK" in r.env else None for r in self.ranks],
+            "world_size": world.pop() if len(world) == 1 else None, "running_s": round(self.running_s, 1),
+            "adopted_session": adopted_session,
+        }  # fmt: skip
+
     def describe(self) -> str:
-        return f"pid {self.agent_pid}  {self.script}  {len(self.ranks)} ranks  running {_duration(self.running_s)}"
+        return f"pid {self.agent_pid}  {self.script}  {len(self.ranks)} ranks  running {duration(self.running_s)}"
 
 
-def _duration(s: float) -> str:
+def duration(s: float) -> str:
     s = int(s)
     return f"{s // 3600}h{s // 60 % 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
@@ -138,7 +155,7 @@ def find_job(pid: int) -> Job:
 
 
 def candidates() -> list[Job]:
-    """Every torchrun job of this user on this machine that has running ranks."""
+    """Every torchrun job of this user on this machine that has running ranks and was not started by rtdebug."""
     me = os.geteuid()
     jobs = []
     for p in psutil.process_iter():
@@ -148,6 +165,6 @@ def candidates() -> list[Job]:
             job = job_of(p)
         except psutil.Error:
             continue
-        if job.ranks:
+        if job.ranks and not job.under_rtdebug:
             jobs.append(job)
     return jobs
