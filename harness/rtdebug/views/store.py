@@ -10,7 +10,8 @@ this machine's files into one session), else by node 0's; any node's id finds it
 A rank is "lost" (shown ``failed``) when its heartbeat falls behind the job's
 logical clock (``c10d.rounds_behind``): its node died without saying so.
 When the store itself is gone the job has ended (torchrun's agent hosts it); an
-explicit ``--store`` then fails with one line, an auto-found one is skipped.
+explicit ``--store`` then fails with one line, an auto-found one is skipped. Read with the torch-free
+client (``rtdebug.registry.tcpstore``): a requester never pays torch's import, nor needs torch at all.
 
 Anyone who reaches the store can write it: every entry passes the registry's schema check (else it is
 skipped and named), and is ``verified`` only when signed with a job secret this reader knows
@@ -31,6 +32,7 @@ from rtdebug.common.addresses import is_own
 from rtdebug.common.errors import HarnessError
 from rtdebug.registry import c10d
 from rtdebug.registry.files import LIVE_RANK_STATES, Registry
+from rtdebug.registry.tcpstore import TCPStoreClient
 from rtdebug.views.remote import MultiView, check, claims_local, local_trust
 
 Entry = dict[str, Any]
@@ -123,7 +125,7 @@ class StoreView:
             return {}
         try:
             if self._store is None:
-                self._store = c10d.connect(self.host, self.port, READ_TIMEOUT_S, quiet=True)
+                self._store = TCPStoreClient(self.host, self.port, READ_TIMEOUT_S)
             keys = [k for k in self._store.list_keys() if k.startswith(c10d.PREFIX + "/")]
             values = self._store.multi_get(keys) if keys else []
         except Exception as exc:  # the store went away (the job ended) since the last read
@@ -215,8 +217,8 @@ class StoreView:
         if not isinstance(run_id, str):
             raise HarnessError(f"session {session['session_id']} records no rendezvous id to stop it by")
         try:
-            store = c10d.connect(self.host, self.port, READ_TIMEOUT_S, quiet=True)
-            store.set(c10d.stop_key(run_id), b"1")
+            with TCPStoreClient(self.host, self.port, READ_TIMEOUT_S) as store:
+                store.set(c10d.stop_key(run_id), b"1")
         except Exception as exc:
             raise HarnessError(f"cannot reach the job store at {self.host}:{self.port}: {exc}") from None
         deadline = time.monotonic() + 60

@@ -1,0 +1,92 @@
+"""The torch-free TCPStore client against a real torch TCPStore server (the installed torch's protocol)."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import subprocess
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+
+from rtdebug.registry.tcpstore import StoreError, TCPStoreClient
+
+from conftest import PY
+
+
+@pytest.fixture(scope="module")
+def server():
+    from torch.distributed import TCPStore
+
+    s = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
+    yield s
+
+
+def test_reads_and_writes_what_torch_reads_and_writes(server):
+    server.set("t/a", b"from torch")
+    with TCPStoreClient("127.0.0.1", server.port) as c:
+        assert c.multi_get(["t/a"]) == [b"from torch"]
+        c.set("t/b", b"from rtdebug")
+        c.multi_set(["t/c", "t/d"], [b"\x00\x01", "two"])
+        assert server.get("t/b") == b"from rtdebug" and server.get("t/d") == b"two"
+        assert server.multi_get(["t/c"]) == [b"\x00\x01"]
+        assert {"t/a", "t/b", "t/c", "t/d"} <= set(c.list_keys())
+        assert set(c.list_keys()) == set(server.list_keys())
+        assert c.add("t/n", 5) == 5 and server.add("t/n", 2) == 7 and c.add("t/n", 0) == 7
+        assert c.check(["t/a", "t/b"]) and not c.check(["t/a", "t/missing"])
+        assert c.get("t/missing") == b""
+        assert c.delete_key("t/b") and not c.delete_key("t/b")
+        assert not server.check(["t/b"])
+
+
+def test_wait_returns_when_the_key_comes_and_cancels_on_timeout(server):
+    with TCPStoreClient("127.0.0.1", server.port) as c:
+        t0 = time.monotonic()
+        assert c.wait(["w/never"], 0.3) is False
+        assert 0.25 <= time.monotonic() - t0 < 2
+        # the connection stays usable after a cancelled wait
+        assert c.add("w/n", 1) == 1
+        threading.Timer(0.2, lambda: server.set("w/late", b"1")).start()
+        t0 = time.monotonic()
+        assert c.wait(["w/late"], 5) is True
+        assert time.monotonic() - t0 < 2
+        assert c.wait(["w/late"], 0) is True  # present already
+
+
+def test_the_client_module_does_not_import_torch():
+    code = "import sys, rtdebug.registry.tcpstore, rtdebug.views.store; print('torch' in sys.modules)"
+    out = subprocess.run([PY, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def _fake_store(answer: bytes) -> tuple[socket.socket, int]:
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+
+    def serve():
+        conn, _ = srv.accept()
+        conn.recv(100)
+        conn.sendall(answer)
+        time.sleep(0.5)
+        conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv, srv.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [
+        (struct.pack("<Q", 1 << 40), "the store sent a count of 1099511627776"),
+        (struct.pack("<QQ", 1, 1 << 30), "the store sent a value of 1073741824 bytes (more than 16 MiB)"),
+        (struct.pack("<QQ", 1, 100) + b"abc", "the store closed the connection mid-answer"),
+    ],
+)
+def test_a_hostile_server_gets_one_bounded_error(answer, error):
+    srv, port = _fake_store(answer)
+    with srv, TCPStoreClient("127.0.0.1", port) as c, pytest.raises(StoreError) as exc:
+        c.list_keys()
+    assert str(exc.value) == error
