@@ -23,6 +23,7 @@ export const Commands = {
   evaluateAll: 'rtdebug.evaluateInAllRanks',
   openFrame: 'rtdebug.stacks.openFrame',
   attachGroup: 'rtdebug.stacks.attachRank',
+  adoptJob: 'rtdebug.adoptRunningJob',
 } as const;
 
 /** Views contributed to the Run and Debug container (package.json `views.debug`). */
@@ -41,6 +42,7 @@ export const Gated = {
   launch: 'Starting a job (F5)',
   listing: "Listing other nodes' ranks (rtdebug ps)",
   blocked: 'Locating a blocked rank (rtdebug stacks)',
+  adopt: 'Adopt a Running Job',
 } as const;
 
 /** Settings that choose what runs: machine-overridable and never read from an untrusted workspace. */

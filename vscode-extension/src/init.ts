@@ -3,6 +3,7 @@ import { Commands, ContextKeys, DEBUG_TYPE, EVAL_SCHEME, Gated, Views } from './
 import { rankForEndpoint } from './common/attachConfig';
 import { RankDebugStates } from './common/rankDebugState';
 import { RtdebugAdapterFactory } from './adapterFactory';
+import { adoptRunningJob } from './adoptCommand';
 import { AllStopController } from './allStopController';
 import { AttachCommands } from './attachCommands';
 import { AttachService } from './attachService';
@@ -59,6 +60,7 @@ export function registerAll(context: vscode.ExtensionContext): void {
     reg(Commands.evaluateAll, (a) => evaluate.run(a)),
     reg(Commands.openFrame, (file: string, line: number) => openFrame(file, line)),
     reg(Commands.attachGroup, (n) => rankCommands.attachGroup(n)),
+    reg(Commands.adoptJob, () => adoptRunningJob(registry, log)),
     vscode.debug.registerDebugAdapterTrackerFactory('*', new RankTrackerFactory(attach, states, allStop.allStop)),
     vscode.debug.registerDebugConfigurationProvider(DEBUG_TYPE, provider),
     vscode.debug.registerDebugConfigurationProvider(DEBUG_TYPE, provider, vscode.DebugConfigurationProviderTriggerKind.Dynamic),

@@ -3,8 +3,19 @@ import { neutralCwd } from './cliPaths';
 import { GeneratedConfigs, parseGenerated } from './launchFiles';
 import { FlagCache, rejectedFlag, VERSION_PROBE } from './pythonFlags';
 
-/** Runs `<python> -m <module> <args>` and turns its failures into one clear sentence. */
-export class HarnessCliError extends Error {}
+/**
+ * Runs `<python> -m <module> <args>` and turns its failures into one clear sentence. `line`: the CLI's own
+ * one-line refusal (`rtdebug: …` on stderr) when it printed one, for messages that show just that.
+ */
+export class HarnessCliError extends Error {
+  constructor(message: string, readonly line?: string) { super(message); }
+}
+
+/** The CLI's one-line refusal in its stderr (the last `rtdebug: …` line), if any. */
+export function cliLine(stderr: string): string | undefined {
+  const lines = stderr.split('\n').map((l) => l.trim()).filter((l) => l.startsWith('rtdebug:'));
+  return lines[lines.length - 1];
+}
 
 /**
  * How to run the CLI. There is deliberately no cwd: every CLI process runs in neutralCwd(), never in the
@@ -54,7 +65,7 @@ type ExecError = { code?: string | number | null; killed?: boolean; message: str
 
 export async function runHarness(cmd: HarnessCommand, args: string[], timeoutMs = 60000): Promise<string> {
   const { err, stdout, stderr } = await execCli(cmd, ['-m', cmd.module, ...args], timeoutMs);
-  if (err) throw new HarnessCliError(describeFailure(cmd, args, err, stderr));
+  if (err) throw new HarnessCliError(describeFailure(cmd, args, err, stderr), err.killed ? undefined : cliLine(stderr));
   return stdout;
 }
 

@@ -8,7 +8,7 @@ export type RankState = 'starting' | 'ready' | 'attached' | 'exited' | 'failed' 
 export type SessionState = 'starting' | 'running' | 'exited' | 'failed' | 'stopped' | 'orphaned';
 
 export interface SessionEntry {
-  schema_version: 1; kind: 'session'; session_id: string; mode: 'run' | 'torchrun' | 'ray';
+  schema_version: 1; kind: 'session'; session_id: string; mode: 'run' | 'torchrun' | 'ray' | 'adopted';
   launcher_pid: number; launcher_create_time: number; command: string[]; cwd: string; script: string;
   nnodes: string; nproc_per_node: number; node_rank?: number | null; host: string; port_base: number;
   ports: number[]; wait?: string; started_at: number; updated_at: number; ended_at?: number | null;
