@@ -133,11 +133,13 @@ def test_adopt_stop_in_each_rank_twice_is_noop_then_detach(plain, registry_dir, 
     r = adopt(str(job.agent().pid), "--debug-port-base", str(port_base))
     assert r.returncode == 0, r.stderr
     attachable_s = time.monotonic() - t0
-    assert "adopted torchrun pid" in r.stdout and "timeout is 1800 s; it cannot be raised now" in r.stdout, r.stdout
+    assert "adopted torchrun pid" in r.stdout, r.stdout
+    assert "timeout is 1800 s (gloo default); it cannot be raised now" in r.stdout, r.stdout
     sid = _session(registry_dir)
     session = json.loads((registry_dir / sid / "session.json").read_text())
     assert session["mode"] == "adopted" and session["launcher_pid"] == job.agent().pid
-    assert session["pg_timeout_s"] == 1800
+    assert (session["pg_timeout_s"], session["pg_timeout_source"]) == (1800, "gloo default")
+    _ps_shows_pg_timeout(sid, 1800, "gloo default")
     ranks = read_ranks(registry_dir, sid)
     assert {r["pid"] for r in ranks.values()} == set(pids) and all(r["state"] == "ready" for r in ranks.values())
     print(f"adopt -> every rank attachable: {attachable_s:.2f} s")
@@ -169,6 +171,15 @@ def test_adopt_stop_in_each_rank_twice_is_noop_then_detach(plain, registry_dir, 
     assert "detached; nothing of rtdebug runs here now" in job.output()
 
 
+def _ps_shows_pg_timeout(sid: str, seconds: float, source: str) -> None:
+    """`ps --json` carries the adopted job's timeout and its source (B2); `ps` shows them on the session line."""
+    ps = rtdebug("ps", "--json")
+    session = next(s for s in json.loads(ps.stdout)["sessions"] if s["session_id"] == sid)
+    assert (session["pg_timeout_s"], session["pg_timeout_source"]) == (seconds, source), session
+    line = next(line for line in rtdebug("ps").stdout.splitlines() if line.startswith(f"session {sid}"))
+    assert line.endswith(f"pg-timeout {seconds:g}s ({source})"), line
+
+
 def _foreign_threads(agent: int) -> list[str]:
     """Threads of the job's ranks (py-spy, read-only) with a frame of rtdebug or the debugger."""
     r = rtdebug("stacks", "--pid", str(agent), "--json")
@@ -196,7 +207,8 @@ def test_hung_job_adopt_stacks_and_attach_rank1(plain, registry_dir, port_base):
     _two_groups(before.stdout)
     r = adopt(str(job.agent().pid), "--debug-port-base", str(port_base))
     assert r.returncode == 0, r.stderr
-    assert "process-group timeout is 900 s" in r.stdout, r.stdout  # read from torch in the rank
+    assert "process-group timeout is 900 s (gloo, set by the job)" in r.stdout, r.stdout  # read in the rank
+    _ps_shows_pg_timeout(_session(registry_dir), 900, "gloo, set by the job")
     s = rtdebug("stacks")
     assert s.returncode == 0, s.stderr
     _two_groups(s.stdout)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from conftest import SCRIPTS
+from conftest import SCRIPTS, rtdebug
 
 pytestmark = pytest.mark.e2e
 
@@ -22,6 +24,11 @@ def test_paused_rank0_vs_pg_timeout(timeout_s, expect_ok, job, port_base):
         str(SCRIPTS / "pause_rank0.py"),
         "10",
     )
+    if expect_ok:  # ps shows the configured timeout while the job runs (a paused rank must stay under it)
+        sid = j.session_id()
+        ps = json.loads(rtdebug("ps", "--json").stdout)["sessions"]
+        session = next(s for s in ps if s["session_id"] == sid)
+        assert (session["pg_timeout_s"], session["pg_timeout_source"]) == (timeout_s, "--pg-timeout"), session
     code = j.wait(240)
     out = j.output()
     if expect_ok:

@@ -36,6 +36,10 @@ _ADOPT = "import sys\ntry:\n import rtdebug.rank.adopted as m\n added = None\nex
 _ADOPT += " sys.path.append({path!r})\n added = {path!r}\n import rtdebug.rank.adopted as m\nm.main({spec!r}, added)\n"
 
 
+# the session's pg_timeout_source until a rank has read its group's timeout
+UNREAD = "unknown: not read in a rank (no process group yet?)"
+
+
 def adopt_code(spec: dict[str, Any]) -> str:
     return inject.wrap(_ADOPT.format(path=str(Path(__file__).resolve().parents[2]), spec=json.dumps(spec)))
 
@@ -71,7 +75,7 @@ def _session(sid: str, job: jobs.Job, host: str, base: int, ports: list[int], me
     e = session_entry(
         sid, "adopted", script=job.script, nnodes="1", nproc_per_node=len(job.ranks), host=host, port_base=base,
         ports=ports, agent_pid=job.agent_pid, agent_create_time=job.agent_create_time,
-        pg_timeout_s=None, nccl_heartbeat_s=job.heartbeat_s(),
+        pg_timeout_s=None, pg_timeout_source=UNREAD, nccl_heartbeat_s=job.heartbeat_s(),
     )  # fmt: skip
     # the job's agent stands for the launcher: liveness keeps the session live exactly while the job runs
     e.update(launcher_pid=job.agent_pid, launcher_create_time=job.agent_create_time)
@@ -125,12 +129,18 @@ def adopt(pid: int | None, base: int, host: str, allow: str, as_json: bool) -> i
         reserve_session(reg, _session(sid, job, host, base, ports, method))
     start = time.monotonic()
     answers = _inject_ranks(reg, sid, job, ports, host, allow, method, remove=already is None)
-    timeouts = [a["pg_timeout_s"] for a in answers.values() if a.get("pg_timeout_s")]
-    if timeouts:
-        reg.update_session(sid, pg_timeout_s=min(timeouts))
+    timeouts = [(float(a["pg_timeout_s"]), str(a.get("pg_timeout_source"))) for a in answers.values() if _seconds(a)]
+    if timeouts:  # the shortest one ends the job first
+        timeout, source = min(timeouts)
+        reg.update_session(sid, pg_timeout_s=timeout, pg_timeout_source=source)
     reg.update_session(sid, state="running")
     note = None if already is None else f"session {sid}: adopted its {len(job.ranks)} ranks started (or detached) since"
     return _print(reg.read_session(sid) or {}, reg, as_json, note, time.monotonic() - start)
+
+
+def _seconds(answer: dict[str, Any]) -> bool:
+    value = answer.get("pg_timeout_s")
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
 
 
 def _inject_ranks(reg: Registry, sid: str, job: jobs.Job, ports: list[int], host: str, allow: str, method: str,
@@ -190,7 +200,7 @@ def limits(session: dict[str, Any]) -> str:
     """The adopted job's own time limits, fixed when it started: the line that warns about pausing."""
     timeout = session.get("pg_timeout_s")
     what = (
-        f"this job's process-group timeout is {timeout:g} s"
+        f"this job's process-group timeout is {timeout:g} s ({session.get('pg_timeout_source')})"
         if timeout
         else "this job's process-group timeout could not be read (no process group yet?); torch's default is "
         "1800 s (gloo) or 600 s (NCCL)"

@@ -11,7 +11,7 @@ import sys
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import ended_sessions, prune
 from rtdebug.registry.record import SCHEMA_VERSION
-from rtdebug.registry.table import format_table
+from rtdebug.registry.table import format_table, pg_timeout
 from rtdebug.views.api import ViewOptions, Views
 from rtdebug.views.remote import skipped_line
 
@@ -64,6 +64,7 @@ def command(as_json: bool, show_all: bool = False, opts: ViewOptions | None = No
         ports = f"ports {s['ports'][0]}-{s['ports'][-1]}" if s.get("ports") else "no local ports"
         where = "" if s.get("source", "local") == "local" else f"  via {s['source']}"
         where += "  [unverified]" if s.get("verified") is False else ""
+        where += f"  {pg_timeout(s)}" if pg_timeout(s) else ""
         print(
             f"session {s['session_id']}  {s['mode']}  {s['script']}  state={s['state']}  "
             f"launcher pid {s['launcher_pid']}  {ports}{where}"

@@ -109,6 +109,8 @@ def _entry(cfg: RankConfig, target: Target, port: int) -> dict[str, Any]:
         port_base=port,
         ports=[port],
         wait=cfg.wait,
+        pg_timeout_s=cfg.pg_timeout_s,  # the default of groups made without timeout= (ps shows it)
+        pg_timeout_source="--pg-timeout",
         **ray_driver.session_fields(),
     )
 

@@ -139,6 +139,8 @@ class Launcher:
             port_base=self.cfg.port_base,
             ports=ports,
             wait=self.cfg.wait,
+            pg_timeout_s=self.cfg.pg_timeout_s,  # the default of groups made without timeout= (ps shows it)
+            pg_timeout_source="--pg-timeout",
             **({"store": self.plan.store, "rdzv_id": self.plan.rdzv_id} if self.plan.store else {}),
         )
 

@@ -64,23 +64,27 @@ def main(spec_json: str, added: str | None = None) -> None:
     _answer(spec["result"], result)
 
 
-def pg_timeout_s() -> float | None:
-    """The default process group's timeout, read from torch in this rank (None: no group, or unknown)."""
+def pg_timeout() -> tuple[float | None, str]:
+    """The default process group's timeout, read from torch in this rank, and where it came from: torch's
+    default for its backend, or the job's own ``timeout=`` (None and why: no group yet, or unknown)."""
     dist = sys.modules.get("torch.distributed")
     try:
         if dist is None or not dist.is_initialized():
-            return None
+            return None, "unknown: no process group yet"
         import torch
 
-        group = dist.distributed_c10d._get_default_group()
+        c10d = dist.distributed_c10d
+        group = c10d._get_default_group()
     except Exception:
-        return None
-    for device in ("cpu", "cuda"):  # gloo's backend, else NCCL's
+        return None, "unknown: torch's group could not be read"
+    for device, name, default in (("cpu", "gloo", "default_pg_timeout"), ("cuda", "NCCL", "default_pg_nccl_timeout")):
         try:
-            return float(group._get_backend(torch.device(device)).options._timeout.total_seconds())
+            timeout = group._get_backend(torch.device(device)).options._timeout
         except Exception:
             continue
-    return None
+        own = timeout != getattr(c10d, default, None)
+        return float(timeout.total_seconds()), f"{name}, set by the job" if own else f"{name} default"
+    return None, "unknown: no gloo or NCCL backend"
 
 
 def adopt(spec: dict[str, Any]) -> dict[str, Any]:
@@ -90,6 +94,7 @@ def adopt(spec: dict[str, Any]) -> dict[str, Any]:
         return {"status": "already", "session_id": _state["session_id"], "pid": os.getpid()}
     if runtime.endpoint is not None:  # started by `rtdebug torchrun` / `run`: it has its own endpoint
         return {"status": "launched", "port": runtime.endpoint.port, "pid": os.getpid()}
+    from rtdebug.rank import collrec
     from rtdebug.rank.endpoint import Endpoint
     from rtdebug.rank.record import RankRecord
     from rtdebug.registry.files import Registry
@@ -111,8 +116,8 @@ def adopt(spec: dict[str, Any]) -> dict[str, Any]:
         _disarm(stacks)
         record.failed(str(exc), exit_code=None)
         raise
-    timeout = pg_timeout_s()
-    record.ready(endpoint, stacks=stacks)
+    timeout, source = pg_timeout()
+    record.ready(endpoint, stacks=stacks, collectives=collrec.arm(reg.session_dir(sid), rank))
     import atexit
 
     _state.update(session_id=sid, endpoint=endpoint, record=record, stacks=stacks, prior=runtime.endpoint)
@@ -121,7 +126,7 @@ def adopt(spec: dict[str, Any]) -> dict[str, Any]:
     print(
         f"rtdebug: rank {rank} adopted (session {sid}): debug endpoint {spec['host']}:{spec['port']}", file=sys.stderr
     )
-    return {"status": "adopted", "pid": os.getpid(), "pg_timeout_s": timeout}
+    return {"status": "adopted", "pid": os.getpid(), "pg_timeout_s": timeout, "pg_timeout_source": source}
 
 
 def _track_clients(endpoint: Any) -> None:

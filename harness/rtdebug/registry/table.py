@@ -21,6 +21,14 @@ def rank_state(r: dict[str, Any]) -> str:
     return s
 
 
+def pg_timeout(session: dict[str, Any]) -> str:
+    """The job's process-group timeout as ``ps`` shows it (a rank paused longer ends the job), or ""."""
+    value, source = session.get("pg_timeout_s"), session.get("pg_timeout_source")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"pg-timeout {value:g}s ({source})" if source else f"pg-timeout {value:g}s"
+    return f"pg-timeout {source}" if source else ""
+
+
 def format_table(ranks: list[dict[str, Any]], session_id: str) -> str:
     rows = [("RANK", "LOCAL", "PID", "ENDPOINT", "STATE", "ATTACH")]
     for r in sorted(ranks, key=lambda r: r["rank"]):
