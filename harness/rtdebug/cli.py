@@ -210,6 +210,8 @@ def _add_stacks(sub) -> None:
     p.add_argument("--native", action="store_true", help="add native frames with py-spy (needs ptrace rights)")
     p.add_argument("--threads", action="store_true", help="also print every rank's other threads")
     p.add_argument("--pid", type=int, help="a job rtdebug did not start: its torchrun agent or a rank (py-spy)")
+    p.add_argument("--store", metavar="HOST:PORT", help="every rank of a multi-node job, through its store")
+    p.add_argument("--ray-address", metavar="HOST:PORT", help="every worker of a Ray Train run, through its GCS")
     p.add_argument(
         "--timeout",
         type=float,
@@ -226,7 +228,9 @@ def _cmd_stacks(args) -> int:
         from rtdebug.commands import pidstacks
 
         return pidstacks.command(args.pid, args.json, args.threads, args.timeout)
-    return stacks.command(args.session, args.rank, args.json, args.native, args.timeout, args.threads)
+    return stacks.command(
+        args.session, args.rank, args.json, args.native, args.timeout, args.threads, args.store, args.ray_address
+    )
 
 
 def _add_adopt(sub) -> None:

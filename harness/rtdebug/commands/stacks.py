@@ -1,50 +1,140 @@
-"""``rtdebug stacks``: the grouped Python stacks of every rank of one live session."""
+"""``rtdebug stacks``: the grouped Python stacks of every rank of one live session.
+
+This machine's ranks answer a signal (``rtdebug.stacks.collect``). A multi-node job's ranks, and a Ray
+run's workers, answer through the job's store or the cluster's KV (``rtdebug.stacks.jobwide``): with
+``--store``/``--ray-address`` from any machine (no registry needed), and without a flag on any node of
+a multi-node job, whose session records its store. Same text, same ``--json``.
+"""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from rtdebug.common.errors import HarnessError, usage
 from rtdebug.common.ports import parse_rank_list
-from rtdebug.registry.files import Registry
+from rtdebug.registry.files import LIVE_RANK_STATES, Registry
 from rtdebug.registry.liveness import prune
 from rtdebug.registry.table import world_size
 from rtdebug.stacks import format as stackformat
+from rtdebug.stacks import jobwide
 from rtdebug.stacks.collect import collect, select_ranks
 from rtdebug.stacks.native import find_py_spy
 from rtdebug.views.api import Views
 from rtdebug.views.local import LocalView
 
 
-def command(
-    session_id: str | None, rank_spec: str | None, as_json: bool, native: bool, timeout: float, threads: bool
-) -> int:
-    """Print the grouped snapshot of one live session (the one ``find_session`` every command uses)."""
-    if timeout <= 0:
-        raise usage(f"--timeout must be > 0 seconds, got {timeout:g}")
-    if native and find_py_spy() is None:
-        raise HarnessError("--native needs py-spy: pip install 'rtdebug[stacks]' (or pip install py-spy)")
+def _ranks(session: dict[str, Any], rank_spec: str | None) -> frozenset[int] | None:
+    if rank_spec is None:
+        return None
+    try:
+        ranks = parse_rank_list(rank_spec, world_size(session))  # None = all
+    except HarnessError as exc:
+        raise usage(exc.message.replace("--wait", "--rank")) from None
+    if ranks == frozenset():
+        raise usage(f"--rank {rank_spec} selects no rank")
+    return ranks
+
+
+def _store_snapshot(endpoint: str, session_id: str | None, rank_spec: str | None, timeout: float) -> dict:
+    from rtdebug.registry.tcpstore import TCPStoreClient
+    from rtdebug.views import store
+
+    view = store.StoreView(*_endpoint(endpoint), explicit=True)
+    session = _remote_session(view, session_id, f"the job store at {endpoint}")
+    try:
+        with TCPStoreClient(view.host, view.port, store.READ_TIMEOUT_S) as client:
+            return jobwide.from_store(client, session, view.known, _ranks(session, rank_spec), timeout)
+    except OSError as exc:
+        raise HarnessError(f"the job store at {endpoint} stopped answering: {exc}") from None
+
+
+def _remote_session(view: Any, session_id: str | None, where: str) -> dict[str, Any]:
+    """The named session (any of a multi-node job's node ids), else the newest verified one; must be live."""
+    if session_id is None:
+        session = Views([view]).find_session(None)
+    else:
+        found = view.session(session_id)
+        if found is None or found.get("state") not in ("starting", "running"):
+            raise HarnessError(f"no live session {session_id!r} in {where}; see `rtdebug ps`")
+        session = found
+    if not any(r.get("state") in LIVE_RANK_STATES for r in session.get("ranks", [])):
+        raise HarnessError(f"session {session['session_id']} has no running rank")
+    return session
+
+
+def _endpoint(endpoint: str) -> tuple[str, int]:
+    from rtdebug.registry.c10d import split_endpoint
+
+    try:
+        return split_endpoint(endpoint)
+    except ValueError:
+        raise HarnessError(f"--store {endpoint!r}: expected HOST:PORT") from None
+
+
+def _ray_snapshot(address: str, session_id: str | None, rank_spec: str | None, timeout: float) -> dict:
+    from rtdebug.views import ray
+
+    view = ray.open_view(type("Opts", (), {"ray_address": address})())
+    assert isinstance(view, ray.RayView)
+    session = _remote_session(view, session_id, f"the Ray cluster at {address}")
+    try:
+        return jobwide.from_kv(view.kv, session, view.known, _ranks(session, rank_spec), timeout)
+    except HarnessError:
+        raise
+    except Exception as exc:  # RpcError and friends: the cluster went away mid-read
+        raise HarnessError(f"cannot read the Ray cluster at {address}: {exc}") from None
+
+
+def _local_snapshot(session_id: str | None, rank_spec: str | None, native: bool, timeout: float) -> dict:
     reg = Registry()
     prune(reg)
     # stacks are taken by signal, so only this machine's sessions (its files) can answer
     session = Views([LocalView(reg)]).find_session(session_id)
-    world = world_size(session)
-    ranks = None
-    if rank_spec is not None:
+    if session.get("store") and not native:  # a multi-node job: every node's ranks, through its store
         try:
-            ranks = parse_rank_list(rank_spec, world)  # None = all
-        except HarnessError as exc:
-            raise usage(exc.message.replace("--wait", "--rank")) from None
-        if ranks == frozenset():
-            raise usage(f"--rank {rank_spec} selects no rank")
+            return _store_snapshot(session["store"], session["session_id"], rank_spec, timeout)
+        except HarnessError:
+            pass  # the store is not answering: this node's ranks at least
+    ranks = _ranks(session, rank_spec)
     live, _ = select_ranks(reg, session, ranks)
     if not live:
         raise HarnessError(
             f"session {session['session_id']} has no running rank" + (f" among {rank_spec}" if rank_spec else "")
         )
-    snap = collect(reg, session, ranks, timeout, native)
+    return collect(reg, session, ranks, timeout, native)
+
+
+def command(
+    session_id: str | None,
+    rank_spec: str | None,
+    as_json: bool,
+    native: bool,
+    timeout: float,
+    threads: bool,
+    store: str | None = None,
+    ray_address: str | None = None,
+) -> int:
+    """Print the grouped snapshot of one live session (the one ``find_session`` every command uses)."""
+    if timeout <= 0:
+        raise usage(f"--timeout must be > 0 seconds, got {timeout:g}")
+    if native and (store or ray_address):
+        raise usage("--native reads this machine's ranks with py-spy: not with --store or --ray-address")
+    if store and ray_address:
+        raise usage("--store and --ray-address name two different jobs: give one")
+    if native and find_py_spy() is None:
+        raise HarnessError("--native needs py-spy: pip install 'rtdebug[stacks]' (or pip install py-spy)")
+    if store:
+        snap = _store_snapshot(store, session_id, rank_spec, timeout)
+    elif ray_address:
+        snap = _ray_snapshot(ray_address, session_id, rank_spec, timeout)
+    else:
+        snap = _local_snapshot(session_id, rank_spec, native, timeout)
     if as_json:
         print(json.dumps(snap, indent=1))
-    else:
-        print(stackformat.render(snap, threads=threads, native=native))
+        return 0
+    lines = stackformat.render(snap, threads=threads, native=native).split("\n")
+    if "source" in snap:
+        lines[1:1] = jobwide.notes(snap)
+    print("\n".join(lines))
     return 0

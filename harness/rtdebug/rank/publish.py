@@ -26,7 +26,8 @@ and carry the script's name only, never its arguments or the command line.
 When a whole node dies, torchrun ends the others only once they reach a
 collective; a node whose own rank is paused at a breakpoint would wait for ever.
 So local rank 0 of each node watches its peers and, in a job that cannot go on
-without them (fixed ``--nnodes``, no restarts), ends its own node.
+without them (fixed ``--nnodes``, no restarts), ends its own node. A second hidden thread
+(``rtdebug.rank.dumpwatch``) answers job-wide ``stacks`` requests through the same store.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from typing import Any
 
 from rtdebug.common.imports import when_imported
 from rtdebug.common.procinfo import is_alive
+from rtdebug.rank.dumpwatch import StoreWatch
 from rtdebug.registry import signing
 from rtdebug.registry.c10d import (
     ENV_STORE,
@@ -104,6 +106,7 @@ class Publisher:
         self._closed = False
         self._connected = False  # flush() waits only while the store answers
         self._thread: threading.Thread | None = None
+        self.dumps: StoreWatch | None = None  # answers job-wide stacks requests (rtdebug.rank.dumpwatch)
 
     def update(self, entry: dict[str, Any], final: bool = False) -> None:
         """Record the newest entry and wake the thread (started on first use). ``final``: the rank
@@ -120,6 +123,8 @@ class Publisher:
             # thread while the main thread imports it too aborted a rank ("terminate called after throwing
             # an instance of 'python_error'", SIGABRT) in a clean-clone CI run.
             when_imported("torch.distributed", lambda _m, t=self._thread: t.start())
+            # torch-free, so it may start at once: a rank stuck before its first step still answers
+            self.dumps = StoreWatch(self.host, self.port, self.run_id, self.rank, self.secret, self.where).start()
         if final:
             self.flush()
             self.close()
@@ -143,6 +148,8 @@ class Publisher:
         with self._cv:
             self._closed = True
             self._cv.notify_all()
+        if self.dumps is not None:
+            self.dumps.close()
         t = self._thread
         if t is not None and t.ident is not None and t is not threading.current_thread():  # started
             t.join(timeout)

@@ -2,7 +2,8 @@
 
 Ranks (``rtdebug.rank.publish``) write, the store view (``rtdebug.views.store``) reads, the launcher
 (``rtdebug.launcher.multinode``) names the store: all three agree here on the keys under
-``rtdebug/<run id>/`` (``rank/<N>``, ``node/<group rank>``, ``tick``, ``stop``), on how heartbeats turn
+``rtdebug/<run id>/`` (``rank/<N>``, ``node/<group rank>``, ``tick``, ``stop``,
+``dumpseq``, ``dump/<n>[/<rank>|/done]``), on how heartbeats turn
 into "lost", and on how to reach the store without filling a log with c10d's retries.
 """
 
@@ -34,6 +35,21 @@ def node_key(run_id: str, group_rank: int) -> str:
 
 def tick_key(run_id: str) -> str:
     return f"{PREFIX}/{run_id}/tick"
+
+
+def dump_seq_key(run_id: str) -> str:
+    """A counter: each job-wide ``stacks`` request takes the next number (``rtdebug.stacks.jobwide``)."""
+    return f"{PREFIX}/{run_id}/dumpseq"
+
+
+def dump_key(run_id: str, n: int, rank: int | None = None) -> str:
+    """Request ``n`` (rank None), or rank ``rank``'s answer to it (``rtdebug.rank.dumpwatch``)."""
+    return f"{PREFIX}/{run_id}/dump/{n}" + ("" if rank is None else f"/{rank}")
+
+
+def dump_done_key(run_id: str, n: int) -> str:
+    """Counts the answers to request ``n``: the requester waits on one number, not on every key."""
+    return f"{PREFIX}/{run_id}/dump/{n}/done"
 
 
 def rounds_behind(ranks: list[dict[str, Any]], tick: int = 0) -> dict[int, float]:

@@ -1,6 +1,6 @@
 """The Ray cluster's side of the registry: entries in the GCS internal KV, namespace ``rtdebug``.
 
-Keys: ``session/<sid>`` and ``rank/<sid>/<rank>``; values are registry-schema
+Keys: ``session/<sid>`` and ``rank/<sid>/<rank>`` (and ``dump/<sid>/...``: job-wide ``stacks``); values are registry-schema
 JSON (mode ``ray``), signed with the run's secret (``rtdebug.registry.signing``) when
 the writer has one. Anyone who reaches the GCS can write here too: readers take
 values as raw key -> bytes and check each one. Workers and the controller write through the connected
@@ -28,6 +28,16 @@ def rank_key(sid: str, rank: int) -> str:
     return f"rank/{sid}/{rank}"
 
 
+def dump_request_key(sid: str) -> str:
+    """A job-wide ``stacks`` request for run ``sid`` (``rtdebug.stacks.jobwide``)."""
+    return f"dump/{sid}/request"
+
+
+def dump_answer_key(sid: str, rank: int | None) -> str:
+    """Worker ``rank``'s answer (``rtdebug.rank.dumpwatch``); ``None``: the prefix of them all."""
+    return f"dump/{sid}/rank/" + ("" if rank is None else str(rank))
+
+
 class _KV:
     """Shared logic; subclasses give ``_put/_get_many/_keys/_del``. ``secret``: sign what is written."""
 
@@ -48,6 +58,10 @@ class _KV:
     def _put_entry(self, key: str, entry: Entry) -> None:
         self._put(key, json.dumps(signing.sign(key, entry, self.secret)).encode())
 
+    def put_raw(self, key: str, value: bytes) -> None:
+        """A value signed by its maker (a dump request or answer: ``rtdebug.stacks.answer``)."""
+        self._put(key, value)
+
     def put_session(self, entry: Entry) -> None:
         self._put_entry(session_key(entry["session_id"]), entry)
 
@@ -57,6 +71,7 @@ class _KV:
 
     def delete_session(self, sid: str) -> None:
         self._del(f"rank/{sid}/", prefix=True)
+        self._del(f"dump/{sid}/", prefix=True)
         self._del(session_key(sid), prefix=False)
 
     def delete_key(self, key: str) -> None:

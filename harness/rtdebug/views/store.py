@@ -58,6 +58,11 @@ def connect_host(rank: Entry, is_local: Callable[[str], bool] = is_own) -> tuple
     return host, None
 
 
+def _entry_key(key: str) -> bool:
+    parts = key.rsplit("/", 2)
+    return key.startswith(c10d.PREFIX + "/") and len(parts) == 3 and parts[1] in ("rank", "node")
+
+
 NODE_ONLY = ("heartbeat", "tick", "ranks", "source", "hostname", "node_ip")  # not the session's own fields
 
 
@@ -126,7 +131,7 @@ class StoreView:
         try:
             if self._store is None:
                 self._store = TCPStoreClient(self.host, self.port, READ_TIMEOUT_S)
-            keys = [k for k in self._store.list_keys() if k.startswith(c10d.PREFIX + "/")]
+            keys = [k for k in self._store.list_keys() if _entry_key(k)]  # never the (big) dump answers
             values = self._store.multi_get(keys) if keys else []
         except Exception as exc:  # the store went away (the job ended) since the last read
             self._store = None

@@ -1,0 +1,153 @@
+"""Rank side of job-wide ``stacks``: a hidden thread answers dump requests from the job's store.
+
+Why a thread that waits in the store, not a signal or a poll: a requester on another machine can
+reach the store, not the rank's process; and a server-side ``WAIT`` on the next request's key parks
+the thread in a ``recv`` without the GIL, so a 1024-rank job costs the store one idle connection per
+rank and no traffic until someone asks (a bounded wait re-reads the counter now and then, in case a
+requester took a number and died before writing its request). The dump comes from this thread with
+``faulthandler.dump_traceback`` while the main thread runs, sits at a breakpoint or blocks in a C++
+collective (GIL released); it is the same text a local ``rtdebug stacks`` parses.
+
+Torchrun ranks wait through the torch-free TCPStore client (``rtdebug.registry.tcpstore``); Ray
+workers have no blocking wait in the GCS KV, so they poll one key, slowly (``KVWatch``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rtdebug.registry import c10d
+from rtdebug.stacks import answer
+
+WAIT_S = 30.0  # a bounded wait, then re-read the request counter
+MIN_GAP_S = 0.2  # at most one dump per this long, however many requests come
+
+
+def collective() -> dict[str, Any] | None:
+    """This rank's collective record (``rtdebug.rank.collrec``, when that module is present)."""
+    try:
+        from rtdebug.rank import collrec  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    try:
+        snap = collrec.snapshot()
+    except Exception:
+        return None
+    return snap if isinstance(snap, dict) else None
+
+
+def _hidden_thread(target: Callable[[], None], name: str) -> threading.Thread:
+    t = threading.Thread(target=target, name=name, daemon=True)
+    t.pydev_do_not_trace = True  # type: ignore[attr-defined]
+    t.is_pydev_daemon_thread = True  # type: ignore[attr-defined]
+    return t
+
+
+class StoreWatch:
+    """Answers ``rtdebug/<run>/dump/<n>`` requests in a torchrun job's c10d store."""
+
+    def __init__(self, host: str, port: int, run_id: str, rank: int, secret: str | None, where: dict[str, Any]) -> None:
+        self.host, self.port, self.run_id, self.rank, self.secret = host, port, run_id, rank, secret
+        self.where = where  # hostname, node_ip: shown next to the rank
+        self.last_n = 0
+        self._last_answer: str | None = None
+        self._at = -MIN_GAP_S  # monotonic time of the last dump
+        self._closed = False
+        self._client: Any = None
+        self.thread = _hidden_thread(self._loop, f"rtdebug-dumpwatch-{rank}")
+
+    def start(self) -> StoreWatch:
+        self.thread.start()
+        return self
+
+    def close(self) -> None:
+        self._closed = True
+        client = self._client
+        if client is not None:
+            client.close()  # ends a wait in progress
+
+    def _loop(self) -> None:
+        from rtdebug.registry.tcpstore import TCPStoreClient
+
+        delay = 0.5
+        while not self._closed:
+            try:
+                self._client = TCPStoreClient(self.host, self.port, timeout=10.0)
+                self.last_n = max(self.last_n, self._client.add(c10d.dump_seq_key(self.run_id), 0))
+                delay = 0.5
+                self._serve(self._client)
+            except Exception:  # the store is not up yet, or gone with the job: retry, quietly
+                if self._client is not None:
+                    self._client.close()
+                time.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+    def _serve(self, client: Any) -> None:
+        while not self._closed:
+            n = self.last_n + 1
+            got = client.wait([c10d.dump_key(self.run_id, n)], WAIT_S)
+            newest = client.add(c10d.dump_seq_key(self.run_id), 0)
+            if got:
+                self.handle(client, n)
+                self.last_n = max(self.last_n, n)  # a forged request n is passed over, not waited on again
+            if newest > self.last_n + 1 or (not got and newest >= n):
+                # requests queued meanwhile: only the newest is answered; one that was numbered but
+                # never written (its requester died) is given up after one bounded wait
+                self.last_n = max(self.last_n, newest - 1)
+
+    def handle(self, client: Any, n: int) -> None:
+        key = c10d.dump_key(self.run_id, n)
+        if answer.request_ok(key, client.get(key), self.secret, self.last_n) is None:
+            return
+        self.last_n = n
+        time.sleep(max(0.0, MIN_GAP_S - (time.monotonic() - self._at)))
+        self._at = time.monotonic()
+        out = c10d.dump_key(self.run_id, n, self.rank)
+        value = answer.answer(out, self.rank, n, answer.take(), self.secret, collective=collective(), **self.where)
+        client.set(out, value)
+        if self._last_answer is not None:
+            client.delete_key(self._last_answer)  # one answer per rank in the store, at most
+        self._last_answer = out
+        client.add(c10d.dump_done_key(self.run_id, n), 1)
+
+
+class KVWatch:
+    """Answers a Ray run's request ``dumpreq/<sid>`` in the GCS KV (polled: the KV cannot block)."""
+
+    POLL_S = 0.5
+
+    def __init__(self, kv: Any, sid: str, rank: int, secret: str | None, where: dict[str, Any]) -> None:
+        self.kv, self.sid, self.rank, self.secret, self.where = kv, sid, rank, secret, where
+        self.main_ident: int | None = None  # the training thread, once known (Ray runs the train fn in one)
+        self.last_n = 0
+        self._closed = False
+        self.thread = _hidden_thread(self._loop, f"rtdebug-dumpwatch-{rank}")
+
+    def start(self) -> KVWatch:
+        self.thread.start()
+        return self
+
+    def close(self) -> None:
+        self._closed = True
+
+    def _loop(self) -> None:
+        from rtdebug.registry.ray_kv import dump_answer_key, dump_request_key
+
+        key = dump_request_key(self.sid)
+        while not self._closed:
+            time.sleep(self.POLL_S)
+            try:
+                raw = self.kv.raw(key).get(key)
+                n = answer.request_ok(key, raw, self.secret, self.last_n) if raw else None
+                if n is None:
+                    continue
+                self.last_n = n
+                out = dump_answer_key(self.sid, self.rank)
+                dump = answer.take(self.main_ident)
+                value = answer.answer(out, self.rank, n, dump, self.secret, collective=collective(), **self.where)
+                self.kv.put_raw(out, value)
+            except Exception:  # the cluster is going away with the run
+                continue

@@ -1,0 +1,135 @@
+"""Job-wide stacks through a real torch TCPStore: rank-side watchers (``rtdebug.rank.dumpwatch``) in real
+processes, the requester (``rtdebug.stacks.jobwide``) with the torch-free client, hostile answers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from datetime import timedelta
+
+import pytest
+
+from rtdebug.registry import c10d, signing
+from rtdebug.registry.tcpstore import TCPStoreClient
+from rtdebug.stacks import answer, jobwide
+
+from conftest import PY
+
+SECRET = "jobwide-test-secret-0123456789abcdef"
+RUN = "jw"
+RANK = """
+import sys, time
+from rtdebug.rank.dumpwatch import StoreWatch
+rank = int(sys.argv[2])
+StoreWatch("127.0.0.1", int(sys.argv[1]), "jw", rank, sys.argv[3] or None, {"hostname": "h"}).start()
+def in_barrier():
+    print("ready", flush=True); time.sleep(600)
+def in_allreduce():
+    print("ready", flush=True); time.sleep(600)
+(in_barrier if rank == 1 else in_allreduce)()
+"""
+
+
+@pytest.fixture(scope="module")
+def store():
+    from torch.distributed import TCPStore
+
+    return TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
+
+
+@pytest.fixture(scope="module")
+def ranks(store, tmp_path_factory):
+    script = tmp_path_factory.mktemp("jw") / "rank_main.py"
+    script.write_text(RANK)
+    procs = [
+        subprocess.Popen([PY, str(script), str(store.port), str(r), SECRET], stdout=subprocess.PIPE, text=True)
+        for r in range(3)
+    ]
+    try:
+        for p in procs:
+            assert p.stdout.readline().strip() == "ready"
+        time.sleep(0.5)  # the watchers are connected and waiting
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def session(n: int = 3, lost: int | None = None) -> dict:
+    ranks = [{"rank": r, "state": "ready", "pid": 0} for r in range(n)]
+    if lost is not None:
+        ranks.append(
+            {"rank": lost, "state": "failed", "error": "lost: not heard from for ~12s (its node 10.0.0.2 is gone?)"}
+        )
+    return {"session_id": "s1", "rdzv_id": RUN, "store": "127.0.0.1:1", "ranks": ranks}
+
+
+def test_every_rank_answers_once_grouped_and_verified(store, ranks):
+    with TCPStoreClient("127.0.0.1", store.port) as c:
+        t0 = time.monotonic()
+        snap = jobwide.from_store(c, session(lost=7), [SECRET], timeout=5)
+        took = time.monotonic() - t0
+        groups = {tuple(g["ranks"]): g["label"] for g in snap["groups"]}
+        assert set(groups) == {(0, 2), (1,)}, groups
+        assert groups[(1,)] == "in_barrier (rank_main.py:7)"
+        assert groups[(0, 2)] == "in_allreduce (rank_main.py:9)"
+        assert snap["unverified"] == [] and snap["unresponsive"] == [7]  # the lost rank: listed, not waited on
+        assert snap["unresponsive_detail"][0]["reason"].startswith("lost: not heard from")
+        assert took < 2, took
+        # nothing of the request is left but each rank's one newest answer
+        left = [k for k in c.list_keys() if "/dump/" in k]
+        assert sorted(left) == sorted(c10d.dump_key(RUN, c.add(c10d.dump_seq_key(RUN), 0), r) for r in range(3))
+        # a second request: answered again, and the first answers are gone
+        snap = jobwide.from_store(c, session(), [SECRET], timeout=5)
+        assert sorted(r for g in snap["groups"] for r in g["ranks"]) == [0, 1, 2]
+        assert len([k for k in c.list_keys() if "/dump/" in k]) == 3
+
+
+def test_without_the_secret_answers_are_unverified_and_a_forged_request_is_ignored(store, ranks):
+    with TCPStoreClient("127.0.0.1", store.port) as c:
+        snap = jobwide.from_store(c, session(), ["another-secret-0123456789abcdef"], timeout=1.5)
+        # the ranks ignore a request not signed with their secret: nobody answers
+        assert snap["groups"] == [] and snap["unresponsive"] == [0, 1, 2]
+        assert snap["unresponsive_detail"][0]["reason"] == "no answer within 1.5 s"
+
+
+def test_hostile_answers_are_marked_or_refused():
+    """A rank's answer key forged by someone who reaches the store: wrong MAC, junk, oversized."""
+    n = 10_000
+    known = [SECRET]
+    dump = answer.take()
+    forged = answer.answer(c10d.dump_key(RUN, n, 0), 0, n, dump, "not-the-secret-0123456789abcdef")
+    moved = answer.answer(c10d.dump_key(RUN, n, 5), 5, n, dump, SECRET)  # rank 5's, under rank 1's key
+    big = json.dumps({"rank": 2, "n": n, "text": "x" * (answer.MAX_TEXT + 1), "main_id": "0x1", "pid": 1})
+    raws = {
+        0: (c10d.dump_key(RUN, n, 0), forged),
+        1: (c10d.dump_key(RUN, n, 1), moved),
+        2: (c10d.dump_key(RUN, n, 2), big.encode()),
+        3: (c10d.dump_key(RUN, n, 3), b"\xff junk"),
+        4: (c10d.dump_key(RUN, n, 4), b" " * (answer.MAX_ANSWER + 1)),
+    }
+    why: dict[int, str] = {}
+    dumps = jobwide._take(raws, n, known, why)
+    assert list(dumps) == [0] and dumps[0]["verified"] is False
+    assert why == {
+        1: "its answer is not valid: it names another rank or request than its key",
+        2: "its answer is not valid: its dump text is missing or too long",
+        3: "its answer is not valid: its answer is not JSON",
+        4: f"its answer is not valid: its answer is {answer.MAX_ANSWER + 1} bytes (more than {answer.MAX_ANSWER})",
+    }
+    snap = jobwide.snapshot(session(), "store x", dumps, why, [], time.monotonic())
+    assert snap["unverified"] == [0]
+    assert "answer not signed with a job secret known here" in jobwide.notes(snap)[1]
+
+
+def test_request_checks():
+    key = c10d.dump_key(RUN, 4)
+    raw = answer.request(key, 4, ["a" * 20, SECRET])
+    assert answer.request_ok(key, raw, SECRET, 3) == 4
+    assert answer.request_ok(key, raw, SECRET, 4) is None  # replayed
+    assert answer.request_ok(c10d.dump_key(RUN, 5), raw, SECRET, 0) is None  # moved to another key
+    assert answer.request_ok(key, raw, "b" * 20, 0) is None  # not our secret
+    assert answer.request_ok(key, b"[1]", None, 0) is None
+    assert signing.MAC not in json.loads(raw)
