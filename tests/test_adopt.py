@@ -570,3 +570,28 @@ def test_list_is_junk_free(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().out == "no torchrun job of yours runs on this machine\n"
     assert cli.main(["adopt", "--list", "123"]) == 2
     assert capsys.readouterr().err == "rtdebug: error: adopt --list takes no PID and no --detach\n"
+
+
+def test_adopt_again_after_a_debugged_detach(registry_dir, port_base, tmp_path):
+    """A rank a client debugged, then detached, can be adopted and debugged again: the detach lets
+    debugpy listen once more (it refuses a second ``listen`` in a process unless told it may)."""
+    if (why := _can_ptrace()) is not None:
+        pytest.skip(why)
+    script = SCRIPTS / "adopt_plain.py"
+    line = marker_line(script, "plain step")
+    with busy_plain(PY, tmp_path) as (proc, control, log):
+        rank0 = jobs.job_of(psutil.Process(proc.pid)).ranks[0].pid
+        for base in (port_base, port_base + 4):
+            r = adopt(str(rank0), "--debug-port-base", str(base), "--json")
+            assert r.returncode == 0, r.stderr
+            c = DAPClient("127.0.0.1", base)
+            try:
+                c.attach({str(script): [line]})
+                stop_in_each_rank({0: c}, str(script), line, "rank")
+            finally:
+                c.disconnect()
+            d = rtdebug("adopt", "--detach", json.loads(r.stdout)["session_id"])
+            assert d.returncode == 0, d.stderr
+        control.touch()
+        assert proc.wait(60) == 0, log.read_text()
+        assert log.read_text().count(": ok") == 2

@@ -195,6 +195,9 @@ def _stop_debugger(endpoint: Any) -> None:
         endpoint._inner.close()
         if pydevd is not None:
             pydevd.stoptrace()  # tracing off in every thread, pydevd's reader/writer threads end
+        api = sys.modules.get("debugpy.server.api")
+        if api is not None:  # or a later adoption's first client finds debugpy.listen "already called"
+            api.listen.called = False
     except Exception:
         pass
 
