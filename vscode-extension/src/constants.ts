@@ -24,6 +24,9 @@ export const Commands = {
   openFrame: 'rtdebug.stacks.openFrame',
   attachGroup: 'rtdebug.stacks.attachRank',
   adoptJob: 'rtdebug.adoptRunningJob',
+  stepAll: 'rtdebug.stepAllRanks',
+  runToCollective: 'rtdebug.runAllRanksToNextCollective',
+  attachCulprit: 'rtdebug.stacks.attachCulprit',
 } as const;
 
 /** Views contributed to the Run and Debug container (package.json `views.debug`). */
@@ -60,3 +63,7 @@ export const REGISTRY_POLL_MS = 1000;
 export const CLI_POLL_MS = 5000;
 /** A paused rank that has not stopped after this long is shown as blocked (and its stack is fetched). */
 export const BLOCKED_AFTER_MS = 1500;
+/** While a rank is paused (or waits in a collective) the Ranks view re-renders its time-left text this often. */
+export const LIVE_ROWS_MS = 2000;
+/** After ranks stop, their collective positions are re-read (`rtdebug ps --json`) after this pause. */
+export const POSITIONS_DEBOUNCE_MS = 700;

@@ -6,6 +6,7 @@ import { RtdebugAdapterFactory } from './adapterFactory';
 import { adoptRunningJob } from './adoptCommand';
 import { AllStopController } from './allStopController';
 import { AttachCommands } from './attachCommands';
+import { CollectiveCommands } from './collectiveCommands';
 import { AttachService } from './attachService';
 import { RtdebugConfigurationProvider } from './debugProvider';
 import { EvalDocuments, EvaluateCommand } from './evaluateCommand';
@@ -31,6 +32,8 @@ export function registerAll(context: vscode.ExtensionContext): void {
   const ranksView = new RanksView(registry, states, attach);
   const stacksView = new StacksView();
   const rankCommands = new RankCommands(attach, registry, stacksView, allStop, log);
+  const collectives = new CollectiveCommands(attach, states, allStop, registry, rankCommands, log);
+  registry.attachedHere = () => attach.attachedCount > 0;
   const evalDocs = new EvalDocuments();
   const evaluate = new EvaluateCommand(attach, states, evalDocs, rankCommands);
   const ranksTree = vscode.window.createTreeView(Views.ranks, { treeDataProvider: ranksView, showCollapseAll: false });
@@ -40,7 +43,7 @@ export function registerAll(context: vscode.ExtensionContext): void {
   setAllStopKey();
   const reg = vscode.commands.registerCommand;
   context.subscriptions.push(
-    registry, attach, log, allStop, ranksView, stacksView,
+    registry, attach, log, allStop, ranksView, stacksView, collectives,
     new RankStatusBar(registry, attach),
     ranksTree, registry.onDidChange(showViewMessage),
     vscode.window.createTreeView(Views.stacks, { treeDataProvider: stacksView, showCollapseAll: true }),
@@ -61,6 +64,9 @@ export function registerAll(context: vscode.ExtensionContext): void {
     reg(Commands.openFrame, (file: string, line: number) => openFrame(file, line)),
     reg(Commands.attachGroup, (n) => rankCommands.attachGroup(n)),
     reg(Commands.adoptJob, () => adoptRunningJob(registry, log)),
+    reg(Commands.stepAll, (n) => collectives.stepAll(n)),
+    reg(Commands.runToCollective, (n) => collectives.runToNextCollective(n)),
+    reg(Commands.attachCulprit, (n) => rankCommands.attachCulprit(n)),
     vscode.debug.registerDebugAdapterTrackerFactory('*', new RankTrackerFactory(attach, states, allStop.allStop)),
     vscode.debug.registerDebugConfigurationProvider(DEBUG_TYPE, provider),
     vscode.debug.registerDebugConfigurationProvider(DEBUG_TYPE, provider, vscode.DebugConfigurationProviderTriggerKind.Dynamic),

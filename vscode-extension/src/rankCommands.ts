@@ -62,6 +62,15 @@ export class RankCommands {
     await guard(() => this.attach.attach(node.session, node.group.ranks[0]), this.log);
   }
 
+  /** The verdict's "Attach to rank N" (its row, or the verdict row's inline action). */
+  async attachCulprit(node?: StacksNode): Promise<void> {
+    if (node?.kind !== 'culprit' && node?.kind !== 'verdict') return;
+    const rank = node.kind === 'culprit' ? node.rank : node.culprit;
+    if (rank === undefined || !ensureTrusted(Gated.attach)) return;
+    this.log.appendLine(`rtdebug: attaching to rank ${rank} of ${node.session} (the stacks' verdict names it)`);
+    await guard(() => this.attach.attach(node.session, rank), this.log);
+  }
+
   async pauseAll(node?: RanksNode): Promise<void> {
     const id = node?.session.entry.session_id ?? await this.pickSession('pause', true);
     if (!id) return;

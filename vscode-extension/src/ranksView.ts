@@ -1,6 +1,7 @@
 import * as vscode from 'vscode';
 import { RankDebugStates } from './common/rankDebugState';
-import { rankRow, Row, sessionRow } from './common/ranksTree';
+import { rankRow, Row, sessionLive, sessionRow } from './common/ranksTree';
+import { LIVE_ROWS_MS } from './constants';
 import { RankEntry, Session } from './common/registryModel';
 import { AttachService } from './attachService';
 import { RegistryWatcher } from './registryWatcher';
@@ -16,10 +17,18 @@ export class RanksView implements vscode.TreeDataProvider<RanksNode>, vscode.Dis
   private changed = new vscode.EventEmitter<void>();
   readonly onDidChangeTreeData = this.changed.event;
   private subs: vscode.Disposable[];
+  private timer: NodeJS.Timeout;
 
   constructor(private registry: RegistryWatcher, private states: RankDebugStates, private attached: AttachService) {
     const fire = () => this.changed.fire();
     this.subs = [registry.onDidChange(fire), attached.onDidChange(fire), states.onDidChange(fire)];
+    // time left before the pg timeout, and how long a rank has waited in a collective: only while one is paused or waiting
+    this.timer = setInterval(() => { if (this.ticking()) fire(); }, LIVE_ROWS_MS);
+  }
+
+  private ticking(): boolean {
+    return this.states.keys().some((k) => this.states.get(k)?.state === 'stopped')
+      || this.registry.sessions.some((s) => s.ranks.some((r) => r.collective?.state === 'entered'));
   }
 
   getChildren(node?: RanksNode): RanksNode[] {
@@ -29,7 +38,11 @@ export class RanksView implements vscode.TreeDataProvider<RanksNode>, vscode.Dis
   }
 
   getTreeItem(node: RanksNode): vscode.TreeItem {
-    if (node.kind === 'session') return toItem(sessionRow(node.session), vscode.TreeItemCollapsibleState.Expanded);
+    const sid = node.session.entry.session_id;
+    if (node.kind === 'session') {
+      const live = sessionLive(node.session, (rank) => this.states.get({ session: sid, rank }), Date.now());
+      return toItem(sessionRow(node.session, live), vscode.TreeItemCollapsibleState.Expanded);
+    }
     const k = { session: node.session.entry.session_id, rank: node.rank.rank };
     // A session of ours that has not stopped yet has no tracked state: it is attached and running.
     const dbg = this.states.get(k) ?? (this.attached.isAttached(k.session, k.rank) ? { state: 'running' as const } : undefined);
@@ -40,7 +53,7 @@ export class RanksView implements vscode.TreeDataProvider<RanksNode>, vscode.Dis
     return node.kind === 'rank' ? { kind: 'session', session: node.session } : undefined;
   }
 
-  dispose(): void { this.subs.forEach((d) => d.dispose()); this.changed.dispose(); }
+  dispose(): void { clearInterval(this.timer); this.subs.forEach((d) => d.dispose()); this.changed.dispose(); }
 }
 
 function toItem(r: Row, collapsible: vscode.TreeItemCollapsibleState): vscode.TreeItem {

@@ -32,6 +32,8 @@ export class RegistryWatcher implements vscode.Disposable {
   cliError: string | undefined;
   /** What the Ranks view says above its rows: the refused root, else the remote entries `ps` skipped. */
   get viewMessage(): string | undefined { return ranksViewMessage(this.rootProblem, this.cli.skipped); }
+  /** Whether ranks are attached in this window (set by init.ts): then `ps --json` is polled for their collective positions. */
+  attachedHere: () => boolean = () => false;
   /** Why this machine's registry root is refused (not the owner's alone), in the harness's words; shown as the view's message. */
   rootProblem: string | undefined;
 
@@ -49,14 +51,15 @@ export class RegistryWatcher implements vscode.Disposable {
     this.rootProblem = read.refused;
     this.current = this.fromCli.length ? mergeSessions(read.sessions, this.fromCli) : read.sessions;
     const sig = JSON.stringify([this.rootProblem, this.viewMessage, this.current.map((s) => [s.entry.session_id, s.entry.state, s.entry.verified,
-      s.ranks.map((r) => [r.rank, r.pid, r.state, r.attach_count, r.refused_count, r.verified])])]);
+      s.entry.pg_timeout_s, s.entry.pg_timeout_source,
+      s.ranks.map((r) => [r.rank, r.pid, r.state, r.attach_count, r.refused_count, r.verified, r.collective])])]);
     if (sig !== this.last) { this.last = sig; this.changed.fire(this.current); }
     return this.current;
   }
 
   /** One `rtdebug ps --json` read when the listing setting asks for it (see cliPoll); never two at once. */
   async pollCli(force = false): Promise<void> {
-    const decision = cliPoll(readSettings().listing, process.env, workspaceTrusted(), force);
+    const decision = cliPoll(readSettings().listing, process.env, workspaceTrusted(), force, this.attachedHere());
     if (decision === 'untrusted') this.cliError = untrustedMessage(Gated.listing);
     if (this.cliBusy || decision !== 'poll') {
       if ((this.fromCli.length || this.cli.skipped.length) && decision !== 'poll') { this.fromCli = []; this.cli.skipped = []; this.refresh(); }

@@ -22,6 +22,8 @@ export class AllStop {
   /** Per session: a counter bumped on every continue-all, so a late pause can tell it is stale. */
   private episode = new Map<string, number>();
   private pauseEpisode = new Map<string, number>();
+  /** Ranks continued by Run All Ranks to Next Collective: their stop there does not pause the others. */
+  private armed = new Set<string>();
 
   constructor(private states: RankDebugStates, private ctl: RankControl, private enabled: () => boolean, private now = () => Date.now()) {}
 
@@ -29,7 +31,8 @@ export class AllStop {
   stopped(k: RankKey, reason: string, threadId: number | undefined, where?: { file: string; line: number }): void {
     const before = this.states.get(k);
     const ours = before?.state === 'pausing';
-    this.states.set(k, { state: 'stopped', reason, threadId, where });
+    this.states.set(k, { state: 'stopped', reason, threadId, where, stoppedAt: this.now() });
+    if (this.armed.delete(keyOf(k))) return; // stopped at its next collective, as asked: the others run on to theirs
     if (ours) {
       const sent = this.pauseEpisode.get(keyOf(k));
       this.pauseEpisode.delete(keyOf(k));
@@ -46,7 +49,7 @@ export class AllStop {
   /** A rank resumed: a `continue` request from the UI, or a `continued` event from the adapter. */
   continued(k: RankKey): void {
     const before = this.states.get(k);
-    if (!before || before.state === 'running') return;
+    if (!before || before.state === 'running' || before.state === 'stepping') return;
     const ours = before.state === 'continuing';
     this.states.set(k, { state: 'running' });
     if (ours || !this.enabled()) return;
@@ -54,12 +57,20 @@ export class AllStop {
   }
 
   /**
-   * A step request (next / stepIn / stepOut) on one rank: it runs again, alone; nothing propagates. (A step
-   * over a collective returns only once the other ranks reach it: Continue All, or step them too.)
+   * A step request (next / stepIn / stepOut) on one rank: it runs again, alone; nothing propagates, and an
+   * all-stop leaves it alone (its step stops it). A step over a collective returns only once the other ranks
+   * reach it: Step All Ranks, or the stuck-step rule (common/collectiveStepping.ts) steps them too.
    */
   stepping(k: RankKey): void {
     const before = this.states.get(k);
-    if (before && before.state !== 'running') this.states.set(k, { state: 'running' });
+    if (before?.state === 'stepping') return;
+    this.states.set(k, { state: 'stepping', stepStartedAt: this.now(), threadId: before?.threadId });
+  }
+
+  /** Continue `ranks` (armed to stop at their next collective) and every other stopped rank; returns those asked. */
+  runToCollective(session: string, ranks: RankKey[]): number[] {
+    for (const k of ranks) this.armed.add(keyOf(k));
+    return this.continueAll(session);
   }
 
   /** Pause every running attached rank of the session except `except`. Returns the ranks asked. */
@@ -69,6 +80,7 @@ export class AllStop {
       if (r.rank === except) continue;
       const st = this.states.get(r)?.state ?? 'running';
       if (st !== 'running' && st !== 'continuing') continue;
+      this.armed.delete(keyOf(r));
       this.states.update(r, { state: 'pausing', pauseSentAt: this.now(), blockedAt: undefined, blockedNote: undefined });
       this.pauseEpisode.set(keyOf(r), this.ep(session));
       asked.push(r.rank);

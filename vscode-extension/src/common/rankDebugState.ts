@@ -6,13 +6,17 @@
 export interface RankKey { session: string; rank: number }
 export interface Location { file: string; line: number; function?: string }
 
-export type RunState = 'running' | 'stopped' | 'pausing' | 'continuing';
+export type RunState = 'running' | 'stopped' | 'pausing' | 'continuing' | 'stepping';
 
 export interface RankDebugInfo {
   state: RunState;
   reason?: string;
   threadId?: number;
   where?: Location;
+  /** When it stopped (ms since the epoch): the pg timeout's clock while paused. */
+  stoppedAt?: number;
+  /** When its step was sent (state 'stepping'): a step that does not return waits in a collective. */
+  stepStartedAt?: number;
   /** When the pending pause was sent (state 'pausing'). */
   pauseSentAt?: number;
   /** Where a rank that does not answer the pause is (from `rtdebug stacks`), or why that is unknown. */

@@ -1,5 +1,6 @@
+import { parseCollective } from './collectiveModel';
 import { LivenessCheck, isProcessLive } from './processLiveness';
-import { parseRankEntry, parseSessionEntry, RankEntry, Session } from './registryModel';
+import { parseRankEntry, parseSessionEntry, RankEntry, Session, SessionEntry } from './registryModel';
 import { readRegistry } from './registryReader';
 
 /**
@@ -63,11 +64,19 @@ export function parsePsJson(text: string): Session[] {
     try { entry = parseSessionEntry(JSON.stringify(rest), 'ps --json'); } catch { continue; }
     const rs: RankEntry[] = [];
     for (const r of Array.isArray(ranks) ? ranks : []) {
-      try { rs.push(parseRankEntry(JSON.stringify(r), 'ps --json')); } catch { /* skip */ }
+      try { rs.push({ ...parseRankEntry(JSON.stringify(r), 'ps --json'), collective: parseCollective((r as Record<string, unknown>).collective) }); } catch { /* skip */ }
     }
-    out.push({ entry, ranks: rs.sort((a, b) => a.rank - b.rank) });
+    out.push({ entry: withTimeout(entry), ranks: rs.sort((a, b) => a.rank - b.rank) });
   }
   return out.sort((a, b) => b.entry.started_at - a.entry.started_at);
+}
+
+/** The session's pg timeout fields kept only when they have their contract's types. */
+function withTimeout(e: SessionEntry): SessionEntry {
+  const t = e.pg_timeout_s;
+  const src = e.pg_timeout_source;
+  return { ...e, pg_timeout_s: typeof t === 'number' && Number.isFinite(t) && t > 0 ? t : null,
+    pg_timeout_source: typeof src === 'string' ? src.slice(0, 80) : undefined };
 }
 
 /**
@@ -79,8 +88,14 @@ export function mergeSessions(primary: Session[], other: Session[]): Session[] {
   for (const s of other) {
     const mine = byId.get(s.entry.session_id);
     if (!mine) { byId.set(s.entry.session_id, s); continue; }
+    const theirs = new Map(s.ranks.map((r) => [r.rank, r]));
+    // the files know no collective positions and no timeout source: those come from the CLI listing
+    mine.ranks = mine.ranks.map((r) => (theirs.get(r.rank)?.collective !== undefined ? { ...r, collective: theirs.get(r.rank)!.collective } : r));
     const have = new Set(mine.ranks.map((r) => r.rank));
     mine.ranks.push(...s.ranks.filter((r) => !have.has(r.rank)));
+    if (typeof s.entry.pg_timeout_s === 'number' || s.entry.pg_timeout_source) {
+      mine.entry = { ...mine.entry, pg_timeout_s: s.entry.pg_timeout_s ?? mine.entry.pg_timeout_s ?? null, pg_timeout_source: s.entry.pg_timeout_source ?? mine.entry.pg_timeout_source };
+    }
     mine.ranks.sort((a, b) => a.rank - b.rank);
     if (!mine.entry.source && s.entry.source) mine.entry = { ...mine.entry, source: s.entry.source };
   }
@@ -88,14 +103,16 @@ export function mergeSessions(primary: Session[], other: Session[]): Session[] {
 }
 
 /**
- * One CLI poll's decision. `poll`: run `rtdebug ps --json` (the listing wants it, or Refresh forces it);
+ * One CLI poll's decision. `poll`: run `rtdebug ps --json` (the listing wants it, ranks are attached here
+ * under the `auto` listing, or Refresh forces it);
  * `skip`: not wanted; `untrusted`: wanted, but the workspace is untrusted, so no Python runs and only the
  * registry files are listed (Refresh says so; the timer stays quiet).
  */
 export type CliPoll = 'poll' | 'skip' | 'untrusted';
 
-export function cliPoll(setting: string, env: NodeJS.ProcessEnv, trusted: boolean, force: boolean): CliPoll {
-  const wanted = useCliSource(setting, env);
+export function cliPoll(setting: string, env: NodeJS.ProcessEnv, trusted: boolean, force: boolean, attachedHere = false): CliPoll {
+  // ranks attached in this window: their collective positions and the job's pg timeout come from `ps --json`
+  const wanted = useCliSource(setting, env) || (attachedHere && setting !== 'files');
   if (!trusted) return wanted ? 'untrusted' : 'skip';
   return wanted || force ? 'poll' : 'skip';
 }

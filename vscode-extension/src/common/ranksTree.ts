@@ -1,4 +1,6 @@
+import { collectiveSummary, collectiveText, isBlocked, peersTooltip } from './collectiveModel';
 import { RankDebugInfo } from './rankDebugState';
+import { timeoutText, TimeoutText } from './pgTimeout';
 import { isUnverified, RankEntry, Session } from './registryModel';
 
 /**
@@ -44,6 +46,7 @@ export function rankViewState(r: RankEntry, dbg: RankDebugInfo | undefined): { s
       return { state: 'blocked', text: `blocked${where}: pause pending${dbg.blockedNote ? `; ${dbg.blockedNote}` : ''}` };
     }
     if (dbg.state === 'pausing') return { state: 'attached', text: 'attached, pausing…' };
+    if (dbg.state === 'stepping') return { state: 'attached', text: 'stepping…' };
     if (r.state === 'failed') return { state: 'failed', text: `failed, attached${r.error ? `: ${r.error}` : ''}` };
     return { state: 'attached', text: 'attached, running' };
   }
@@ -60,29 +63,48 @@ export const UNVERIFIED_NOTE = 'unverified: no job secret here matches this entr
 /** A rank is unverified when its own entry is, or its session's is. */
 export const rankUnverified = (s: Session, r: RankEntry): boolean => isUnverified(r) || isUnverified(s.entry);
 
-export function sessionRow(s: Session): Row {
+/** What a session row adds while ranks are live: the pg timeout (time left while paused) and the collective positions. */
+export interface SessionLive { timeout?: TimeoutText; collectives?: { text: string; differ: boolean } }
+
+/** The session's live fragments from its ranks' debug states (`stoppedAt`) and collective positions. */
+export function sessionLive(s: Session, dbg: (rank: number) => RankDebugInfo | undefined, nowMs: number): SessionLive {
+  const stoppedAtMs = s.ranks.map((r) => dbg(r.rank)).filter((d) => d?.state === 'stopped' && d.stoppedAt !== undefined).map((d) => d!.stoppedAt!);
+  const enteredSinceS = s.ranks.map((r) => r.collective).filter((c) => c?.state === 'entered' && c.since !== undefined).map((c) => c!.since!);
+  return {
+    timeout: timeoutText({ pgTimeoutS: s.entry.pg_timeout_s, source: s.entry.pg_timeout_source, stoppedAtMs, enteredSinceS, nowMs }),
+    collectives: collectiveSummary(s.ranks),
+  };
+}
+
+export function sessionRow(s: Session, live: SessionLive = {}): Row {
   const e = s.entry;
   const unverified = isUnverified(e);
   const where = e.source && e.source !== 'local' ? e.source : `node ${e.node_rank ?? 0} · ${e.host}`;
   const maxNodes = Number(String(e.nnodes ?? '1').split(':').pop());
   const nnodes = maxNodes > 1 ? ` · ${e.nnodes} nodes` : '';
-  const desc = `${unverified ? 'unverified · ' : ''}${e.mode} ${basename(e.script)} · ${s.ranks.length} rank(s)${nnodes} · ${where} · ${e.state}`;
+  const extra = [live.collectives?.text, live.timeout?.description].filter((x) => x).map((x) => ` · ${x}`).join('');
+  const desc = `${unverified ? 'unverified · ' : ''}${e.mode} ${basename(e.script)} · ${s.ranks.length} rank(s)${nnodes} · ${where} · ${e.state}${extra}`;
+  const alarm = live.timeout?.urgent || live.collectives?.differ;
   return {
     id: `session:${e.session_id}`,
     label: e.session_id,
     description: desc,
     tooltip: [`rtdebug session ${e.session_id} (${e.state})`, ...(unverified ? [UNVERIFIED_NOTE] : []), `${e.mode}: ${e.script}`, `launcher pid ${e.launcher_pid}, ports ${portRange(e.ports)}`,
-      `${e.nproc_per_node} rank(s) per node, nnodes ${e.nnodes}`, `found by: ${e.source ?? 'registry files'}`].join('\n'),
+      `${e.nproc_per_node} rank(s) per node, nnodes ${e.nnodes}`, `found by: ${e.source ?? 'registry files'}`,
+      ...(live.collectives ? [live.collectives.text] : []), ...(live.timeout ? [live.timeout.tooltip] : [])].join('\n'),
     contextValue: 'rtdebugSession',
-    icon: unverified ? 'unverified' : e.state === 'orphaned' ? 'warning' : 'server-process',
-    color: unverified || e.state === 'orphaned' ? 'charts.orange' : undefined,
-    accessibilityLabel: `rtdebug session ${e.session_id}${unverified ? ', unverified' : ''}, ${e.mode} ${basename(e.script)}, ${s.ranks.length} ranks, ${e.state}`,
+    icon: unverified ? 'unverified' : e.state === 'orphaned' || alarm ? 'warning' : 'server-process',
+    color: unverified || e.state === 'orphaned' || alarm ? 'charts.orange' : undefined,
+    accessibilityLabel: `rtdebug session ${e.session_id}${unverified ? ', unverified' : ''}, ${e.mode} ${basename(e.script)}, ${s.ranks.length} ranks, ${e.state}${extra.replace(/ · /g, ', ')}`,
   };
 }
 
-export function rankRow(s: Session, r: RankEntry, dbg: RankDebugInfo | undefined): Row {
+export function rankRow(s: Session, r: RankEntry, dbg: RankDebugInfo | undefined, nowMs = Date.now()): Row {
   const v = rankViewState(r, dbg);
-  const [icon, color] = ICONS[v.state];
+  // blocked in a collective (its record says so) shows as blocked; the menus still see the rank's own state
+  const [icon, color] = ICONS[isBlocked(r.collective, nowMs) && v.state !== 'stopped' ? 'blocked' : v.state];
+  const coll = collectiveText(r.collective, nowMs);
+  const collDesc = coll ? ` · ${coll}` : '';
   const ours = dbg ? '.attached' : '';
   const refused = r.refused_count ? ` · ${r.refused_count} refused` : '';
   const node = r.hostname || r.node_ip ? ` · on ${r.hostname || r.node_ip}` : '';
@@ -90,13 +112,14 @@ export function rankRow(s: Session, r: RankEntry, dbg: RankDebugInfo | undefined
   return {
     id: `rank:${s.entry.session_id}/${r.rank}`,
     label: `rank ${r.rank}`,
-    description: `${unverified ? 'unverified · ' : ''}${v.text} · local ${r.local_rank} · ${r.host}:${r.port} · pid ${r.pid}${node}${refused}`,
+    description: `${unverified ? 'unverified · ' : ''}${v.text}${collDesc} · local ${r.local_rank} · ${r.host}:${r.port} · pid ${r.pid}${node}${refused}`,
     tooltip: [`rank ${r.rank} of ${r.world_size} (local rank ${r.local_rank}, node ${r.node_rank})`, ...(unverified ? [UNVERIFIED_NOTE] : []), `state: ${v.text}`,
       `debug endpoint ${r.host}:${r.port}, pid ${r.pid}${node ? `, node ${r.hostname ?? ''} ${r.node_ip ?? ''}`.trimEnd() : ''}`, `session ${s.entry.session_id}`,
-      ...(r.refused_count ? [`${r.refused_count} connection(s) refused by the endpoint's access rule`] : [])].join('\n'),
+      ...(r.refused_count ? [`${r.refused_count} connection(s) refused by the endpoint's access rule`] : []),
+      ...peersTooltip(s.ranks, r.rank, nowMs)].join('\n'),
     contextValue: `rtdebugRank.${v.state}${ours}`,
     icon, color,
-    accessibilityLabel: `rank ${r.rank}${unverified ? ', unverified' : ''}, ${v.text}, local rank ${r.local_rank}, endpoint ${r.host} port ${r.port}, process ${r.pid}`,
+    accessibilityLabel: `rank ${r.rank}${unverified ? ', unverified' : ''}, ${v.text}${coll ? `, ${coll}` : ''}, local rank ${r.local_rank}, endpoint ${r.host} port ${r.port}, process ${r.pid}`,
   };
 }
 

@@ -4,6 +4,8 @@
  * At run time we only check what the extension relies on, so a newer harness adding fields keeps working.
  */
 // 'orphaned': the launcher is gone but the process lives on (written by newer harnesses, or inferred here).
+import { Collective } from './collectiveModel';
+
 export type RankState = 'starting' | 'ready' | 'attached' | 'exited' | 'failed' | 'orphaned';
 export type SessionState = 'starting' | 'running' | 'exited' | 'failed' | 'stopped' | 'orphaned';
 
@@ -17,6 +19,8 @@ export interface SessionEntry {
   source?: string;
   /** `rtdebug ps --json`: false for a remote entry no job secret here verifies (anyone who can write that store could have). */
   verified?: boolean;
+  /** The job's process-group timeout and where that figure came from (contract B2); adopted sessions' files carry the first. */
+  pg_timeout_s?: number | null; pg_timeout_source?: string;
 }
 
 export interface RankEntry {
@@ -30,6 +34,8 @@ export interface RankEntry {
   node_ip?: string; hostname?: string;
   /** `rtdebug ps --json`: false for a remote entry no job secret here verifies. */
   verified?: boolean;
+  /** `rtdebug ps --json` (contract C2): the last collective this rank entered, checked by parseCollective. */
+  collective?: Collective | null;
 }
 
 /** An entry a remote listing could not verify (this machine's files are always trusted: the root is the owner's alone). */

@@ -7,8 +7,20 @@ import { basename } from './ranksTree';
  * source at its line, and the ranks that did not answer.
  */
 export interface Frame { file: string; line: number; function: string }
-export interface StackGroup { ranks: number[]; frames: Frame[]; threads?: unknown }
-export interface StacksReport { session_id: string; taken_at?: number; groups: StackGroup[]; unresponsive: number[] }
+/** A rank's place in the collective sequence, per group (contract C3). */
+export interface GroupCollective { rank: number; op: string; seq: number; state: string; file?: string; line?: number }
+export interface StackGroup { ranks: number[]; frames: Frame[]; threads?: unknown; collectives?: GroupCollective[] }
+/** `verdict`: the one line naming the rank that is elsewhere (contract C3); `culprit`: the rank to attach to. */
+export interface StacksReport { session_id: string; taken_at?: number; groups: StackGroup[]; unresponsive: number[]; verdict?: string; culprit?: number }
+
+const nat = (v: unknown) => (typeof v === 'number' && Number.isInteger(v) && v >= 0 ? v : undefined);
+
+function groupCollectives(v: unknown): GroupCollective[] | undefined {
+  if (!Array.isArray(v)) return undefined;
+  return v.filter((c): c is Record<string, unknown> => typeof c === 'object' && c !== null && nat(c.rank) !== undefined && typeof c.op === 'string' && nat(c.seq) !== undefined)
+    .map((c) => ({ rank: c.rank as number, op: String(c.op).slice(0, 40), seq: c.seq as number, state: String(c.state ?? '').slice(0, 20),
+      file: typeof c.file === 'string' ? c.file : undefined, line: nat(c.line) }));
+}
 
 export function parseStacks(text: string): StacksReport {
   let v: Record<string, unknown>;
@@ -21,11 +33,14 @@ export function parseStacks(text: string): StacksReport {
       // line is null when the dump could not tell (faulthandler's "???"): 0 here, shown without a line.
       frames: (g.frames as Record<string, unknown>[]).map((f) => ({ file: String(f.file ?? ''), line: Number(f.line ?? 0), function: String(f.function ?? '?') })),
       threads: g.threads,
+      collectives: groupCollectives(g.collectives),
     };
   });
   groups.sort((a, b) => b.ranks.length - a.ranks.length || a.ranks[0] - b.ranks[0]);
   const unresponsive = Array.isArray(v.unresponsive) ? (v.unresponsive as unknown[]).map((u) => Number(typeof u === 'object' && u ? (u as { rank?: unknown }).rank : u)) : [];
-  return { session_id: String(v.session_id ?? ''), taken_at: typeof v.taken_at === 'number' ? v.taken_at : undefined, groups, unresponsive };
+  const verdict = typeof v.verdict === 'string' && v.verdict.trim() ? v.verdict.trim().slice(0, 500) : undefined;
+  return { session_id: String(v.session_id ?? ''), taken_at: typeof v.taken_at === 'number' ? v.taken_at : undefined, groups, unresponsive,
+    verdict, culprit: nat(v.culprit) };
 }
 
 /** [0,2,3,4,7] → "0,2-4,7" (the harness's rank-list syntax). */
@@ -63,10 +78,14 @@ export function groupRow(g: StackGroup, majority: StackGroup): GroupRow {
   const caller = g.frames[1];
   const summary = top ? `${top.function}${caller ? ` ← ${caller.function}` : ''} (${at(top)})` : '(no Python frames)';
   const odd = g !== majority ? ' · differs from the majority' : '';
+  const colls = g.collectives ?? [];
+  const keys = [...new Set(colls.map((c) => `${c.op} #${c.seq} ${c.state}`))];
+  const coll = keys.length === 1 ? ` · ${keys[0]}` : keys.length > 1 ? ' · collectives differ' : '';
+  const collLines = colls.map((c) => `  rank ${c.rank}: ${c.op} #${c.seq} ${c.state}${c.file ? ` (${basename(c.file)}${c.line ? `:${c.line}` : ''})` : ''}`);
   return {
     label: `${who}: ${summary}`,
-    description: `${g.ranks.length} rank(s)${odd}`,
-    tooltip: `${who}\n${g.frames.map((f) => `  ${f.function}  ${f.file}:${f.line}`).join('\n')}`,
+    description: `${g.ranks.length} rank(s)${coll}${odd}`,
+    tooltip: `${who}\n${g.frames.map((f) => `  ${f.function}  ${f.file}:${f.line}`).join('\n')}${collLines.length ? `\ncollectives:\n${collLines.join('\n')}` : ''}`,
     representative: g.ranks[0],
     accessibilityLabel: `${who}, ${g.ranks.length} ranks, innermost ${summary}${odd}`,
   };
@@ -80,4 +99,18 @@ export function frameRows(g: StackGroup, majority: StackGroup): FrameRow[] {
     tooltip: f.line > 0 ? `${f.file}:${f.line}` : f.file,
     file: f.file, line: f.line, departs: i === d,
   }));
+}
+
+/** The row that leads the view when the stacks name a culprit, and its one-click attach. */
+export interface VerdictRow { label: string; tooltip: string; attachLabel?: string; accessibilityLabel: string }
+
+export function verdictRow(rep: StacksReport): VerdictRow | undefined {
+  if (!rep.verdict) return undefined;
+  const c = rep.culprit;
+  return {
+    label: rep.verdict,
+    tooltip: `${rep.verdict}${c !== undefined ? `\nAttach to rank ${c} to see where it is.` : ''}`,
+    attachLabel: c !== undefined ? `Attach to rank ${c}` : undefined,
+    accessibilityLabel: `verdict: ${rep.verdict}`,
+  };
 }

@@ -116,9 +116,48 @@ test('a step on one rank runs it alone: no pause, no continue of the others', as
   await flush();
   calls.length = 0;
   a.stepping(k(0));
-  assert.equal(states.get(k(0))?.state, 'running');
+  assert.equal(states.get(k(0))?.state, 'stepping');
+  assert.equal(states.get(k(0))?.threadId, 1, 'the stepping thread is kept');
   a.stopped(k(0), 'step', 1); // the step ends: rank 1 is already stopped, nothing to pause
   a.continued(k(1)); // continue on rank 1 continues rank 0 (stopped again after its step)
   await flush();
   assert.deepEqual(calls, ['continue 0 thread 1']);
+});
+
+test('a rank that stops while another still steps does not pause it (its own step stops it); stops carry their time', async () => {
+  const { a, states, calls, k, tick } = setup([0, 1]);
+  a.stopped(k(0), 'breakpoint', 1);
+  a.stopped(k(1), 'pause', 2);
+  a.stepping(k(0));
+  a.stepping(k(1));
+  tick(250);
+  a.stopped(k(1), 'step', 2);
+  a.continued(k(0)); // a `continued` event while it steps is not a user's Continue
+  await flush();
+  assert.deepEqual(calls, ['pause 1']);
+  assert.equal(states.get(k(0))?.state, 'stepping');
+  assert.equal(states.get(k(1))?.stoppedAt, 1250);
+});
+
+test('Run to Next Collective: armed ranks stop at their collective one by one without pausing the others', async () => {
+  const { a, states, calls, k } = setup([0, 1, 2]);
+  a.stopped(k(0), 'breakpoint', 1);
+  a.stopped(k(1), 'pause', 2);
+  a.stopped(k(2), 'pause', 3);
+  calls.length = 0;
+  assert.deepEqual(a.runToCollective('s', [k(0), k(1), k(2)]), [0, 1, 2]);
+  await flush();
+  a.continued(k(0)); a.continued(k(1)); a.continued(k(2));
+  a.stopped(k(1), 'breakpoint', 2); // rank 1 reaches its next collective first
+  await flush();
+  assert.deepEqual(calls, ['continue 0 thread 1', 'continue 1 thread 2', 'continue 2 thread 3'], 'no pause of 0 and 2');
+  a.stopped(k(0), 'breakpoint', 1);
+  a.stopped(k(2), 'breakpoint', 3);
+  assert.deepEqual([0, 1, 2].map((r) => states.get(k(r))?.state), ['stopped', 'stopped', 'stopped']);
+  a.continued(k(0)); // disarmed: the next stop is an ordinary all-stop again
+  await flush();
+  calls.length = 0;
+  a.stopped(k(0), 'breakpoint', 1);
+  await flush();
+  assert.deepEqual(calls, ['pause 1', 'pause 2']);
 });

@@ -2,7 +2,7 @@ import * as assert from 'assert';
 import * as fs from 'fs';
 import * as path from 'path';
 import { test } from 'node:test';
-import { compressRanks, departsAt, frameRows, groupRow, parseStacks } from '../../src/common/stacksModel';
+import { compressRanks, departsAt, frameRows, groupRow, parseStacks, verdictRow } from '../../src/common/stacksModel';
 import { FIXTURES } from './helpers';
 
 const fixture = fs.readFileSync(path.join(FIXTURES, 'stacks', 'hang.json'), 'utf8');
@@ -52,4 +52,23 @@ test('a frame whose line the dump could not tell (null) is shown without one', (
   const rep = parseStacks('{"session_id":"s","groups":[{"ranks":[0],"frames":[{"file":"/x/lib.py","line":null,"function":"wait"}]}],"unresponsive":[]}');
   assert.equal(groupRow(rep.groups[0], rep.groups[0]).label, 'rank 0: wait (lib.py)');
   assert.equal(frameRows(rep.groups[0], rep.groups[0])[0].description, 'lib.py');
+});
+
+test('the verdict leads (contract C3) with a one-click attach to the culprit; group collectives are shown; forged ones dropped', () => {
+  const v = { session_id: 's', verdict: 'rank 1 never entered ALLREDUCE #4 (hang.py:22): it is in barrier ← evaluate (hang.py:26)', culprit: 1, unresponsive: [],
+    groups: [{ ranks: [0], frames: [{ file: '/p/hang.py', line: 22, function: 'train_step' }], collectives: [{ rank: 0, op: 'ALLREDUCE', seq: 4, state: 'entered', file: '/p/hang.py', line: 22 }] },
+      { ranks: [1], frames: [{ file: '/p/hang.py', line: 26, function: 'evaluate' }], collectives: [{ rank: 1, op: 'BARRIER', seq: 1, state: 'entered' }, { rank: -1, op: 'X', seq: 0 }, 'junk'] }] };
+  const rep = parseStacks(JSON.stringify(v));
+  assert.equal(rep.culprit, 1);
+  const row = verdictRow(rep)!;
+  assert.equal(row.label, v.verdict);
+  assert.equal(row.attachLabel, 'Attach to rank 1');
+  assert.deepEqual(rep.groups[1].collectives, [{ rank: 1, op: 'BARRIER', seq: 1, state: 'entered', file: undefined, line: undefined }]);
+  const g = groupRow(rep.groups[0], rep.groups[0]);
+  assert.equal(g.description, '1 rank(s) · ALLREDUCE #4 entered');
+  assert.match(g.tooltip, /collectives:\n {2}rank 0: ALLREDUCE #4 entered \(hang\.py:22\)$/);
+  assert.equal(verdictRow(parseStacks(JSON.stringify({ ...v, verdict: null, culprit: null }))), undefined);
+  const noCulprit = parseStacks(JSON.stringify({ ...v, culprit: 'rank 1' }));
+  assert.equal(noCulprit.culprit, undefined);
+  assert.equal(verdictRow(noCulprit)!.attachLabel, undefined);
 });
