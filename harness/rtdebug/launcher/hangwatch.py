@@ -11,6 +11,10 @@ Two triggers, both watched from one thread of the launcher:
   stack stayed the same for ``hang_s`` seconds it writes the report once, and
   again only if the picture changes. Skipped while a client is attached or a
   rank waits for one: then standing still is the point.
+
+On the node that hosts a multi-node job's store, both reports cover every node's ranks: they are
+asked through the store (``rtdebug.stacks.jobwide``), as ``rtdebug stacks --store`` does; ranks of a
+lost node are listed, not waited on. Elsewhere, or when the store does not answer, this node's ranks.
 """
 
 from __future__ import annotations
@@ -21,9 +25,13 @@ import threading
 import time
 from typing import Any, Protocol, TextIO
 
+from rtdebug.common.addresses import is_own
+from rtdebug.common.errors import HarnessError
+from rtdebug.registry import c10d
 from rtdebug.registry.files import LIVE_RANK_STATES, Registry
 from rtdebug.stacks import collect as stacks
 from rtdebug.stacks import format as stackformat
+from rtdebug.stacks import jobwide
 
 POLL_S = 0.05  # a failed rank is caught before torchrun (0.1 s monitor) tears the others down
 MAX_DEFAULT_HANG_S = 300.0
@@ -46,13 +54,42 @@ def report(
     session = reg.read_session(session_id)
     if session is None:
         return None
-    snap = stacks.collect(reg, session, ranks, timeout)
+    snap = job_snapshot(session, timeout) or stacks.collect(reg, session, ranks, timeout)
     if not snap["groups"] and not snap["unresponsive"]:
         return None
-    body = stackformat.render(snap).replace("\n", "\n  ")
+    body = render(snap)
     stream.write(f"{header}\n  {body}\n")
     stream.flush()
     return snap
+
+
+def job_snapshot(session: dict[str, Any], timeout: float) -> dict[str, Any] | None:
+    """Every live rank of the job through its store, on the node hosting it; else (or on failure) None."""
+    from rtdebug.registry.tcpstore import TCPStoreClient
+    from rtdebug.views.store import READ_TIMEOUT_S, StoreView
+
+    try:
+        host, port = c10d.split_endpoint(str(session.get("store") or ""))
+    except ValueError:
+        return None
+    if not session.get("store") or not is_own(host):
+        return None
+    try:
+        view = StoreView(host, port, explicit=True, local_ids=frozenset({session["session_id"]}))
+        job = view.session(session["session_id"])
+        if job is None:
+            return None
+        with TCPStoreClient(host, port, READ_TIMEOUT_S) as client:
+            return jobwide.from_store(client, job, view.known, None, timeout)
+    except (HarnessError, OSError):
+        return None
+
+
+def render(snap: dict[str, Any]) -> str:
+    lines = stackformat.render(snap).split("\n")
+    if "source" in snap:
+        lines[1:1] = jobwide.notes(snap)
+    return "\n".join(lines).replace("\n", "\n  ")
 
 
 def first_line(text: str, width: int = 200) -> str:
@@ -139,7 +176,10 @@ class HangWatch:
         session = self.reg.read_session(self.sid)
         if session is None:
             return
-        snap = stacks.collect(self.reg, session, None, timeout=2.0)
+        snap = job_snapshot(session, 2.0) or stacks.collect(self.reg, session, None, timeout=2.0)
+        if any(g.get("debugger") for g in snap["groups"]):
+            self._last = None  # a rank (maybe on another node) is stopped in the debugger: not a hang
+            return
         key = _key(snap)
         now = time.monotonic()
         if key != self._last:
@@ -147,7 +187,7 @@ class HangWatch:
             return
         if now - self._since >= self.hang_s and key != self._reported:
             self._reported = key
-            body = stackformat.render(snap).replace("\n", "\n  ")
+            body = render(snap)
             self.stream.write(
                 f"rtdebug: no rank's stack has changed for {now - self._since:.0f} s (a hang?); "
                 f"where every rank is:\n  {body}\n"
