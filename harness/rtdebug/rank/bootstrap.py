@@ -20,7 +20,7 @@ from rtdebug.common import lifetime, rankenv
 from rtdebug.common.config import RankConfig, Target
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.ports import port_for_rank
-from rtdebug.rank import localmode, postmortem, publish, runtime
+from rtdebug.rank import collrec, localmode, postmortem, publish, runtime
 from rtdebug.rank.endpoint import Endpoint, debugger_active
 from rtdebug.rank.execute import execute, preimport, print_failure
 from rtdebug.rank.record import RankRecord
@@ -51,7 +51,8 @@ def serve_and_run(target: Target, record: RankRecord, endpoint: Endpoint, cfg: R
     wait = cfg.waits(rank)
     # written at once: a rank stuck before `ready` (pre-imports, the endpoint) can be dumped too
     assert isinstance(record.registry, Registry)  # ranks of torchrun and `rtdebug run` write local files
-    record.set(stacks=dump.arm(record.registry.session_dir(str(record.entry["session_id"])), rank))
+    sdir = record.registry.session_dir(str(record.entry["session_id"]))
+    record.set(stacks=dump.arm(sdir, rank), collectives=collrec.arm(sdir, rank))
     record.connect(endpoint)
     if wait:  # the client attaches before the script runs, so its imports would be traced; an eager
         preimport(target)  # rank without --wait stays untraced until a client comes (rtdebug.rank.tracing)

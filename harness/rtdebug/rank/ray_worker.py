@@ -151,6 +151,7 @@ def _start_worker(cb: RtdebugCallback) -> None:
     import ray
     from ray.train.v2._internal.execution.context import get_train_context
 
+    from rtdebug.rank import collrec
     from rtdebug.rank.endpoint import Endpoint
     from rtdebug.rank.record import RankRecord
 
@@ -165,6 +166,7 @@ def _start_worker(cb: RtdebugCallback) -> None:
     port = port_for_rank(cb.port_base, rank)
     os.environ.setdefault("RANK", str(rank))  # rtdebug.breakpoint(rank=...) before Ray's torch setup sets it
     localmode.install(cb.pg_timeout_s)
+    collrec.arm(None, rank)  # in memory: the publisher answers job-wide stacks with collrec.snapshot()
     _raise_ray_pg_timeout(cb.pg_timeout_s)
     # the actor's RPC methods (health check, poll_status) run on this thread: never suspend it
     threading.current_thread().pydev_do_not_trace = True  # type: ignore[attr-defined]

@@ -1,0 +1,137 @@
+"""The collective record's bytes: one fixed-size binary record per rank, read from outside the rank.
+
+A rank (``rtdebug.rank.collrec``) keeps the last collective it entered in a ``SIZE``-byte file
+``coll-<rank>.bin`` of its session directory, mapped into memory, so that entering a collective
+costs one ``struct.pack_into`` and returning costs one byte. ``ps``, ``stacks`` and the hang
+report read that file without signalling the rank -- a rank blocked inside a C++ collective
+answers as well as a running one.
+
+The file lives in a directory others may write to, so every byte is checked here: anything that
+is not exactly one well-formed record (wrong size, magic, version, op, state, lengths, UTF-8, a
+torn write) reads as ``None``, never as an exception. It lives in the stacks layer so that the
+rank, the views and the shell share one definition of the format.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import stat
+import struct
+from pathlib import Path
+from typing import Any
+
+MAGIC = b"RTDC"
+VERSION = 1
+ENTERED, RETURNED = 1, 2
+STATES = {ENTERED: "entered", RETURNED: "returned"}
+STATE_OFFSET = 5  # the byte a returning collective flips
+# torch.distributed function -> the op name shown (torch's upper-case OpType spelling where one exists)
+OPS: dict[str, str] = {
+    "all_reduce": "ALLREDUCE",
+    "broadcast": "BROADCAST",
+    "all_gather": "ALLGATHER",
+    "all_gather_into_tensor": "ALLGATHER_INTO_TENSOR",
+    "reduce_scatter": "REDUCE_SCATTER",
+    "reduce_scatter_tensor": "REDUCE_SCATTER_TENSOR",
+    "reduce": "REDUCE",
+    "gather": "GATHER",
+    "scatter": "SCATTER",
+    "all_to_all": "ALLTOALL",
+    "all_to_all_single": "ALLTOALL_SINGLE",
+    "barrier": "BARRIER",
+    "send": "SEND",
+    "recv": "RECV",
+}
+OP_NAMES: tuple[str, ...] = ("",) + tuple(OPS.values())  # code 0 is no op
+OP_CODES = {fn: OP_NAMES.index(name) for fn, name in OPS.items()}
+# magic, version, state, op, gen | seq, since, line | pg, dtype, shapes, file, func (length + bytes) | gen
+RECORD = struct.Struct("<4sBBHQ QdI B32s B16s B96s H240s B80s Q")
+SIZE = RECORD.size
+LIMITS = {"pg": 32, "dtype": 16, "shapes": 96, "file": 240, "func": 80}
+
+
+def coll_file(rank: int) -> str:
+    """The name of rank ``rank``'s record in its session directory (the only name a reader opens)."""
+    return f"coll-{rank}.bin"
+
+
+def fit(text: str, field: str) -> bytes:
+    """``text`` as UTF-8 cut to its field (a file path keeps its tail: the name is what matters)."""
+    raw = text.encode("utf-8", "replace")
+    limit = LIMITS[field]
+    if len(raw) <= limit:
+        return raw
+    cut = raw[-limit:] if field == "file" else raw[:limit]
+    return cut.decode("utf-8", "ignore").encode("utf-8")
+
+
+def _text(length: int, raw: bytes) -> str | None:
+    if length > len(raw) or any(raw[length:]):  # bytes past the length must be the zero padding
+        return None
+    try:
+        return raw[:length].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def decode(buf: bytes) -> dict[str, Any] | None:
+    """One record as the snapshot dict, or None when ``buf`` is not exactly a whole, valid record."""
+    if len(buf) != SIZE:
+        return None
+    magic, version, state, op, gen, seq, since, line, *rest, gen2 = RECORD.unpack(buf)
+    if magic != MAGIC or version != VERSION or state not in STATES or gen != gen2 or gen == 0:
+        return None
+    if not 0 < op < len(OP_NAMES) or seq < 1 or not math.isfinite(since) or since < 0:
+        return None
+    texts = [_text(rest[i], rest[i + 1]) for i in range(0, len(rest), 2)]
+    if any(t is None for t in texts):
+        return None
+    pg, dtype, shapes, file, func = texts
+    return {
+        "op": OP_NAMES[op],
+        "seq": seq,
+        "state": STATES[state],
+        "file": file,
+        "line": line,
+        "func": func,
+        "shapes": shapes,
+        "dtype": dtype,
+        "pg": pg,
+        "since": since,
+    }
+
+
+def read(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The record in ``path``, or None (missing, not a regular file, wrong size, garbage, torn).
+
+    Two reads must agree: a read that overlaps the rank's write is retried, never half-believed.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != SIZE:
+            return None
+        prev = os.pread(fd, SIZE + 1, 0)
+        for _ in range(4):
+            buf = os.pread(fd, SIZE + 1, 0)
+            if buf == prev:
+                return decode(buf)
+            prev = buf
+        return None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def read_entry(session_dir: str | os.PathLike[str], entry: dict[str, Any]) -> dict[str, Any] | None:
+    """The record a rank entry names, only if it names rtdebug's own file for that rank."""
+    info = entry.get("collectives")
+    rank = entry.get("rank")
+    if not isinstance(info, dict) or not isinstance(rank, int) or info.get("file") != coll_file(rank):
+        return None
+    return read(Path(session_dir) / coll_file(rank))

@@ -1,0 +1,156 @@
+"""The collective record in real ranks: what the wrapper keeps, that it changes nothing, and stop_at_next().
+
+Real torch (gloo, CPU), real `rtdebug torchrun`, a real DAP client per rank (tests/dap.py).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from rtdebug.stacks import collseq
+
+from conftest import EXAMPLES, PY, SCRIPTS, marker_line, wait_ranks
+from dap import DAPClient
+
+HANG = EXAMPLES / "hang.py"
+STOP_EXPR = "__import__('rtdebug.rank.collrec', fromlist=['_']).stop_at_next()"
+SNAP_EXPR = "__import__('rtdebug.rank.collrec', fromlist=['_']).snapshot()"
+
+
+def single(tmp_path, **env) -> dict:
+    script = SCRIPTS / "collrec_single.py"
+    out = subprocess.run(
+        [PY, str(script), str(tmp_path)], capture_output=True, text=True, timeout=120, env={**_env(), **env}
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.split("RESULT ", 1)[1])
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k != "RTDEBUG_COLLECTIVES"}
+
+
+def test_wrapper_records_each_collective_and_changes_nothing(tmp_path):
+    r = single(tmp_path)
+    script = str(SCRIPTS / "collrec_single.py")
+    assert r["field"] == {"file": "coll-0.bin"} and r["before"] is None
+    assert r["wrapped"] and r["signature"]
+    assert r["ret_sync"] == "None" and r["async_type"] == "Work"  # return values and async_op pass through
+    sync = r["after_sync"]
+    assert (sync["op"], sync["seq"], sync["state"], sync["shapes"], sync["dtype"]) == (
+        "ALLREDUCE", 1, "returned", "[3, 2]", "float32",
+    )  # fmt: skip
+    assert (sync["file"], sync["line"], sync["func"]) == (
+        script,
+        marker_line(SCRIPTS / "collrec_single.py", "collrec sync"),
+        "<module>",
+    )
+    assert r["after_async"]["seq"] == 2 and r["after_barrier"]["op"] == "BARRIER" and r["after_barrier"]["seq"] == 3
+    assert r["raised"] == "RuntimeError"  # the collective's own exception propagates
+    assert (r["after_raise"]["op"], r["after_raise"]["seq"]) == ("BROADCAST", 4)
+    g = r["after_group"]  # another group counts from 1, under its own name
+    assert (g["op"], g["seq"], g["dtype"], g["shapes"]) == ("ALLREDUCE", 1, "int64", "[2]") and g["pg"] != sync["pg"]
+    assert r["compiled"] == [3.0, 3.0]  # a torch.compile'd caller still runs
+    assert r["file_record"]["seq"] >= 1 and r["file_record"]["state"] == "returned"  # the file says the same
+
+
+def test_off_switch_leaves_torch_alone(tmp_path):
+    r = single(tmp_path, RTDEBUG_COLLECTIVES="0")
+    assert r["field"] is None and r["wrapped"] is False and r["after_sync"] is None
+    assert not (tmp_path / "coll-0.bin").exists()
+
+
+def records(registry_dir, sid: str, ranks) -> dict[int, dict | None]:
+    return {e["rank"]: collseq.read_entry(registry_dir / sid, e) for e in ranks.values()}
+
+
+@pytest.mark.e2e
+def test_hang_example_record_shows_who_is_elsewhere(job, registry_dir, port_base):
+    """Rank 1 skips an all_reduce: rank 0 is `entered` in ALLREDUCE #4, rank 1 in BARRIER #4."""
+    j = job("torchrun", "--debug-port-base", str(port_base), "--nproc-per-node", "2", str(HANG))
+    sid = j.session_id()
+    ranks = wait_ranks(registry_dir, sid, 2)
+    assert {r: e["collectives"] for r, e in ranks.items()} == {0: {"file": "coll-0.bin"}, 1: {"file": "coll-1.bin"}}
+    deadline = time.monotonic() + 120
+    while True:
+        recs = records(registry_dir, sid, ranks)
+        if all(r is not None and r["state"] == "entered" and r["seq"] == 4 for r in recs.values()):
+            break
+        assert time.monotonic() < deadline, recs
+        time.sleep(0.3)
+    assert (recs[0]["op"], recs[0]["func"], recs[0]["line"]) == (
+        "ALLREDUCE",
+        "train_step",
+        marker_line(HANG, "hang all_reduce"),
+    )
+    assert (recs[1]["op"], recs[1]["func"], recs[1]["line"]) == (
+        "BARRIER",
+        "evaluate",
+        marker_line(HANG, "hang barrier"),
+    )
+    assert recs[0]["file"] == str(HANG) and recs[0]["shapes"] == "[4]" and recs[1]["shapes"] == ""
+
+
+def _stop_all(clients: dict[int, DAPClient], thread: dict[int, int]) -> dict[int, dict]:
+    """Arm stop_at_next in each stopped rank, continue all, return each rank's next stop (frame + record)."""
+    for rank, c in clients.items():
+        frame = c.top_frame(thread[rank])
+        assert "stops at its next collective" in c.evaluate(STOP_EXPR, frame["id"])
+    for rank, c in clients.items():
+        c.continue_(thread[rank])
+    out = {}
+    for rank, c in clients.items():
+        stopped = c.wait_stopped(120)
+        thread[rank] = stopped["threadId"]
+        frame = c.top_frame(stopped["threadId"])
+        snap = c.evaluate(SNAP_EXPR, frame["id"])
+        out[rank] = {"frame": frame, "snap": snap}
+    return out
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("skip_rank", [1, 9], ids=["hang", "healthy"])
+def test_stop_at_next_collective_in_each_rank(job, registry_dir, port_base, skip_rank):
+    """Both ranks at a breakpoint; stop_at_next + continue, twice: the second round shows where each goes."""
+    line = marker_line(HANG, "hang all_reduce")
+    j = job(
+        "torchrun", "--debug-port-base", str(port_base), "--wait", "all", "--nproc-per-node", "2", str(HANG),
+        "--steps", "1", "--skip-rank", str(skip_rank),
+    )  # fmt: skip
+    sid = j.session_id()
+    ranks = wait_ranks(registry_dir, sid, 2)
+    j.wait_output("rtdebug: all 2 local ranks ready")
+    clients, thread = {}, {}
+    for rank in (0, 1):
+        clients[rank] = DAPClient("127.0.0.1", port_base + rank)
+        clients[rank].attach({str(HANG): [line]})
+    for rank, c in clients.items():
+        thread[rank] = c.wait_stopped(120)["threadId"]
+        c.request("setBreakpoints", source={"path": str(HANG)}, breakpoints=[])
+    first = _stop_all(clients, thread)  # stopped at the breakpoint, before the all_reduce: it is the next one
+    for rank in (0, 1):
+        assert (first[rank]["frame"]["name"], first[rank]["frame"]["line"]) == ("train_step", line)
+        assert "'op': 'ALLREDUCE', 'seq': 1, 'state': 'entered'" in first[rank]["snap"]
+    second = _stop_all(clients, thread)
+    recs = records(registry_dir, sid, ranks)
+    assert second[0]["frame"]["name"] == "train_step" and second[0]["frame"]["line"] == line
+    assert (recs[0]["op"], recs[0]["seq"], recs[0]["state"]) == ("ALLREDUCE", 2, "entered")
+    if skip_rank == 9:  # healthy: the same op and seq in both
+        assert (second[1]["frame"]["name"], second[1]["frame"]["line"]) == ("train_step", line)
+        assert (recs[1]["op"], recs[1]["seq"]) == ("ALLREDUCE", 2)
+    else:  # rank 1 skipped its all_reduce: the mismatch is visible before anything blocks
+        assert (second[1]["frame"]["name"], second[1]["frame"]["line"]) == (
+            "evaluate",
+            marker_line(HANG, "hang barrier"),
+        )
+        assert (recs[1]["op"], recs[1]["seq"]) == ("BARRIER", 2)
+    for rank in (0, 1):
+        assert f"'seq': {recs[rank]['seq']}" in second[rank]["snap"] and recs[rank]["op"] in second[rank]["snap"]
+    for c in clients.values():
+        c.disconnect()

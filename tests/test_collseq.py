@@ -1,0 +1,111 @@
+"""The collective record's format: a valid record reads back, anything forged reads as None (never raises)."""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import pytest
+
+from rtdebug.stacks import collseq
+
+
+def record(**over) -> bytearray:
+    fields = {
+        "magic": collseq.MAGIC, "version": collseq.VERSION, "state": collseq.ENTERED,
+        "op": collseq.OP_CODES["all_reduce"], "gen": 7, "seq": 812, "since": 1700000000.5, "line": 42,
+        "pg": b"0", "dtype": b"float32", "shapes": b"[4]", "file": b"/job/train.py", "func": b"train_step", "gen2": 7,
+    }  # fmt: skip
+    fields.update(over)
+    buf = bytearray(collseq.SIZE)
+    f = fields
+    collseq.RECORD.pack_into(
+        buf, 0, f["magic"], f["version"], f["state"], f["op"], f["gen"], f["seq"], f["since"], f["line"],
+        len(f["pg"]), f["pg"], len(f["dtype"]), f["dtype"], len(f["shapes"]), f["shapes"],
+        len(f["file"]), f["file"], len(f["func"]), f["func"], f["gen2"],
+    )  # fmt: skip
+    return buf
+
+
+def test_valid_record_reads_back(tmp_path):
+    p = tmp_path / collseq.coll_file(3)
+    p.write_bytes(record())
+    assert collseq.read(p) == {
+        "op": "ALLREDUCE", "seq": 812, "state": "entered", "file": "/job/train.py", "line": 42,
+        "func": "train_step", "shapes": "[4]", "dtype": "float32", "pg": "0", "since": 1700000000.5,
+    }  # fmt: skip
+    buf = record()
+    buf[collseq.STATE_OFFSET] = collseq.RETURNED  # what a returning collective writes
+    assert collseq.decode(bytes(buf))["state"] == "returned"
+
+
+@pytest.mark.parametrize(
+    "over",
+    [
+        {"magic": b"XXXX"},
+        {"version": 9},
+        {"state": 0},
+        {"state": 3},
+        {"op": 0},
+        {"op": len(collseq.OP_NAMES)},
+        {"gen2": 8},  # a torn write: the two generations differ
+        {"gen": 0, "gen2": 0},  # never written
+        {"seq": 0},
+        {"since": float("nan")},
+        {"since": -1.0},
+        {"func": b"\xff\xfe"},  # not UTF-8
+    ],
+)
+def test_forged_fields_read_as_none(tmp_path, over):
+    p = tmp_path / "coll-0.bin"
+    p.write_bytes(record(**over))
+    assert collseq.read(p) is None
+
+
+def test_forged_lengths_and_padding_read_as_none():
+    buf = record()
+    off = struct.calcsize("<4sBBHQ QdI")
+    buf[off] = 200  # pg length past its 32-byte field
+    assert collseq.decode(bytes(buf)) is None
+    buf = record()
+    buf[off + 1 + 5] = ord("x")  # a byte after the pg text, inside its field
+    assert collseq.decode(bytes(buf)) is None
+
+
+def test_short_long_garbage_missing_and_odd_files(tmp_path):
+    good = bytes(record())
+    cases = {"short": good[:-1], "long": good + b"\0", "empty": b"", "garbage": os.urandom(collseq.SIZE)}
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+        assert collseq.read(tmp_path / name) is None, name
+    assert collseq.read(tmp_path / "missing") is None
+    assert collseq.read(tmp_path) is None  # a directory
+    (tmp_path / "good").write_bytes(good)
+    (tmp_path / "link").symlink_to(tmp_path / "good")
+    assert collseq.read(tmp_path / "link") is None  # a planted link is never followed
+    os.mkfifo(tmp_path / "fifo")
+    assert collseq.read(tmp_path / "fifo") is None  # and a FIFO never blocks the reader
+    for _ in range(200):  # random bytes of the right size, behind a valid magic, never raise
+        assert collseq.decode(collseq.MAGIC + os.urandom(collseq.SIZE - 4)) is None
+
+
+def test_read_entry_opens_only_rtdebugs_own_name(tmp_path):
+    (tmp_path / "coll-1.bin").write_bytes(record())
+    (tmp_path / "other.bin").write_bytes(record())
+    assert collseq.read_entry(tmp_path, {"rank": 1, "collectives": {"file": "coll-1.bin"}})["seq"] == 812
+    for entry in (
+        {"rank": 1, "collectives": {"file": "other.bin"}},
+        {"rank": 1, "collectives": {"file": "../coll-1.bin"}},
+        {"rank": 2, "collectives": {"file": "coll-1.bin"}},
+        {"rank": "1", "collectives": {"file": "coll-1.bin"}},
+        {"rank": 1, "collectives": None},
+        {"rank": 1},
+    ):
+        assert collseq.read_entry(tmp_path, entry) is None, entry
+
+
+def test_fit_keeps_a_long_paths_tail_and_whole_characters():
+    long = "/very" * 100 + "/train.py"
+    assert collseq.fit(long, "file").endswith(b"/train.py") and len(collseq.fit(long, "file")) == 240
+    cut = collseq.fit("é" * 50, "func")
+    assert len(cut) <= 80 and cut.decode("utf-8") == "é" * 40
