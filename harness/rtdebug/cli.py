@@ -239,7 +239,9 @@ def _add_adopt(sub) -> None:
         help="give every rank of a running torchrun job (started without rtdebug) a debug endpoint",
         description="Adopt a running torchrun job: inject rtdebug's lazy debug endpoint (base + RANK), the "
         "stacks handler and a registry entry into each of its ranks. PID: the torchrun agent or any rank "
-        "(default: the only torchrun job of yours on this machine).",
+        "(default: the only torchrun job of yours on this machine). Multi-node: adopt on each node; the ranks "
+        "publish into the job's store (rtdebug ps --store), signed with RTDEBUG_JOB_SECRET (or _FILE) if set "
+        "here, else listed as unverified.",
     )
     p.add_argument("pid", nargs="?", type=int, help="torchrun agent or rank pid")
     p.add_argument("--debug-port-base", type=int, default=DEFAULT_PORT_BASE, metavar="P", help="rank N on P + N")

@@ -4,10 +4,11 @@ Find the job (``rtdebug.common.jobs``), check that every rank can be injected in
 (``rtdebug.common.inject.refusal``), register a session of mode ``adopted`` whose launcher is the job's
 torchrun agent (so ``ps`` keeps it live exactly while the job runs), run the adopted rank runtime in
 every rank at once, and print the rank table. A rank that fails undoes the others: nothing half-done.
-``detach`` undoes an adoption in every rank and leaves the job running. ``rtdebug stop`` does not detach
-yet (it ends the session's processes, and this session's launcher is the job's agent): the stop path is to
-call ``rtdebug.common.inject.detach_pids`` for a session of mode ``adopted``. ``--list`` (``--json``) names the
-jobs that can be adopted here, and the session that adopted each already: the VS Code "Adopt" picker's source.
+``detach`` (and ``rtdebug stop`` of an adopted session) undoes an adoption in every rank and leaves the job
+running. In a multi-node job the ranks also publish into the job's store (``rtdebug.common.jobs.Job.store``)
+as launched ranks do, so ``ps --store`` on any machine sees every node that was adopted; the entries are
+signed only if ``RTDEBUG_JOB_SECRET`` (or ``_FILE``) is set for ``adopt``, else shown unverified. ``--list``:
+``adoptlist``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from rtdebug.common import inject, jobs
 from rtdebug.common.errors import HarnessError, usage
 from rtdebug.common.ports import check_ports_free, ports_for_ranks
+from rtdebug.registry import signing
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import prune, reserve_session
 from rtdebug.registry.record import new_session_id, session_entry
@@ -73,9 +75,10 @@ def inject_all(job: jobs.Job, code_for: dict[int, str], tmp: Path, method: str) 
 
 def _session(sid: str, job: jobs.Job, host: str, base: int, ports: list[int], method: str) -> dict[str, Any]:
     e = session_entry(
-        sid, "adopted", script=job.script, nnodes="1", nproc_per_node=len(job.ranks), host=host, port_base=base,
-        ports=ports, agent_pid=job.agent_pid, agent_create_time=job.agent_create_time,
-        pg_timeout_s=None, pg_timeout_source=UNREAD, nccl_heartbeat_s=job.heartbeat_s(),
+        sid, "adopted", script=job.script, nnodes=str(job.nnodes), nproc_per_node=len(job.ranks), host=host,
+        port_base=base, ports=ports, agent_pid=job.agent_pid, agent_create_time=job.agent_create_time,
+        node_rank=job.ranks[0].num("GROUP_RANK"), pg_timeout_s=None, pg_timeout_source=UNREAD,
+        nccl_heartbeat_s=job.heartbeat_s(), **({"store": job.store(), "rdzv_id": job.run_id} if job.store() else {}),
     )  # fmt: skip
     # the job's agent stands for the launcher: liveness keeps the session live exactly while the job runs
     e.update(launcher_pid=job.agent_pid, launcher_create_time=job.agent_create_time)
@@ -92,6 +95,8 @@ def _spec(r: jobs.RankProc, sid: str, reg: Registry, host: str, port: int, allow
         "node_rank": r.num("GROUP_RANK"), "world_size": r.num("WORLD_SIZE", len(job.ranks)), "host": host,
         "port": port, "allow": allow, "script": job.script, "result": str(tmp / f"{r.pid}.json"),
         "deadline": time.time() + inject.ANSWER_S,  # a queued injection that runs later must do nothing
+        # a multi-node job: its ranks publish into its store as launched ranks do (signed if you gave a secret)
+        "store": job.store(), "run_id": job.run_id, "secret": signing.supplied_secret(),
     }  # fmt: skip
 
 
@@ -122,11 +127,14 @@ def adopt(pid: int | None, base: int, host: str, allow: str, as_json: bool) -> i
             return _print(already, reg, as_json, f"already adopted (session {sid}); nothing changed")
         base, host = int(already["port_base"]), str(already["host"])
     refuse_any(job, method)
+    secret = signing.supplied_secret()  # a bad RTDEBUG_JOB_SECRET(_FILE) is refused before anything is touched
     ports = ports_for_ranks(base, [r.rank for r in job.ranks])
     check_ports_free(ports, host)
     if already is None:
         sid = new_session_id()
         reserve_session(reg, _session(sid, job, host, base, ports, method))
+        if secret and job.store():  # so that `ps` here verifies the store's entries of this job
+            signing.ensure_secret(reg.session_dir(sid), secret)
     start = time.monotonic()
     answers = _inject_ranks(reg, sid, job, ports, host, allow, method, remove=already is None)
     timeouts = [(float(a["pg_timeout_s"]), str(a.get("pg_timeout_source"))) for a in answers.values() if _seconds(a)]
@@ -191,8 +199,10 @@ def _print(session: dict[str, Any], reg: Registry, as_json: bool, note: str | No
               f"{session['script']}) in {took:.2f} s")  # fmt: skip
     print(f"rtdebug: warning: {limits(session)}")
     print(format_table(ranks, sid))
-    # until `rtdebug stop` knows adopted sessions, it would end the job (the session's launcher is its agent)
-    print(f"rtdebug: to leave the job as it was: rtdebug adopt --detach {sid} (rtdebug stop would end the job)")
+    if session.get("store"):
+        signed = "signed with RTDEBUG_JOB_SECRET" if signing.supplied_secret() else "unsigned: no RTDEBUG_JOB_SECRET"
+        print(f"rtdebug: the ranks publish into the job's store ({signed}): rtdebug ps --store {session['store']}")
+    print(f"rtdebug: to leave the job as it was: rtdebug stop --session {sid} (or adopt --detach); the job runs on")
     return 0
 
 
@@ -210,47 +220,6 @@ def limits(session: dict[str, Any]) -> str:
     return f"{what}{beat_line}; it cannot be raised now: a rank paused longer than that ends the job"
 
 
-def _adopted_by_pid(reg: Registry) -> dict[int, str]:
-    """{pid: session id} for every live adopted session: its agent's pid and its live ranks' pids."""
-    out: dict[int, str] = {}
-    for s in prune(reg):
-        if s.get("mode") == "adopted":
-            sid = s["session_id"]
-            out[int(s["launcher_pid"])] = sid
-            out.update((int(r["pid"]), sid) for r in reg.ranks(sid) if reg.live_rank(r))
-    return out
-
-
-def listing() -> list[dict[str, Any]]:
-    """``rtdebug adopt --list --json``: the jobs of yours on this machine that can be adopted (the VS Code
-    picker's contract), each with the session that adopted it already, if one did."""
-    by_pid = _adopted_by_pid(Registry())
-    out = []
-    for job in jobs.candidates():
-        pids = [job.agent_pid, *(r.pid for r in job.ranks)]
-        out.append(job.listing(next((by_pid[p] for p in pids if p in by_pid), None)))
-    return out
-
-
-def list_command(as_json: bool) -> int:
-    found = listing()
-    if as_json:
-        print(json.dumps(found, indent=1))
-        return 0
-    if not found:
-        print("no torchrun job of yours runs on this machine")
-        return 0
-    rows = [("PID", "KIND", "RANKS", "RUNNING", "ADOPTED", "SCRIPT")]
-    for j in found:
-        ranks = ",".join("?" if r is None else str(r) for r in j["ranks"])
-        size = f"/{j['world_size']}" if j["world_size"] is not None else ""
-        running = jobs.duration(j["running_s"])
-        rows.append((str(j["pid"]), j["kind"], ranks + size, running, j["adopted_session"] or "-", j["script"]))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    print("\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows))
-    return 0
-
-
 def command(args: Any) -> int:
     """``rtdebug adopt``'s dispatch: --list, --detach, or adopt."""
     from rtdebug.common.config import check_host
@@ -258,7 +227,9 @@ def command(args: Any) -> int:
     if args.list:
         if args.detach or args.pid is not None:
             raise usage("adopt --list takes no PID and no --detach")
-        return list_command(args.json)
+        from rtdebug.commands import adoptlist
+
+        return adoptlist.command(args.json)
     if args.detach:
         return detach(args.detach)
     check_host(args.debug_host)

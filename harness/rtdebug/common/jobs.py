@@ -15,8 +15,8 @@ import psutil
 
 from rtdebug.common.errors import HarnessError
 
-RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT",
-             "RTDEBUG_SESSION")  # fmt: skip
+RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "TORCHELASTIC_RUN_ID",
+             "MASTER_ADDR", "MASTER_PORT", "RTDEBUG_SESSION")  # fmt: skip
 TIMEOUT_VARS = ("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "TORCH_NCCL_BLOCKING_WAIT", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
 
 
@@ -63,6 +63,7 @@ class Job:
     script: str
     ranks: list[RankProc] = field(default_factory=list)
     kind: str = "torchrun"
+    rdzv_endpoint: str | None = None  # the agent's --rdzv-endpoint (c10d rendezvous), if it names one
 
     @property
     def running_s(self) -> float:
@@ -72,6 +73,25 @@ class Job:
         """NCCL's heartbeat monitor ends a rank whose watchdog is stuck this long (``TORCH_NCCL_*``), if set."""
         value = (self.ranks[0].env if self.ranks else {}).get("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "")
         return float(value) if value.isdigit() else None
+
+    @property
+    def nnodes(self) -> int:
+        return self.ranks[0].num("GROUP_WORLD_SIZE", 1) if self.ranks else 1
+
+    def store(self) -> str | None:
+        """``host:port`` of the job's store, where adopted ranks publish (multi-node jobs only): torchrun's
+        c10d rendezvous endpoint, else (static rendezvous) the ranks' ``MASTER_ADDR:MASTER_PORT``."""
+        if self.nnodes < 2 or not self.ranks:
+            return None
+        if self.rdzv_endpoint:
+            return self.rdzv_endpoint
+        env = self.ranks[0].env
+        addr, port = env.get("MASTER_ADDR"), env.get("MASTER_PORT", "")
+        return f"{addr}:{port}" if addr and port.isdigit() else None
+
+    @property
+    def run_id(self) -> str:
+        return (self.ranks[0].env if self.ranks else {}).get("TORCHELASTIC_RUN_ID") or "none"
 
     @property
     def under_rtdebug(self) -> bool:
@@ -110,6 +130,22 @@ def _script(cmd: list[str]) -> str:
     return next((c for c in cmd[1:] if c.endswith(".py")), " ".join(cmd[1:4]))
 
 
+def rdzv_endpoint(cmd: list[str]) -> str | None:
+    """torchrun's ``--rdzv-endpoint`` (or ``--rdzv_endpoint``) in the agent's command line, when the rendezvous
+    is c10d's (whose store the agents host there); None for static rendezvous or another backend."""
+    opts: dict[str, str] = {}
+    for i, arg in enumerate(cmd):
+        if arg.endswith(".py") and i > 0:
+            break  # the script's own arguments follow
+        name, eq, value = arg.partition("=")
+        name = name.replace("_", "-")
+        if name in ("--rdzv-endpoint", "--rdzv-backend"):
+            opts[name] = value if eq else (cmd[i + 1] if i + 1 < len(cmd) else "")
+    if opts.get("--rdzv-backend") != "c10d":
+        return None
+    return opts.get("--rdzv-endpoint") or None
+
+
 def _rank_of(p: psutil.Process) -> RankProc | None:
     try:
         env = environ(p.pid)
@@ -125,11 +161,15 @@ def job_of(parent: psutil.Process) -> Job:
     """The job whose ranks are ``parent``'s children with ``RANK`` set (sorted by rank)."""
     ranks = [r for c in parent.children() if (r := _rank_of(c)) is not None]
     ranks.sort(key=lambda r: r.rank)
+    endpoint = None
     try:
-        script = _script(parent.cmdline()) if is_agent(parent) else _script(psutil.Process(ranks[0].pid).cmdline())
+        if is_agent(parent):
+            script, endpoint = _script(parent.cmdline()), rdzv_endpoint(parent.cmdline())
+        else:
+            script = _script(psutil.Process(ranks[0].pid).cmdline())
     except (psutil.Error, IndexError):
         script = "?"
-    return Job(parent.pid, parent.create_time(), script, ranks)
+    return Job(parent.pid, parent.create_time(), script, ranks, rdzv_endpoint=endpoint)
 
 
 def find_job(pid: int) -> Job:

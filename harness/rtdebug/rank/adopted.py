@@ -117,6 +117,7 @@ def adopt(spec: dict[str, Any]) -> dict[str, Any]:
         record.failed(str(exc), exit_code=None)
         raise
     timeout, source = pg_timeout()
+    _publish(record, spec)
     record.ready(endpoint, stacks=stacks, collectives=collrec.arm(reg.session_dir(sid), rank))
     import atexit
 
@@ -127,6 +128,25 @@ def adopt(spec: dict[str, Any]) -> dict[str, Any]:
         f"rtdebug: rank {rank} adopted (session {sid}): debug endpoint {spec['host']}:{spec['port']}", file=sys.stderr
     )
     return {"status": "adopted", "pid": os.getpid(), "pg_timeout_s": timeout, "pg_timeout_source": source}
+
+
+def _publish(record: Any, spec: dict[str, Any]) -> None:
+    """A multi-node job: keep this rank's entry (local rank 0: its node's session too) in the job's store, as
+    a launched rank does (``rtdebug.rank.publish``); the record's final ``exited`` (detach) stops it. It never
+    watches peers nor ends anything: the job is not rtdebug's."""
+    if not spec.get("store"):
+        return
+    from rtdebug.rank.publish import Publisher
+    from rtdebug.registry.c10d import split_endpoint
+
+    host, port = split_endpoint(str(spec["store"]))
+    pub = Publisher(host, port, str(spec["run_id"]), int(spec["rank"]), int(spec["node_rank"]),
+                    secret=spec.get("secret") or None)  # fmt: skip
+    if int(spec["local_rank"]) == 0:
+        node = record.registry.read_session(spec["session_id"])
+        pub.node = dict(node) if node else None
+    record.publisher = pub
+    pub.update(record.entry)
 
 
 def _track_clients(endpoint: Any) -> None:

@@ -1,0 +1,54 @@
+"""``rtdebug adopt --list [--json]``: the jobs of yours on this machine that can be adopted, and the session
+that adopted each already. The VS Code "Adopt a Running Job..." picker is built on the JSON (contract B1):
+a list of {"pid", "kind", "script", "ranks", "world_size", "running_s", "adopted_session"}.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rtdebug.common import jobs
+from rtdebug.registry.files import Registry
+from rtdebug.registry.liveness import prune
+
+
+def _adopted_by_pid(reg: Registry) -> dict[int, str]:
+    """{pid: session id} for every live adopted session: its agent's pid and its live ranks' pids."""
+    out: dict[int, str] = {}
+    for s in prune(reg):
+        if s.get("mode") == "adopted":
+            sid = s["session_id"]
+            out[int(s["launcher_pid"])] = sid
+            out.update((int(r["pid"]), sid) for r in reg.ranks(sid) if reg.live_rank(r))
+    return out
+
+
+def listing() -> list[dict[str, Any]]:
+    """``rtdebug adopt --list --json``: the jobs of yours on this machine that can be adopted (the VS Code
+    picker's contract), each with the session that adopted it already, if one did."""
+    by_pid = _adopted_by_pid(Registry())
+    out = []
+    for job in jobs.candidates():
+        pids = [job.agent_pid, *(r.pid for r in job.ranks)]
+        out.append(job.listing(next((by_pid[p] for p in pids if p in by_pid), None)))
+    return out
+
+
+def command(as_json: bool) -> int:
+    found = listing()
+    if as_json:
+        print(json.dumps(found, indent=1))
+        return 0
+    if not found:
+        print("no torchrun job of yours runs on this machine")
+        return 0
+    rows = [("PID", "KIND", "RANKS", "RUNNING", "ADOPTED", "SCRIPT")]
+    for j in found:
+        ranks = ",".join("?" if r is None else str(r) for r in j["ranks"])
+        size = f"/{j['world_size']}" if j["world_size"] is not None else ""
+        running = jobs.duration(j["running_s"])
+        rows.append((str(j["pid"]), j["kind"], ranks + size, running, j["adopted_session"] or "-", j["script"]))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    print("\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows))
+    return 0
