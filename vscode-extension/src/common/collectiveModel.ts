@@ -37,9 +37,14 @@ export function isBlocked(c: Collective | null | undefined, nowMs: number): bool
   return w !== undefined && w >= COLLECTIVE_BLOCKED_AFTER_S;
 }
 
-/** The rank row's fragment: `ALLREDUCE #12 returned`, `ALLREDUCE #12 entered`, or `blocked in ALLREDUCE #12 (train.py:42) 40s`. */
-export function collectiveText(c: Collective | null | undefined, nowMs: number): string | undefined {
+/**
+ * The rank row's fragment: `ALLREDUCE #12 returned`, `ALLREDUCE #12 entered`, or `blocked in ALLREDUCE #12
+ * (train.py:42) 40s`. A rank stopped in the debugger while its record says entered was stopped at the
+ * collective before it ran (Run to Next Collective): `at ALLREDUCE #12, not run yet`, not blocked.
+ */
+export function collectiveText(c: Collective | null | undefined, nowMs: number, stopped = false): string | undefined {
   if (!c) return undefined;
+  if (stopped && c.state === 'entered') return `at ${c.op} #${c.seq}, not run yet`;
   if (isBlocked(c, nowMs)) return `blocked in ${c.op} #${c.seq}${where(c)} ${formatDuration(waited(c, nowMs)!)}`;
   return `${c.op} #${c.seq} ${c.state}`;
 }

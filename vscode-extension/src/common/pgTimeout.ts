@@ -26,7 +26,8 @@ export function timeoutText(t: TimeoutInputs): TimeoutText | undefined {
   const pg = typeof t.pgTimeoutS === 'number' && Number.isFinite(t.pgTimeoutS) && t.pgTimeoutS > 0 ? t.pgTimeoutS : undefined;
   const src = t.source ? ` (${t.source})` : '';
   if (pg === undefined) {
-    return t.source ? { description: `pg timeout unknown${src}`, tooltip: `The job's process-group timeout could not be read${src}.`, urgent: false } : undefined;
+    const what = t.source?.startsWith('unknown') ? `pg timeout ${t.source}` : `pg timeout unknown${src}`;
+    return t.source ? { description: what, tooltip: `The job's process-group timeout could not be read${src}.`, urgent: false } : undefined;
   }
   const fixed = `The job's process-group timeout is ${formatDuration(pg)}${src}; it was fixed when the job started and cannot be raised now.`;
   if (!t.stoppedAtMs.length) return { description: `pg timeout ${formatDuration(pg)}${src}`, tooltip: fixed, urgent: false };

@@ -103,7 +103,7 @@ export function rankRow(s: Session, r: RankEntry, dbg: RankDebugInfo | undefined
   const v = rankViewState(r, dbg);
   // blocked in a collective (its record says so) shows as blocked; the menus still see the rank's own state
   const [icon, color] = ICONS[isBlocked(r.collective, nowMs) && v.state !== 'stopped' ? 'blocked' : v.state];
-  const coll = collectiveText(r.collective, nowMs);
+  const coll = collectiveText(r.collective, nowMs, dbg?.state === 'stopped');
   const collDesc = coll ? ` · ${coll}` : '';
   const ours = dbg ? '.attached' : '';
   const refused = r.refused_count ? ` · ${r.refused_count} refused` : '';

@@ -25,6 +25,7 @@ test('rank fragment: op #seq state; entered for seconds is blocked, with where a
   assert.equal(isBlocked(blocked, NOW), true);
   assert.equal(collectiveText(blocked, NOW), 'blocked in ALLREDUCE #12 (train.py:42) 40s');
   assert.equal(collectiveText(null, NOW), undefined);
+  assert.equal(collectiveText(blocked, NOW, true), 'at ALLREDUCE #12, not run yet', 'stopped at it by Run to Next Collective: not blocked');
 });
 
 test("peers' positions and the session summary: same op/seq, or which rank differs", () => {

@@ -9,6 +9,7 @@ const NOW = 1_800_000_000_000;
 test('no pg timeout known: nothing, or "unknown" with where it was looked for', () => {
   assert.equal(timeoutText({ stoppedAtMs: [], enteredSinceS: [], nowMs: NOW }), undefined);
   assert.equal(timeoutText({ pgTimeoutS: null, source: 'not read', stoppedAtMs: [NOW], enteredSinceS: [], nowMs: NOW })?.description, 'pg timeout unknown (not read)');
+  assert.equal(timeoutText({ pgTimeoutS: null, source: 'unknown: not read in a rank', stoppedAtMs: [], enteredSinceS: [], nowMs: NOW })?.description, 'pg timeout unknown: not read in a rank');
 });
 
 test('running: the timeout and its source; paused: what is left, from the first stop', () => {
