@@ -154,3 +154,18 @@ def test_stop_at_next_collective_in_each_rank(job, registry_dir, port_base, skip
         assert f"'seq': {recs[rank]['seq']}" in second[rank]["snap"] and recs[rank]["op"] in second[rank]["snap"]
     for c in clients.values():
         c.disconnect()
+
+
+def test_stack_groups_see_through_the_wrapper():
+    """The wrapper's frame sits between the user's call and torch's all_reduce; the group still shows all_reduce."""
+    from rtdebug.common.paths import PACKAGE_DIR
+    from rtdebug.stacks.group import frame, group
+
+    lib = "/x/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+    frames = [frame(lib, 3252, "all_reduce"), frame(PACKAGE_DIR + "rank/collrec.py", 118, "collective")]
+    frames += [frame("/job/train.py", 42, "train_step"), frame("/job/train.py", 9, "<module>")]
+    g = group(
+        {0: {"threads": [{"id": "0x1", "current": True, "frames": frames, "truncated": False}], "main_id": "0x1"}}
+    )
+    assert g[0]["label"] == "all_reduce \u2190 train_step (train.py:42)"
+    assert [f["function"] for f in g[0]["frames"]] == ["all_reduce", "train_step", "<module>"]

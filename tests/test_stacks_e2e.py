@@ -75,6 +75,19 @@ def test_hang_example_two_groups_then_sigstop_is_unresponsive(job, registry_dir,
     assert text.returncode == 0, text.stderr
     assert f"rank 0: all_reduce {ARROW} train_step (hang.py:{reduce_line})" in text.stdout
     assert f"rank 1: barrier {ARROW} evaluate (hang.py:{barrier_line})" in text.stdout
+    # the collective records name the rank the others wait for, first, with op and sequence number
+    assert snap["culprit"] == 1
+    assert snap["verdict"] == (
+        f"rank 1 never entered ALLREDUCE #4 (hang.py:{reduce_line}): it is in barrier {ARROW} evaluate "
+        f"(hang.py:{barrier_line}), inside BARRIER #4; rank 0 waits in it"
+    )
+    assert text.stdout.splitlines()[0] == snap["verdict"]
+    assert g0["collectives"] == [
+        {"rank": 0, "op": "ALLREDUCE", "seq": 4, "state": "entered", "file": str(HANG), "line": reduce_line}
+    ]
+    assert g1["collectives"] == [
+        {"rank": 1, "op": "BARRIER", "seq": 4, "state": "entered", "file": str(HANG), "line": barrier_line}
+    ]
 
     one = stacks_json("--session", sid, "--rank", "1")
     assert [g["ranks"] for g in one["groups"]] == [[1]]

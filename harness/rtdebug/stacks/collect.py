@@ -22,6 +22,7 @@ from typing import Any
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.filelocks import locked
 from rtdebug.registry.files import Registry
+from rtdebug.stacks import collseq, verdict
 from rtdebug.stacks import group as stackgroup
 from rtdebug.stacks.dump import SIGNAL, dump_file
 from rtdebug.stacks.native import native_dumps
@@ -156,7 +157,10 @@ def collect(
         for rank, result in native_dumps({r: d["pid"] for r, d in dumps.items()}, timeout).items():
             dumps[rank]["native"] = result
     pids = {e["rank"]: e["pid"] for e in live}
-    return {
+    for e in live:  # each rank's place in the collective sequence, read without signalling it
+        if e["rank"] in dumps and isinstance(e.get("collectives"), dict):
+            dumps[e["rank"]]["collective"] = collseq.read_entry(sdir, e)
+    snap = {
         "session_id": sid,
         "taken_at": taken_at,
         "elapsed_s": round(time.monotonic() - start, 4),
@@ -168,3 +172,4 @@ def collect(
         "exited": [{"rank": e["rank"], "state": e["state"], "exit_code": e.get("exit_code")} for e in ended],
         "incomplete": sorted(r for r, d in dumps.items() if not d["complete"]),  # stopped short of the bottom
     }
+    return verdict.annotate(snap, dumps)

@@ -65,7 +65,8 @@ def render(snap: dict[str, Any], threads: bool = False, native: bool = False) ->
     """The full text: header, summary, then per-group frames (and other threads / native frames)."""
     n = sum(len(g["ranks"]) for g in snap["groups"]) + len(snap.get("unresponsive", []))
     taken = time.strftime("%H:%M:%S", time.localtime(snap["taken_at"]))
-    out = [
+    out = [snap["verdict"]] if snap.get("verdict") else []  # who the others wait for, before anything else
+    out += [
         f"session {snap['session_id']}: {n} rank{'s' if n != 1 else ''}, stacks taken {taken} "
         f"in {snap['elapsed_s']:.2f} s"
     ]

@@ -30,6 +30,9 @@ DEBUGGER_PARTS = (
 )
 STDLIB_RE = re.compile(r"[/\\]lib(64)?[/\\]python3\.\d+[/\\]")
 ARROW = "\u2190"
+# the collective record's wrapper (rtdebug.rank.collrec) sits between the user's call and torch's
+# collective: it is left out, so a rank blocked in all_reduce still shows all_reduce, not its caller
+TRANSPARENT = os.path.join("rtdebug", "rank", "collrec.py")
 
 
 def parse_dump(text: str) -> list[dict[str, Any]]:
@@ -100,8 +103,10 @@ def visible_frames(frames: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], 
     """The frames a user cares about, and whether a debugger was on top (stopped at a breakpoint).
 
     Frames on top of (called by) rtdebug or the debugger -- e.g. threading's
-    ``wait`` inside pydevd's suspend loop -- go too, up to the first user frame.
+    ``wait`` inside pydevd's suspend loop -- go too, up to the first user frame;
+    the collective wrapper's frames go, but what it called stays.
     """
+    frames = [f for f in frames if not f["file"].endswith(TRANSPARENT)]
     first_user = next((i for i, f in enumerate(frames) if f["kind"] == "user"), len(frames))
     lead = frames[:first_user]
     cut = max((i + 1 for i, f in enumerate(lead) if f["kind"] == "internal"), default=0)

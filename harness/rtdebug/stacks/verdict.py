@@ -1,0 +1,117 @@
+"""One line that names the rank a hung job waits for, from each rank's place in the collective sequence.
+
+Stacks alone say *where* each rank is; the collective records (``rtdebug.stacks.collseq``) say *which*
+collective each rank entered last, numbered per process group, so they say who the others wait for:
+the collective most ranks are blocked in is the one waited on; a rank that has not entered it (a lower
+sequence number, another op at that number, returned from an earlier one, or none yet) is the culprit,
+described by its stack group's label. Pure functions over the stacks snapshot, so the local, store and
+Ray answers, the hang report and the VS Code view all get the same verdict.
+
+A rank whose dump carries no ``collective`` key is an older rank without the record: then no verdict
+at all, rather than a wrong one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import Any
+
+from rtdebug.stacks.group import ranks_word
+
+Rec = dict[str, Any]
+
+
+def where(rec: Rec) -> str:
+    """``ALLREDUCE #812 (train.py:42)``."""
+    return f"{rec['op']} #{rec['seq']} ({os.path.basename(str(rec.get('file') or '?'))}:{rec.get('line', '?')})"
+
+
+def _key(rec: Rec) -> tuple:
+    return (rec.get("pg"), rec["seq"], rec["op"])
+
+
+def _entry(rank: int, rec: Rec) -> Rec:
+    return {k: rec.get(k) for k in ("op", "seq", "state", "file", "line")} | {"rank": rank}
+
+
+def waited_on(recs: dict[int, Rec | None]) -> tuple | None:
+    """(pg, seq, op) of the collective the most ranks are inside; ties go to the lowest rank's."""
+    counts = Counter(_key(r) for r in recs.values() if r is not None and r.get("state") == "entered")
+    if not counts:
+        return None
+    best = max(counts.values())
+    for rank in sorted(recs):
+        rec = recs[rank]
+        if rec is not None and rec.get("state") == "entered" and counts[_key(rec)] == best:
+            return _key(rec)
+    return None
+
+
+def _position(rec: Rec | None, pg: Any) -> str:
+    """Where a rank stands in the sequence, said against the collective waited on (group ``pg``)."""
+    if rec is None:
+        return "before any collective"
+    text = f"{rec['op']} #{rec['seq']}"
+    if rec.get("pg") != pg:
+        text += f" of group {rec.get('pg')}"
+    return f"inside {text}" if rec.get("state") == "entered" else f"after {text} returned"
+
+
+def verdict_line(recs: dict[int, Rec | None], labels: dict[int, str]) -> tuple[str | None, int | None]:
+    """(the verdict, the culprit rank) for records of every dumped rank; (None, None) when nothing is waited on."""
+    key = waited_on(recs)
+    if key is None:
+        return None, None
+    inside = sorted(
+        r for r, rec in recs.items() if rec is not None and rec.get("state") == "entered" and _key(rec) == key
+    )
+    others = sorted(r for r in recs if r not in inside)
+    first = recs[inside[0]]
+    assert first is not None
+    if not others:
+        n = len(inside)
+        return f"all {n} rank{'s' if n != 1 else ''} are in {where(first)}", None
+    culprit = others[0]
+    text = (
+        f"{ranks_word(others)} never entered {where(first)}: "
+        f"rank {culprit} is in {labels.get(culprit, '?')}, {_position(recs[culprit], key[0])}"
+    )
+    if len(others) == 1:
+        text = text.replace(f": rank {culprit} is in ", ": it is in ", 1)
+    return text + f"; {ranks_word(inside)} {'waits' if len(inside) == 1 else 'wait'} in it", culprit
+
+
+def annotate(snap: dict[str, Any], dumps: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """Add each group's ``collectives``, and the top-level ``verdict`` and ``culprit`` (in place; returned)."""
+    recs: dict[int, Rec | None] = {}
+    missing = False
+    labels = {}
+    for g in snap.get("groups", []):
+        g["collectives"] = []
+        for rank in g["ranks"]:
+            labels[rank] = g.get("label", "?")
+            d = dumps.get(rank) or {}
+            if "collective" not in d:
+                missing = True
+                continue
+            rec = d["collective"] if isinstance(d["collective"], dict) and _valid(d["collective"]) else None
+            recs[rank] = rec
+            if rec is not None:
+                g["collectives"].append(_entry(rank, rec))
+    text, culprit = (None, None) if missing or not recs else verdict_line(recs, labels)
+    snap["verdict"], snap["culprit"] = text, culprit
+    return snap
+
+
+def _valid(rec: Rec) -> bool:
+    """A record from a store or KV answer is as forgeable as its text: only the shapes the verdict reads."""
+    return (
+        isinstance(rec.get("op"), str)
+        and isinstance(rec.get("seq"), int)
+        and not isinstance(rec.get("seq"), bool)
+        and rec.get("state") in ("entered", "returned")
+        and isinstance(rec.get("line", 0), int)
+        and isinstance(rec.get("file", ""), str)
+        and isinstance(rec.get("pg", ""), (str, type(None)))
+    )

@@ -1,0 +1,133 @@
+"""The collective verdict on synthetic snapshots: who the others wait for, and when to say nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from rtdebug.stacks import verdict
+
+ARROW = "\u2190"
+REDUCE = f"all_reduce {ARROW} train_step (train.py:42)"
+BARRIER = f"barrier {ARROW} evaluate (train.py:26)"
+FORWARD = "forward (model.py:7)"
+
+
+def rec(op="ALLREDUCE", seq=812, state="entered", line=42, file="/job/train.py", pg="0"):
+    return {"op": op, "seq": seq, "state": state, "file": file, "line": line, "func": "f", "shapes": "[4]",
+            "dtype": "float32", "pg": pg, "since": 1.0}  # fmt: skip
+
+
+def snap_of(by_label: dict[str, dict[int, dict | None]], drop: tuple[int, ...] = ()) -> tuple[dict, dict]:
+    """A stacks snapshot with one group per label, and dumps carrying each rank's record (``drop``: no key)."""
+    groups, dumps = [], {}
+    for label, ranks in by_label.items():
+        groups.append({"ranks": sorted(ranks), "label": label, "frames": [], "threads": []})
+        for rank, r in ranks.items():
+            dumps[rank] = {"threads": []} if rank in drop else {"threads": [], "collective": r}
+    return {"groups": groups}, dumps
+
+
+def annotate(by_label, drop=()):
+    snap, dumps = snap_of(by_label, drop)
+    return verdict.annotate(snap, dumps)
+
+
+def test_all_ranks_in_the_same_collective_has_no_culprit():
+    s = annotate({REDUCE: {r: rec() for r in range(4)}})
+    assert s["verdict"] == "all 4 ranks are in ALLREDUCE #812 (train.py:42)" and s["culprit"] is None
+
+
+def test_rank_in_another_op_at_the_same_seq_is_named():
+    s = annotate({REDUCE: {0: rec(), 2: rec(), 3: rec()}, BARRIER: {1: rec("BARRIER", line=26)}})
+    assert s["culprit"] == 1
+    assert s["verdict"] == (
+        f"rank 1 never entered ALLREDUCE #812 (train.py:42): it is in {BARRIER}, inside BARRIER #812; "
+        "ranks 0,2-3 wait in it"
+    )
+
+
+def test_rank_behind_with_a_lower_seq():
+    s = annotate({REDUCE: {0: rec(), 1: rec(), 3: rec(seq=811)}})
+    assert s["culprit"] == 3
+    assert s["verdict"].startswith(
+        f"rank 3 never entered ALLREDUCE #812 (train.py:42): it is in {REDUCE}, inside ALLREDUCE #811;"
+    )
+
+
+def test_rank_in_no_collective_or_past_one():
+    s = annotate({REDUCE: {0: rec(), 1: rec()}, FORWARD: {2: None}})
+    assert (s["culprit"], s["verdict"].split(": ", 1)[1]) == (
+        2,
+        f"it is in {FORWARD}, before any collective; ranks 0-1 wait in it",
+    )
+    s = annotate({REDUCE: {0: rec()}, FORWARD: {1: rec(seq=811, state="returned")}})
+    assert s["culprit"] == 1
+    assert f"it is in {FORWARD}, after ALLREDUCE #811 returned; rank 0 waits in it" in s["verdict"]
+
+
+def test_several_elsewhere_names_them_all_and_the_first_as_culprit():
+    s = annotate(
+        {REDUCE: {0: rec(), 1: rec(), 2: rec()}, BARRIER: {3: rec("BARRIER"), 5: rec("BARRIER")}, FORWARD: {4: None}}
+    )
+    assert s["culprit"] == 3
+    assert s["verdict"].startswith(
+        f"ranks 3-5 never entered ALLREDUCE #812 (train.py:42): rank 3 is in {BARRIER}, inside BARRIER #812"
+    )
+
+
+def test_a_tie_goes_to_the_lowest_ranks_collective():
+    s = annotate({REDUCE: {0: rec()}, BARRIER: {1: rec("BARRIER", line=26)}})
+    assert s["culprit"] == 1 and "never entered ALLREDUCE #812" in s["verdict"]
+    s = annotate({BARRIER: {0: rec("BARRIER", line=26)}, REDUCE: {1: rec()}})
+    assert s["culprit"] == 1 and "never entered BARRIER #812 (train.py:26)" in s["verdict"]
+
+
+def test_another_group_is_said():
+    s = annotate({REDUCE: {0: rec(), 1: rec()}, BARRIER: {2: rec("BARRIER", seq=3, pg="1")}})
+    assert "inside BARRIER #3 of group 1" in s["verdict"]
+
+
+@pytest.mark.parametrize(
+    "by_label,drop",
+    [
+        ({REDUCE: {0: rec(), 1: rec()}, BARRIER: {2: rec("BARRIER")}}, (2,)),  # an old rank: no record at all
+        ({FORWARD: {0: rec(state="returned"), 1: None}}, ()),  # nobody inside a collective
+        ({}, ()),
+    ],
+)
+def test_no_verdict(by_label, drop):
+    s = annotate(by_label, drop)
+    assert s["verdict"] is None and s["culprit"] is None
+
+
+def test_group_collectives_carry_exactly_the_contract_keys():
+    s = annotate({REDUCE: {0: rec(), 1: rec()}, FORWARD: {2: None}}, drop=())
+    g0, g1 = s["groups"]
+    assert g0["collectives"] == [
+        {"rank": 0, "op": "ALLREDUCE", "seq": 812, "state": "entered", "file": "/job/train.py", "line": 42},
+        {"rank": 1, "op": "ALLREDUCE", "seq": 812, "state": "entered", "file": "/job/train.py", "line": 42},
+    ]
+    assert g1["collectives"] == []
+
+
+@pytest.mark.parametrize(
+    "forged",
+    ["ALLREDUCE", 7, {"op": 1, "seq": 2, "state": "entered"}, {"op": "X", "seq": "2", "state": "entered"},
+     {"op": "X", "seq": True, "state": "entered"}, {"op": "X", "seq": 2, "state": "maybe"}],
+)  # fmt: skip
+def test_forged_records_count_as_no_collective(forged):
+    s = annotate({REDUCE: {0: rec(), 1: rec()}, FORWARD: {2: forged}})
+    assert s["culprit"] == 2 and "before any collective" in s["verdict"]
+    assert [c["rank"] for g in s["groups"] for c in g["collectives"]] == [0, 1]
+
+
+def test_render_prints_the_verdict_first():
+    from rtdebug.stacks.format import render
+
+    s = annotate({REDUCE: {0: rec()}, BARRIER: {1: rec("BARRIER", line=26)}})
+    s.update(session_id="s1", taken_at=0.0, elapsed_s=0.1)
+    lines = render(s).split("\n")
+    assert lines[0] == s["verdict"] and lines[1].startswith("session s1: 2 ranks")
+    s = annotate({REDUCE: {0: rec()}}, drop=(0,))
+    s.update(session_id="s1", taken_at=0.0, elapsed_s=0.1)
+    assert render(s).startswith("session s1: 1 rank,")
