@@ -133,8 +133,5 @@ def command(
     if as_json:
         print(json.dumps(snap, indent=1))
         return 0
-    lines = stackformat.render(snap, threads=threads, native=native).split("\n")
-    if "source" in snap:
-        lines[1:1] = jobwide.notes(snap)
-    print("\n".join(lines))
+    print(jobwide.with_notes(stackformat.render(snap, threads=threads, native=native), snap))
     return 0

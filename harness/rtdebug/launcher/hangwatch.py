@@ -86,10 +86,7 @@ def job_snapshot(session: dict[str, Any], timeout: float) -> dict[str, Any] | No
 
 
 def render(snap: dict[str, Any]) -> str:
-    lines = stackformat.render(snap).split("\n")
-    if "source" in snap:
-        lines[1:1] = jobwide.notes(snap)
-    return "\n".join(lines).replace("\n", "\n  ")
+    return jobwide.with_notes(stackformat.render(snap), snap).replace("\n", "\n  ")
 
 
 def first_line(text: str, width: int = 200) -> str:

@@ -29,7 +29,7 @@ MIN_GAP_S = 0.2  # at most one dump per this long, however many requests come
 def collective() -> dict[str, Any] | None:
     """This rank's collective record (``rtdebug.rank.collrec``, when that module is present)."""
     try:
-        from rtdebug.rank import collrec  # type: ignore[attr-defined]
+        from rtdebug.rank import collrec
     except ImportError:
         return None
     try:
@@ -140,7 +140,7 @@ class KVWatch:
         while not self._closed:
             time.sleep(self.POLL_S)
             try:
-                raw = self.kv.raw(key).get(key)
+                raw = self.kv.get_raw(key)
                 n = answer.request_ok(key, raw, self.secret, self.last_n) if raw else None
                 if n is None:
                     continue

@@ -34,7 +34,7 @@ import socket
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ray.train.v2._internal.execution.callback import ControllerCallback, WorkerCallback
 
@@ -60,6 +60,7 @@ class _Worker:
     record: RankRecord | None = None
     endpoint: Endpoint | None = None
     pg_timeout_applied: float | None = None
+    dumps: Any = None  # rtdebug.rank.dumpwatch.KVWatch: answers job-wide stacks from the KV
 
 
 def _flag(name: str) -> bool:
@@ -133,6 +134,8 @@ class RtdebugCallback(WorkerCallback, ControllerCallback):
 
     def before_worker_shutdown(self) -> None:
         record = _Worker.record
+        if _Worker.dumps is not None:
+            _Worker.dumps.close()
         if record is not None and record.state in ("starting", "ready", "attached"):
             record.exited(0)
 
@@ -234,7 +237,14 @@ def _wrap_run(original, cb: RtdebugCallback, rank: int, wait: bool, record, endp
     """The train function, in Ray's training thread: --wait first, --post-mortem on a raise."""
 
     def run(target):
+        from rtdebug.rank.dumpwatch import KVWatch
+
+        where = {k: record.entry.get(k) for k in ("hostname", "node_ip")}  # job-wide stacks, from the KV
+        _Worker.dumps = KVWatch(ray_kv.connected(cb.secret), cb.session_id, rank, cb.secret, where).start()
+
         def train():
+            if _Worker.dumps is not None:  # job-wide stacks: Ray's training thread is this rank's "main" one
+                _Worker.dumps.main_ident = threading.get_ident()
             if wait:
                 print(
                     f"rtdebug: rank {rank} waiting for a debugger on {endpoint.host}:{endpoint.port}",

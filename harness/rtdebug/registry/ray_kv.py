@@ -1,7 +1,7 @@
 """The Ray cluster's side of the registry: entries in the GCS internal KV, namespace ``rtdebug``.
 
-Keys: ``session/<sid>`` and ``rank/<sid>/<rank>`` (and ``dump/<sid>/...``: job-wide ``stacks``); values are registry-schema
-JSON (mode ``ray``), signed with the run's secret (``rtdebug.registry.signing``) when
+Keys: ``session/<sid>`` and ``rank/<sid>/<rank>`` (and ``dump/<sid>/...``: job-wide ``stacks``);
+values are registry-schema JSON (mode ``ray``), signed with the run's secret (``rtdebug.registry.signing``) when
 the writer has one. Anyone who reaches the GCS can write here too: readers take
 values as raw key -> bytes and check each one. Workers and the controller write through the connected
 ``ray.experimental.internal_kv``; the CLI reads through a bare ``GcsClient`` on
@@ -61,6 +61,10 @@ class _KV:
     def put_raw(self, key: str, value: bytes) -> None:
         """A value signed by its maker (a dump request or answer: ``rtdebug.stacks.answer``)."""
         self._put(key, value)
+
+    def get_raw(self, key: str) -> bytes | None:
+        """One value, unparsed (one request to the GCS: a worker polls this)."""
+        return next(iter(self._get_many([key.encode()]).values()), None)
 
     def put_session(self, entry: Entry) -> None:
         self._put_entry(session_key(entry["session_id"]), entry)

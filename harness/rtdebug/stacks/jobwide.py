@@ -67,7 +67,7 @@ def snapshot(
 def annotate(snap: dict[str, Any], dumps: dict[int, Entry]) -> None:
     """The collective verdict (``rtdebug.stacks.verdict``, when that module is present)."""
     try:
-        from rtdebug.stacks import verdict  # type: ignore[attr-defined]
+        from rtdebug.stacks import verdict
     except ImportError:
         return
     verdict.annotate(snap, dumps)
@@ -154,3 +154,13 @@ def notes(snap: dict[str, Any]) -> list[str]:
             f"(unverified; set RTDEBUG_JOB_SECRET as the job did)"
         )
     return out
+
+
+def with_notes(text: str, snap: dict[str, Any]) -> str:
+    """``text`` (``rtdebug.stacks.format.render``) with the notes under its ``session ...`` header line."""
+    if "source" not in snap:
+        return text
+    lines = text.split("\n")
+    at = next((i + 1 for i, ln in enumerate(lines) if ln.startswith("session ")), 0)
+    lines[at:at] = notes(snap)
+    return "\n".join(lines)
