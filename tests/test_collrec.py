@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from rtdebug.stacks import collseq
+from rtdebug.registry import collseq
 
-from conftest import EXAMPLES, PY, SCRIPTS, marker_line, wait_ranks
+from conftest import EXAMPLES, PY, SCRIPTS, marker_line, rtdebug, wait_ranks
 from dap import DAPClient
 
 HANG = EXAMPLES / "hang.py"
@@ -95,6 +95,14 @@ def test_hang_example_record_shows_who_is_elsewhere(job, registry_dir, port_base
         marker_line(HANG, "hang barrier"),
     )
     assert recs[0]["file"] == str(HANG) and recs[0]["shapes"] == "[4]" and recs[1]["shapes"] == ""
+    # ps shows the same, per rank, read from the files
+    ps = rtdebug("ps", "--json")
+    assert ps.returncode == 0, ps.stderr
+    session = next(s for s in json.loads(ps.stdout)["sessions"] if s["session_id"] == sid)
+    assert {r["rank"]: r["collective"] for r in session["ranks"]} == recs
+    table = rtdebug("ps").stdout
+    assert f"in ALLREDUCE #4 (hang.py:{marker_line(HANG, 'hang all_reduce')}) " in table
+    assert f"in BARRIER #4 (hang.py:{marker_line(HANG, 'hang barrier')}) " in table
 
 
 def _stop_all(clients: dict[int, DAPClient], thread: dict[int, int]) -> dict[int, dict]:

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from rtdebug.stacks import collseq
+from rtdebug.registry import collseq
 
 
 def record(**over) -> bytearray:
@@ -109,3 +109,16 @@ def test_fit_keeps_a_long_paths_tail_and_whole_characters():
     assert collseq.fit(long, "file").endswith(b"/train.py") and len(collseq.fit(long, "file")) == 240
     cut = collseq.fit("é" * 50, "func")
     assert len(cut) <= 80 and cut.decode("utf-8") == "é" * 40
+
+
+def test_ps_table_says_the_collective_short():
+    from rtdebug.registry.table import collective, format_table
+
+    entered = collseq.decode(bytes(record()))
+    base = {"rank": 0, "local_rank": 0, "pid": 1, "host": "h", "port": 1, "state": "ready"}
+    assert collective({"collective": entered}, now=entered["since"] + 40.2) == "in ALLREDUCE #812 (train.py:42) 40s"
+    assert collective({"collective": dict(entered, state="returned")}) == "after ALLREDUCE #812 (train.py:42)"
+    assert collective({"collective": None}) == "" and collective({}) == ""
+    assert "COLLECTIVE" not in format_table([dict(base, collective=None)], "s")
+    table = format_table([dict(base, collective=entered), dict(base, rank=1, collective=None)], "s")
+    assert table.splitlines()[0].endswith("COLLECTIVE") and "in ALLREDUCE #812 (train.py:42)" in table.splitlines()[1]

@@ -4,7 +4,7 @@ torch's Flight Recorder keeps this for NCCL only, and rtdebug's ranks run gloo o
 NCCL; so the ``torch.distributed`` collectives are wrapped instead (both ``torch.distributed.X``
 and ``torch.distributed.distributed_c10d.X``, the moment torch.distributed is imported). Entering
 one packs op, per-group sequence number, shapes, dtype, group and the user's call site into a
-fixed-size record (``rtdebug.stacks.collseq``) with one ``struct.pack_into`` into an mmap of
+fixed-size record (``rtdebug.registry.collseq``) with one ``struct.pack_into`` into an mmap of
 ``coll-<rank>.bin``; returning flips one byte. No thread, no lock, no allocation beyond a few
 small strings: the step rate stays at plain speed (bench/collrec_bench.py), and anyone can read
 the file without signalling the rank, even while it is blocked in C++.
@@ -32,7 +32,7 @@ from typing import Any
 
 from rtdebug.common.imports import when_imported
 from rtdebug.common.paths import PACKAGE_DIR
-from rtdebug.stacks import collseq
+from rtdebug.registry import collseq
 
 ENV = "RTDEBUG_COLLECTIVES"
 _OWN_DIRS = (PACKAGE_DIR, os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
 
@@ -29,8 +31,22 @@ def pg_timeout(session: dict[str, Any]) -> str:
     return f"pg-timeout {source}" if source else ""
 
 
+def collective(r: dict[str, Any], now: float | None = None) -> str:
+    """``in ALLREDUCE #12 (train.py:42) 40s``: the rank's last collective (``ps --json``'s ``collective``), or ""."""
+    c = r.get("collective")
+    if not isinstance(c, dict):
+        return ""
+    where = f"{c.get('op')} #{c.get('seq')} ({os.path.basename(str(c.get('file')))}:{c.get('line')})"
+    if c.get("state") != "entered":
+        return f"after {where}"
+    since = c.get("since")
+    waited = (now or time.time()) - since if isinstance(since, (int, float)) else None
+    return f"in {where}" + (f" {waited:.0f}s" if waited is not None and waited >= 0 else "")
+
+
 def format_table(ranks: list[dict[str, Any]], session_id: str) -> str:
-    rows = [("RANK", "LOCAL", "PID", "ENDPOINT", "STATE", "ATTACH")]
+    colls = {r["rank"]: collective(r) for r in ranks}  # a column only once some rank has entered one
+    rows = [("RANK", "LOCAL", "PID", "ENDPOINT", "STATE", "ATTACH") + (("COLLECTIVE",) if any(colls.values()) else ())]
     for r in sorted(ranks, key=lambda r: r["rank"]):
         rows.append(
             (
@@ -41,6 +57,7 @@ def format_table(ranks: list[dict[str, Any]], session_id: str) -> str:
                 rank_state(r),
                 f"rtdebug attach --session {session_id} --rank {r['rank']}",
             )
+            + ((colls[r["rank"]],) if any(colls.values()) else ())
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)

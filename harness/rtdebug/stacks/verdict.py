@@ -1,6 +1,6 @@
 """One line that names the rank a hung job waits for, from each rank's place in the collective sequence.
 
-Stacks alone say *where* each rank is; the collective records (``rtdebug.stacks.collseq``) say *which*
+Stacks alone say *where* each rank is; the collective records (``rtdebug.registry.collseq``) say *which*
 collective each rank entered last, numbered per process group, so they say who the others wait for:
 the collective most ranks are blocked in is the one waited on; a rank that has not entered it (a lower
 sequence number, another op at that number, returned from an earlier one, or none yet) is the culprit,

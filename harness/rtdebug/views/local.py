@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rtdebug.registry import collseq
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import live_sessions
 from rtdebug.views.teardown import stop_local_session
@@ -22,7 +23,10 @@ class LocalView:
         self.registry = registry or Registry()
 
     def _mark(self, session: Entry, ranks: list[Entry]) -> Entry:
-        return dict(session, ranks=[dict(r, verified=True) for r in ranks], source=self.label, verified=True)
+        sdir = self.registry.session_dir(str(session["session_id"]))
+        # each rank's last collective, read from its record file (it is never signalled for it)
+        ranks = [dict(r, verified=True, collective=collseq.read_entry(sdir, r)) for r in ranks]
+        return dict(session, ranks=ranks, source=self.label, verified=True)
 
     def sessions(self) -> list[Entry]:
         return [self._mark(s, s.get("ranks", [])) for s in live_sessions(self.registry)]

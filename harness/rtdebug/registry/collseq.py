@@ -8,8 +8,8 @@ answers as well as a running one.
 
 The file lives in a directory others may write to, so every byte is checked here: anything that
 is not exactly one well-formed record (wrong size, magic, version, op, state, lengths, UTF-8, a
-torn write) reads as ``None``, never as an exception. It lives in the stacks layer so that the
-rank, the views and the shell share one definition of the format.
+torn write) reads as ``None``, never as an exception. It lives in the registry layer, next to the
+entries that name it, so that the rank, the views and the shell share one definition of the format.
 """
 
 from __future__ import annotations
