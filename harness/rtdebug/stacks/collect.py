@@ -21,10 +21,10 @@ from typing import Any
 
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.filelocks import locked
-from rtdebug.registry.files import Registry
 from rtdebug.registry import collseq
-from rtdebug.stacks import verdict
+from rtdebug.registry.files import Registry
 from rtdebug.stacks import group as stackgroup
+from rtdebug.stacks import verdict
 from rtdebug.stacks.dump import SIGNAL, dump_file
 from rtdebug.stacks.native import native_dumps
 
