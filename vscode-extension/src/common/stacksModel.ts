@@ -6,7 +6,8 @@ import { basename } from './ranksTree';
  * (`ranks 0,2-3: all_reduce ← train_step (train.py:42)`), its frames innermost first, each opening the
  * source at its line, and the ranks that did not answer.
  */
-export interface Frame { file: string; line: number; function: string }
+/** `kind`: "library" for torch's and other installed code (newer harnesses), so a row can name the user's frame. */
+export interface Frame { file: string; line: number; function: string; kind?: string }
 /** A rank's place in the collective sequence, per group (contract C3). */
 export interface GroupCollective { rank: number; op: string; seq: number; state: string; file?: string; line?: number }
 export interface StackGroup { ranks: number[]; frames: Frame[]; threads?: unknown; collectives?: GroupCollective[] }
@@ -31,7 +32,8 @@ export function parseStacks(text: string): StacksReport {
     return {
       ranks: (g.ranks as unknown[]).map(Number).sort((a, b) => a - b),
       // line is null when the dump could not tell (faulthandler's "???"): 0 here, shown without a line.
-      frames: (g.frames as Record<string, unknown>[]).map((f) => ({ file: String(f.file ?? ''), line: Number(f.line ?? 0), function: String(f.function ?? '?') })),
+      frames: (g.frames as Record<string, unknown>[]).map((f) => ({ file: String(f.file ?? ''), line: Number(f.line ?? 0), function: String(f.function ?? '?'),
+        kind: typeof f.kind === 'string' ? f.kind : undefined })),
       threads: g.threads,
       collectives: groupCollectives(g.collectives),
     };
@@ -75,8 +77,10 @@ export interface FrameRow { label: string; description: string; tooltip: string;
 export function groupRow(g: StackGroup, majority: StackGroup): GroupRow {
   const who = `${g.ranks.length === 1 ? 'rank' : 'ranks'} ${compressRanks(g.ranks)}`;
   const top = g.frames[0];
-  const caller = g.frames[1];
-  const summary = top ? `${top.function}${caller ? ` ← ${caller.function}` : ''} (${at(top)})` : '(no Python frames)';
+  // in a library (torch's all_reduce ← its logging wrapper): name the user's frame that called it, as `rtdebug stacks` does
+  const user = top?.kind === 'library' ? g.frames.findIndex((f, i) => i > 0 && f.kind === 'user') : -1;
+  const caller = user > 0 ? g.frames[user] : g.frames[1];
+  const summary = top ? `${top.function}${caller ? ` ← ${caller.function}` : ''} (${at(user > 0 ? caller : top)})` : '(no Python frames)';
   const odd = g !== majority ? ' · differs from the majority' : '';
   const colls = g.collectives ?? [];
   const keys = [...new Set(colls.map((c) => `${c.op} #${c.seq} ${c.state}`))];

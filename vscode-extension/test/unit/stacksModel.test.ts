@@ -72,3 +72,11 @@ test('the verdict leads (contract C3) with a one-click attach to the culprit; gr
   assert.equal(noCulprit.culprit, undefined);
   assert.equal(verdictRow(noCulprit)!.attachLabel, undefined);
 });
+
+test('a group whose innermost frame is library code names the user frame that called it (as `rtdebug stacks` prints)', () => {
+  const rep = parseStacks(JSON.stringify({ session_id: 's', unresponsive: [], groups: [{ ranks: [0], frames: [
+    { file: '/v/torch/distributed/distributed_c10d.py', line: 3252, function: 'all_reduce', kind: 'library' },
+    { file: '/v/torch/distributed/c10d_logger.py', line: 83, function: 'wrapper', kind: 'library' },
+    { file: '/p/hang.py', line: 22, function: 'train_step', kind: 'user' }] }] }));
+  assert.equal(groupRow(rep.groups[0], rep.groups[0]).label, 'rank 0: all_reduce ← train_step (hang.py:22)');
+});
