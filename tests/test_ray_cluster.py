@@ -142,7 +142,26 @@ def test_workers_attach_on_two_nodes_and_a_paused_worker_kills_nothing(cluster, 
     # health-check timeout: Ray's health check must still be answered by the paused worker
     clients[1].request("setBreakpoints", source={"path": str(SCRIPT)}, breakpoints=[])
     clients[1].continue_(stopped[1])
-    time.sleep(30)
+    paused_at = time.monotonic()
+    # rank 1 hangs in the loop's all_reduce, waiting for the paused rank 0: `stacks --ray-address` from
+    # another process gets both workers' answers through the GCS KV, grouped
+    flag_line = next(i for i, ln in enumerate(SCRIPT.read_text().splitlines(), 1) if "all_reduce(flag" in ln)
+    want = {(0,): f"train_fn (ray_workers.py:{STEP_LINE}) [stopped in the debugger]"}
+    want[(1,)] = f"train_fn (ray_workers.py:{flag_line})"
+    env = {"RTDEBUG_REGISTRY_DIR": str(registry_dir)}
+    for _ in range(10):  # rank 1 reaches the all_reduce within a step's sleep
+        r = rtdebug("stacks", "--json", "--ray-address", cluster.address, "--session", s["session_id"], env=env)
+        assert r.returncode == 0, r.stderr
+        snap = json.loads(r.stdout)
+        got = {tuple(g["ranks"]): g["label"].split(" \u2190 ")[-1] for g in snap["groups"]}
+        if got == want:
+            break
+        time.sleep(1)
+    assert got == want, snap
+    assert snap["source"] == f"ray {cluster.address}" and snap["unverified"] == [] and snap["unresponsive"] == []
+    text = rtdebug("stacks", "--ray-address", cluster.address, env=env)
+    assert text.returncode == 0 and f"(every rank of the job, through the ray {cluster.address})" in text.stdout
+    time.sleep(max(0.0, 30 - (time.monotonic() - paused_at)))
     clients[0].request("setBreakpoints", source={"path": str(SCRIPT)}, breakpoints=[])
     clients[0].continue_(stopped[0])
     for c in clients.values():
