@@ -374,10 +374,14 @@ def test_hang_one_grouped_answer_for_every_rank_of_two_nodes(hosts, tmp_path):
         time.sleep(1)
     assert grouped(snap) == want, (snap, hosts.log("n0"), hosts.log("n1"))
     assert snap["source"] == f"store {store}" and snap["unverified"] == [] and snap["unresponsive"] == []
+    # each rank's answer carries its collective record: the verdict names rank 1, elsewhere than ALLREDUCE #4
+    assert snap["culprit"] == 1, snap["verdict"]
+    assert snap["verdict"].startswith("rank 1 never entered ALLREDUCE #4 (hang.py:"), snap["verdict"]
     text = hosts.rtdebug("lap", "stacks", "--store", store)
     assert text.returncode == 0, text.stderr
     assert group_line(text.stdout, "ranks 0,2-3", reduce_at) and group_line(text.stdout, "rank 1", barrier_at)
     assert f"(every rank of the job, through the store {store})" in text.stdout
+    assert text.stdout.startswith(snap["verdict"] + "\n")  # the verdict line first
 
     # on node 1: a process with an empty registry and only --store; and plain `stacks` (its session's store)
     empty = tmp_path / "empty-registry"
@@ -401,4 +405,4 @@ def test_hang_one_grouped_answer_for_every_rank_of_two_nodes(hosts, tmp_path):
     report = hosts.log("n0", tail=1 << 30).split("rtdebug: no rank's stack has changed for ", 1)[1]
     report = report.split("\n\n", 1)[0].replace("\n  ", "\n")  # the report's summary lines
     assert group_line(report, "ranks 0,2-3", reduce_at) and group_line(report, "rank 1", barrier_at), report
-    # helper C's verdict (rtdebug.stacks.verdict) is not in the tree yet: when it lands, assert the culprit here
+    assert "where every rank is:\nrank 1 never entered ALLREDUCE #4 (hang.py:" in report, report  # the culprit
