@@ -40,6 +40,8 @@ _rec: dict[str, Any] = {"mm": None, "gen": 0, "stop": False, "internal": _OWN_DI
 _seq: dict[bytes, int] = {}  # process-group name -> collectives entered on it
 _sites: dict[Any, Any] = {}  # code object -> (file, func) as stored; None: not the user's
 _dtypes: dict[Any, bytes] = {}
+_shapes: dict[Any, bytes] = {}
+_pgnames: dict[Any, bytes] = {}
 _pg: dict[str, Any] = {}  # the patched module's pieces the wrapper needs
 
 
@@ -96,7 +98,7 @@ def _patch(dist: Any) -> None:
     import torch
 
     _rec["internal"] = (*_OWN_DIRS, os.path.dirname(torch.__file__) + os.sep)
-    _pg.update(c10d=c10d, pg_type=getattr(c10d, "ProcessGroup", ()), tensor=torch.Tensor, torch=torch)
+    _pg.update(c10d=c10d, pg_type=getattr(c10d, "ProcessGroup", ()), tensor=torch.Tensor, compiling=_compiling)
     for fn_name, code in collseq.OP_CODES.items():
         original = getattr(c10d, fn_name, None)
         if original is None:
@@ -108,10 +110,18 @@ def _patch(dist: Any) -> None:
     setattr(c10d, "_rtdebug_collrec", True)  # noqa: B010  (patched once, even if armed twice)
 
 
+def _compiling() -> bool:
+    """torch.compiler.is_compiling, looked up on the first call (torch.compiler loads after torch.distributed)."""
+    import torch
+
+    _pg["compiling"] = torch.compiler.is_compiling
+    return torch.compiler.is_compiling()
+
+
 def _wrap(fn: Any, code: int) -> Any:
     @functools.wraps(fn)
     def collective(*args: Any, **kwargs: Any) -> Any:
-        if _pg["torch"].compiler.is_compiling():  # dynamo traces straight to torch's own function
+        if _pg["compiling"]():  # dynamo traces straight to torch's own function
             return fn(*args, **kwargs)
         gen = _enter(code, args, kwargs)
         try:
@@ -140,40 +150,55 @@ def _site(frame: Any) -> tuple[Any, tuple[bytes, bytes]]:
     return None, (b"", b"")
 
 
-def _describe(args: tuple, kwargs: dict) -> tuple[bytes, bytes, Any]:
-    """(shapes, dtype, group) of a call: the first tensor argument, and the group wherever it was passed."""
-    tensor, pg_type = _pg["tensor"], _pg["pg_type"]
-    group = kwargs.get("group")
+def _describe(args: tuple, kwargs: dict) -> tuple[bytes, bytes]:
+    """(shapes, dtype) of a call's first tensor argument, as stored (cached: a loop repeats its shapes)."""
     first = args[0] if args else next(iter(kwargs.values()), None)
-    if group is None:
-        group = next((a for a in args if isinstance(a, pg_type)), None)
+    tensor = _pg["tensor"]
     if isinstance(first, tensor):
-        t, shapes = first, str(list(first.shape))
+        t, key = first, first.shape
     elif isinstance(first, (list, tuple)) and first and isinstance(first[0], tensor):
-        t, shapes = first[0], f"{len(first)}x{list(first[0].shape)}"
+        t = first[0]
+        key = (len(first), t.shape)
     else:
-        return b"", b"", group
+        return b"", b""
+    shapes = _shapes.get(key)
+    if shapes is None:
+        if len(_shapes) > 4096:
+            _shapes.clear()
+        text = str(list(key)) if t is first else f"{key[0]}x{list(key[1])}"
+        shapes = _shapes[key] = collseq.fit(text, "shapes")
     dtype = _dtypes.get(t.dtype)
     if dtype is None:
         dtype = _dtypes[t.dtype] = collseq.fit(str(t.dtype).removeprefix("torch."), "dtype")
-    return collseq.fit(shapes, "shapes"), dtype, group
+    return shapes, dtype
 
 
-def _pg_name(group: Any) -> bytes:
-    c10d = _pg["c10d"]
-    if group is None:
-        group = c10d.GroupMember.WORLD
+def _pg_name(args: tuple, kwargs: dict) -> bytes:
+    """The name torch gave the call's process group (``group=`` or positional; else the default group)."""
+    group = kwargs.get("group")
+    if group is None and len(args) > 1:
+        pg_type = _pg["pg_type"]
+        for a in args:
+            if isinstance(a, pg_type):
+                group = a
+                break
     try:
-        return collseq.fit(str(c10d._world.pg_names.get(group, "?")), "pg")
-    except (AttributeError, TypeError):
+        if group is None:
+            group = _pg["c10d"].GroupMember.WORLD
+        name = group.group_name
+    except Exception:  # no group yet, or one torch cannot name: still counted, as "?"
         return b"?"
+    pg = _pgnames.get(name)
+    if pg is None:
+        pg = _pgnames[name] = collseq.fit(str(name), "pg")
+    return pg
 
 
 def _enter(code: int, args: tuple, kwargs: dict) -> int:
     """Write the record for a collective being entered; returns its generation (stop first if armed)."""
     frame, (file, func) = _site(sys._getframe(2))
-    shapes, dtype, group = _describe(args, kwargs)
-    pg = _pg_name(group)
+    shapes, dtype = _describe(args, kwargs)
+    pg = _pg_name(args, kwargs)
     seq = _seq[pg] = _seq.get(pg, 0) + 1
     gen = _rec["gen"] = _rec["gen"] + 1
     line = frame.f_lineno if frame is not None else 0
