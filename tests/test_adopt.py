@@ -320,7 +320,8 @@ def test_without_pid_lists_the_candidates(monkeypatch, capsys):
     assert err[-1].startswith("rtdebug: error: 2 torchrun jobs run here (listed above); name one")
     monkeypatch.setattr(jobs, "candidates", lambda: [])
     assert cli.main(["adopt"]) == 1
-    assert capsys.readouterr().err == "rtdebug: error: no torchrun job of yours runs on this machine\n"
+    none = "no torchrun job or Ray Train worker of yours runs on this machine"
+    assert capsys.readouterr().err == f"rtdebug: error: {none}\n"
 
 
 def test_adopted_job_that_ends_reads_exited(plain, registry_dir, port_base):
@@ -567,7 +568,7 @@ def test_list_is_junk_free(tmp_path, monkeypatch, capsys):
     assert cli.main(["adopt", "--list", "--json"]) == 0
     assert capsys.readouterr().out == "[]\n"
     assert cli.main(["adopt", "--list"]) == 0
-    assert capsys.readouterr().out == "no torchrun job of yours runs on this machine\n"
+    assert capsys.readouterr().out == "no torchrun job or Ray Train worker of yours runs on this machine\n"
     assert cli.main(["adopt", "--list", "123"]) == 2
     assert capsys.readouterr().err == "rtdebug: error: adopt --list takes no PID and no --detach\n"
 

@@ -48,12 +48,12 @@ def adopt_code(spec: dict[str, Any]) -> str:
 
 def _pick(pid: int | None) -> jobs.Job:
     if pid is not None:
-        return jobs.find_job(pid)
+        return jobs.find_job(pid, ray=True)
     found = jobs.candidates()
     if len(found) == 1:
         return found[0]
     if not found:
-        raise HarnessError("no torchrun job of yours runs on this machine")
+        raise HarnessError("no torchrun job or Ray Train worker of yours runs on this machine")
     for j in found:
         print(f"  {j.describe()}", file=sys.stderr)
     raise usage(f"{len(found)} torchrun jobs run here (listed above); name one: rtdebug adopt PID")
@@ -115,8 +115,8 @@ def refuse_any(job: jobs.Job, method: str) -> None:
 def adopt(pid: int | None, base: int, host: str, allow: str, as_json: bool) -> int:
     reg = Registry()
     job = _pick(pid)
-    if any(r.env.get("RTDEBUG_SESSION") for r in job.ranks):
-        raise HarnessError(f"the job of torchrun pid {job.agent_pid} runs under rtdebug already: see rtdebug ps")
+    if job.under_rtdebug:
+        raise HarnessError(f"the job of {job.kind} pid {job.agent_pid} runs under rtdebug already: see rtdebug ps")
     method = _method(job.ranks[0].pid)
     already = _existing(reg, job)
     if already is not None:  # adopted: only ranks torchrun has started since (an elastic restart) are new
@@ -127,6 +127,10 @@ def adopt(pid: int | None, base: int, host: str, allow: str, as_json: bool) -> i
             return _print(already, reg, as_json, f"already adopted (session {sid}); nothing changed")
         base, host = int(already["port_base"]), str(already["host"])
     refuse_any(job, method)
+    if job.kind == "ray":  # its rank is known only in the process: ask it (nothing is left there)
+        from rtdebug.commands import adoptray
+
+        adoptray.probe(job, method)
     secret = signing.supplied_secret()  # a bad RTDEBUG_JOB_SECRET(_FILE) is refused before anything is touched
     ports = ports_for_ranks(base, [r.rank for r in job.ranks])
     check_ports_free(ports, host)
@@ -195,7 +199,7 @@ def _print(session: dict[str, Any], reg: Registry, as_json: bool, note: str | No
     if note:
         print(f"rtdebug: {note}")
     else:
-        print(f"rtdebug: session {sid} adopted torchrun pid {session['agent_pid']} ({len(ranks)} local ranks, "
+        print(f"rtdebug: session {sid} adopted {_what(session)} pid {session['agent_pid']} ({len(ranks)} local ranks, "
               f"{session['script']}) in {took:.2f} s")  # fmt: skip
     print(f"rtdebug: warning: {limits(session)}")
     print(format_table(ranks, sid))
@@ -204,6 +208,10 @@ def _print(session: dict[str, Any], reg: Registry, as_json: bool, note: str | No
         print(f"rtdebug: the ranks publish into the job's store ({signed}): rtdebug ps --store {session['store']}")
     print(f"rtdebug: to leave the job as it was: rtdebug stop --session {sid} (or adopt --detach); the job runs on")
     return 0
+
+
+def _what(session: dict[str, Any]) -> str:
+    return "Ray Train worker" if session.get("script") == jobs.RAY_WORKER_TITLE else "torchrun"
 
 
 def limits(session: dict[str, Any]) -> str:

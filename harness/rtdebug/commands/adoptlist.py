@@ -13,25 +13,31 @@ from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import prune
 
 
-def _adopted_by_pid(reg: Registry) -> dict[int, str]:
-    """{pid: session id} for every live adopted session: its agent's pid and its live ranks' pids."""
-    out: dict[int, str] = {}
+def _adopted_by_pid(reg: Registry) -> dict[int, tuple[str, dict[str, Any] | None]]:
+    """{pid: (session id, its rank entry)} for every live adopted session: its agent's pid (no entry, unless
+    the agent is the rank: a Ray worker) and its live ranks' pids."""
+    out: dict[int, tuple[str, dict[str, Any] | None]] = {}
     for s in prune(reg):
         if s.get("mode") == "adopted":
             sid = s["session_id"]
-            out[int(s["launcher_pid"])] = sid
-            out.update((int(r["pid"]), sid) for r in reg.ranks(sid) if reg.live_rank(r))
+            out[int(s["launcher_pid"])] = (sid, None)
+            out.update((int(r["pid"]), (sid, r)) for r in reg.ranks(sid) if reg.live_rank(r))
     return out
 
 
 def listing() -> list[dict[str, Any]]:
     """``rtdebug adopt --list --json``: the jobs of yours on this machine that can be adopted (the VS Code
-    picker's contract), each with the session that adopted it already, if one did."""
+    picker's contract), each with the session that adopted it already, if one did. A Ray worker's rank is
+    known once it was adopted (its process said so), else null."""
     by_pid = _adopted_by_pid(Registry())
     out = []
     for job in jobs.candidates():
         pids = [job.agent_pid, *(r.pid for r in job.ranks)]
-        out.append(job.listing(next((by_pid[p] for p in pids if p in by_pid), None)))
+        sid, rank = next((by_pid[p] for p in pids if p in by_pid), (None, None))
+        entry = job.listing(sid)
+        if job.kind == "ray" and rank is not None:
+            entry.update(ranks=[rank["rank"]], world_size=rank["world_size"])
+        out.append(entry)
     return out
 
 
@@ -41,7 +47,7 @@ def command(as_json: bool) -> int:
         print(json.dumps(found, indent=1))
         return 0
     if not found:
-        print("no torchrun job of yours runs on this machine")
+        print("no torchrun job or Ray Train worker of yours runs on this machine")
         return 0
     rows = [("PID", "KIND", "RANKS", "RUNNING", "ADOPTED", "SCRIPT")]
     for j in found:

@@ -2,7 +2,8 @@
 
 A rank is a process whose environment has torchrun's ``RANK``; its job is its parent (the torchrun agent,
 or whatever started it) and the parent's other children that have ``RANK``. Read-only: nothing here signals
-or traces a process. ``rtdebug adopt`` and ``rtdebug stacks --pid`` (and later the stop path) use it.
+or traces a process. ``rtdebug adopt`` and ``rtdebug stacks --pid`` use it. A Ray Train worker (process title
+``ray::RayTrainWorker``) is a job of its own: one rank, which Ray sets in the process, not in its environment.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from rtdebug.common.errors import HarnessError
 
 RANK_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "TORCHELASTIC_RUN_ID",
              "MASTER_ADDR", "MASTER_PORT", "RTDEBUG_SESSION")  # fmt: skip
+RAY_WORKER_TITLE = "ray::RayTrainWorker"
 TIMEOUT_VARS = ("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", "TORCH_NCCL_BLOCKING_WAIT", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
 
 
@@ -103,7 +105,7 @@ class Job:
         world = {r.num("WORLD_SIZE", -1) for r in self.ranks} - {-1}
         return {
             "pid": self.agent_pid, "kind": self.kind, "script": self.script,
-            "ranks": [r.rank if "RANK" in r.env else None for r in self.ranks],
+            "ranks": [r.rank if "RANK" in r.env else None for r in self.ranks],  # a Ray worker's: not known yet
             "world_size": world.pop() if len(world) == 1 else None, "running_s": round(self.running_s, 1),
             "adopted_session": adopted_session,
         }  # fmt: skip
@@ -172,17 +174,21 @@ def job_of(parent: psutil.Process) -> Job:
     return Job(parent.pid, parent.create_time(), script, ranks, rdzv_endpoint=endpoint)
 
 
-def find_job(pid: int) -> Job:
-    """The job of ``pid``, a torchrun agent or one of its ranks; one-line HarnessError otherwise."""
+def find_job(pid: int, ray: bool = False) -> Job:
+    """The job of ``pid``, a torchrun agent or one of its ranks (``ray``: or a Ray Train worker, a job of its own
+    whose rank only the process knows: see ``ray_worker``); one-line HarnessError otherwise."""
     try:
         p = psutil.Process(pid)
         if owner(pid) != os.geteuid():
             raise HarnessError(f"pid {pid} belongs to uid {owner(pid)}, not to you (uid {os.geteuid()}): not adopted")
+        if ray and is_ray_worker(p):
+            return ray_worker(p)
         if not is_agent(p):
             rank = _rank_of(p)
             parent = p.parent()
             if rank is None or parent is None:
-                raise HarnessError(f"pid {pid} is neither a torchrun agent nor a rank (no RANK in its environment)")
+                what = "a torchrun agent, a rank or a Ray Train worker" if ray else "a torchrun agent nor a rank"
+                raise HarnessError(f"pid {pid} is neither {what} (no RANK in its environment)")
             p = parent
         job = job_of(p)
     except psutil.NoSuchProcess:
@@ -194,17 +200,35 @@ def find_job(pid: int) -> Job:
     return job
 
 
+def is_ray_worker(p: psutil.Process) -> bool:
+    """A Ray Train worker actor: Ray sets its process title (``/proc/PID/cmdline``) to ``ray::RayTrainWorker``."""
+    try:
+        cmd = p.cmdline()
+    except psutil.Error:
+        return False
+    return bool(cmd) and cmd[0].startswith(RAY_WORKER_TITLE)
+
+
+def ray_worker(p: psutil.Process) -> Job:
+    """A Ray Train worker as a job of one rank whose rank is not known yet: Ray sets it in the process
+    (``ray.train.get_context()``), never in its environment. ``rtdebug adopt`` asks the process first."""
+    env = environ(p.pid)
+    kept = {k: env[k] for k in ("RAY_JOB_ID", "RTDEBUG_SESSION", *TIMEOUT_VARS) if k in env}
+    return Job(p.pid, p.create_time(), RAY_WORKER_TITLE, [RankProc(p.pid, p.create_time(), kept)], kind="ray")
+
+
 def candidates() -> list[Job]:
-    """Every torchrun job of this user on this machine that has running ranks and was not started by rtdebug."""
+    """Every torchrun job (with running ranks) and Ray Train worker of this user on this machine that was not
+    started by rtdebug."""
     me = os.geteuid()
     jobs = []
     for p in psutil.process_iter():
         try:
-            if p.uids().real != me or not is_agent(p):
+            if p.uids().real != me:
                 continue
-            job = job_of(p)
-        except psutil.Error:
+            job = ray_worker(p) if is_ray_worker(p) else job_of(p) if is_agent(p) else None
+        except (psutil.Error, OSError):
             continue
-        if job.ranks and not job.under_rtdebug:
+        if job is not None and job.ranks and not job.under_rtdebug:
             jobs.append(job)
     return jobs
