@@ -4,6 +4,7 @@ processes, the requester (``rtdebug.stacks.jobwide``) with the torch-free client
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from datetime import timedelta
@@ -133,3 +134,51 @@ def test_request_checks():
     assert answer.request_ok(key, raw, "b" * 20, 0) is None  # not our secret
     assert answer.request_ok(key, b"[1]", None, 0) is None
     assert signing.MAC not in json.loads(raw)
+
+
+def test_a_publishing_rank_answers_and_ps_never_reads_the_answers(store):
+    """The rank's own publisher starts the watcher; ``ps --store`` skips dump keys (no junk warning, no bytes)."""
+    from test_store_view import rank_entry
+
+    from rtdebug.rank import publish
+    from rtdebug.views.store import StoreView
+
+    pub = publish.Publisher("127.0.0.1", store.port, "pubjob", 0, secret=SECRET)
+    pub.update(rank_entry(0))
+    try:
+        job = {"session_id": "job-abc123", "rdzv_id": "pubjob", "store": "x", "ranks": [rank_entry(0)]}
+        deadline = time.monotonic() + 20
+        with TCPStoreClient("127.0.0.1", store.port) as c:
+            while True:
+                snap = jobwide.from_store(c, job, [SECRET], timeout=2)
+                if snap["groups"] or time.monotonic() > deadline:
+                    break
+        assert [g["ranks"] for g in snap["groups"]] == [[0]] and snap["unverified"] == []
+        assert "test_a_publishing_rank_answers" in json.dumps(snap["groups"][0]["threads"])
+        view = StoreView("127.0.0.1", store.port, trust=([SECRET], frozenset()))
+        raw = view._raw()
+        assert c10d.rank_key("pubjob", 0) in raw and not [k for k in raw if "/dump/" in k]
+        assert view.skipped == {}
+    finally:
+        pub.close()
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "line"),
+    [
+        (["--store", "127.0.0.1:1"], 1, "rtdebug: error: cannot reach the job store at 127.0.0.1:1: the job has ended"),
+        (["--store", "host:port"], 1, "rtdebug: error: --store 'host:port': expected HOST:PORT"),
+        (
+            ["--store", "127.0.0.1:1", "--native"],
+            2,
+            "--native reads this machine's ranks with py-spy: not with --store",
+        ),
+        (["--store", "a:1", "--ray-address", "b:2"], 2, "--store and --ray-address name two different jobs: give one"),
+        (["--ray-address", "127.0.0.1:1"], 1, "rtdebug: error: cannot reach the Ray cluster's GCS at 127.0.0.1:1"),
+    ],
+)
+def test_bad_remote_stacks_arguments_are_one_line(args, code, line, tmp_path):
+    env = dict(os.environ, RTDEBUG_REGISTRY_DIR=str(tmp_path / "reg"))
+    r = subprocess.run([PY, "-m", "rtdebug", "stacks", *args], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == code and line in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
