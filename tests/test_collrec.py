@@ -160,6 +160,14 @@ def test_stop_at_next_collective_in_each_rank(job, registry_dir, port_base, skip
         assert (recs[1]["op"], recs[1]["seq"]) == ("BARRIER", 2)
     for rank in (0, 1):
         assert f"'seq': {recs[rank]['seq']}" in second[rank]["snap"] and recs[rank]["op"] in second[rank]["snap"]
+    if skip_rank == 9:  # stepping over from that stop, in every rank together, completes the all_reduce
+        for rank, c in clients.items():
+            c.request("next", threadId=thread[rank])
+        for c in clients.values():
+            stopped = c.wait_stopped(120)
+            assert stopped["reason"] == "step"
+            assert c.top_frame(stopped["threadId"])["name"] == "main"
+        assert all(r["state"] == "returned" for r in records(registry_dir, sid, ranks).values())
     for c in clients.values():
         c.disconnect()
 
