@@ -90,10 +90,15 @@ def test_every_rank_answers_once_grouped_and_verified(store, ranks):
 
 def test_without_the_secret_answers_are_unverified_and_a_forged_request_is_ignored(store, ranks):
     with TCPStoreClient("127.0.0.1", store.port) as c:
-        snap = jobwide.from_store(c, session(), ["another-secret-0123456789abcdef"], timeout=1.5)
+        job = session()
+        job["ranks"][2]["verified"] = False  # as the store view marks an entry signed with another secret
+        snap = jobwide.from_store(c, job, ["another-secret-0123456789abcdef"], timeout=1.5)
         # the ranks ignore a request not signed with their secret: nobody answers
         assert snap["groups"] == [] and snap["unresponsive"] == [0, 1, 2]
         assert snap["unresponsive_detail"][0]["reason"] == "no answer within 1.5 s"
+        assert snap["unresponsive_detail"][2]["reason"].startswith(
+            "no answer within 1.5 s (its entry is not signed with a secret known here: it answers only requests"
+        )
 
 
 def test_hostile_answers_are_marked_or_refused():

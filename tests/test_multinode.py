@@ -395,6 +395,7 @@ def test_hang_one_grouped_answer_for_every_rank_of_two_nodes(hosts, tmp_path):
     assert refused.returncode == 1 and "no verified live session" in refused.stderr, refused.stderr
     bare = stacks_json(hosts, "lap", "--store", store, "--timeout", "1", "--session", snap["session_id"], env=nosecret)
     assert bare["groups"] == [] and bare["unresponsive"] == [0, 1, 2, 3]
+    assert "it answers only requests signed with its job's secret" in bare["unresponsive_detail"][0]["reason"]
 
     # the automatic report, on the node that hosts the store, covers both nodes' ranks
     deadline = time.monotonic() + 60

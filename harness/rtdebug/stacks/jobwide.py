@@ -104,11 +104,22 @@ def from_store(
     finally:
         for key in (req, c10d.dump_done_key(run_id, n)):
             client.delete_key(key)  # each rank deletes its own answer when it writes its next one
-    for r in ask:
-        if r not in raws:
-            unresponsive[r] = f"no answer within {timeout:g} s"
+    _silent(session, ask, raws, timeout, unresponsive)
     dumps = _take(raws, n, known, unresponsive)
     return snapshot(session, f"store {session.get('store', '?')}", dumps, unresponsive, ended, start)
+
+
+def _silent(session: Entry, ask: list[int], raws: dict, timeout: float, unresponsive: dict[int, str]) -> None:
+    """Why each asked rank is missing; one whose entry is unverified most likely has another secret."""
+    unverified = {r["rank"] for r in session.get("ranks", []) if r.get("verified") is False}
+    for r in ask:
+        if r not in raws:
+            unresponsive[r] = f"no answer within {timeout:g} s" + (
+                " (its entry is not signed with a secret known here: it answers only requests signed with its "
+                "job's secret; set RTDEBUG_JOB_SECRET as the job did)"
+                if r in unverified
+                else ""
+            )
 
 
 def _wait_count(count: Callable[[], int], want: int, deadline: float) -> None:
@@ -138,9 +149,7 @@ def from_kv(kv: Any, session: Entry, known: list[str], ranks: frozenset[int] | N
             time.sleep(0.05)
     finally:
         kv.delete_key(req)
-    for r in ask:
-        if r not in raws:
-            unresponsive[r] = f"no answer within {timeout:g} s"
+    _silent(session, ask, raws, timeout, unresponsive)
     dumps = _take(raws, n, known, unresponsive)
     return snapshot(session, f"ray {getattr(kv, 'address', '?')}", dumps, unresponsive, ended, start)
 
