@@ -6,6 +6,7 @@ const path = require('path');
 const wb = require('./workbench');
 const { ranksFlow } = require('./ranksFlow');
 const { stockFlow } = require('./stockFlow');
+const { collectivesFlow } = require('./collectivesFlow');
 
 const arg = (name) => { const i = process.argv.indexOf(`--${name}`); return i > 0 ? process.argv[i + 1] : undefined; };
 const plainLine = Number(arg('plain-line'));
@@ -144,6 +145,7 @@ function startJob(portBase, torchrunArgs = ['--nproc-per-node', '2'], target = s
     if (want('attach-one')) await attachOneRank(page);
     if (want('errors')) await errorPaths(page);
     if (want('ranks')) await ranksFlow({ page, ws, art, python, check, step, traceLines, startJob, run });
+    if (want('collectives')) await collectivesFlow({ page, ws, art, python, check, step, traceLines });
     if (want('stock')) await stockFlow({ page, ws, art, check, step, traceLines, startJob, plainLine, localLine, portBase: Number(arg('stock-port-base')) });
     await page.screenshot({ path: path.join(art, 'vscode-e2e-done.png') });
     console.log('VSCODE E2E PASSED');

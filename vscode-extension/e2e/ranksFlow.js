@@ -127,7 +127,13 @@ async function showStacks(page, check, art, bp2) {
   await g0.waitFor({ state: 'visible', timeout: 10000 });
   const g0label = await g0.getAttribute('aria-label');
   check(g0label.includes(`(allstop_ddp.py:${bp2})`), `Rank Stacks view: rank 0 in main at the breakpoint line, rank 1 in all_reduce (${g0label})`);
-  await g0.click(); // collapse it: the list is virtual, rank 1's frames must be on screen to be clicked
+  // The view leads with the verdict: rank 0, stopped at the breakpoint, is the one rank 1 waits for.
+  const verdict = group('verdict: ');
+  const vlabel = (await verdict.getAttribute('aria-label')) || '';
+  check(/^verdict: rank 0 never entered ALLREDUCE #\d+ \(allstop_ddp\.py:\d+\)/.test(vlabel), `Rank Stacks view leads with the verdict (${vlabel})`);
+  // collapse the verdict and rank 0's group: the list is virtual, rank 1's frames must be on screen to be clicked
+  await verdict.click();
+  await g0.click();
   const callSite = bp2 + 1; // rank 1's frame in main: the all_reduce line after the breakpoint
   const frame = page.locator(`.pane-body .monaco-list-row[aria-label^="frame main, allstop_ddp.py:${callSite}"]`).first();
   await frame.click();
