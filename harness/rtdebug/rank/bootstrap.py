@@ -20,7 +20,7 @@ from rtdebug.common import lifetime, rankenv
 from rtdebug.common.config import RankConfig, Target
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.ports import port_for_rank
-from rtdebug.rank import collrec, localmode, postmortem, publish, runtime
+from rtdebug.rank import collrec, localmode, postmortem, publish, runtime, warmup
 from rtdebug.rank.endpoint import Endpoint, debugger_active
 from rtdebug.rank.execute import execute, preimport, print_failure
 from rtdebug.rank.record import RankRecord
@@ -56,7 +56,7 @@ def serve_and_run(target: Target, record: RankRecord, endpoint: Endpoint, cfg: R
     record.connect(endpoint)
     if wait:  # the client attaches before the script runs, so its imports would be traced; an eager
         preimport(target)  # rank without --wait stays untraced until a client comes (rtdebug.rank.tracing)
-    endpoint.start(eager=cfg.eager or wait)
+    endpoint.start(eager=cfg.eager or wait, warm_after=warmup.delay_s())
     runtime.endpoint = endpoint
     record.ready(endpoint)
     if wait:

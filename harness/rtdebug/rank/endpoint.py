@@ -2,8 +2,9 @@
 
 Plain ``debugpy.listen()`` in every rank slows a Python-heavy loop (~0.72x) and
 doubles ``import ray.train`` time even with no client attached. So the rank owns
-its port with a plain socket; debugpy is imported and started only when the first
-client connects (or at once with ``eager``), with pydevd's in-process adapter, and
+its port with a plain socket; debugpy is started only when the first client connects
+(or at once with ``eager``; imported a minute in, in the background: ``rtdebug.rank.warmup``),
+with pydevd's in-process adapter, and
 bytes are relayed both ways. The client sees an
 ordinary DAP server, so stock ``"type": "debugpy"`` attach configs work.
 
@@ -59,7 +60,7 @@ from collections.abc import Callable
 
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.ports import port_holder
-from rtdebug.rank import gil, tracing
+from rtdebug.rank import gil, tracing, warmup
 from rtdebug.rank.access import AllowList, Refusal, judge
 from rtdebug.rank.dapgate import NotDAP, read_first
 from rtdebug.rank.handoff import Handoff, listen_via_handoff, pump
@@ -117,7 +118,9 @@ class Endpoint:
     def lazy(self) -> bool:
         return self._inner is None
 
-    def start(self, eager: bool = False) -> None:
+    def start(self, eager: bool = False, warm_after: float = 0.0) -> None:
+        """Bind and serve; ``eager`` starts debugpy now, else ``warm_after`` > 0 imports it in the
+        background that many seconds from now, unless a client came first (``rtdebug.rank.warmup``)."""
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         # Without SO_REUSEADDR a restarted rank could not rebind while old connections sit in TIME_WAIT.
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -134,6 +137,8 @@ class Endpoint:
         if eager:
             self.start_debugpy()
             self._untrace_if_alone()  # debugpy ready, nobody attached: run untraced until a client comes
+        else:
+            warmup.schedule(warm_after, lambda: self._inner is None)
         _daemon_thread(self._accept_loop, f"rtdebug-accept-{self.port}")
 
     def _untrace_if_alone(self) -> None:
