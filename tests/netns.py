@@ -153,3 +153,24 @@ class Hosts:
 
     def rtdebug(self, h: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return self.run(h, PY, "-m", "rtdebug", *args, timeout=timeout)
+
+
+def hosts_up(tmp_path: Path):
+    """A pytest fixture body: fresh namespaces (earlier runs' swept), skipped with the reason where they
+    cannot be made, always taken down."""
+    import shutil
+
+    import pytest
+
+    if shutil.which("ip") is None:
+        pytest.skip("cannot create network namespaces here: iproute2 (`ip`) is not installed")
+    sweep()
+    h = Hosts(tmp_path)
+    try:
+        try:
+            h.up()
+        except subprocess.CalledProcessError as exc:
+            pytest.skip(f"cannot create network namespaces here (needs CAP_NET_ADMIN): {exc.stderr.strip()}")
+        yield h
+    finally:
+        h.down()

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import psutil
 import pytest
-from netns import Hosts, sweep
+from netns import Hosts, hosts_up
 
 from rtdebug.common import inject, jobs
 
@@ -34,20 +33,9 @@ SECRET = "adopt-multinode-test-secret-0123456789"
 
 @pytest.fixture
 def hosts(tmp_path):
-    if shutil.which("ip") is None:
-        pytest.skip("cannot create network namespaces here: iproute2 (`ip`) is not installed")
     if (why := inject.ptrace_denied(os.getpid())) is not None:
         pytest.skip(why)
-    sweep()
-    h = Hosts(tmp_path)
-    try:
-        try:
-            h.up()
-        except subprocess.CalledProcessError as exc:
-            pytest.skip(f"cannot create network namespaces here (needs CAP_NET_ADMIN): {exc.stderr.strip()}")
-        yield h
-    finally:
-        h.down()
+    yield from hosts_up(tmp_path)
 
 
 def plain_node(hosts: Hosts, node: str, control: Path, rdzv: str) -> subprocess.Popen:

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from netns import Hosts, sweep
+from netns import Hosts, hosts_up
 
 from conftest import EXAMPLES, PY, SCRIPTS, marker_line
 
@@ -39,18 +38,7 @@ JOB_SECRET = "multinode-test-job-secret-0123456789"
 @pytest.fixture
 def hosts(tmp_path, monkeypatch):
     monkeypatch.setenv("RTDEBUG_JOB_SECRET", JOB_SECRET)  # every node and the laptop (Hosts.env copies it)
-    if shutil.which("ip") is None:
-        pytest.skip("cannot create network namespaces here: iproute2 (`ip`) is not installed")
-    sweep()
-    h = Hosts(tmp_path)
-    try:
-        try:
-            h.up()
-        except subprocess.CalledProcessError as exc:
-            pytest.skip(f"cannot create network namespaces here (needs CAP_NET_ADMIN): {exc.stderr.strip()}")
-        yield h
-    finally:
-        h.down()
+    yield from hosts_up(tmp_path)
 
 
 def node_args(hosts: Hosts, node: str, script: list[str], nproc: int = 1, static: bool = False) -> list[str]:

@@ -13,8 +13,9 @@ from typing import Any
 
 from rtdebug.common.errors import HarnessError, usage
 from rtdebug.common.ports import parse_rank_list
-from rtdebug.registry.files import LIVE_RANK_STATES, Registry
+from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import prune
+from rtdebug.registry.record import LIVE_RANK_STATES
 from rtdebug.registry.table import world_size
 from rtdebug.stacks import format as stackformat
 from rtdebug.stacks import jobwide

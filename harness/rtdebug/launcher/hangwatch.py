@@ -28,7 +28,8 @@ from typing import Any, Protocol, TextIO
 from rtdebug.common.addresses import is_own
 from rtdebug.common.errors import HarnessError
 from rtdebug.registry import c10d
-from rtdebug.registry.files import LIVE_RANK_STATES, Registry
+from rtdebug.registry.files import Registry
+from rtdebug.registry.record import LIVE_RANK_STATES
 from rtdebug.stacks import collect as stacks
 from rtdebug.stacks import format as stackformat
 from rtdebug.stacks import jobwide

@@ -45,7 +45,8 @@ from rtdebug.common.procinfo import process_create_time
 from rtdebug.common.rankenv import DEFAULT_PG_TIMEOUT_S
 from rtdebug.rank import localmode, postmortem, runtime
 from rtdebug.registry import ray_kv, signing
-from rtdebug.registry.files import Registry, new_session_id, session_entry
+from rtdebug.registry.files import Registry
+from rtdebug.registry.record import new_session_id, session_entry
 
 if TYPE_CHECKING:
     from rtdebug.rank.endpoint import Endpoint

@@ -15,12 +15,13 @@ import sys
 from datetime import timedelta
 from typing import Any
 
+from rtdebug.registry.record import LIVE_RANK_STATES
+
 ENV_STORE = "RTDEBUG_JOB_STORE"  # host:port of the store the ranks publish to (set by the launcher)
 ENV_WATCH = "RTDEBUG_PEER_WATCH"  # "1": a lost peer ends this node (set by the launcher)
 PREFIX = "rtdebug"
 HEARTBEAT_S = 2.0
 CONNECT_TIMEOUT_S = 10.0
-LIVE_STATES = ("starting", "ready", "attached")
 LOST_ROUNDS = 5  # the view shows a live rank this many rounds behind as lost (~10 s)
 PEER_LOST_ROUNDS = 15  # a watching node ends itself when a peer is this far behind (~30 s)
 
@@ -55,7 +56,7 @@ def dump_done_key(run_id: str, n: int) -> str:
 def rounds_behind(ranks: list[dict[str, Any]], tick: int = 0) -> dict[int, float]:
     """Heartbeat rounds each live rank lags the job's logical clock (counted generously: ranks
     that stopped ticking still count as publishers, which only makes detection slower)."""
-    live = [r for r in ranks if r.get("state") in LIVE_STATES]
+    live = [r for r in ranks if r.get("state") in LIVE_RANK_STATES]
     now = max([tick, *(int(r.get("tick", 0)) for r in live)])
     return {int(r["rank"]): (now - int(r.get("tick", 0))) / max(len(live), 1) for r in live}
 

@@ -30,14 +30,9 @@ from typing import Any
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.filelocks import locked
 from rtdebug.common.procinfo import is_alive
-from rtdebug.registry.record import (  # noqa: F401  (the record's names, for the files' readers)
-    LIVE_RANK_STATES,
-    LIVE_SESSION_STATES,
-    SCHEMA_VERSION,
+from rtdebug.registry.record import (
     Unreadable,
-    new_session_id,
     read_json,
-    session_entry,
     valid_session_id,
     write_json_atomic,
 )

@@ -161,16 +161,5 @@ def collect(
     for e in live:  # each rank's place in the collective sequence, read without signalling it
         if e["rank"] in dumps and isinstance(e.get("collectives"), dict):
             dumps[e["rank"]]["collective"] = collseq.read_entry(sdir, e)
-    snap = {
-        "session_id": sid,
-        "taken_at": taken_at,
-        "elapsed_s": round(time.monotonic() - start, 4),
-        "groups": stackgroup.group(dumps),
-        "unresponsive": sorted(unresponsive),
-        "unresponsive_detail": [
-            {"rank": r, "pid": pids.get(r), "reason": unresponsive[r]} for r in sorted(unresponsive)
-        ],
-        "exited": [{"rank": e["rank"], "state": e["state"], "exit_code": e.get("exit_code")} for e in ended],
-        "incomplete": sorted(r for r, d in dumps.items() if not d["complete"]),  # stopped short of the bottom
-    }
-    return verdict.annotate(snap, dumps)
+    # "incomplete": dumps that stopped short of the main thread's bottom
+    return verdict.annotate(stackgroup.snapshot(sid, taken_at, start, dumps, unresponsive, pids, ended), dumps)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from typing import Any
 
 from rtdebug.common.paths import PACKAGE_DIR
@@ -202,3 +203,28 @@ def rank_list(ranks: list[int]) -> str:
 
 def ranks_word(ranks: list[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + rank_list(ranks)
+
+
+def snapshot(
+    session_id: str,
+    taken_at: float,
+    start: float,
+    dumps: dict[int, dict[str, Any]],
+    unresponsive: dict[int, str],
+    pids: dict[int, Any],
+    ended: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The ``stacks --json`` object every source shares (this node's signals, a store, the Ray KV):
+    ``start`` is the monotonic time the requests went out, ``unresponsive`` rank -> why."""
+    return {
+        "session_id": session_id,
+        "taken_at": taken_at,
+        "elapsed_s": round(time.monotonic() - start, 4),
+        "groups": group(dumps),
+        "unresponsive": sorted(unresponsive),
+        "unresponsive_detail": [
+            {"rank": r, "pid": pids.get(r), "reason": unresponsive[r]} for r in sorted(unresponsive)
+        ],
+        "exited": [{"rank": e["rank"], "state": e["state"], "exit_code": e.get("exit_code")} for e in ended],
+        "incomplete": sorted(r for r, d in dumps.items() if not d.get("complete", True)),
+    }

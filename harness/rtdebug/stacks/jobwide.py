@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rtdebug.registry import c10d
-from rtdebug.registry.files import LIVE_RANK_STATES
+from rtdebug.registry.record import LIVE_RANK_STATES
 from rtdebug.stacks import answer
 from rtdebug.stacks import group as stackgroup
 
@@ -46,20 +46,10 @@ def snapshot(
 ) -> dict[str, Any]:
     """The ``--json`` object of a local ``stacks``, plus where it came from and which answers are unverified."""
     pids = {r["rank"]: r.get("pid") for r in session.get("ranks", [])}
-    snap = {
-        "session_id": session["session_id"],
-        "taken_at": time.time() - (time.monotonic() - start),
-        "elapsed_s": round(time.monotonic() - start, 4),
-        "groups": stackgroup.group(dumps),
-        "unresponsive": sorted(unresponsive),
-        "unresponsive_detail": [
-            {"rank": r, "pid": pids.get(r), "reason": unresponsive[r]} for r in sorted(unresponsive)
-        ],
-        "exited": [{"rank": e["rank"], "state": e["state"], "exit_code": e.get("exit_code")} for e in ended],
-        "incomplete": [],
-        "source": source,
-        "unverified": sorted(r for r, d in dumps.items() if not d["verified"]),
-    }
+    taken_at = time.time() - (time.monotonic() - start)
+    snap = stackgroup.snapshot(session["session_id"], taken_at, start, dumps, unresponsive, pids, ended)
+    snap["source"] = source
+    snap["unverified"] = sorted(r for r, d in dumps.items() if not d["verified"])
     annotate(snap, dumps)
     return snap
 

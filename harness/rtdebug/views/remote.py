@@ -13,8 +13,8 @@ from typing import Any
 
 from rtdebug.common.errors import HarnessError
 from rtdebug.registry import signing
-from rtdebug.registry.files import LIVE_SESSION_STATES, Registry
-from rtdebug.registry.record import problem
+from rtdebug.registry.files import Registry
+from rtdebug.registry.record import LIVE_SESSION_STATES, problem
 
 Entry = dict[str, Any]
 
