@@ -57,6 +57,8 @@ def test_wrapper_records_each_collective_and_changes_nothing(tmp_path):
     g = r["after_group"]  # another group counts from 1, under its own name
     assert (g["op"], g["seq"], g["dtype"], g["shapes"]) == ("ALLREDUCE", 1, "int64", "[2]") and g["pg"] != sync["pg"]
     assert r["compiled"] == [3.0, 3.0]  # a torch.compile'd caller still runs
+    c = r["from_c"]  # called from C with no Python caller: recorded, without a call site, and it ran
+    assert (c["op"], c["shapes"], c["state"], c["file"], c["line"]) == ("ALLREDUCE", "[1]", "returned", "", 0)
     assert r["file_record"]["seq"] >= 1 and r["file_record"]["state"] == "returned"  # the file says the same
 
 

@@ -196,7 +196,11 @@ def _pg_name(args: tuple, kwargs: dict) -> bytes:
 
 def _enter(code: int, args: tuple, kwargs: dict) -> int:
     """Write the record for a collective being entered; returns its generation (stop first if armed)."""
-    frame, (file, func) = _site(sys._getframe(2))
+    try:
+        caller = sys._getframe(2)  # whoever called the collective
+    except ValueError:  # called straight from C (a thread with no Python frames above): no call site
+        caller = None
+    frame, (file, func) = _site(caller)
     shapes, dtype = _describe(args, kwargs)
     pg = _pg_name(args, kwargs)
     seq = _seq[pg] = _seq.get(pg, 0) + 1
