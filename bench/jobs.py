@@ -164,20 +164,33 @@ def read_phase(ctl: Path, name: str, nproc: int, job: Job, timeout: float = 120)
 class Run:
     """One launched configuration with its own registry and control directory."""
 
-    def __init__(self, kind: str, nproc: int, loop_args: list[str], *, python: str = PY) -> None:
+    def __init__(
+        self,
+        kind: str,
+        nproc: int,
+        loop_args: list[str],
+        *,
+        python: str = PY,
+        script: Path = LOOP,
+        env_extra: dict[str, str] | None = None,
+    ) -> None:
+        """``kind``: plain (torchrun), lazy, eager, cold (lazy without the background debugpy import,
+        ``RTDEBUG_WARM_S=0``), recipe (the hand-written debugpy recipe)."""
         self.kind, self.nproc = kind, nproc
         self.tmp = Path(tempfile.mkdtemp(prefix=f"{kind}-", dir=WORK))
         self.ctl = self.tmp / "ctl"
         self.ctl.mkdir()
         self.registry = self.tmp / "registry"
-        env = base_env(self.registry)
+        env = {**base_env(self.registry), **(env_extra or {})}
+        if kind == "cold":
+            env["RTDEBUG_WARM_S"] = "0"
         self.master = free_range(1)
         self.base = free_range(nproc)
         tr = ["--nproc-per-node", str(nproc), "--master-addr", HOST, "--master-port", str(self.master)]
-        loop = [str(LOOP), "--ctl", str(self.ctl), *loop_args]
+        loop = [str(script), "--ctl", str(self.ctl), *loop_args]
         if kind == "plain":
             cmd = [python, "-m", "torch.distributed.run", *tr, *loop]
-        elif kind in ("lazy", "eager"):
+        elif kind in ("lazy", "eager", "cold"):
             cmd = [
                 python,
                 "-m",
