@@ -236,14 +236,15 @@ def _cmd_stacks(args) -> int:
 def _add_adopt(sub) -> None:
     p = sub.add_parser(
         "adopt",
-        help="give every rank of a running torchrun job (started without rtdebug) a debug endpoint",
-        description="Adopt a running torchrun job: inject rtdebug's lazy debug endpoint (base + RANK), the "
-        "stacks handler and a registry entry into each of its ranks. PID: the torchrun agent or any rank "
-        "(default: the only torchrun job of yours on this machine). Multi-node: adopt on each node; the ranks "
+        help="give every rank of a running torchrun job or Ray Train worker (started without rtdebug) a debug endpoint",
+        description="Adopt a running torchrun job or Ray Train worker: inject rtdebug's lazy debug endpoint "
+        "(base + RANK), the stacks handler and a registry entry into each of its ranks. PID: the torchrun "
+        "agent, any rank, or a Ray Train worker (default: the only torchrun job of yours on this machine; "
+        "--list shows the candidates). Multi-node: adopt on each node; the ranks "
         "publish into the job's store (rtdebug ps --store), signed with RTDEBUG_JOB_SECRET (or _FILE) if set "
         "here, else listed as unverified.",
     )
-    p.add_argument("pid", nargs="?", type=int, help="torchrun agent or rank pid")
+    p.add_argument("pid", nargs="?", type=int, help="torchrun agent, rank or Ray Train worker pid")
     p.add_argument("--debug-port-base", type=int, default=DEFAULT_PORT_BASE, metavar="P", help="rank N on P + N")
     p.add_argument("--debug-host", default="127.0.0.1", metavar="H", help="address the endpoints bind")
     p.add_argument("--debug-allow", default="", metavar="ADDR|CIDR,...", help="other machines allowed in")
