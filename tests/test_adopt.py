@@ -169,6 +169,8 @@ def test_adopt_stop_in_each_rank_twice_is_noop_then_detach(plain, registry_dir, 
     assert not left, left  # no accept loop, no relay, no pydevd thread: nothing of rtdebug runs in the ranks
     assert job.finish() == 0, job.output()
     assert "detached; nothing of rtdebug runs here now" in job.output()
+    # torch's own collectives are back: the record's wrapper does no per-call work after a detach
+    assert job.output().count("(collectives wrapped: False)") == 2, job.output()
 
 
 def _ps_shows_pg_timeout(sid: str, seconds: float, source: str) -> None:

@@ -51,7 +51,8 @@ def main() -> None:
         if step(torch.ones(5) * rank, control.exists()):
             break
         time.sleep(0.02)
-    print(f"job rank {dist.get_rank()} done after {n} steps", flush=True)
+    wrapped = getattr(dist.all_reduce, "__rtdebug_collrec__", False)  # rtdebug's collective record left behind?
+    print(f"job rank {dist.get_rank()} done after {n} steps (collectives wrapped: {wrapped})", flush=True)
     if not hang:
         dist.barrier()
         dist.destroy_process_group()

@@ -53,3 +53,14 @@ def when_imported(name: str, callback: Callable) -> None:
     _hooks.setdefault(name, []).append(callback)
     if _finder not in sys.meta_path:
         sys.meta_path.insert(0, _finder)
+
+
+def cancel(name: str, callback: Callable) -> None:
+    """Forget a hook that has not run yet (an adopted rank's detach: nothing of rtdebug may fire later)."""
+    pending = _hooks.get(name, [])
+    if callback in pending:
+        pending.remove(callback)
+    if not pending:
+        _hooks.pop(name, None)
+    if not _hooks and _finder in sys.meta_path:
+        sys.meta_path.remove(_finder)

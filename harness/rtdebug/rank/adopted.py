@@ -250,6 +250,9 @@ def _detach() -> dict[str, Any]:
             pass
     _stop_debugger(endpoint)
     _disarm(_state["stacks"])
+    from rtdebug.rank import collrec
+
+    collrec.disarm()  # torch's own collectives back: the wrapper's per-call work ends with the adoption
     runtime.endpoint = _state["prior"]
     import atexit
 

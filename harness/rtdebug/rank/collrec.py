@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rtdebug.common.imports import when_imported
+from rtdebug.common.imports import cancel, when_imported
 from rtdebug.common.paths import PACKAGE_DIR
 from rtdebug.registry import collseq
 
@@ -74,6 +74,24 @@ def arm(session_dir: str | os.PathLike[str] | None, rank: int) -> dict[str, str]
     _rec["mm"] = mm if mm is not None else mmap.mmap(-1, collseq.SIZE)
     when_imported("torch.distributed", _patch)
     return field
+
+
+def disarm() -> None:
+    """Undo ``arm``: torch's own collectives back in place of the wrapper, no hook left (an adopted rank's
+    detach, after which nothing of rtdebug runs there). The record stays mapped: a collective in flight
+    still flips its byte when it returns, and nothing writes it after."""
+    cancel("torch.distributed", _patch)
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    if c10d is None or not getattr(c10d, "_rtdebug_collrec", False):
+        return
+    for fn_name in collseq.OP_CODES:
+        for module in (c10d, sys.modules.get("torch.distributed")):
+            fn = getattr(module, fn_name, None)
+            if getattr(fn, "__rtdebug_collrec__", False):
+                setattr(module, fn_name, fn.__wrapped__)
+    delattr(c10d, "_rtdebug_collrec")
+    _rec["stop"] = False
+    _seq.clear()  # a later adoption counts from its own start, as every rank of the job then does
 
 
 def snapshot() -> dict[str, Any] | None:
