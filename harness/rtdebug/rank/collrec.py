@@ -87,7 +87,7 @@ def disarm() -> None:
     for fn_name in collseq.OP_CODES:
         for module in (c10d, sys.modules.get("torch.distributed")):
             fn = getattr(module, fn_name, None)
-            if getattr(fn, "__rtdebug_collrec__", False):
+            if fn is not None and getattr(fn, "__rtdebug_collrec__", False):
                 setattr(module, fn_name, fn.__wrapped__)
     delattr(c10d, "_rtdebug_collrec")
     _rec["stop"] = False
