@@ -131,3 +131,16 @@ def test_render_prints_the_verdict_first():
     s = annotate({REDUCE: {0: rec()}}, drop=(0,))
     s.update(session_id="s1", taken_at=0.0, elapsed_s=0.1)
     assert render(s).startswith("session s1: 1 rank,")
+
+
+def test_an_adopted_jobs_skewed_numbers_do_not_name_a_healthy_rank():
+    """Adopted ranks count from their own injection: ranks 0-2 wait in the same all_reduce call at #812/#811."""
+    by_label = {REDUCE: {0: rec(), 1: rec(seq=811), 2: rec(seq=811)}, BARRIER: {3: rec("BARRIER", seq=811, line=26)}}
+    snap, dumps = snap_of(by_label)
+    launched = verdict.annotate(snap, dumps)  # numbers taken at face value: the healthy ranks look elsewhere
+    assert launched["culprit"] != 3
+    snap, dumps = snap_of(by_label)
+    adopted = verdict.annotate(snap, dumps, by_site=True)
+    assert adopted["culprit"] == 3
+    assert adopted["verdict"].startswith("rank 3 never entered ALLREDUCE #812 (train.py:42): it is in barrier")
+    assert adopted["verdict"].endswith("ranks 0-2 wait in it")

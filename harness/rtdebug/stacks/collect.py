@@ -162,4 +162,5 @@ def collect(
         if e["rank"] in dumps and isinstance(e.get("collectives"), dict):
             dumps[e["rank"]]["collective"] = collseq.read_entry(sdir, e)
     # "incomplete": dumps that stopped short of the main thread's bottom
-    return verdict.annotate(stackgroup.snapshot(sid, taken_at, start, dumps, unresponsive, pids, ended), dumps)
+    snap = stackgroup.snapshot(sid, taken_at, start, dumps, unresponsive, pids, ended)
+    return verdict.annotate(snap, dumps, by_site=session.get("mode") == "adopted")

@@ -50,17 +50,17 @@ def snapshot(
     snap = stackgroup.snapshot(session["session_id"], taken_at, start, dumps, unresponsive, pids, ended)
     snap["source"] = source
     snap["unverified"] = sorted(r for r, d in dumps.items() if not d["verified"])
-    annotate(snap, dumps)
+    annotate(snap, dumps, session.get("mode") == "adopted")
     return snap
 
 
-def annotate(snap: dict[str, Any], dumps: dict[int, Entry]) -> None:
+def annotate(snap: dict[str, Any], dumps: dict[int, Entry], by_site: bool = False) -> None:
     """The collective verdict (``rtdebug.stacks.verdict``, when that module is present)."""
     try:
         from rtdebug.stacks import verdict
     except ImportError:
         return
-    verdict.annotate(snap, dumps)
+    verdict.annotate(snap, dumps, by_site)
 
 
 def _take(

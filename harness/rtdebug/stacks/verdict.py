@@ -31,20 +31,26 @@ def _key(rec: Rec) -> tuple:
     return (rec.get("pg"), rec["seq"], rec["op"])
 
 
+def _site_key(rec: Rec) -> tuple:
+    """An adopted job's ranks count collectives from their own injection, which may fall on either side
+    of a collective: their numbers can differ by one for the same call, so op and call site decide."""
+    return (rec.get("pg"), rec["op"], rec.get("file"), rec.get("line"))
+
+
 def _entry(rank: int, rec: Rec) -> Rec:
     return {k: rec.get(k) for k in ("op", "seq", "state", "file", "line")} | {"rank": rank}
 
 
-def waited_on(recs: dict[int, Rec | None]) -> tuple | None:
-    """(pg, seq, op) of the collective the most ranks are inside; ties go to the lowest rank's."""
-    counts = Counter(_key(r) for r in recs.values() if r is not None and r.get("state") == "entered")
+def waited_on(recs: dict[int, Rec | None], key: Any = _key) -> tuple | None:
+    """``key`` (pg, seq, op) of the collective the most ranks are inside; ties go to the lowest rank's."""
+    counts = Counter(key(r) for r in recs.values() if r is not None and r.get("state") == "entered")
     if not counts:
         return None
     best = max(counts.values())
     for rank in sorted(recs):
         rec = recs[rank]
-        if rec is not None and rec.get("state") == "entered" and counts[_key(rec)] == best:
-            return _key(rec)
+        if rec is not None and rec.get("state") == "entered" and counts[key(rec)] == best:
+            return key(rec)
     return None
 
 
@@ -58,13 +64,17 @@ def _position(rec: Rec | None, pg: Any) -> str:
     return f"inside {text}" if rec.get("state") == "entered" else f"after {text} returned"
 
 
-def verdict_line(recs: dict[int, Rec | None], labels: dict[int, str]) -> tuple[str | None, int | None]:
-    """(the verdict, the culprit rank) for records of every dumped rank; (None, None) when nothing is waited on."""
-    key = waited_on(recs)
+def verdict_line(
+    recs: dict[int, Rec | None], labels: dict[int, str], by_site: bool = False
+) -> tuple[str | None, int | None]:
+    """(the verdict, the culprit rank) for records of every dumped rank; (None, None) when nothing is waited on.
+    ``by_site``: the ranks' numbers are not comparable (an adopted job): op and call site decide."""
+    kf = _site_key if by_site else _key
+    key = waited_on(recs, kf)
     if key is None:
         return None, None
     inside = sorted(
-        r for r, rec in recs.items() if rec is not None and rec.get("state") == "entered" and _key(rec) == key
+        r for r, rec in recs.items() if rec is not None and rec.get("state") == "entered" and kf(rec) == key
     )
     others = sorted(r for r in recs if r not in inside)
     first = recs[inside[0]]
@@ -82,8 +92,9 @@ def verdict_line(recs: dict[int, Rec | None], labels: dict[int, str]) -> tuple[s
     return text + f"; {ranks_word(inside)} {'waits' if len(inside) == 1 else 'wait'} in it", culprit
 
 
-def annotate(snap: dict[str, Any], dumps: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """Add each group's ``collectives``, and the top-level ``verdict`` and ``culprit`` (in place; returned)."""
+def annotate(snap: dict[str, Any], dumps: dict[int, dict[str, Any]], by_site: bool = False) -> dict[str, Any]:
+    """Add each group's ``collectives``, and the top-level ``verdict`` and ``culprit`` (in place; returned);
+    ``by_site`` for an adopted job (``verdict_line``)."""
     recs: dict[int, Rec | None] = {}
     missing = False
     labels = {}
@@ -99,7 +110,7 @@ def annotate(snap: dict[str, Any], dumps: dict[int, dict[str, Any]]) -> dict[str
             recs[rank] = rec
             if rec is not None:
                 g["collectives"].append(_entry(rank, rec))
-    text, culprit = (None, None) if missing or not recs else verdict_line(recs, labels)
+    text, culprit = (None, None) if missing or not recs else verdict_line(recs, labels, by_site)
     snap["verdict"], snap["culprit"] = text, culprit
     return snap
 
