@@ -241,7 +241,10 @@ def _release(c: DAPClient, frame: dict) -> None:
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("mode", ["lazy", "eager"])
-def test_browser_post_tls_websocket_and_garbage_reach_nothing(job, registry_dir, port_base, tmp_path, mode):
+def test_browser_post_tls_websocket_and_garbage_reach_nothing(
+    job, registry_dir, port_base, tmp_path, mode, monkeypatch
+):
+    monkeypatch.setenv("RTDEBUG_WARM_S", "0")  # lazy means no debugpy at all here, however slow the machine
     rank = _start(job, registry_dir, port_base, tmp_path, *(["--eager"] if mode == "eager" else []))
     marker = tmp_path / "marker"
     hostile = [browser_post(port_base, str(marker)), tls_hello(), websocket_upgrade(port_base), GARBAGE]
