@@ -84,7 +84,8 @@ def _job(work: Path, name: str, kind: str, a: argparse.Namespace, on: bool) -> t
     port = free_range(2)
     cmd = [PY, "-m", "rtdebug", "torchrun", "--debug-port-base", str(port), "--nproc-per-node", "2",
            "--master-addr", "127.0.0.1", "--master-port", str(free_range(1)), __file__, "--loop", kind,
-           "--ctl", str(ctl), "--windows", str(a.windows), "--window", str(a.window), "--warmup", str(a.warmup)]  # fmt: skip
+           "--ctl", str(ctl), "--windows", str(a.windows), "--window", str(a.window),
+           "--warmup", str(a.warmup)]  # fmt: skip
     log_file = open(ctl / "job.log", "wb")  # noqa: SIM115 (closed with the process)
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT), ctl
 
