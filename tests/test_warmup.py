@@ -29,12 +29,18 @@ def test_zero_is_off():
 PROGRAM = textwrap.dedent("""
     import os, signal, socket, sys, threading, time
     from rtdebug.rank.endpoint import Endpoint
+    def fds():
+        out = []
+        for f in os.listdir("/proc/self/fd"):
+            try:
+                out.append(os.readlink(f"/proc/self/fd/{f}").split(":")[0])
+            except OSError:  # listdir's own descriptor, gone by now
+                pass
+        return sorted(out)
     def state():
-        fds = sorted(os.readlink(f"/proc/self/fd/{f}").split(":")[0] for f in os.listdir("/proc/self/fd")
-                     if os.path.exists(f"/proc/self/fd/{f}"))
-        return dict(threads=sorted(t.name for t in threading.enumerate()), trace=repr(sys.gettrace()),
+        return dict(threads=sorted(t.name for t in threading.enumerate()), fds=fds(), trace=repr(sys.gettrace()),
                     hook=repr(threading._trace_hook), excepthook=repr(sys.excepthook),
-                    sigint=repr(signal.getsignal(signal.SIGINT)), fds=fds, debugger=PYDEVD())
+                    sigint=repr(signal.getsignal(signal.SIGINT)), debugger=PYDEVD())
     def PYDEVD():
         m = sys.modules.get("pydevd")
         return repr(None if m is None else m.get_global_debugger())
@@ -45,6 +51,11 @@ PROGRAM = textwrap.dedent("""
     print("LOADED_AT_START", "debugpy.server.api" in sys.modules, flush=True)
     end = time.monotonic() + float(sys.argv[3])
     while time.monotonic() < end:
+        sum(range(1000))
+    give_up = time.monotonic() + 120  # a slow machine: the import (at the normal switch interval) may run on
+    while sys.argv[4] == "1" and any(t.name == "rtdebug-warmup" for t in threading.enumerate()) and (
+        time.monotonic() < give_up
+    ):
         sum(range(1000))
     after = state()
     print("LOADED", "debugpy.server.api" in sys.modules, flush=True)
@@ -57,11 +68,12 @@ PROGRAM = textwrap.dedent("""
 """)
 
 
-def _run(tmp_path, port: int, warm: float, run: float) -> tuple[subprocess.Popen, list[str]]:
+def _run(tmp_path, port: int, warm: float, run: float, finish: bool = False) -> tuple[subprocess.Popen, list[str]]:
+    """The program, until READY; ``finish``: it also waits (bounded) for the warm-up thread to end."""
     script = tmp_path / "prog.py"
     script.write_text(PROGRAM)
     p = subprocess.Popen(
-        [sys.executable, str(script), str(port), str(warm), str(run)],
+        [sys.executable, str(script), str(port), str(warm), str(run), "1" if finish else "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -79,7 +91,7 @@ def _run(tmp_path, port: int, warm: float, run: float) -> tuple[subprocess.Popen
 def test_imports_after_the_delay_and_changes_nothing_else_then_attach_works(tmp_path, port_base):
     from dap import DAPClient
 
-    p, lines = _run(tmp_path, port_base, 0.3, 3.0)
+    p, lines = _run(tmp_path, port_base, 0.3, 3.0, finish=True)
     try:
         assert "LOADED_AT_START False" in lines, lines
         assert "LOADED True" in lines, lines  # imported in the background
