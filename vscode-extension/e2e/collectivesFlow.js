@@ -21,6 +21,19 @@ function spawnJob(python, ws, portBase, wait, script, args) {
   return { job, out, exited, tail, kill: () => { if (job.exitCode === null) { try { process.kill(-job.pid, 'SIGTERM'); } catch { /* gone */ } } } };
 }
 
+/** Earlier flows' sessions may still be listed as live: when a command asks which session, pick `label`'s. */
+async function pickIfAsked(page, title, label) {
+  try {
+    await wb.waitQuickInput(page, title, 4000);
+  } catch { return; } // only one candidate: the command did not ask
+  await page.keyboard.type(label, { delay: 15 });
+  const row = page.locator('.quick-input-widget .monaco-list-row', { hasText: label }).first();
+  await row.waitFor({ state: 'visible', timeout: 20000 });
+  await row.click();
+}
+
+const sessionOf = (job) => (job.out.join('\n').match(/all 2 local ranks ready \(session (\S+)\)/) || [])[1] || '';
+
 /** Each rank's last collective in the newest live session of `script`, from `rtdebug ps --json`. */
 function collectivesOf(python, script) {
   try {
@@ -44,11 +57,19 @@ async function collectivesFlow(ctx) {
   const job = spawnJob(python, ws, 28000 + (process.pid % 500) * 4, 'all', script, ['--steps', '6', '--sleep', '0']);
   try {
     await wb.waitFor('the coll_loop job ready', () => job.out.some((l) => l.startsWith('rtdebug: all 2 local ranks ready')), 180000);
+    // both ranks must reach the breakpoint on their own: all-stop (left on by the ranks flow) would pause
+    // the second wherever it is when the first stops
     let mark = traceLines().length;
+    await wb.runCommand(page, 'rtdebug e2e: Turn All-Stop Off');
+    await wb.waitFor('all-stop off', () => traceLines().slice(mark).some((e) => e.kind === 'setting' && e.allStop === false), 20000);
+    mark = traceLines().length;
     await wb.runCommand(page, 'rtdebug: Attach to All Ranks');
+    await pickIfAsked(page, 'attach to all ranks of', sessionOf(job));
     await both(mark, 'both ranks at the all_reduce breakpoint', (e) => e.line === L && e.reason === 'breakpoint');
     step(`ok: both ranks stopped at the all_reduce line ${L}`);
-    if (!traceLines().some((e) => e.kind === 'setting' && e.allStop === true)) await wb.runCommand(page, 'rtdebug e2e: Turn All-Stop On');
+    mark = traceLines().length;
+    await wb.runCommand(page, 'rtdebug e2e: Turn All-Stop On');
+    await wb.waitFor('all-stop on', () => traceLines().slice(mark).some((e) => e.kind === 'setting' && e.allStop === true), 20000);
     await wb.runCommand(page, 'rtdebug e2e: Remove All Breakpoints');
     await wb.waitFor('breakpoints removed', () => traceLines().some((e) => e.kind === 'breakpoints-removed'), 20000);
 
@@ -88,6 +109,7 @@ async function verdictFlow({ page, ws, art, python, check, step, traceLines }) {
     step(`the hang job: ${inside.map((c, r) => `rank ${r} in ${c.op} #${c.seq}`).join(', ')}`);
     if (hang.job.exitCode !== null) throw new Error(`the hang job ended (exit ${hang.job.exitCode}):\n${hang.tail()}`);
     await wb.runCommand(page, 'rtdebug: Show Stacks of All Ranks');
+    await pickIfAsked(page, 'show the stacks of which session', sessionOf(hang));
     // the view may still show an earlier job's report until this one's answer arrives: wait for this job's
     const verdict = page.locator('.pane-body .monaco-list-row[aria-label^="verdict: "][aria-label*="hang.py"]').first();
     await verdict.waitFor({ state: 'visible', timeout: 60000 });

@@ -60,6 +60,10 @@ exports.activate = (context) => {
       await vscode.workspace.getConfiguration('rtdebug').update('allStop', true, vscode.ConfigurationTarget.Global);
       record({ kind: 'setting', allStop: vscode.workspace.getConfiguration('rtdebug').get('allStop') });
     }),
+    vscode.commands.registerCommand('rtdebugE2e.allStopOff', async () => {
+      await vscode.workspace.getConfiguration('rtdebug').update('allStop', false, vscode.ConfigurationTarget.Global);
+      record({ kind: 'setting', allStop: vscode.workspace.getConfiguration('rtdebug').get('allStop') });
+    }),
     vscode.commands.registerCommand('rtdebugE2e.removeBreakpoints', () => {
       vscode.debug.removeBreakpoints(vscode.debug.breakpoints);
       record({ kind: 'breakpoints-removed' });
