@@ -29,7 +29,6 @@ import os
 import select
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 
@@ -109,8 +108,7 @@ def guard_rank(on_launcher_gone: Callable[[], None] | None = None) -> bool:
                 pass
         os.kill(os.getpid(), signal.SIGKILL)
 
-    t = threading.Thread(target=watch, name="rtdebug-launcher-watch", daemon=True)
-    t.pydev_do_not_trace = True  # type: ignore[attr-defined]
-    t.is_pydev_daemon_thread = True  # type: ignore[attr-defined]
-    t.start()
+    from rtdebug.common.threads import hidden_thread
+
+    hidden_thread(watch, "rtdebug-launcher-watch")
     return True

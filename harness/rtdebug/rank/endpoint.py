@@ -60,6 +60,7 @@ from collections.abc import Callable
 
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.ports import port_holder
+from rtdebug.common.threads import hidden_thread
 from rtdebug.rank import gil, tracing, warmup
 from rtdebug.rank.access import AllowList, Refusal, judge
 from rtdebug.rank.dapgate import NotDAP, read_first
@@ -71,14 +72,6 @@ ATTACH_BOOST_S = 5.0
 BACKLOG = 1024  # a flood of refused connects queues ahead of the owner's instead of dropping its SYN
 MAX_PENDING = 64  # admitted connections still sending their first message; more are refused at once
 RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets, nothing lingers in TIME_WAIT
-
-
-def _daemon_thread(target, name: str, *args) -> threading.Thread:
-    t = threading.Thread(target=target, name=name, args=args, daemon=True)
-    t.pydev_do_not_trace = True  # type: ignore[attr-defined]
-    t.is_pydev_daemon_thread = True  # type: ignore[attr-defined]
-    t.start()
-    return t
 
 
 def debugger_active() -> bool:
@@ -139,7 +132,7 @@ class Endpoint:
             self._untrace_if_alone()  # debugpy ready, nobody attached: run untraced until a client comes
         else:
             warmup.schedule(warm_after, lambda: self._inner is None)
-        _daemon_thread(self._accept_loop, f"rtdebug-accept-{self.port}")
+        hidden_thread(self._accept_loop, f"rtdebug-accept-{self.port}")
 
     def _untrace_if_alone(self) -> None:
         with self._trace_lock:
@@ -179,7 +172,7 @@ class Endpoint:
                 peer.reason = f"{MAX_PENDING} connections are still sending their first message"
             if not peer.reason:
                 try:
-                    _daemon_thread(self._serve, f"rtdebug-relay-{self.port}", client, peer)
+                    hidden_thread(self._serve, f"rtdebug-relay-{self.port}", client, peer)
                     continue
                 except RuntimeError as exc:  # no thread to be had: refuse, keep accepting
                     self._pending.release()
@@ -240,7 +233,7 @@ class Endpoint:
             upstream.sendall(first)  # the initialize request the gate read
         except OSError:
             pass  # pydevd is gone: the pumps below see it and close both ends
-        back = _daemon_thread(pump, f"rtdebug-relay-up-{self.port}", upstream, client)
+        back = hidden_thread(pump, f"rtdebug-relay-up-{self.port}", upstream, client)
         pump(client, upstream)
         back.join()
         client.close()

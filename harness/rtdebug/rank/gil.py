@@ -17,6 +17,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from rtdebug.common.threads import hidden_thread
+
 FAST_S = 0.0002
 
 _lock = threading.Lock()
@@ -49,10 +51,7 @@ def boost(seconds: float) -> None:
             return
         _saved = sys.getswitchinterval()
         sys.setswitchinterval(min(_saved, FAST_S))
-    t = threading.Thread(target=_expire, name="rtdebug-gil-boost", daemon=True)
-    t.pydev_do_not_trace = True  # type: ignore[attr-defined]
-    t.is_pydev_daemon_thread = True  # type: ignore[attr-defined]
-    t.start()
+    hidden_thread(_expire, "rtdebug-gil-boost")
 
 
 def end() -> None:

@@ -44,6 +44,7 @@ from typing import Any
 
 from rtdebug.common.imports import when_imported
 from rtdebug.common.procinfo import is_alive
+from rtdebug.common.threads import hidden_thread
 from rtdebug.rank.dumpwatch import StoreWatch
 from rtdebug.registry import signing
 from rtdebug.registry.c10d import (
@@ -116,9 +117,7 @@ class Publisher:
             self._version += 1
             self._cv.notify_all()
         if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name=f"rtdebug-publish-{self.rank}", daemon=True)
-            self._thread.pydev_do_not_trace = True  # type: ignore[attr-defined]
-            self._thread.is_pydev_daemon_thread = True  # type: ignore[attr-defined]
+            self._thread = hidden_thread(self._loop, f"rtdebug-publish-{self.rank}", start=False)
             # Start only once the rank's own code has imported torch.distributed: importing torch from this
             # thread while the main thread imports it too aborted a rank ("terminate called after throwing
             # an instance of 'python_error'", SIGABRT) in a clean-clone CI run.

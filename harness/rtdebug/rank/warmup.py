@@ -23,6 +23,8 @@ import sys
 import threading
 from collections.abc import Callable
 
+from rtdebug.common.threads import hidden_thread
+
 DEFAULT_DELAY_S = 60.0
 ENV = "RTDEBUG_WARM_S"
 MODULE = "debugpy.server.api"
@@ -49,11 +51,7 @@ def schedule(delay: float, wanted: Callable[[], bool]) -> threading.Thread | Non
     """Import debugpy's server ``delay`` seconds from now if ``wanted()`` still says so; None if off."""
     if delay <= 0 or MODULE in sys.modules:
         return None
-    thread = threading.Thread(target=_later, args=(delay, wanted), name="rtdebug-warmup", daemon=True)
-    thread.pydev_do_not_trace = True  # type: ignore[attr-defined]  # never traced, as the endpoint's own threads
-    thread.is_pydev_daemon_thread = True  # type: ignore[attr-defined]
-    thread.start()
-    return thread
+    return hidden_thread(_later, "rtdebug-warmup", delay, wanted)  # never traced, as the endpoint's threads
 
 
 def _later(delay: float, wanted: Callable[[], bool]) -> None:
