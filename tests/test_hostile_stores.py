@@ -300,3 +300,9 @@ def test_secret_files_are_the_owners_alone(tmp_path, monkeypatch):
     d.mkdir()
     assert signing.ensure_secret(d) == signing.read_secret(d)
     assert (d / signing.SECRET_FILE).stat().st_mode & 0o777 == 0o600
+
+
+def test_a_kv_value_nested_past_the_parser_is_junk_not_a_traceback():
+    from rtdebug.registry import ray_kv
+
+    assert ray_kv.parse(b"[" * 200_000) is None and ray_kv.parse(b'{"a": 1}') == {"a": 1}

@@ -115,6 +115,7 @@ def test_hostile_answers_are_marked_or_refused():
         2: (c10d.dump_key(RUN, n, 2), big.encode()),
         3: (c10d.dump_key(RUN, n, 3), b"\xff junk"),
         4: (c10d.dump_key(RUN, n, 4), b" " * (answer.MAX_ANSWER + 1)),
+        5: (c10d.dump_key(RUN, n, 5), b"[" * 200_000),  # deeper than the JSON parser goes: RecursionError
     }
     why: dict[int, str] = {}
     dumps = jobwide._take(raws, n, known, why)
@@ -124,6 +125,7 @@ def test_hostile_answers_are_marked_or_refused():
         2: "its answer is not valid: its dump text is missing or too long",
         3: "its answer is not valid: its answer is not JSON",
         4: f"its answer is not valid: its answer is {answer.MAX_ANSWER + 1} bytes (more than {answer.MAX_ANSWER})",
+        5: "its answer is not valid: its answer is not JSON",
     }
     snap = jobwide.snapshot(session(), "store x", dumps, why, [], time.monotonic())
     assert snap["unverified"] == [0]
@@ -138,6 +140,7 @@ def test_request_checks():
     assert answer.request_ok(c10d.dump_key(RUN, 5), raw, SECRET, 0) is None  # moved to another key
     assert answer.request_ok(key, raw, "b" * 20, 0) is None  # not our secret
     assert answer.request_ok(key, b"[1]", None, 0) is None
+    assert answer.request_ok(key, b"[" * 200_000, None, 0) is None  # nested past the parser: no traceback
     assert signing.MAC not in json.loads(raw)
 
 

@@ -97,7 +97,7 @@ def parse(value: bytes) -> Any:
     """A KV value as JSON, or None if it is not JSON."""
     try:
         return json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):  # junk, or nested deeper than the parser goes
         return None
 
 

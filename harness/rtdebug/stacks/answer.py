@@ -43,7 +43,7 @@ def request_ok(key: str, raw: bytes, secret: str | None, last_n: int) -> int | N
     """The request's number if this rank should answer it, else None (junk, forged, replayed)."""
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # forged: junk, or nested deeper than the parser goes
         return None
     if not isinstance(value, dict) or not isinstance(value.get("n"), int) or value["n"] <= last_n:
         return None
@@ -97,7 +97,7 @@ def parse(key: str, raw: bytes, rank: int, n: int, known: list[str]) -> tuple[di
         return None, f"its answer is {len(raw)} bytes (more than {MAX_ANSWER})"
     try:
         value = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # forged: junk, or nested deeper than the parser goes
         return None, "its answer is not JSON"
     why = _fields_problem(value, rank, n)
     if why is not None:
