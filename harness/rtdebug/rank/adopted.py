@@ -109,16 +109,19 @@ def adopt(spec: dict[str, Any]) -> dict[str, Any]:
     _track_clients(endpoint)
     stacks = dump.arm(reg.session_dir(sid), rank)
     record.connect(endpoint)
-    try:
+    try:  # all or nothing: a failure leaves no listener, handler, wrapper or publisher behind
         endpoint.start()
+        timeout, source = pg_timeout()
+        _publish(record, spec)
+        collectives = collrec.arm(reg.session_dir(sid), rank)
     except BaseException as exc:
         _state.clear()
+        _shut(endpoint)
         _disarm(stacks)
+        collrec.disarm()
         record.failed(str(exc), exit_code=None)
         raise
-    timeout, source = pg_timeout()
-    _publish(record, spec)
-    record.ready(endpoint, stacks=stacks, collectives=collrec.arm(reg.session_dir(sid), rank))
+    record.ready(endpoint, stacks=stacks, collectives=collectives)
     import atexit
 
     _state.update(session_id=sid, endpoint=endpoint, record=record, stacks=stacks, prior=runtime.endpoint)
@@ -231,11 +234,8 @@ def detach(result_path: str) -> None:
     _answer(result_path, dict(result, pid=os.getpid()))
 
 
-def _detach() -> dict[str, Any]:
-    """Shut the endpoint (its accept thread ends), stop debugpy, disarm the dump, restore ``sys.path``."""
-    from rtdebug.rank import runtime
-
-    endpoint, record = _state["endpoint"], _state["record"]
+def _shut(endpoint: Any) -> None:
+    """Close the endpoint's listening socket; its accept thread ends."""
     sock = endpoint._sock
     if sock is not None:
         try:
@@ -243,6 +243,14 @@ def _detach() -> dict[str, Any]:
         except OSError:
             pass
         sock.close()
+
+
+def _detach() -> dict[str, Any]:
+    """Shut the endpoint (its accept thread ends), stop debugpy, disarm the dump, restore ``sys.path``."""
+    from rtdebug.rank import runtime
+
+    endpoint, record = _state["endpoint"], _state["record"]
+    _shut(endpoint)
     for s in _state.get("upstreams", []):  # a client still attached: its relay ends, its connection closes
         try:
             s.shutdown(socket.SHUT_RDWR)
