@@ -15,7 +15,7 @@ from rtdebug.common.errors import HarnessError, usage
 from rtdebug.common.ports import parse_rank_list
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import prune
-from rtdebug.registry.record import LIVE_RANK_STATES
+from rtdebug.registry.record import LIVE_RANK_STATES, LIVE_SESSION_STATES
 from rtdebug.registry.table import world_size
 from rtdebug.stacks import format as stackformat
 from rtdebug.stacks import jobwide
@@ -56,7 +56,7 @@ def _remote_session(view: Any, session_id: str | None, where: str) -> dict[str, 
         session = Views([view]).find_session(None)
     else:
         found = view.session(session_id)
-        if found is None or found.get("state") not in ("starting", "running"):
+        if found is None or found.get("state") not in LIVE_SESSION_STATES:
             raise HarnessError(f"no live session {session_id!r} in {where}; see `rtdebug ps`")
         session = found
     if not any(r.get("state") in LIVE_RANK_STATES for r in session.get("ranks", [])):

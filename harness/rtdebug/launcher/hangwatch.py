@@ -27,6 +27,7 @@ from typing import Any, Protocol, TextIO
 
 from rtdebug.common.addresses import is_own
 from rtdebug.common.errors import HarnessError
+from rtdebug.common.threads import hidden_thread
 from rtdebug.registry import c10d
 from rtdebug.registry.files import Registry
 from rtdebug.registry.record import LIVE_RANK_STATES
@@ -50,12 +51,14 @@ def report(
     header: str,
     ranks: frozenset[int] | None = None,
     timeout: float = 2.0,
+    job_wide: bool = True,
 ) -> dict[str, Any] | None:
-    """Write ``header`` and the grouped stacks of the running (selected) ranks; returns the snapshot."""
+    """Write ``header`` and the grouped stacks of the running (selected) ranks; returns the snapshot.
+    ``job_wide``: every node's ranks through the store, where this node hosts it."""
     session = reg.read_session(session_id)
     if session is None:
         return None
-    snap = job_snapshot(session, timeout) or stacks.collect(reg, session, ranks, timeout)
+    snap = (job_wide and job_snapshot(session, timeout)) or stacks.collect(reg, session, ranks, timeout)
     if not snap["groups"] and not snap["unresponsive"]:
         return None
     body = render(snap)
@@ -160,8 +163,9 @@ class HangWatch:
             return
         who = ", ".join(f"rank {e['rank']}" + (f" ({first_line(e['error'])})" if e.get("error") else "") for e in new)
         paused = self._signal_agent(signal.SIGSTOP)
-        try:
-            report(self.reg, self.sid, self.stream, f"rtdebug: {who} failed; where the other ranks are:", others)
+        try:  # the paused agent may host the job's store: this node's ranks only, by signal
+            header = f"rtdebug: {who} failed; where the other ranks are:"
+            report(self.reg, self.sid, self.stream, header, others, job_wide=not paused)
         finally:
             if paused:
                 self._signal_agent(signal.SIGCONT)
@@ -202,7 +206,4 @@ def start(reg: Registry, session_id: str, agent: AgentLike, cfg: Any) -> threadi
     if hang_s is None:
         hang_s = default_hang_s(cfg.pg_timeout_s)
     watch = HangWatch(reg, session_id, agent, hang_s)
-    t = threading.Thread(target=watch.run, name="rtdebug-hangwatch", daemon=True)
-    t.pydev_do_not_trace = True  # type: ignore[attr-defined]
-    t.start()
-    return t
+    return hidden_thread(watch.run, "rtdebug-hangwatch")

@@ -14,11 +14,10 @@ workers have no blocking wait in the GCS KV, so they poll one key, slowly (``KVW
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
+from rtdebug.common.threads import hidden_thread
 from rtdebug.registry import c10d
 from rtdebug.stacks import answer
 
@@ -27,23 +26,14 @@ MIN_GAP_S = 0.2  # at most one dump per this long, however many requests come
 
 
 def collective() -> dict[str, Any] | None:
-    """This rank's collective record (``rtdebug.rank.collrec``, when that module is present)."""
-    try:
-        from rtdebug.rank import collrec
-    except ImportError:
-        return None
+    """This rank's collective record (``rtdebug.rank.collrec``); None if it has none or cannot be read."""
+    from rtdebug.rank import collrec  # here: a Ray worker's thread starts before the record is armed
+
     try:
         snap = collrec.snapshot()
     except Exception:
         return None
     return snap if isinstance(snap, dict) else None
-
-
-def _hidden_thread(target: Callable[[], None], name: str) -> threading.Thread:
-    t = threading.Thread(target=target, name=name, daemon=True)
-    t.pydev_do_not_trace = True  # type: ignore[attr-defined]
-    t.is_pydev_daemon_thread = True  # type: ignore[attr-defined]
-    return t
 
 
 class StoreWatch:
@@ -57,7 +47,7 @@ class StoreWatch:
         self._at = -MIN_GAP_S  # monotonic time of the last dump
         self._closed = False
         self._client: Any = None
-        self.thread = _hidden_thread(self._loop, f"rtdebug-dumpwatch-{rank}")
+        self.thread = hidden_thread(self._loop, f"rtdebug-dumpwatch-{rank}", start=False)
 
     def start(self) -> StoreWatch:
         self.thread.start()
@@ -115,7 +105,7 @@ class StoreWatch:
 
 
 class KVWatch:
-    """Answers a Ray run's request ``dumpreq/<sid>`` in the GCS KV (polled: the KV cannot block)."""
+    """Answers a Ray run's dump request (``ray_kv.dump_request_key``) in the GCS KV (polled: the KV cannot block)."""
 
     POLL_S = 0.5
 
@@ -124,7 +114,7 @@ class KVWatch:
         self.main_ident: int | None = None  # the training thread, once known (Ray runs the train fn in one)
         self.last_n = 0
         self._closed = False
-        self.thread = _hidden_thread(self._loop, f"rtdebug-dumpwatch-{rank}")
+        self.thread = hidden_thread(self._loop, f"rtdebug-dumpwatch-{rank}", start=False)
 
     def start(self) -> KVWatch:
         self.thread.start()

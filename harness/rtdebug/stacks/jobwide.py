@@ -17,7 +17,7 @@ from typing import Any
 
 from rtdebug.registry import c10d
 from rtdebug.registry.record import LIVE_RANK_STATES
-from rtdebug.stacks import answer
+from rtdebug.stacks import answer, verdict
 from rtdebug.stacks import group as stackgroup
 
 POLL_S = 0.01
@@ -55,11 +55,7 @@ def snapshot(
 
 
 def annotate(snap: dict[str, Any], dumps: dict[int, Entry], by_site: bool = False) -> None:
-    """The collective verdict (``rtdebug.stacks.verdict``, when that module is present)."""
-    try:
-        from rtdebug.stacks import verdict
-    except ImportError:
-        return
+    """The collective verdict (``rtdebug.stacks.verdict``)."""
     verdict.annotate(snap, dumps, by_site)
 
 
