@@ -60,6 +60,14 @@ def test_wrapper_records_each_collective_and_changes_nothing(tmp_path):
     c = r["from_c"]  # called from C with no Python caller: recorded, without a call site, and it ran
     assert (c["op"], c["shapes"], c["state"], c["file"], c["line"]) == ("ALLREDUCE", "[1]", "returned", "", 0)
     assert r["file_record"]["seq"] >= 1 and r["file_record"]["state"] == "returned"  # the file says the same
+    *alt, positional, barrier = r["alternate"]
+    assert [a[0] for a in alt] == ["[2]", "[3]", "[2]"] and [a[1]["shapes"] for a in alt] == ["[2]", "[3]", "[2]"]
+    assert [a[1]["seq"] for a in alt] == [alt[0][1]["seq"], alt[0][1]["seq"] + 1, alt[0][1]["seq"] + 2]
+    assert alt[0][1]["line"] == marker_line(SCRIPTS / "collrec_single.py", "collrec alternate")
+    assert (positional["pg"], positional["seq"]) == (g["pg"], 2)  # a group passed by position is that group
+    assert positional["line"] == marker_line(SCRIPTS / "collrec_single.py", "collrec positional group")
+    assert (barrier["op"], barrier["pg"], barrier["seq"]) == ("BARRIER", g["pg"], 3)
+    assert r["cached_after_destroy"] == 0
 
 
 def test_off_switch_leaves_torch_alone(tmp_path):

@@ -60,5 +60,21 @@ for _ in range(500):
     time.sleep(0.01)
 out["from_c"] = collrec.snapshot()
 out["file_record"] = collrec.collseq.read(os.path.join(sys.argv[1], "coll-0.bin"))
+
+
+def alternate():  # one call site, shapes that change back and forth: the cached static block follows them
+    seen = []
+    for n in (2, 3, 2):
+        dist.all_reduce(torch.ones(n))  # BREAKPOINT: collrec alternate
+        seen.append([collrec.snapshot()["shapes"], collrec.collseq.read(os.path.join(sys.argv[1], "coll-0.bin"))])
+    dist.all_reduce(torch.ones(1), dist.ReduceOp.SUM, group)  # BREAKPOINT: collrec positional group
+    seen.append(collrec.snapshot())
+    dist.barrier(group)
+    seen.append(collrec.snapshot())
+    return seen
+
+
+out["alternate"] = alternate() if field is not None else None
 dist.destroy_process_group()
+out["cached_after_destroy"] = len(collrec._static)  # the cache lets go of the groups torch destroyed
 print("RESULT " + json.dumps(out), flush=True)

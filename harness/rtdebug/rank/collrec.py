@@ -1,13 +1,16 @@
 """Each rank's place in the collective sequence: the last collective it entered, and whether it returned.
 
-torch's Flight Recorder keeps this for NCCL only, and rtdebug's ranks run gloo on CPU as often as
-NCCL; so the ``torch.distributed`` collectives are wrapped instead (both ``torch.distributed.X``
-and ``torch.distributed.distributed_c10d.X``, the moment torch.distributed is imported). Entering
-one packs op, per-group sequence number, shapes, dtype, group and the user's call site into a
-fixed-size record (``rtdebug.registry.collseq``) with one ``struct.pack_into`` into an mmap of
-``coll-<rank>.bin``; returning flips one byte. No thread, no lock, no allocation beyond a few
-small strings: the step rate stays at plain speed (bench/collrec_bench.py), and anyone can read
-the file without signalling the rank, even while it is blocked in C++.
+torch's Flight Recorder keeps much of this (for gloo too since torch 2.x, on by default in 2.13),
+but in the rank's memory, where only Python code in the rank can read it. ``ps``, ``stacks`` and
+the hang report read ranks from outside, by file and signal, so the ``torch.distributed``
+collectives are wrapped instead (both ``torch.distributed.X`` and
+``torch.distributed.distributed_c10d.X``, the moment torch.distributed is imported). Entering one
+writes op, per-group sequence number, shapes, dtype, group and the user's call site into a
+fixed-size record (``rtdebug.registry.collseq``) in an mmap of ``coll-<rank>.bin``; returning
+flips one byte. No thread, no lock: one cache lookup per call finds what a loop repeats (call site
+and line, group, shapes, dtype, as record bytes built once), so a call rewrites the header and,
+only when those changed, the static block. Anyone can read the file without signalling the rank,
+even while it is blocked in C++. What it costs: bench/COLLREC_RESULTS.md.
 
 Limits, said plainly: collectives issued from C++ (DDP's gradient buckets, the reducer) never pass
 through Python and are not counted; ``seq`` counts the Python-level collectives this rank entered
@@ -23,6 +26,7 @@ debugger, in the user's calling frame at the collective's line, before the colle
 from __future__ import annotations
 
 import functools
+import inspect
 import mmap
 import os
 import sys
@@ -36,13 +40,16 @@ from rtdebug.registry import collseq
 
 ENV = "RTDEBUG_COLLECTIVES"
 _OWN_DIRS = (PACKAGE_DIR, os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
-_rec: dict[str, Any] = {"mm": None, "gen": 0, "stop": False, "internal": _OWN_DIRS}
-_seq: dict[bytes, int] = {}  # process-group name -> collectives entered on it
-_sites: dict[Any, Any] = {}  # code object -> (file, func) as stored; None: not the user's
-_dtypes: dict[Any, bytes] = {}
-_shapes: dict[Any, bytes] = {}
-_pgnames: dict[Any, bytes] = {}
+_rec: dict[str, Any] = {"mm": None, "gen": 0, "stop": False, "static": None, "internal": _OWN_DIRS}
+_seq: dict[bytes, list[int]] = {}  # process-group name -> [collectives entered on it]
+_user: dict[str, bool] = {}  # code file -> is it the user's (not torch's, not rtdebug's)
+# (file, func, group, shapes key, dtype) -> (pg name, the record's static block): one lookup per call;
+# holds its groups only until destroy_process_group, as c10d itself does
+_static: dict[Any, tuple[Any, list[int], int, bytes]] = {}
 _pg: dict[str, Any] = {}  # the patched module's pieces the wrapper needs
+_PATCHED = (*collseq.OP_CODES, "destroy_process_group")
+_HEAD, _TAIL = collseq.MOVING.pack_into, collseq.TAIL.pack_into  # the header after its magic and version
+_STATE, _ENTERED, _RETURNED = collseq.STATE_OFFSET, collseq.ENTERED, collseq.RETURNED
 
 
 def enabled() -> bool:
@@ -72,6 +79,8 @@ def arm(session_dir: str | os.PathLike[str] | None, rank: int) -> dict[str, str]
         except OSError:
             mm = None
     _rec["mm"] = mm if mm is not None else mmap.mmap(-1, collseq.SIZE)
+    _rec["mm"][: collseq.STATE_OFFSET] = collseq.MAGIC + bytes([collseq.VERSION])  # never rewritten
+    _rec["static"] = None
     when_imported("torch.distributed", _patch)
     return field
 
@@ -84,13 +93,14 @@ def disarm() -> None:
     c10d = sys.modules.get("torch.distributed.distributed_c10d")
     if c10d is None or not getattr(c10d, "_rtdebug_collrec", False):
         return
-    for fn_name in collseq.OP_CODES:
+    for fn_name in _PATCHED:
         for module in (c10d, sys.modules.get("torch.distributed")):
             fn = getattr(module, fn_name, None)
             if fn is not None and getattr(fn, "__rtdebug_collrec__", False):
                 setattr(module, fn_name, fn.__wrapped__)
     delattr(c10d, "_rtdebug_collrec")
     _rec["stop"] = False
+    _static.clear()
     _seq.clear()  # a later adoption counts from its own start, as every rank of the job then does
 
 
@@ -116,12 +126,14 @@ def _patch(dist: Any) -> None:
     import torch
 
     _rec["internal"] = (*_OWN_DIRS, os.path.dirname(torch.__file__) + os.sep)
-    _pg.update(c10d=c10d, pg_type=getattr(c10d, "ProcessGroup", ()), tensor=torch.Tensor, compiling=_compiling)
-    for fn_name, code in collseq.OP_CODES.items():
+    world = getattr(c10d, "_world", None)  # its _default_pg is GroupMember.WORLD without two property calls
+    _pg.update(c10d=c10d, world=world if hasattr(world, "_default_pg") else None, tensor=torch.Tensor)
+    _pg["compiling"] = _compiling
+    for fn_name in _PATCHED:
         original = getattr(c10d, fn_name, None)
         if original is None:
             continue
-        wrapped = _wrap(original, code)
+        wrapped = _forget(original) if fn_name == "destroy_process_group" else _wrap(original, fn_name)
         for module in (c10d, dist):
             if getattr(module, fn_name, None) is original:
                 setattr(module, fn_name, wrapped)
@@ -136,102 +148,141 @@ def _compiling() -> bool:
     return torch.compiler.is_compiling()
 
 
-def _wrap(fn: Any, code: int) -> Any:
+def _params(fn: Any) -> tuple[int, str | None]:
+    """Where ``fn`` takes its group (position) and its first tensor argument (name; None: it has none)."""
+    try:
+        names = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return 1 << 30, None  # unknown: the group only by keyword, no shapes
+    gpos = names.index("group") if "group" in names else 1 << 30
+    return gpos, (names[0] if names and gpos != 0 else None)
+
+
+def _wrap(fn: Any, fn_name: str) -> Any:
+    op = collseq.OP_CODES[fn_name]
+    gpos, first = _params(fn)
+
     @functools.wraps(fn)
     def collective(*args: Any, **kwargs: Any) -> Any:
         if _pg["compiling"]():  # dynamo traces straight to torch's own function
             return fn(*args, **kwargs)
-        gen = _enter(code, args, kwargs)
+        try:
+            gen = _enter(op, gpos, first, args, kwargs)
+        except Exception:  # the record never breaks the user's call (a group torch will refuse, say)
+            gen = -1
+        if _rec["stop"]:
+            _stop_here()
         try:
             return fn(*args, **kwargs)
         finally:
             if _rec["gen"] == gen:
-                _rec["mm"][collseq.STATE_OFFSET] = collseq.RETURNED
+                _rec["mm"][_STATE] = _RETURNED
 
     collective.__rtdebug_collrec__ = True  # type: ignore[attr-defined]
     return collective
 
 
-def _site(frame: Any) -> tuple[Any, tuple[bytes, bytes]]:
-    """The first frame outside torch and rtdebug, and its (file, function) as stored."""
-    sites, internal = _sites, _rec["internal"]
+def _forget(fn: Any) -> Any:
+    """destroy_process_group, which also lets the record's cache go of the groups it names."""
+
+    @functools.wraps(fn)
+    def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
+        _static.clear()
+        return fn(*args, **kwargs)
+
+    destroy_process_group.__rtdebug_collrec__ = True  # type: ignore[attr-defined]
+    return destroy_process_group
+
+
+def _user_frame(frame: Any) -> Any:
+    """The first frame outside torch and rtdebug (the user's call site), or None."""
     while frame is not None:
-        code = frame.f_code
-        site = sites.get(code, False)
-        if site is False:
-            name = code.co_filename
-            site = None if name.startswith(internal) else (collseq.fit(name, "file"), collseq.fit(code.co_name, "func"))
-            sites[code] = site
-        if site is not None:
-            return frame, site
+        name = frame.f_code.co_filename
+        user = _user.get(name)
+        if user is None:
+            user = _user[name] = not name.startswith(_rec["internal"])
+        if user:
+            return frame
         frame = frame.f_back
-    return None, (b"", b"")
+    return None
 
 
-def _describe(args: tuple, kwargs: dict) -> tuple[bytes, bytes]:
-    """(shapes, dtype) of a call's first tensor argument, as stored (cached: a loop repeats its shapes)."""
-    first = args[0] if args else next(iter(kwargs.values()), None)
-    tensor = _pg["tensor"]
-    if isinstance(first, tensor):
-        t, key = first, first.shape
-    elif isinstance(first, (list, tuple)) and first and isinstance(first[0], tensor):
-        t = first[0]
-        key = (len(first), t.shape)
-    else:
-        return b"", b""
-    shapes = _shapes.get(key)
-    if shapes is None:
-        if len(_shapes) > 4096:
-            _shapes.clear()
-        text = str(list(key)) if t is first else f"{key[0]}x{list(key[1])}"
-        shapes = _shapes[key] = collseq.fit(text, "shapes")
-    dtype = _dtypes.get(t.dtype)
-    if dtype is None:
-        dtype = _dtypes[t.dtype] = collseq.fit(str(t.dtype).removeprefix("torch."), "dtype")
-    return shapes, dtype
+def _enter(op: int, gpos: int, first_name: str | None, args: tuple, kwargs: dict) -> int:
+    """Write the record for a collective being entered; returns its generation.
 
-
-def _pg_name(args: tuple, kwargs: dict) -> bytes:
-    """The name torch gave the call's process group (``group=`` or positional; else the default group)."""
-    group = kwargs.get("group")
-    if group is None and len(args) > 1:
-        pg_type = _pg["pg_type"]
-        for a in args:
-            if isinstance(a, pg_type):
-                group = a
-                break
+    This runs right after the rank wakes from the previous collective, when every Python operation is
+    cold (~4x its warm cost, bench/COLLREC_RESULTS.md), so it does one cache lookup for all that a loop
+    repeats (call site, line, group, shapes, dtype) and rewrites the static block only when that changed."""
+    frame: Any
     try:
-        if group is None:
-            group = _pg["c10d"].GroupMember.WORLD
-        name = group.group_name
-    except Exception:  # no group yet, or one torch cannot name: still counted, as "?"
-        return b"?"
-    pg = _pgnames.get(name)
-    if pg is None:
-        pg = _pgnames[name] = collseq.fit(str(name), "pg")
-    return pg
-
-
-def _enter(code: int, args: tuple, kwargs: dict) -> int:
-    """Write the record for a collective being entered; returns its generation (stop first if armed)."""
-    try:
-        caller = sys._getframe(2)  # whoever called the collective
+        frame = sys._getframe(2)  # whoever called the collective
     except ValueError:  # called straight from C (a thread with no Python frames above): no call site
-        caller = None
-    frame, (file, func) = _site(caller)
-    shapes, dtype = _describe(args, kwargs)
-    pg = _pg_name(args, kwargs)
-    seq = _seq[pg] = _seq.get(pg, 0) + 1
+        frame = None
+    else:
+        if not _user.get(frame.f_code.co_filename):  # not the user's own call, or not seen yet
+            frame = _user_frame(frame)
+    group = args[gpos] if len(args) > gpos else kwargs.get("group")
+    if group is None:
+        world = _pg["world"]
+        group = world._default_pg if world is not None else _pg["c10d"].GroupMember.WORLD
+    first = (args[0] if args else kwargs.get(first_name)) if first_name else None
+    if isinstance(first, _pg["tensor"]):
+        shape, dtype = first.shape, first.dtype
+    elif isinstance(first, (list, tuple)) and first and isinstance(first[0], _pg["tensor"]):
+        shape, dtype = (len(first), first[0].shape), first[0].dtype
+    else:
+        shape = dtype = None
+    code = frame.f_code if frame is not None else None
+    key = (id(code), frame.f_lasti if frame is not None else -1, group, shape, dtype)
+    entry = _static.get(key)
+    if entry is None or entry[0] is not code:
+        entry = _static_entry(key, code, frame)
+    _, counter, line, static = entry
+    counter[0] = seq = counter[0] + 1
     gen = _rec["gen"] = _rec["gen"] + 1
-    line = frame.f_lineno if frame is not None else 0
-    collseq.RECORD.pack_into(
-        _rec["mm"], 0, collseq.MAGIC, collseq.VERSION, collseq.ENTERED, code, gen, seq, time.time(), line,
-        len(pg), pg, len(dtype), dtype, len(shapes), shapes, len(file), file, len(func), func, gen,
-    )  # fmt: skip
-    if _rec["stop"] and frame is not None:
-        _rec["stop"] = False
-        _suspend(frame)
+    mm = _rec["mm"]
+    _HEAD(mm, _STATE, _ENTERED, op, gen, seq, time.time(), line)
+    if static is not _rec["static"]:
+        mm[collseq.STATIC_OFFSET : collseq.TAIL_OFFSET] = static
+        _rec["static"] = static
+    _TAIL(mm, collseq.TAIL_OFFSET, gen)
     return gen
+
+
+def _static_entry(key: tuple, code: Any, frame: Any) -> tuple[Any, list[int], int, bytes]:
+    """(code, the group's counter, line, the record's static block) for one cache key, built once."""
+    _, _, group, shape, dtype = key
+    try:
+        name = str(group.group_name)
+    except Exception:  # no group yet, or one torch cannot name: still counted, as "?"
+        name = "?"
+    if shape is None:
+        shapes = ""
+    elif type(shape) is tuple:  # a list of tensors: (count, shape of the first)
+        shapes = f"{shape[0]}x{list(shape[1])}"
+    else:
+        shapes = str(list(shape))
+    texts = (name, "pg"), (str(dtype or "").removeprefix("torch."), "dtype"), (shapes, "shapes")
+    pg, dt, sh = (collseq.fit(text, field) for text, field in texts)
+    file = collseq.fit(code.co_filename, "file") if code is not None else b""
+    func = collseq.fit(code.co_name, "func") if code is not None else b""
+    if len(_static) > 4096:
+        _static.clear()
+    counter = _seq.setdefault(pg, [0])  # one per group, shared by every entry that names it
+    line = frame.f_lineno if frame is not None else 0
+    entry = _static[key] = (code, counter, line, collseq.static_block(pg, dt, sh, file, func))
+    return entry
+
+
+def _stop_here() -> None:
+    """The armed one-shot stop: suspend in the user's frame at the collective's line (a debugger attached)."""
+    _rec["stop"] = False
+    try:
+        frame = _user_frame(sys._getframe(2))
+    except ValueError:
+        return
+    if frame is not None:
+        _suspend(frame)
 
 
 def _suspend(frame: Any) -> None:

@@ -45,9 +45,14 @@ OPS: dict[str, str] = {
 }
 OP_NAMES: tuple[str, ...] = ("",) + tuple(OPS.values())  # code 0 is no op
 OP_CODES = {fn: OP_NAMES.index(name) for fn, name in OPS.items()}
-# magic, version, state, op, gen | seq, since, line | pg, dtype, shapes, file, func (length + bytes) | gen
-RECORD = struct.Struct("<4sBBHQ QdI B32s B16s B96s H240s B80s Q")
+# The record is three parts, so a rank rewrites only what changed (bytes are identical to one struct):
+HEAD = struct.Struct("<4sBBHQ QdI")  # magic, version, state, op, gen | seq, since, line: every collective
+STATIC = struct.Struct("<B32s B16s B96s H240s B80s")  # pg, dtype, shapes, file, func: when one changes
+TAIL = struct.Struct("<Q")  # gen again, written last: a reader that sees two generations saw a torn write
+RECORD = struct.Struct(HEAD.format + STATIC.format[1:] + TAIL.format[1:])
 SIZE = RECORD.size
+STATIC_OFFSET, TAIL_OFFSET = HEAD.size, HEAD.size + STATIC.size
+MOVING = struct.Struct("<BHQ QdI")  # the header from STATE_OFFSET on: what each collective rewrites
 LIMITS = {"pg": 32, "dtype": 16, "shapes": 96, "file": 240, "func": 80}
 
 
@@ -64,6 +69,11 @@ def fit(text: str, field: str) -> bytes:
         return raw
     cut = raw[-limit:] if field == "file" else raw[:limit]
     return cut.decode("utf-8", "ignore").encode("utf-8")
+
+
+def static_block(pg: bytes, dtype: bytes, shapes: bytes, file: bytes, func: bytes) -> bytes:
+    """The STATIC part of a record, from texts already ``fit`` to their fields."""
+    return STATIC.pack(len(pg), pg, len(dtype), dtype, len(shapes), shapes, len(file), file, len(func), func)
 
 
 def _text(length: int, raw: bytes) -> str | None:
