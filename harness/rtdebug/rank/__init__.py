@@ -10,7 +10,8 @@ torch and waits for a client; then ``execute``s the user's script. A raise is re
 (``localmode``/``collectives`` explain known ones) and, with ``--post-mortem``, held for a client
 (``postmortem``). ``ray_worker`` is the same runtime behind Ray's worker callback; ``adopted`` the
 same runtime injected into a running rank (``rtdebug adopt``); ``api`` is ``rtdebug.breakpoint``,
-which finds the endpoint through ``runtime``.
+which finds the endpoint through ``runtime``. ``collrec`` records each rank's place in the collective
+sequence (``collstop`` stops it at the next collective, for "run all ranks to next collective").
 
 A rank's start path must stay lean (``tests/test_imports.py``): no psutil, filelock or debugpy before
 the user's script runs. Imports the shared layers (common, registry, stacks) only: never the shell,

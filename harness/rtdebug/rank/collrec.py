@@ -18,7 +18,7 @@ on a group (1-based), which agrees across ranks that run the same code. ``async_
 record ``returned`` when the call returns its Work, not when the work completes.
 
 ``stop_at_next()`` arms a one-shot stop: the next collective this rank enters suspends in the
-debugger, in the user's calling frame at the collective's line, before the collective runs, so
+debugger (``collstop``), in the user's calling frame at the collective's line, before it runs, so
 "run every rank to its next collective" shows each rank's op and seq before any of them blocks.
 ``RTDEBUG_COLLECTIVES=0`` turns the record off (the bench's baseline).
 """
@@ -282,32 +282,6 @@ def _stop_here() -> None:
     except ValueError:
         return
     if frame is not None:
-        _suspend(frame)
+        from rtdebug.rank import collstop
 
-
-def _suspend(frame: Any) -> None:
-    """Suspend this thread in the debugger at ``frame``'s current line (the collective's), if one is attached."""
-    from rtdebug.rank import runtime
-
-    endpoint = runtime.endpoint
-    if "pydevd" not in sys.modules or endpoint is None or not endpoint.client_connected():
-        return
-    import threading
-
-    import pydevd
-    from _pydevd_bundle.pydevd_additional_thread_info import set_additional_thread_info
-    from _pydevd_bundle.pydevd_comm_constants import CMD_SET_BREAK
-
-    py_db = pydevd.get_global_debugger()
-    if py_db is None:
-        return
-    thread = threading.current_thread()
-    info = set_additional_thread_info(thread)
-    py_db.set_trace_for_frame_and_parents(thread.ident, frame)
-    py_db.set_suspend(thread, CMD_SET_BREAK)
-    # as if inside pydevd's own tracer: code the client evaluates while stopped must not suspend again
-    info.is_tracing += 1
-    try:
-        py_db.do_wait_suspend(thread, frame, "line", None)
-    finally:
-        info.is_tracing -= 1
+        collstop.suspend(frame)
