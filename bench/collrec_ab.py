@@ -8,8 +8,10 @@ cores two identical gloo jobs differ by several percent from round to round (its
 ``torch.distributed.all_reduce`` between the record's wrapper and torch's own function (``__wrapped__``)
 every block of steps, in ABBA order so drift cancels; both ranks swap at the same step. Rank 0 times each
 block; each pair's ratio is time(off) / time(on), i.e. steps/s on over off. Median with a 95 % bootstrap
-interval. Loops as in collrec_bench.py: ``allreduce`` (nothing but one 1 KiB all_reduce per step: the
-worst case) and ``step`` (a small MLP's forward/backward, its 4 gradients all_reduced, and the flag).
+interval. Loops: ``allreduce`` (nothing but one 1 KiB all_reduce per step: the worst case), ``step`` (a
+small MLP's forward/backward, its 4 gradients all_reduced by hand, and the flag; both as in
+collrec_bench.py) and ``ddp`` (a training step as jobs write it: DDP all-reduces the gradients from
+C++, the script all_reduces its loss for logging).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import PY, ROOT, WORK, base_env, free_range, log, median_ci  # noqa: E402
 
-BLOCK = {"allreduce": 200, "step": 50}  # steps per block: ~0.3-0.6 s each here
+BLOCK = {"allreduce": 200, "step": 50, "ddp": 50}  # steps per block: ~0.3-0.6 s each here
 
 
 def loop(a: argparse.Namespace) -> None:
@@ -50,8 +52,17 @@ def loop(a: argparse.Namespace) -> None:
 
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
     x, flag = torch.randn(32, 64), torch.zeros(256)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
 
     def step() -> None:
+        if a.loop == "ddp":  # a training step: DDP all-reduces the gradients from C++; the script, its loss
+            opt.zero_grad()
+            loss = ddp(x).pow(2).mean()
+            loss.backward()
+            opt.step()
+            dist.all_reduce(loss.detach())  # what a script logs: the mean loss over ranks
+            return
         if a.loop == "step":
             model.zero_grad()
             model(x).sum().backward()
@@ -99,6 +110,7 @@ def main() -> int:
     p.add_argument("--loop", choices=tuple(BLOCK), help="(the ranks' loop)")
     p.add_argument("--ctl", help="(the ranks' output directory)")
     p.add_argument("--pairs", type=int, default=40)
+    p.add_argument("--kinds", default=",".join(BLOCK), help="loops to measure, comma-separated (default: all)")
     p.add_argument("--against", choices=("record", "bare"), default="record", help="bare: a do-nothing wrapper")
     p.add_argument("--out", default=str(WORK / "collrec_ab.json"))
     a = p.parse_args()
@@ -107,7 +119,7 @@ def main() -> int:
         return 0
     WORK.mkdir(exist_ok=True)
     res = {}
-    for kind in BLOCK:
+    for kind in a.kinds.split(","):
         res[kind] = measure(kind, a.pairs, a.against)
         r = res[kind]
         rates = f"{r['on_steps_s']:.0f} vs {r['off_steps_s']:.0f} steps/s"
