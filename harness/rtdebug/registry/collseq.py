@@ -112,6 +112,11 @@ def decode(buf: bytes) -> dict[str, Any] | None:
     }
 
 
+def where(rec: dict[str, Any]) -> str:
+    """``ALLREDUCE #812 (train.py:42)``: how ``ps``, the verdict and the views name a record's collective."""
+    return f"{rec.get('op')} #{rec.get('seq')} ({os.path.basename(str(rec.get('file') or '?'))}:{rec.get('line', '?')})"
+
+
 def read(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The record in ``path``, or None (missing, not a regular file, wrong size, garbage, torn).
 

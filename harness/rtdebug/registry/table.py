@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
+
+from rtdebug.registry import collseq
 
 
 def world_size(session: dict[str, Any]) -> int:
@@ -36,7 +37,7 @@ def collective(r: dict[str, Any], now: float | None = None) -> str:
     c = r.get("collective")
     if not isinstance(c, dict):
         return ""
-    where = f"{c.get('op')} #{c.get('seq')} ({os.path.basename(str(c.get('file')))}:{c.get('line')})"
+    where = collseq.where(c)
     if c.get("state") != "entered":
         return f"after {where}"
     since = c.get("since")

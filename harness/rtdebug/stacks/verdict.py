@@ -13,18 +13,13 @@ at all, rather than a wrong one.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from typing import Any
 
+from rtdebug.registry.collseq import where
 from rtdebug.stacks.group import ranks_word
 
 Rec = dict[str, Any]
-
-
-def where(rec: Rec) -> str:
-    """``ALLREDUCE #812 (train.py:42)``."""
-    return f"{rec['op']} #{rec['seq']} ({os.path.basename(str(rec.get('file') or '?'))}:{rec.get('line', '?')})"
 
 
 def _key(rec: Rec) -> tuple:
