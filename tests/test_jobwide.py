@@ -11,7 +11,8 @@ from datetime import timedelta
 
 import pytest
 
-from rtdebug.registry import c10d, signing
+from rtdebug.rank import dumpwatch
+from rtdebug.registry import c10d, ray_kv, signing
 from rtdebug.registry.tcpstore import TCPStoreClient
 from rtdebug.stacks import answer, jobwide
 
@@ -190,3 +191,42 @@ def test_bad_remote_stacks_arguments_are_one_line(args, code, line, tmp_path):
     r = subprocess.run([PY, "-m", "rtdebug", "stacks", *args], capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == code and line in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+class MemoryKV(ray_kv._KV):
+    """The KV's shared logic over a dict: the polling and parsing under test, not the GCS (full runs:
+    tests/test_ray_cluster.py)."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+
+    def _put(self, key, value):
+        self.data[key] = value
+
+    def _get_many(self, keys):
+        return {k: self.data[k.decode()] for k in keys if k.decode() in self.data}
+
+    def _keys(self, prefix):
+        return [k.encode() for k in self.data if k.startswith(prefix)]
+
+    def _del(self, key, prefix):
+        for k in [k for k in self.data if (k.startswith(key) if prefix else k == key)]:
+            del self.data[k]
+
+
+def test_a_ray_answer_is_read_once_while_the_requester_waits_for_the_rest(monkeypatch):
+    """Rank 0's worker answers; rank 1's never does: the requester polls until its timeout, and parses
+    rank 0's answer once, not on every poll."""
+    kv = MemoryKV()
+    watch = dumpwatch.KVWatch(kv, "rayjob", 0, SECRET, {"hostname": "h"}).start()
+    seen: list[bytes] = []
+    real_parse = ray_kv.parse
+    monkeypatch.setattr(ray_kv, "parse", lambda v: seen.append(v) or real_parse(v))
+    sess = dict(session(2), session_id="rayjob")
+    try:
+        snap = jobwide.from_kv(kv, sess, [SECRET], None, timeout=2.0)
+    finally:
+        watch.close()
+    assert [g["ranks"] for g in snap["groups"]] == [[0]] and list(snap["unresponsive"]) == [1]
+    answers = [v for v in seen if v != b"null"]
+    assert len(answers) == 1, f"rank 0's answer parsed {len(answers)} times"

@@ -127,7 +127,7 @@ def from_kv(kv: Any, session: Entry, known: list[str], ranks: frozenset[int] | N
     try:
         while time.monotonic() < start + timeout and len(raws) < len(ask):
             got = kv.raw(dump_answer_key(sid, None))
-            for r in ask:
+            for r in (r for r in ask if r not in raws):  # an answer taken is not parsed again
                 key = dump_answer_key(sid, r)
                 value = parse(got.get(key, b"null"))
                 if isinstance(value, dict) and value.get("n") == n:
