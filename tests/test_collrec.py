@@ -60,6 +60,8 @@ def test_wrapper_records_each_collective_and_changes_nothing(tmp_path):
     c = r["from_c"]  # called from C with no Python caller: recorded, without a call site, and it ran
     assert (c["op"], c["shapes"], c["state"], c["file"], c["line"]) == ("ALLREDUCE", "[1]", "returned", "", 0)
     assert r["file_record"]["seq"] >= 1 and r["file_record"]["state"] == "returned"  # the file says the same
+    co = r["coalesced"]
+    assert (co["op"], co["shapes"], co["state"], co["seq"]) == ("ALLREDUCE", "[3]", "returned", c["seq"] + 2)
     *alt, positional, barrier = r["alternate"]
     assert [a[0] for a in alt] == ["[2]", "[3]", "[2]"] and [a[1]["shapes"] for a in alt] == ["[2]", "[3]", "[2]"]
     assert [a[1]["seq"] for a in alt] == [alt[0][1]["seq"], alt[0][1]["seq"] + 1, alt[0][1]["seq"] + 2]
