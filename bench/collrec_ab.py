@@ -10,8 +10,9 @@ every block of steps, in ABBA order so drift cancels; both ranks swap at the sam
 block; each pair's ratio is time(off) / time(on), i.e. steps/s on over off. Median with a 95 % bootstrap
 interval. Loops: ``allreduce`` (nothing but one 1 KiB all_reduce per step: the worst case), ``step`` (a
 small MLP's forward/backward, its 4 gradients all_reduced by hand, and the flag; both as in
-collrec_bench.py) and ``ddp`` (a training step as jobs write it: DDP all-reduces the gradients from
-C++, the script all_reduces its loss for logging).
+collrec_bench.py), ``ddp`` (a training step as jobs write it: DDP all-reduces the gradients from C++,
+the script all_reduces its loss for logging; ~1 ms here) and ``train`` (the same with a 512-wide,
+4-layer MLP: a ~10 ms step, still far smaller than a real job's).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import PY, ROOT, WORK, base_env, free_range, log, median_ci  # noqa: E402
 
-BLOCK = {"allreduce": 200, "step": 50, "ddp": 50}  # steps per block: ~0.3-0.6 s each here
+BLOCK = {"allreduce": 200, "step": 50, "ddp": 50, "train": 10}  # steps per block: ~0.1-0.6 s each here
+WIDTH = {"train": 512}  # the model's width (64 elsewhere): "train" is a step of ~10 ms, "ddp" of ~1 ms
 
 
 def loop(a: argparse.Namespace) -> None:
@@ -50,13 +52,15 @@ def loop(a: argparse.Namespace) -> None:
         def wrapped(*args, **kwargs):  # type: ignore[no-redef]
             return plain(*args, **kwargs)
 
-    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
-    x, flag = torch.randn(32, 64), torch.zeros(256)
+    w = WIDTH.get(a.loop, 64)
+    layers = [m for _ in range(3 if a.loop == "train" else 1) for m in (torch.nn.Linear(w, w), torch.nn.ReLU())]
+    model = torch.nn.Sequential(*layers, torch.nn.Linear(w, 1))
+    x, flag = torch.randn(128 if a.loop == "train" else 32, w), torch.zeros(256)
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
 
     def step() -> None:
-        if a.loop == "ddp":  # a training step: DDP all-reduces the gradients from C++; the script, its loss
+        if a.loop in ("ddp", "train"):  # a training step: DDP all-reduces the gradients from C++; the script, its loss
             opt.zero_grad()
             loss = ddp(x).pow(2).mean()
             loss.backward()
