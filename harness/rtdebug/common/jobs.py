@@ -166,7 +166,8 @@ def job_of(parent: psutil.Process) -> Job:
     endpoint = None
     try:
         if is_agent(parent):
-            script, endpoint = _script(parent.cmdline()), rdzv_endpoint(parent.cmdline())
+            cmd = parent.cmdline()  # one read of /proc/PID/cmdline (a process may change it between two)
+            script, endpoint = _script(cmd), rdzv_endpoint(cmd)
         else:
             script = _script(psutil.Process(ranks[0].pid).cmdline())
     except (psutil.Error, IndexError):
