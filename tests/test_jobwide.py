@@ -183,6 +183,12 @@ def test_a_publishing_rank_answers_and_ps_never_reads_the_answers(store):
             "--native reads this machine's ranks with py-spy: not with --store",
         ),
         (["--store", "a:1", "--ray-address", "b:2"], 2, "--store and --ray-address name two different jobs: give one"),
+        (
+            ["--pid", "1", "--store", "a:1"],
+            2,
+            "rtdebug: error: --pid reads one process tree on this machine with py-spy: not with --store",
+        ),
+        (["--pid", "1", "--rank", "0"], 2, "--pid reads one process tree on this machine with py-spy: not with --rank"),
         (["--ray-address", "127.0.0.1:1"], 1, "rtdebug: error: cannot reach the Ray cluster's GCS at 127.0.0.1:1"),
     ],
 )
@@ -230,3 +236,14 @@ def test_a_ray_answer_is_read_once_while_the_requester_waits_for_the_rest(monkey
     assert [g["ranks"] for g in snap["groups"]] == [[0]] and list(snap["unresponsive"]) == [1]
     answers = [v for v in seen if v != b"null"]
     assert len(answers) == 1, f"rank 0's answer parsed {len(answers)} times"
+
+
+def test_stacks_without_a_session_here_asks_the_store_ps_is_set_up_for(tmp_path):
+    """A laptop set up with RTDEBUG_STORE (as ``ps`` reads it): ``stacks`` with no local session asks that
+    store, and says so when it cannot be reached (the answering case: tests/test_multinode.py)."""
+    env = dict(os.environ, RTDEBUG_REGISTRY_DIR=str(tmp_path / "reg"), RTDEBUG_STORE="127.0.0.1:1")
+    env.pop("RAY_ADDRESS", None)
+    r = subprocess.run([PY, "-m", "rtdebug", "stacks"], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("rtdebug: error: no live rtdebug session; start one with"), r.stderr
+    assert "; through $RTDEBUG_STORE (127.0.0.1:1): cannot reach the job store at 127.0.0.1:1" in r.stderr

@@ -376,6 +376,8 @@ def test_hang_one_grouped_answer_for_every_rank_of_two_nodes(hosts, tmp_path):
     alone = stacks_json(hosts, "n1", "--store", store, env=(f"RTDEBUG_REGISTRY_DIR={empty}",))
     assert grouped(alone) == want
     assert grouped(stacks_json(hosts, "n1")) == want
+    # a laptop set up once with RTDEBUG_STORE (as `ps` reads it; the VS Code extension names no store)
+    assert grouped(stacks_json(hosts, "lap", env=(f"RTDEBUG_STORE={store}",))) == want
     # without the job's secret: the job is unverified (named explicitly) and its ranks do not answer a
     # request not signed with their secret
     nosecret = ("-u", "RTDEBUG_JOB_SECRET")

@@ -210,8 +210,16 @@ def _add_stacks(sub) -> None:
     p.add_argument("--native", action="store_true", help="add native frames with py-spy (needs ptrace rights)")
     p.add_argument("--threads", action="store_true", help="also print every rank's other threads")
     p.add_argument("--pid", type=int, help="a job rtdebug did not start: its torchrun agent or a rank (py-spy)")
-    p.add_argument("--store", metavar="HOST:PORT", help="every rank of a multi-node job, through its store")
-    p.add_argument("--ray-address", metavar="HOST:PORT", help="every worker of a Ray Train run, through its GCS")
+    p.add_argument(
+        "--store",
+        metavar="HOST:PORT",
+        help="every rank of a multi-node job, through its store (no session here: $RTDEBUG_STORE, as ps)",
+    )
+    p.add_argument(
+        "--ray-address",
+        metavar="HOST:PORT",
+        help="every worker of a Ray Train run, through its GCS (no session here: $RAY_ADDRESS, as ps)",
+    )
     p.add_argument(
         "--timeout",
         type=float,
@@ -226,6 +234,15 @@ def _cmd_stacks(args) -> int:
 
     if args.pid is not None:  # a job rtdebug did not start (nor adopt): read-only, through py-spy
         from rtdebug.commands import pidstacks
+        from rtdebug.common.errors import usage
+
+        given = [
+            f"--{k.replace('_', '-')}"
+            for k in ("session", "rank", "native", "store", "ray_address")
+            if getattr(args, k)
+        ]
+        if given:  # each would be ignored: say so rather than answer something else
+            raise usage(f"--pid reads one process tree on this machine with py-spy: not with {given[0]}")
 
         return pidstacks.command(args.pid, args.json, args.threads, args.timeout)
     return stacks.command(

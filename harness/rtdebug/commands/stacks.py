@@ -9,6 +9,7 @@ a multi-node job, whose session records its store. Same text, same ``--json``.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from rtdebug.common.errors import HarnessError, usage
@@ -91,7 +92,12 @@ def _local_snapshot(session_id: str | None, rank_spec: str | None, native: bool,
     reg = Registry()
     prune(reg)
     # stacks are taken by signal, so only this machine's sessions (its files) can answer
-    session = Views([LocalView(reg)]).find_session(session_id)
+    try:
+        session = Views([LocalView(reg)]).find_session(session_id)
+    except HarnessError as exc:
+        if native:
+            raise
+        return _from_env(session_id, rank_spec, timeout, exc)
     if session.get("store") and not native:  # a multi-node job: every node's ranks, through its store
         try:
             return _store_snapshot(session["store"], session["session_id"], rank_spec, timeout)
@@ -104,6 +110,19 @@ def _local_snapshot(session_id: str | None, rank_spec: str | None, native: bool,
             f"session {session['session_id']} has no running rank" + (f" among {rank_spec}" if rank_spec else "")
         )
     return collect(reg, session, ranks, timeout, native)
+
+
+def _from_env(session_id: str | None, rank_spec: str | None, timeout: float, local: HarnessError) -> dict:
+    """No such session here: the job ``ps`` shows from ``$RTDEBUG_STORE`` / ``$RAY_ADDRESS`` (a laptop set up
+    once, and the VS Code extension, which names a session ``ps`` listed), else the local error."""
+    for var, take in (("RTDEBUG_STORE", _store_snapshot), ("RAY_ADDRESS", _ray_snapshot)):
+        address = os.environ.get(var, "").strip()
+        if address:
+            try:
+                return take(address, session_id, rank_spec, timeout)
+            except HarnessError as exc:
+                raise HarnessError(f"{local.message}; through ${var} ({address}): {exc.message}") from None
+    raise local
 
 
 def command(
