@@ -35,6 +35,8 @@ def annotate(by_label, drop=()):
 def test_all_ranks_in_the_same_collective_has_no_culprit():
     s = annotate({REDUCE: {r: rec() for r in range(4)}})
     assert s["verdict"] == "all 4 ranks are in ALLREDUCE #812 (train.py:42)" and s["culprit"] is None
+    one = annotate({REDUCE: {1: rec()}})  # stacks --rank 1
+    assert one["verdict"] == "rank 1 is in ALLREDUCE #812 (train.py:42)" and one["culprit"] is None
 
 
 def test_rank_in_another_op_at_the_same_seq_is_named():

@@ -76,7 +76,7 @@ def verdict_line(
     assert first is not None
     if not others:
         n = len(inside)
-        return f"all {n} rank{'s' if n != 1 else ''} are in {where(first)}", None
+        return (f"all {n} ranks are in {where(first)}" if n > 1 else f"rank {inside[0]} is in {where(first)}"), None
     culprit = others[0]
     text = (
         f"{ranks_word(others)} never entered {where(first)}: "
