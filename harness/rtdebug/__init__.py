@@ -10,7 +10,7 @@ its code runs in, as debugpy's is:
 ``launcher/``   the controller: real torchrun, its agent, multi-node, hang watch, Ray driver
 ``rank/``       inside every rank or Ray worker: bootstrap, endpoint, access, tracing, ...
 ``views/``      where sessions are found: this machine's files, a c10d store, a Ray GCS
-``stacks/``     dump (rank side, signal-time), collect, group, format
+``stacks/``     dump (rank side, signal-time), collect, group, format, verdict, job-wide
 ``registry/``   the record, its schema, liveness, each store's key layout
 ``common/``     errors, config, ports, process identity, locks
 ==============  ==========================================================================
@@ -21,7 +21,7 @@ named entry points (``tests/test_layout.py`` checks this from the source, string
 included): the shell starts the launcher through ``rtdebug.launcher.start``; the launcher names
 ``rtdebug.rank.bootstrap`` as torchrun's ``-m`` target and runs ``rtdebug run``'s rank 0 through it
 in its own process; the Ray driver setup names ``rtdebug.rank.ray_worker`` in ``RAY_TRAIN_CALLBACKS``;
-and this module resolves ``breakpoint`` from ``rtdebug.rank.api`` on first use.
+``rtdebug adopt`` names ``rtdebug.rank.adopted`` in the code it injects into a running rank; and this module resolves ``breakpoint`` from ``rtdebug.rank.api`` on first use.
 
 ``breakpoint`` is resolved lazily so that ``import rtdebug.<anything>`` costs no rank code.
 """

@@ -13,7 +13,7 @@ import warnings
 
 from rtdebug.commands import attach, ps, stop
 from rtdebug.commands.options import OUR_FLAGS, debug_options, split_our_options, torchrun_parser
-from rtdebug.common.errors import HarnessError
+from rtdebug.common.errors import HarnessError, usage
 from rtdebug.common.ports import DEFAULT_PORT_BASE
 from rtdebug.registry.record import valid_session_id
 from rtdebug.views.api import ViewOptions
@@ -167,7 +167,6 @@ def _add_vscode(sub) -> None:
 
 def _cmd_vscode(args) -> int:
     from rtdebug.commands import vsconfigs
-    from rtdebug.common.errors import usage
     from rtdebug.common.ports import parse_rank_list
 
     if args.nproc_per_node < 1 or args.nnodes < 1:
@@ -200,9 +199,9 @@ def _add_stacks(sub) -> None:
     p = sub.add_parser(
         "stacks",
         help="where is every rank? Python stacks of all ranks, grouped",
-        description="Dump every thread's Python stack of each live rank (by signal: no debugger, "
-        "no ptrace, works while a rank is blocked in a C++ collective or stopped at a "
-        "breakpoint) and group ranks by identical main-thread stack.",
+        description="Dump every thread's Python stack of each live rank (by signal: no debugger, no ptrace, works "
+        "while a rank is blocked in a C++ collective or stopped at a breakpoint) and group ranks by identical "
+        "main-thread stack. With no session here: the job $RTDEBUG_STORE or $RAY_ADDRESS names (as for ps).",
     )
     p.add_argument("--session", type=_session_id, help="session id (default: the newest live session)")
     p.add_argument("--rank", metavar="RANKS", help="ranks to dump, e.g. 0 or 0,2-3 (default: all)")
@@ -210,16 +209,8 @@ def _add_stacks(sub) -> None:
     p.add_argument("--native", action="store_true", help="add native frames with py-spy (needs ptrace rights)")
     p.add_argument("--threads", action="store_true", help="also print every rank's other threads")
     p.add_argument("--pid", type=int, help="a job rtdebug did not start: its torchrun agent or a rank (py-spy)")
-    p.add_argument(
-        "--store",
-        metavar="HOST:PORT",
-        help="every rank of a multi-node job, through its store (no session here: $RTDEBUG_STORE, as ps)",
-    )
-    p.add_argument(
-        "--ray-address",
-        metavar="HOST:PORT",
-        help="every worker of a Ray Train run, through its GCS (no session here: $RAY_ADDRESS, as ps)",
-    )
+    p.add_argument("--store", metavar="HOST:PORT", help="every rank of a multi-node job, through its store")
+    p.add_argument("--ray-address", metavar="HOST:PORT", help="every worker of a Ray Train run, through its GCS")
     p.add_argument(
         "--timeout",
         type=float,
@@ -233,18 +224,10 @@ def _cmd_stacks(args) -> int:
     from rtdebug.commands import stacks
 
     if args.pid is not None:  # a job rtdebug did not start (nor adopt): read-only, through py-spy
-        from rtdebug.commands import pidstacks
-        from rtdebug.common.errors import usage
+        from rtdebug.commands import pidstacks  # (py-spy's reader, loaded only for --pid)
 
-        given = [
-            f"--{k.replace('_', '-')}"
-            for k in ("session", "rank", "native", "store", "ray_address")
-            if getattr(args, k)
-        ]
-        if given:  # each would be ignored: say so rather than answer something else
-            raise usage(f"--pid reads one process tree on this machine with py-spy: not with {given[0]}")
-
-        return pidstacks.command(args.pid, args.json, args.threads, args.timeout)
+        others = [k for k in ("session", "rank", "native", "store", "ray_address") if getattr(args, k)]
+        return pidstacks.command(args.pid, args.json, args.threads, args.timeout, others)
     return stacks.command(
         args.session, args.rank, args.json, args.native, args.timeout, args.threads, args.store, args.ray_address
     )

@@ -7,5 +7,6 @@ process) and ``ray_driver`` (what the driver arms so Ray Train workers get endpo
 
 ``start`` is its one entry point, imported lazily by the shell. The launcher imports the shared layers
 (common, registry, stacks); ``rtdebug run`` is launcher and rank 0 in one process, so ``single`` imports
-``rtdebug.rank.bootstrap`` lazily, at that one place. Never imports the shell or the views.
+``rtdebug.rank.bootstrap`` lazily, at that one place. ``hangwatch`` reads a multi-node job's store
+through ``rtdebug.views.store`` (a lower layer). Never imports the shell.
 """

@@ -12,9 +12,11 @@ Two triggers, both watched from one thread of the launcher:
   again only if the picture changes. Skipped while a client is attached or a
   rank waits for one: then standing still is the point.
 
-On the node that hosts a multi-node job's store, both reports cover every node's ranks: they are
-asked through the store (``rtdebug.stacks.jobwide``), as ``rtdebug stacks --store`` does; ranks of a
-lost node are listed, not waited on. Elsewhere, or when the store does not answer, this node's ranks.
+On the node that hosts a multi-node job's store, the no-progress report covers every node's ranks:
+they are asked through the store (``rtdebug.stacks.jobwide``), as ``rtdebug stacks --store`` does;
+ranks of a lost node are listed, not waited on. The failure report is taken while this node's torchrun
+agent (the store's host) is paused, so it covers this node's ranks, by signal; so does either report
+elsewhere, or when the store does not answer.
 """
 
 from __future__ import annotations

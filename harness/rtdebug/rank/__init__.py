@@ -11,7 +11,10 @@ torch and waits for a client; then ``execute``s the user's script. A raise is re
 (``postmortem``). ``ray_worker`` is the same runtime behind Ray's worker callback; ``adopted`` the
 same runtime injected into a running rank (``rtdebug adopt``); ``api`` is ``rtdebug.breakpoint``,
 which finds the endpoint through ``runtime``. ``collrec`` records each rank's place in the collective
-sequence (``collstop`` stops it at the next collective, for "run all ranks to next collective").
+sequence (``collstop`` stops it at the next collective, for "run all ranks to next collective");
+``dumpwatch`` answers job-wide ``stacks`` requests from the store or the Ray KV; ``warmup`` imports
+debugpy's server in the background a minute in; ``dapgate`` admits a client only if its first bytes are
+a DAP ``initialize``; ``refusals`` reports refused clients, at most one line a second.
 
 A rank's start path must stay lean (``tests/test_imports.py``): no psutil, filelock or debugpy before
 the user's script runs. Imports the shared layers (common, registry, stacks) only: never the shell,

@@ -8,8 +8,8 @@ collectives are wrapped instead (both ``torch.distributed.X`` and
 writes op, per-group sequence number, shapes, dtype, group and the user's call site into a
 fixed-size record (``rtdebug.registry.collseq``) in an mmap of ``coll-<rank>.bin``; returning
 flips one byte. No thread, no lock: one cache lookup per call finds what a loop repeats (call site
-and line, group, shapes, dtype, as record bytes built once), so a call rewrites the header and,
-only when those changed, the static block. Anyone can read the file without signalling the rank,
+and line, group, shapes, dtype, as record bytes built once), so a call rewrites the header, the
+tail's generation and, only when those changed, the static block. Anyone can read the file without signalling the rank,
 even while it is blocked in C++. What it costs: bench/COLLREC_RESULTS.md.
 
 Limits, said plainly: collectives issued from C++ (DDP's gradient buckets, the reducer) never pass

@@ -2,7 +2,8 @@
 
 A rank (``rtdebug.rank.collrec``) keeps the last collective it entered in a ``SIZE``-byte file
 ``coll-<rank>.bin`` of its session directory, mapped into memory, so that entering a collective
-costs one ``struct.pack_into`` and returning costs one byte. ``ps``, ``stacks`` and the hang
+costs two small ``struct.pack_into`` writes (the header, then its generation at the tail; the static
+block only when it changed) and returning costs one byte. ``ps``, ``stacks`` and the hang
 report read that file without signalling the rank -- a rank blocked inside a C++ collective
 answers as well as a running one.
 

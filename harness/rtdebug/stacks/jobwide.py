@@ -6,7 +6,8 @@ the answers of the ranks that are alive, and groups them exactly as a local ``st
 (``rtdebug.stacks.group``), so the text and ``--json`` are the same. Ranks whose node lost its
 heartbeat are listed, never waited on. Every answer is checked (``rtdebug.stacks.answer.parse``);
 one that no known secret signed is kept but marked (``unverified``); junk is listed with why.
-The request and its answers are deleted afterwards: a store is not a log.
+The request is deleted once answered, and each rank deletes its previous answer when it writes the
+next, so a store holds at most one answer per rank: it is not a log.
 """
 
 from __future__ import annotations
