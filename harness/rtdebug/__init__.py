@@ -21,7 +21,8 @@ named entry points (``tests/test_layout.py`` checks this from the source, string
 included): the shell starts the launcher through ``rtdebug.launcher.start``; the launcher names
 ``rtdebug.rank.bootstrap`` as torchrun's ``-m`` target and runs ``rtdebug run``'s rank 0 through it
 in its own process; the Ray driver setup names ``rtdebug.rank.ray_worker`` in ``RAY_TRAIN_CALLBACKS``;
-``rtdebug adopt`` names ``rtdebug.rank.adopted`` in the code it injects into a running rank; and this module resolves ``breakpoint`` from ``rtdebug.rank.api`` on first use.
+``rtdebug adopt`` names ``rtdebug.rank.adopted`` in the code it injects into a running rank; and this
+module resolves ``breakpoint`` from ``rtdebug.rank.api`` on first use.
 
 ``breakpoint`` is resolved lazily so that ``import rtdebug.<anything>`` costs no rank code.
 """
