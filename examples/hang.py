@@ -4,10 +4,10 @@ Every rank trains a few agreeing steps, then rank ``--skip-rank`` (default 1)
 skips one ``all_reduce`` and goes to ``evaluate``'s ``barrier``, while the
 others wait in that ``all_reduce`` -- until the process-group timeout.
 
-    rtdebug torchrun --nproc-per-node 2 examples/hang.py
+    rtdebug torchrun --nproc-per-node 3 examples/hang.py
     rtdebug stacks          # in another terminal:
-    # rank 0: all_reduce <- train_step (hang.py:22)
-    # rank 1: barrier <- evaluate (hang.py:26)   <- departs from rank 0 at main (hang.py:42); ...
+    # rank 1 never entered ALLREDUCE #4 (hang.py:22): it is in barrier <- evaluate (hang.py:26), ...
+    # rank 1: barrier <- evaluate (hang.py:26)   <- departs from ranks 0,2 at main (hang.py:42); ...
 
 ``--check-collectives`` names the mismatch at once instead of hanging.
 """

@@ -9,9 +9,9 @@ const path = require('path');
 const { execFileSync, spawn } = require('child_process');
 const wb = require('./workbench');
 
-function spawnJob(python, ws, portBase, wait, script, args) {
+function spawnJob(python, ws, portBase, wait, script, args, nproc = 2) {
   // its own rendezvous port (torchrun's default 29500 may be another job's on a shared machine)
-  const tr = ['--nproc-per-node', '2', '--master-addr', '127.0.0.1', '--master-port', String(portBase + 2)];
+  const tr = ['--nproc-per-node', String(nproc), '--master-addr', '127.0.0.1', '--master-port', String(portBase + 2)];
   const job = spawn(python, ['-m', 'rtdebug', 'torchrun', '--debug-port-base', String(portBase), '--wait', wait, ...tr, script, ...args],
     { cwd: ws, env: process.env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
   const out = [];
@@ -32,7 +32,7 @@ async function pickIfAsked(page, title, label) {
   await row.click();
 }
 
-const sessionOf = (job) => (job.out.join('\n').match(/all 2 local ranks ready \(session (\S+)\)/) || [])[1] || '';
+const sessionOf = (job) => (job.out.join('\n').match(/all \d+ local ranks ready \(session (\S+)\)/) || [])[1] || '';
 
 /** Each rank's last collective in the newest live session of `script`, from `rtdebug ps --json`. */
 function collectivesOf(python, script) {
@@ -97,14 +97,15 @@ async function collectivesFlow(ctx) {
   await verdictFlow(ctx);
 }
 
-/** The hang example, un-attached: the Rank Stacks view leads with the verdict; one click attaches the culprit. */
+/** The hang example on 3 ranks, un-attached (rank 1 skips; one against one, the records could not say
+ * which side skipped): the Rank Stacks view leads with the verdict; one click attaches the culprit. */
 async function verdictFlow({ page, ws, art, python, check, step, traceLines }) {
-  const hang = spawnJob(python, ws, 28200 + (process.pid % 500) * 4, 'none', path.join(ws, 'examples', 'hang.py'), ['--steps', '2']);
+  const hang = spawnJob(python, ws, 28200 + (process.pid % 500) * 4, 'none', path.join(ws, 'examples', 'hang.py'), ['--steps', '2'], 3);
   try {
-    // both ranks inside their third collective (different ones), as `rtdebug ps --json` reads the record
-    const inside = await wb.waitFor('both hang ranks inside their third collective', () => {
+    // every rank inside its third collective (rank 1 in another one), as `rtdebug ps --json` reads the record
+    const inside = await wb.waitFor('the hang ranks inside their third collective', () => {
       const c = collectivesOf(python, 'hang.py');
-      return c.length === 2 && c.every((x) => x && x.state === 'entered' && x.seq === 3) ? c : undefined;
+      return c.length === 3 && c.every((x) => x && x.state === 'entered' && x.seq === 3) ? c : undefined;
     }, 180000);
     step(`the hang job: ${inside.map((c, r) => `rank ${r} in ${c.op} #${c.seq}`).join(', ')}`);
     if (hang.job.exitCode !== null) throw new Error(`the hang job ended (exit ${hang.job.exitCode}):\n${hang.tail()}`);

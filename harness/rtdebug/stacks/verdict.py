@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from rtdebug.registry.collseq import where
+from rtdebug.registry.collseq import has_control, where
 from rtdebug.stacks.group import ranks_word
 
 Rec = dict[str, Any]
@@ -37,7 +37,8 @@ def _entry(rank: int, rec: Rec) -> Rec:
 
 
 def waited_on(recs: dict[int, Rec | None], key: Any = _key) -> tuple | None:
-    """``key`` (pg, seq, op) of the collective the most ranks are inside; ties go to the lowest rank's."""
+    """``key`` (pg, seq, op) of the collective the most ranks are inside; ties go to the lowest rank's
+    (``verdict_line`` names no culprit on a tie: which side skipped is not in the records)."""
     counts = Counter(key(r) for r in recs.values() if r is not None and r.get("state") == "entered")
     if not counts:
         return None
@@ -47,6 +48,10 @@ def waited_on(recs: dict[int, Rec | None], key: Any = _key) -> tuple | None:
         if rec is not None and rec.get("state") == "entered" and counts[key(rec)] == best:
             return key(rec)
     return None
+
+
+def _blocked(rec: Rec | None) -> bool:
+    return rec is not None and rec.get("state") == "entered"
 
 
 def _position(rec: Rec | None, pg: Any) -> str:
@@ -77,7 +82,13 @@ def verdict_line(
     if not others:
         n = len(inside)
         return (f"all {n} ranks are in {where(first)}" if n > 1 else f"rank {inside[0]} is in {where(first)}"), None
-    culprit = others[0]
+    # a rank inside another group's collective may itself be waiting (for the culprit); a tie at the top
+    # says two sides disagree, not which one skipped: neither is named, rather than the wrong one
+    tie = Counter(kf(recs[r] or {}) for r in others if _blocked(recs[r])).most_common(1)
+    candidates = [r for r in others if not (_blocked(recs[r]) and (recs[r] or {}).get("pg") != first.get("pg"))]
+    if not candidates or (tie and tie[0][1] >= len(inside)):
+        return _stalemate(recs, inside, [r for r in others if _blocked(recs[r])], first), None
+    culprit = candidates[0]
     text = (
         f"{ranks_word(others)} never entered {where(first)}: "
         f"rank {culprit} is in {labels.get(culprit, '?')}, {_position(recs[culprit], key[0])}"
@@ -85,6 +96,20 @@ def verdict_line(
     if len(others) == 1:
         text = text.replace(f": rank {culprit} is in ", ": it is in ", 1)
     return text + f"; {ranks_word(inside)} {'waits' if len(inside) == 1 else 'wait'} in it", culprit
+
+
+def _stalemate(recs: dict[int, Rec | None], inside: list[int], tied: list[int], first: Rec) -> str:
+    """Every rank is blocked, not all in one collective: which side is wrong is not in the records (a tie
+    at one number, or ranks of one group waiting for a rank that waits in another), so no culprit."""
+    parts = [f"{ranks_word(inside)} in {where(first)}"]
+    by_key: dict[tuple, list[int]] = {}
+    for r in tied:
+        by_key.setdefault(_key(recs[r] or {}), []).append(r)
+    for ranks in by_key.values():
+        rec = recs[ranks[0]] or {}
+        group = f" of group {rec.get('pg')}" if rec.get("pg") != first.get("pg") else ""
+        parts.append(f"{ranks_word(ranks)} in {where(rec)}{group}")
+    return "ranks are blocked in different collectives: " + "; ".join(parts)
 
 
 def annotate(snap: dict[str, Any], dumps: dict[int, dict[str, Any]], by_site: bool = False) -> dict[str, Any]:
@@ -101,7 +126,10 @@ def annotate(snap: dict[str, Any], dumps: dict[int, dict[str, Any]], by_site: bo
             if "collective" not in d:
                 missing = True
                 continue
-            rec = d["collective"] if isinstance(d["collective"], dict) and _valid(d["collective"]) else None
+            rec = d["collective"]
+            if rec is not None and not (isinstance(rec, dict) and _valid(rec)):
+                missing = True  # a record that is there but unreadable: no verdict, not "before any"
+                continue
             recs[rank] = rec
             if rec is not None:
                 g["collectives"].append(_entry(rank, rec))
@@ -120,4 +148,5 @@ def _valid(rec: Rec) -> bool:
         and isinstance(rec.get("line", 0), int)
         and isinstance(rec.get("file", ""), str)
         and isinstance(rec.get("pg", ""), (str, type(None)))
+        and not any(has_control(str(rec.get(k) or "")) for k in ("op", "file", "pg"))
     )
