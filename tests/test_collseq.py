@@ -54,6 +54,8 @@ def test_valid_record_reads_back(tmp_path):
         {"since": float("nan")},
         {"since": -1.0},
         {"func": b"\xff\xfe"},  # not UTF-8
+        {"file": b"a.py\n\x1b[1A\x1b[2Kall healthy"},  # control characters would rewrite the terminal
+        {"pg": "0\u009b".encode()},  # a C1 control (CSI) in valid UTF-8
     ],
 )
 def test_forged_fields_read_as_none(tmp_path, over):
@@ -102,6 +104,21 @@ def test_read_entry_opens_only_rtdebugs_own_name(tmp_path):
         {"rank": 1},
     ):
         assert collseq.read_entry(tmp_path, entry) is None, entry
+
+
+def test_read_known_tells_a_record_before_its_first_collective_from_an_unreadable_one(tmp_path):
+    """Armed, nothing entered yet: known, no record ("before any collective"). Truncated, garbled or not
+    rtdebug's name: not known, so the verdict says nothing rather than naming that rank."""
+    entry = {"rank": 0, "collectives": {"file": "coll-0.bin"}}
+    path = tmp_path / "coll-0.bin"
+    path.write_bytes(collseq.MAGIC + bytes([collseq.VERSION]) + bytes(collseq.SIZE - collseq.STATE_OFFSET))
+    assert collseq.read_known(tmp_path, entry) == (True, None)
+    path.write_bytes(record())
+    assert collseq.read_known(tmp_path, entry)[0] is True and collseq.read_known(tmp_path, entry)[1]["seq"] == 812
+    for data in (b"", bytes(collseq.SIZE), bytes(record(gen2=8))):
+        path.write_bytes(data)
+        assert collseq.read_known(tmp_path, entry) == (False, None), data[:8]
+    assert collseq.read_known(tmp_path, {"rank": 0, "collectives": {"file": "x.bin"}}) == (False, None)
 
 
 def test_fit_keeps_a_long_paths_tail_and_whole_characters():

@@ -25,15 +25,18 @@ WAIT_S = 30.0  # a bounded wait, then re-read the request counter
 MIN_GAP_S = 0.2  # at most one dump per this long, however many requests come
 
 
-def collective() -> dict[str, Any] | None:
-    """This rank's collective record (``rtdebug.rank.collrec``); None if it has none or cannot be read."""
+def collective() -> dict[str, Any]:
+    """``{"collective": the record or None before the first}``, or ``{}`` when this rank keeps no record
+    (off, or unreadable): the requester then gives no verdict, as for a local rank without one."""
     from rtdebug.rank import collrec  # here: a Ray worker's thread starts before the record is armed
 
     try:
+        if collrec._rec["mm"] is None:
+            return {}
         snap = collrec.snapshot()
     except Exception:
-        return None
-    return snap if isinstance(snap, dict) else None
+        return {}
+    return {"collective": snap if isinstance(snap, dict) else None}
 
 
 class StoreWatch:
@@ -96,7 +99,7 @@ class StoreWatch:
         time.sleep(max(0.0, MIN_GAP_S - (time.monotonic() - self._at)))
         self._at = time.monotonic()
         out = c10d.dump_key(self.run_id, n, self.rank)
-        value = answer.answer(out, self.rank, n, answer.take(), self.secret, collective=collective(), **self.where)
+        value = answer.answer(out, self.rank, n, answer.take(), self.secret, **collective(), **self.where)
         client.set(out, value)
         if self._last_answer is not None:
             client.delete_key(self._last_answer)  # one answer per rank in the store, at most
@@ -137,7 +140,7 @@ class KVWatch:
                 self.last_n = n
                 out = dump_answer_key(self.sid, self.rank)
                 dump = answer.take(self.main_ident)
-                value = answer.answer(out, self.rank, n, dump, self.secret, collective=collective(), **self.where)
+                value = answer.answer(out, self.rank, n, dump, self.secret, **collective(), **self.where)
                 self.kv.put_raw(out, value)
             except Exception:  # the cluster is going away with the run
                 continue

@@ -81,9 +81,15 @@ def _text(length: int, raw: bytes) -> str | None:
     if length > len(raw) or any(raw[length:]):  # bytes past the length must be the zero padding
         return None
     try:
-        return raw[:length].decode("utf-8")
+        text = raw[:length].decode("utf-8")
     except UnicodeDecodeError:
         return None
+    return None if has_control(text) else text
+
+
+def has_control(text: str) -> bool:
+    """A C0/C1 control character (a newline, an escape): printed, it could rewrite the terminal's lines."""
+    return any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in text)
 
 
 def decode(buf: bytes) -> dict[str, Any] | None:
@@ -119,10 +125,25 @@ def where(rec: dict[str, Any]) -> str:
 
 
 def read(path: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """The record in ``path``, or None (missing, not a regular file, wrong size, garbage, torn).
+    """The record in ``path``, or None (missing, not a regular file, wrong size, garbage, torn)."""
+    buf = _read_bytes(path)
+    return None if buf is None else decode(buf)
 
-    Two reads must agree: a read that overlaps the rank's write is retried, never half-believed.
-    """
+
+def read_known(session_dir: str | os.PathLike[str], entry: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]:
+    """(known, record) for what a rank entry names: known with None is a record armed before its first
+    collective; not known is anything else unreadable, which must make no verdict rather than a wrong one."""
+    info, rank = entry.get("collectives"), entry.get("rank")
+    if not isinstance(info, dict) or not isinstance(rank, int) or info.get("file") != coll_file(rank):
+        return False, None
+    buf = _read_bytes(Path(session_dir) / coll_file(rank))
+    rec = None if buf is None else decode(buf)
+    return (rec is not None or buf == MAGIC + bytes([VERSION]) + bytes(SIZE - STATE_OFFSET)), rec
+
+
+def _read_bytes(path: str | os.PathLike[str]) -> bytes | None:
+    """The file's ``SIZE`` bytes, or None. Two reads must agree: one that overlaps the rank's write is
+    retried, never half-believed."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError:
@@ -135,7 +156,7 @@ def read(path: str | os.PathLike[str]) -> dict[str, Any] | None:
         for _ in range(4):
             buf = os.pread(fd, SIZE + 1, 0)
             if buf == prev:
-                return decode(buf)
+                return buf if len(buf) == SIZE else None
             prev = buf
         return None
     except OSError:
@@ -146,8 +167,4 @@ def read(path: str | os.PathLike[str]) -> dict[str, Any] | None:
 
 def read_entry(session_dir: str | os.PathLike[str], entry: dict[str, Any]) -> dict[str, Any] | None:
     """The record a rank entry names, only if it names rtdebug's own file for that rank."""
-    info = entry.get("collectives")
-    rank = entry.get("rank")
-    if not isinstance(info, dict) or not isinstance(rank, int) or info.get("file") != coll_file(rank):
-        return None
-    return read(Path(session_dir) / coll_file(rank))
+    return read_known(session_dir, entry)[1]

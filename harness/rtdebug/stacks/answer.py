@@ -107,9 +107,10 @@ def parse(key: str, raw: bytes, rank: int, n: int, known: list[str]) -> tuple[di
         "main_id": value["main_id"],
         "pid": value["pid"],
         "complete": True,
-        "collective": value.get("collective"),
         "verified": signing.verify(key, value, known),
     }
+    if "collective" in value:  # absent: the rank keeps no record, so no verdict (not "before any")
+        dump["collective"] = value["collective"]
     for name in ("hostname", "node_ip"):
         if isinstance(value.get(name), str):
             dump[name] = value[name][:255]

@@ -160,7 +160,9 @@ def collect(
     pids = {e["rank"]: e["pid"] for e in live}
     for e in live:  # each rank's place in the collective sequence, read without signalling it
         if e["rank"] in dumps and isinstance(e.get("collectives"), dict):
-            dumps[e["rank"]]["collective"] = collseq.read_entry(sdir, e)
+            known, rec = collseq.read_known(sdir, e)
+            if known:  # an unreadable record leaves the key out: no verdict, rather than "before any"
+                dumps[e["rank"]]["collective"] = rec
     # "incomplete": dumps that stopped short of the main thread's bottom
     snap = stackgroup.snapshot(sid, taken_at, start, dumps, unresponsive, pids, ended)
     return verdict.annotate(snap, dumps, by_site=session.get("mode") == "adopted")
