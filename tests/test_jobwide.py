@@ -102,6 +102,18 @@ def test_without_the_secret_answers_are_unverified_and_a_forged_request_is_ignor
         )
 
 
+def test_a_planted_request_key_does_not_silence_the_next_request(store, ranks):
+    """Junk written at the next request number (no secret needed) is passed over by the ranks; the
+    requester takes a fresh number instead of writing its own request where they no longer wait."""
+    with TCPStoreClient("127.0.0.1", store.port) as c:
+        nxt = c.add(c10d.dump_seq_key(RUN), 0) + 1
+        c.set(c10d.dump_key(RUN, nxt), b"junk")
+        time.sleep(0.5)  # the ranks see it and pass it over
+        snap = jobwide.from_store(c, session(), [SECRET], timeout=5.0)
+        assert snap["unresponsive"] == [] and sorted(r for g in snap["groups"] for r in g["ranks"]) == [0, 1, 2]
+        c.delete_key(c10d.dump_key(RUN, nxt))
+
+
 def test_hostile_answers_are_marked_or_refused():
     """A rank's answer key forged by someone who reaches the store: wrong MAC, junk, oversized."""
     n = 10_000
@@ -247,3 +259,30 @@ def test_stacks_without_a_session_here_asks_the_store_ps_is_set_up_for(tmp_path)
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert r.stderr.startswith("rtdebug: error: no live rtdebug session; start one with"), r.stderr
     assert "; through $RTDEBUG_STORE (127.0.0.1:1): cannot reach the job store at 127.0.0.1:1" in r.stderr
+
+
+def test_a_forged_answer_never_steers_the_verdict_nor_the_terminal():
+    """Someone who reaches the store writes rank 1's answer before it does, unsigned: its record says it
+    waits with the others (hiding the culprit) and its function name carries terminal escapes. Once an
+    answer is signed with a known secret, unsigned ones give no verdict; control characters print as '?'."""
+    n = 10_001
+    rec = {"op": "ALLREDUCE", "seq": 4, "state": "entered", "file": "/j/hang.py", "line": 22, "pg": "0"}
+    real = dict(
+        answer.take(), text='Thread 0x1 (most recent call first):\n  File "/j/hang.py", line 22 in train_step\n'
+    )
+    evil = dict(real, text=real["text"].replace("train_step", "x\x1b[2K\x9bhealthy"))
+    raws = {
+        0: (c10d.dump_key(RUN, n, 0), answer.answer(c10d.dump_key(RUN, n, 0), 0, n, real, SECRET, collective=rec)),
+        1: (c10d.dump_key(RUN, n, 1), answer.answer(c10d.dump_key(RUN, n, 1), 1, n, evil, None, collective=rec)),
+    }
+    why: dict[int, str] = {}
+    dumps = jobwide._take(raws, n, [SECRET], why)
+    assert why == {} and [dumps[r]["verified"] for r in (0, 1)] == [True, False]
+    snap = jobwide.snapshot(session(2), "store x", dumps, why, [], time.monotonic())
+    assert snap["verdict"] is None and snap["culprit"] is None and snap["unverified"] == [1]
+    from rtdebug.stacks.format import render
+
+    text = render(snap)
+    assert "x?[2K?healthy" in text and "\x1b" not in text and "\x9b" not in text
+    alone = jobwide.snapshot(session(2), "store x", {0: dumps[0]}, {1: "no answer"}, [], time.monotonic())
+    assert alone["culprit"] is None  # rank 1 unanswered: said unresponsive, never named from nothing

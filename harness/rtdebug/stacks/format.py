@@ -61,6 +61,10 @@ def frame_lines(frames: list[dict[str, Any]], mark: int | None, indent: str = " 
     return out
 
 
+# C0 (but the newline) and C1 control characters, each printed as "?"
+_CONTROLS = {c: "?" for c in (*range(0x20), *range(0x7F, 0xA0)) if c != 0x0A}
+
+
 def render(snap: dict[str, Any], threads: bool = False, native: bool = False) -> str:
     """The full text: header, summary, then per-group frames (and other threads / native frames)."""
     n = sum(len(g["ranks"]) for g in snap["groups"]) + len(snap.get("unresponsive", []))
@@ -89,7 +93,7 @@ def render(snap: dict[str, Any], threads: bool = False, native: bool = False) ->
             out.append(
                 f"  (+{len(others)} other thread{'s' if len(others) != 1 else ''} in {where}; --threads shows them)"
             )
-    return "\n".join(out)
+    return "\n".join(out).translate(_CONTROLS)  # a forged answer's names never drive the terminal
 
 
 def native_main_lines(native: Any) -> list[str]:

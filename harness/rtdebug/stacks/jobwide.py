@@ -51,7 +51,10 @@ def snapshot(
     snap = stackgroup.snapshot(session["session_id"], taken_at, start, dumps, unresponsive, pids, ended)
     snap["source"] = source
     snap["unverified"] = sorted(r for r, d in dumps.items() if not d["verified"])
-    annotate(snap, dumps, session.get("mode") == "adopted")
+    # a forged answer must not steer the verdict: once any answer is signed with a secret known here,
+    # unsigned ones count as missing (so no verdict), though their stacks are shown, marked
+    signed = {r: d for r, d in dumps.items() if d["verified"]}
+    annotate(snap, signed if signed else dumps, session.get("mode") == "adopted")
     return snap
 
 
@@ -81,6 +84,10 @@ def from_store(
     run_id = str(session.get("rdzv_id"))
     ask, unresponsive, ended = split_ranks(session, ranks)
     n = client.add(c10d.dump_seq_key(run_id), 1)
+    for _ in range(8):  # a key already at n was planted (junk the ranks pass over): take the next number
+        if not client.check([c10d.dump_key(run_id, n)]):
+            break
+        n = client.add(c10d.dump_seq_key(run_id), 1)
     req = c10d.dump_key(run_id, n)
     client.set(req, answer.request(req, n, known))
     try:
