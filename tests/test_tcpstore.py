@@ -61,6 +61,16 @@ def test_the_client_module_does_not_import_torch():
     assert out.stdout.strip() == "False"
 
 
+def _drain(conn: socket.socket) -> None:
+    """Read the client's hello and request (they may come apart): closing on unread bytes would reset."""
+    conn.settimeout(0.2)
+    try:
+        while conn.recv(100):
+            pass
+    except TimeoutError:
+        pass
+
+
 def _fake_store(answer: bytes) -> tuple[socket.socket, int]:
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
@@ -68,7 +78,7 @@ def _fake_store(answer: bytes) -> tuple[socket.socket, int]:
 
     def serve():
         conn, _ = srv.accept()
-        conn.recv(100)
+        _drain(conn)
         conn.sendall(answer)
         time.sleep(0.5)
         conn.close()
@@ -90,3 +100,25 @@ def test_a_hostile_server_gets_one_bounded_error(answer, error):
     with srv, TCPStoreClient("127.0.0.1", port) as c, pytest.raises(StoreError) as exc:
         c.list_keys()
     assert str(exc.value) == error
+
+
+def test_a_store_that_answers_a_byte_at_a_time_is_bounded_for_the_whole_answer():
+    """Each byte inside the socket timeout, the whole answer far beyond it: the client gives up once
+    the answer as a whole has taken ``timeout``, not after each silent gap."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+
+    def serve():
+        conn, _ = srv.accept()
+        _drain(conn)
+        with conn:
+            for byte in struct.pack("<Q", 1):
+                time.sleep(0.3)
+                conn.sendall(bytes([byte]))
+
+    threading.Thread(target=serve, daemon=True).start()
+    t0 = time.monotonic()
+    with srv, TCPStoreClient("127.0.0.1", srv.getsockname()[1], timeout=1.0) as c, pytest.raises(OSError) as exc:
+        c.list_keys()
+    assert time.monotonic() - t0 < 1.8 and "took longer than 1 s" in str(exc.value)

@@ -55,6 +55,7 @@ class TCPStoreClient:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._budget = 0
+        self._deadline = time.monotonic() + timeout
         self.sock.sendall(struct.pack("<BI", VALIDATE, MAGIC))
 
     # -- wire ---------------------------------------------------------------
@@ -64,7 +65,14 @@ class TCPStoreClient:
             raise StoreError(f"the store's answer exceeds {MAX_TOTAL >> 20} MiB")
         buf = bytearray()
         while len(buf) < n:
-            chunk = self.sock.recv(min(n - len(buf), 1 << 20))
+            left = self._deadline - time.monotonic()  # for the whole answer: a byte at a time cannot stretch it
+            if left <= 0:
+                raise StoreError(f"the store's answer took longer than {self.timeout:g} s")
+            self.sock.settimeout(left)
+            try:
+                chunk = self.sock.recv(min(n - len(buf), 1 << 20))
+            except TimeoutError:
+                raise StoreError(f"the store's answer took longer than {self.timeout:g} s") from None
             if not chunk:
                 raise StoreError("the store closed the connection mid-answer")
             buf += chunk
@@ -87,6 +95,8 @@ class TCPStoreClient:
 
     def _ask(self, payload: bytes) -> None:
         self._budget = 0
+        self._deadline = time.monotonic() + self.timeout
+        self.sock.settimeout(self.timeout)
         self.sock.sendall(payload)
 
     # -- API ----------------------------------------------------------------
@@ -131,10 +141,12 @@ class TCPStoreClient:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready, _, _ = select.select([self.sock], [], [], left)
             if ready:
+                self._deadline = time.monotonic() + self.timeout  # the answer itself, once the wait is over
                 return self._wait_answer(self._recv(1)[0]) == STOP_WAITING
             if deadline is not None and time.monotonic() >= deadline:
                 break
         self.sock.sendall(bytes([CANCEL_WAIT]))
+        self._deadline = time.monotonic() + self.timeout
         got = self._recv(1)[0]
         if got == STOP_WAITING:  # the keys came just before the cancel: its answer follows
             self._wait_answer(self._recv(1)[0], WAIT_CANCELED)
