@@ -104,7 +104,8 @@ class StoreWatch:
         if self._last_answer is not None:
             client.delete_key(self._last_answer)  # one answer per rank in the store, at most
         self._last_answer = out
-        client.add(c10d.dump_done_key(self.run_id, n), 1)
+        if client.check([key]):  # the requester still waits (once it gave up, a count would be left behind)
+            client.add(c10d.dump_done_key(self.run_id, n), 1)
 
 
 class KVWatch:
