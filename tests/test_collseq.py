@@ -139,3 +139,8 @@ def test_ps_table_says_the_collective_short():
     assert "COLLECTIVE" not in format_table([dict(base, collective=None)], "s")
     table = format_table([dict(base, collective=entered), dict(base, rank=1, collective=None)], "s")
     assert table.splitlines()[0].endswith("COLLECTIVE") and "in ALLREDUCE #812 (train.py:42)" in table.splitlines()[1]
+    # a store entry's "collective" is forgeable: wrong shapes and control characters show nothing
+    for forged in ({"op": [1, 2], "seq": 1, "state": "entered"}, {"op": "X", "seq": True, "state": "entered"},
+                   dict(entered, file="a\x1b[2K.py"), "ALLREDUCE #1"):  # fmt: skip
+        assert collective({"collective": forged}) == "", forged
+    assert collective({"collective": dict(entered, since=-1e308)}) == "in ALLREDUCE #812 (train.py:42)"

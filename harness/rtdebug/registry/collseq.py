@@ -119,6 +119,24 @@ def decode(buf: bytes) -> dict[str, Any] | None:
     }
 
 
+def plausible(rec: Any) -> bool:
+    """A record dict from a store or KV answer (or an entry's ``collective``) is as forgeable as any text:
+    only the shapes its readers use, and no control characters in what they print."""
+    return (
+        isinstance(rec, dict)
+        and isinstance(rec.get("op"), str)
+        and isinstance(rec.get("seq"), int)
+        and not isinstance(rec.get("seq"), bool)
+        and rec.get("state") in ("entered", "returned")
+        and isinstance(rec.get("line", 0), int)
+        and not isinstance(rec.get("line", 0), bool)
+        and isinstance(rec.get("file", ""), str)
+        and isinstance(rec.get("pg", ""), (str, type(None)))
+        and isinstance(rec.get("since", 0.0), (int, float))
+        and not any(has_control(str(rec.get(k) or "")) for k in ("op", "file", "pg"))
+    )
+
+
 def where(rec: dict[str, Any]) -> str:
     """``ALLREDUCE #812 (train.py:42)``: how ``ps``, the verdict and the views name a record's collective."""
     return f"{rec.get('op')} #{rec.get('seq')} ({os.path.basename(str(rec.get('file') or '?'))}:{rec.get('line', '?')})"

@@ -34,15 +34,15 @@ def pg_timeout(session: dict[str, Any]) -> str:
 
 def collective(r: dict[str, Any], now: float | None = None) -> str:
     """``in ALLREDUCE #12 (train.py:42) 40s``: the rank's last collective (``ps --json``'s ``collective``), or ""."""
-    c = r.get("collective")
-    if not isinstance(c, dict):
+    c: Any = r.get("collective")
+    if not collseq.plausible(c):  # a store entry's field is as forgeable as the rest of it
         return ""
     where = collseq.where(c)
     if c.get("state") != "entered":
         return f"after {where}"
     since = c.get("since")
     waited = (now or time.time()) - since if isinstance(since, (int, float)) else None
-    return f"in {where}" + (f" {waited:.0f}s" if waited is not None and waited >= 0 else "")
+    return f"in {where}" + (f" {waited:.0f}s" if waited is not None and 0 <= waited < 1e9 else "")
 
 
 def format_table(ranks: list[dict[str, Any]], session_id: str) -> str:

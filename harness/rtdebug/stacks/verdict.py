@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from rtdebug.registry.collseq import has_control, where
+from rtdebug.registry import collseq
+from rtdebug.registry.collseq import where
 from rtdebug.stacks.group import ranks_word
 
 Rec = dict[str, Any]
@@ -127,7 +128,7 @@ def annotate(snap: dict[str, Any], dumps: dict[int, dict[str, Any]], by_site: bo
                 missing = True
                 continue
             rec = d["collective"]
-            if rec is not None and not (isinstance(rec, dict) and _valid(rec)):
+            if rec is not None and not collseq.plausible(rec):
                 missing = True  # a record that is there but unreadable: no verdict, not "before any"
                 continue
             recs[rank] = rec
@@ -136,17 +137,3 @@ def annotate(snap: dict[str, Any], dumps: dict[int, dict[str, Any]], by_site: bo
     text, culprit = (None, None) if missing or not recs else verdict_line(recs, labels, by_site)
     snap["verdict"], snap["culprit"] = text, culprit
     return snap
-
-
-def _valid(rec: Rec) -> bool:
-    """A record from a store or KV answer is as forgeable as its text: only the shapes the verdict reads."""
-    return (
-        isinstance(rec.get("op"), str)
-        and isinstance(rec.get("seq"), int)
-        and not isinstance(rec.get("seq"), bool)
-        and rec.get("state") in ("entered", "returned")
-        and isinstance(rec.get("line", 0), int)
-        and isinstance(rec.get("file", ""), str)
-        and isinstance(rec.get("pg", ""), (str, type(None)))
-        and not any(has_control(str(rec.get(k) or "")) for k in ("op", "file", "pg"))
-    )
