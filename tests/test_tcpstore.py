@@ -71,7 +71,8 @@ def _drain(conn: socket.socket) -> None:
         pass
 
 
-def _fake_store(answer: bytes) -> tuple[socket.socket, int]:
+def _fake_store(answer: bytes, byte_gap: float = 0.0) -> tuple[socket.socket, int]:
+    """A server that answers anything with ``answer`` (with ``byte_gap``: one byte at a time)."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)
@@ -79,9 +80,11 @@ def _fake_store(answer: bytes) -> tuple[socket.socket, int]:
     def serve():
         conn, _ = srv.accept()
         _drain(conn)
-        conn.sendall(answer)
-        time.sleep(0.5)
-        conn.close()
+        with conn:
+            for chunk in [answer[i : i + 1] for i in range(len(answer))] if byte_gap else [answer]:
+                time.sleep(byte_gap)
+                conn.sendall(chunk)
+            time.sleep(0.5)
 
     threading.Thread(target=serve, daemon=True).start()
     return srv, srv.getsockname()[1]
@@ -105,20 +108,8 @@ def test_a_hostile_server_gets_one_bounded_error(answer, error):
 def test_a_store_that_answers_a_byte_at_a_time_is_bounded_for_the_whole_answer():
     """Each byte inside the socket timeout, the whole answer far beyond it: the client gives up once
     the answer as a whole has taken ``timeout``, not after each silent gap."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(1)
-
-    def serve():
-        conn, _ = srv.accept()
-        _drain(conn)
-        with conn:
-            for byte in struct.pack("<Q", 1):
-                time.sleep(0.3)
-                conn.sendall(bytes([byte]))
-
-    threading.Thread(target=serve, daemon=True).start()
+    srv, port = _fake_store(struct.pack("<Q", 1), byte_gap=0.3)
     t0 = time.monotonic()
-    with srv, TCPStoreClient("127.0.0.1", srv.getsockname()[1], timeout=1.0) as c, pytest.raises(OSError) as exc:
+    with srv, TCPStoreClient("127.0.0.1", port, timeout=1.0) as c, pytest.raises(OSError) as exc:
         c.list_keys()
     assert time.monotonic() - t0 < 1.8 and "took longer than 1 s" in str(exc.value)
