@@ -79,10 +79,13 @@ async function ranksFlow(ctx) {
     const resumed = new Set(traceLines().slice(mark).filter((e) => e.kind === 'continued').map((e) => e.rank));
     check(resumed.has(0) && resumed.has(1), `VS Code's Continue on one rank continued both (continued events from ranks ${[...resumed].join(',')})`);
     check(again.reason === 'breakpoint', 'rank 0 stopped at the second breakpoint while rank 1 waits in all_reduce');
-    const blocked = await wb.waitFor('rank 1 shown blocked', async () => { const t = await rowText(1); return /blocked/.test(t) && !/asking where/.test(t) ? t : undefined; }, 30000);
+    // the record's "blocked in ALLREDUCE #3 … 3s" may show first; wait for where `rtdebug stacks` puts it
+    // (or why it could not), not for the first "blocked"
+    const located = (t) => /blocked in [a-z_]\w* \(\S+:\d+\)|blocked: pause pending; no stack|no stack|did not answer/.test(t);
+    const blocked = await wb.waitFor('rank 1 shown blocked', async () => { const t = await rowText(1); return located(t) && !/asking where/.test(t) ? t : undefined; }, 30000);
     let hasStacks = true;
     try { execFileSync(python, ['-m', 'rtdebug', 'stacks', '--help'], { stdio: 'ignore', timeout: 30000 }); } catch { hasStacks = false; }
-    if (hasStacks) check(/blocked in \S+ \(\S+:\d+\)/.test(blocked), `rank 1 is shown blocked where rtdebug stacks says: ${blocked}`);
+    if (hasStacks) check(/blocked in [a-z_]\w* \(\S+:\d+\)/.test(blocked), `rank 1 is shown blocked where rtdebug stacks says: ${blocked}`);
     else check(/blocked: pause pending; no stack/.test(blocked), `rank 1 is shown blocked (no "rtdebug stacks" in this harness yet): ${blocked}`);
     await page.screenshot({ path: path.join(art, 'vscode-e2e-ranks-view-blocked.png') });
     if (hasStacks) await showStacks(page, check, art, bp2);
