@@ -11,7 +11,7 @@ const wb = require('./workbench');
 
 function spawnJob(python, ws, portBase, wait, script, args, nproc = 2) {
   // its own rendezvous port (torchrun's default 29500 may be another job's on a shared machine)
-  const tr = ['--nproc-per-node', String(nproc), '--master-addr', '127.0.0.1', '--master-port', String(portBase + 2)];
+  const tr = ['--nproc-per-node', String(nproc), '--master-addr', '127.0.0.1', '--master-port', String(portBase + nproc)];
   const job = spawn(python, ['-m', 'rtdebug', 'torchrun', '--debug-port-base', String(portBase), '--wait', wait, ...tr, script, ...args],
     { cwd: ws, env: process.env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
   const out = [];
