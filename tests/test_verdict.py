@@ -126,7 +126,8 @@ def test_group_collectives_carry_exactly_the_contract_keys():
     "forged",
     ["ALLREDUCE", 7, {"op": 1, "seq": 2, "state": "entered"}, {"op": "X", "seq": "2", "state": "entered"},
      {"op": "X", "seq": True, "state": "entered"}, {"op": "X", "seq": 2, "state": "maybe"},
-     {"op": "X\n\x1b[2Kall healthy", "seq": 2, "state": "entered"}, {"op": "X", "seq": 2, "state": "entered", "file": "a\x9bb"}],
+     {"op": "X\n\x1b[2Kall healthy", "seq": 2, "state": "entered"},
+     {"op": "X", "seq": 2, "state": "entered", "file": "a\x9bb"}],
 )  # fmt: skip
 def test_forged_records_give_no_verdict(forged):
     """An unreadable record is unknown, not "before any collective": naming that rank would be a guess."""
