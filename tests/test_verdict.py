@@ -88,6 +88,10 @@ def test_a_tie_names_no_culprit():
         assert "ALLREDUCE #812 (train.py:42)" in s["verdict"] and "BARRIER #812 (train.py:26)" in s["verdict"]
     two = annotate({REDUCE: {0: rec(), 1: rec()}, BARRIER: {2: rec("BARRIER"), 3: rec("BARRIER")}})
     assert two["culprit"] is None  # 2 against 2 as well
+    # a tie with a rank in no collective: every side is said, that rank too (it was left out)
+    mixed = annotate({REDUCE: {0: rec()}, BARRIER: {1: rec("BARRIER", line=26)}, FORWARD: {2: None}})
+    assert mixed["culprit"] is None and mixed["verdict"].startswith("no rank named: rank 0 in ALLREDUCE #812")
+    assert mixed["verdict"].endswith("; rank 2 before any collective"), mixed["verdict"]
 
 
 def test_a_rank_waiting_in_another_group_is_not_the_culprit():

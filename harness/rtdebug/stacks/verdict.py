@@ -17,7 +17,6 @@ from collections import Counter
 from typing import Any
 
 from rtdebug.registry import collseq
-from rtdebug.registry.collseq import where
 from rtdebug.stacks.group import ranks_word
 
 Rec = dict[str, Any]
@@ -37,24 +36,6 @@ def _entry(rank: int, rec: Rec) -> Rec:
     return {k: rec.get(k) for k in ("op", "seq", "state", "file", "line")} | {"rank": rank}
 
 
-def waited_on(recs: dict[int, Rec | None], key: Any = _key) -> tuple | None:
-    """``key`` (pg, seq, op) of the collective the most ranks are inside; ties go to the lowest rank's
-    (``verdict_line`` names no culprit on a tie: which side skipped is not in the records)."""
-    counts = Counter(key(r) for r in recs.values() if r is not None and r.get("state") == "entered")
-    if not counts:
-        return None
-    best = max(counts.values())
-    for rank in sorted(recs):
-        rec = recs[rank]
-        if rec is not None and rec.get("state") == "entered" and counts[key(rec)] == best:
-            return key(rec)
-    return None
-
-
-def _blocked(rec: Rec | None) -> bool:
-    return rec is not None and rec.get("state") == "entered"
-
-
 def _position(rec: Rec | None, pg: Any) -> str:
     """Where a rank stands in the sequence, said against the collective waited on (group ``pg``)."""
     if rec is None:
@@ -71,27 +52,28 @@ def verdict_line(
     """(the verdict, the culprit rank) for records of every dumped rank; (None, None) when nothing is waited on.
     ``by_site``: the ranks' numbers are not comparable (an adopted job): op and call site decide."""
     kf = _site_key if by_site else _key
-    key = waited_on(recs, kf)
-    if key is None:
+    # the collective the most ranks are inside (on a tie, the lowest rank's: said, never blamed)
+    entered = {r: rec for r in sorted(recs) if (rec := recs[r]) is not None and rec.get("state") == "entered"}
+    ranked = Counter(kf(rec) for rec in entered.values()).most_common(2)
+    if not ranked:
         return None, None
-    inside = sorted(
-        r for r, rec in recs.items() if rec is not None and rec.get("state") == "entered" and kf(rec) == key
-    )
+    key, tied = ranked[0][0], len(ranked) > 1 and ranked[1][1] == ranked[0][1]
+    inside = [r for r, rec in entered.items() if kf(rec) == key]
     others = sorted(r for r in recs if r not in inside)
-    first = recs[inside[0]]
-    assert first is not None
+    first = entered[inside[0]]
     if not others:
-        n = len(inside)
-        return (f"all {n} ranks are in {where(first)}" if n > 1 else f"rank {inside[0]} is in {where(first)}"), None
-    # a rank inside another group's collective may itself be waiting (for the culprit); a tie at the top
-    # says two sides disagree, not which one skipped: neither is named, rather than the wrong one
-    tie = Counter(kf(recs[r] or {}) for r in others if _blocked(recs[r])).most_common(1)
-    candidates = [r for r in others if not (_blocked(recs[r]) and (recs[r] or {}).get("pg") != first.get("pg"))]
-    if not candidates or (tie and tie[0][1] >= len(inside)):
-        return _stalemate(recs, inside, [r for r in others if _blocked(recs[r])], first), None
+        where = collseq.where(first)
+        return (
+            f"all {len(inside)} ranks are in {where}" if len(inside) > 1 else f"rank {inside[0]} is in {where}"
+        ), None
+    # a rank inside another group's collective may itself be waiting (for the culprit); a tie says two
+    # sides disagree, not which one skipped: then nobody is named, rather than the wrong rank
+    candidates = [r for r in others if r not in entered or entered[r].get("pg") == first.get("pg")]
+    if tied or not candidates:
+        return _stalemate(recs, entered, inside, others, kf), None
     culprit = candidates[0]
     text = (
-        f"{ranks_word(others)} never entered {where(first)}: "
+        f"{ranks_word(others)} never entered {collseq.where(first)}: "
         f"rank {culprit} is in {labels.get(culprit, '?')}, {_position(recs[culprit], key[0])}"
     )
     if len(others) == 1:
@@ -99,18 +81,25 @@ def verdict_line(
     return text + f"; {ranks_word(inside)} {'waits' if len(inside) == 1 else 'wait'} in it", culprit
 
 
-def _stalemate(recs: dict[int, Rec | None], inside: list[int], tied: list[int], first: Rec) -> str:
-    """Every rank is blocked, not all in one collective: which side is wrong is not in the records (a tie
-    at one number, or ranks of one group waiting for a rank that waits in another), so no culprit."""
-    parts = [f"{ranks_word(inside)} in {where(first)}"]
+def _stalemate(
+    recs: dict[int, Rec | None], entered: dict[int, Rec], inside: list[int], others: list[int], kf: Any
+) -> str:
+    """Where every side stands when the records name nobody: a tie at the top, or the only ranks outside
+    the collective waited on are inside another group's (they may be waiting for its culprit)."""
+    first = entered[inside[0]]
+    parts = [f"{ranks_word(inside)} in {collseq.where(first)}"]
     by_key: dict[tuple, list[int]] = {}
-    for r in tied:
-        by_key.setdefault(_key(recs[r] or {}), []).append(r)
+    for r in others:
+        by_key.setdefault(kf(entered[r]) if r in entered else ("not inside", r), []).append(r)
     for ranks in by_key.values():
-        rec = recs[ranks[0]] or {}
-        group = f" of group {rec.get('pg')}" if rec.get("pg") != first.get("pg") else ""
-        parts.append(f"{ranks_word(ranks)} in {where(rec)}{group}")
-    return "ranks are blocked in different collectives: " + "; ".join(parts)
+        rec = entered.get(ranks[0])
+        if rec is None:
+            parts.append(f"{ranks_word(ranks)} {_position(recs[ranks[0]], first.get('pg'))}")
+        else:
+            group = f" of group {rec.get('pg')}" if rec.get("pg") != first.get("pg") else ""
+            parts.append(f"{ranks_word(ranks)} in {collseq.where(rec)}{group}")
+    head = "ranks are blocked in different collectives" if set(others) <= set(entered) else "no rank named"
+    return f"{head}: " + "; ".join(parts)
 
 
 def annotate(snap: dict[str, Any], dumps: dict[int, dict[str, Any]], by_site: bool = False) -> dict[str, Any]:
