@@ -9,8 +9,8 @@ writes op, per-group sequence number, shapes, dtype, group and the user's call s
 fixed-size record (``rtdebug.registry.collseq``) in an mmap of ``coll-<rank>.bin``; returning
 flips one byte. No thread, no lock: one cache lookup per call finds what a loop repeats (call site
 and line, group, shapes, dtype, as record bytes built once), so a call rewrites the header, the
-tail's generation and, only when those changed, the static block. Anyone can read the file without signalling the rank,
-even while it is blocked in C++. What it costs: bench/COLLREC_RESULTS.md.
+tail's generation and, only when those changed, the static block. Anyone can read the file without
+signalling the rank, even while it is blocked in C++. What it costs: bench/COLLREC_RESULTS.md.
 
 Limits, said plainly: collectives issued from C++ (DDP's gradient buckets, the reducer) never pass
 through Python and are not counted; ``seq`` counts the Python-level collectives this rank entered
@@ -79,7 +79,7 @@ def arm(session_dir: str | os.PathLike[str] | None, rank: int) -> dict[str, str]
         except OSError:
             mm = None
     _rec["mm"] = mm if mm is not None else mmap.mmap(-1, collseq.SIZE)
-    _rec["mm"][: collseq.STATE_OFFSET] = collseq.MAGIC + bytes([collseq.VERSION])  # never rewritten
+    _rec["mm"][: collseq.SIZE] = collseq.ARMED  # its magic and version are never rewritten
     _rec["static"] = None
     when_imported("torch.distributed", _patch)
     return field
@@ -102,6 +102,11 @@ def disarm() -> None:
     _rec["stop"] = False
     _static.clear()
     _seq.clear()  # a later adoption counts from its own start, as every rank of the job then does
+
+
+def recording() -> bool:
+    """Whether this rank keeps a record (armed and on), so that "no record" is never read as "none yet"."""
+    return _rec["mm"] is not None
 
 
 def snapshot() -> dict[str, Any] | None:

@@ -31,12 +31,9 @@ def collective() -> dict[str, Any]:
     from rtdebug.rank import collrec  # here: a Ray worker's thread starts before the record is armed
 
     try:
-        if collrec._rec["mm"] is None:
-            return {}
-        snap = collrec.snapshot()
+        return {"collective": collrec.snapshot()} if collrec.recording() else {}
     except Exception:
         return {}
-    return {"collective": snap if isinstance(snap, dict) else None}
 
 
 class StoreWatch:

@@ -57,6 +57,9 @@ MOVING = struct.Struct("<BHQ QdI")  # the header from STATE_OFFSET on: what each
 LIMITS = {"pg": 32, "dtype": 16, "shapes": 96, "file": 240, "func": 80}
 
 
+ARMED = MAGIC + bytes([VERSION]) + bytes(SIZE - STATE_OFFSET)  # what a rank writes at arm: nothing entered yet
+
+
 def coll_file(rank: int) -> str:
     """The name of rank ``rank``'s record in its session directory (the only name a reader opens)."""
     return f"coll-{rank}.bin"
@@ -156,7 +159,7 @@ def read_known(session_dir: str | os.PathLike[str], entry: dict[str, Any]) -> tu
         return False, None
     buf = _read_bytes(Path(session_dir) / coll_file(rank))
     rec = None if buf is None else decode(buf)
-    return (rec is not None or buf == MAGIC + bytes([VERSION]) + bytes(SIZE - STATE_OFFSET)), rec
+    return (rec is not None or buf == ARMED), rec
 
 
 def _read_bytes(path: str | os.PathLike[str]) -> bytes | None:
