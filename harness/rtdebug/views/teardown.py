@@ -111,8 +111,11 @@ def stop_local_session(reg: Registry, session: Entry) -> str:
     ranks = reg.ranks(sid)
     procs = recorded_processes(session, ranks)
     launcher = next((p for p in procs if p.pid == session["launcher_pid"]), None)
-    if launcher is not None and session["mode"] == "torchrun":
-        processes.terminate([launcher], grace_s=20)  # its own teardown stops torchrun and the ranks
+    if launcher is not None:
+        # first, alone: its own teardown stops torchrun and the ranks, or (``rtdebug run``) records the stop
+        # and ends; signalled with the Ray workers its script started, a driver could see them die first
+        # and exit 1 from a failed ray.get instead of by its signal
+        processes.terminate([launcher], grace_s=20)
     left = [p for p in procs if p.is_running()]
     if left:
         processes.terminate(left, grace_s=5)
