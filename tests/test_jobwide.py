@@ -286,3 +286,39 @@ def test_a_forged_answer_never_steers_the_verdict_nor_the_terminal():
     assert "x?[2K?healthy" in text and "\x1b" not in text and "\x9b" not in text
     alone = jobwide.snapshot(session(2), "store x", {0: dumps[0]}, {1: "no answer"}, [], time.monotonic())
     assert alone["culprit"] is None  # rank 1 unanswered: said unresponsive, never named from nothing
+
+
+class _GivesUp(TCPStoreClient):
+    """A rank's client on which the requester gives up (deletes its request, then the done count, as
+    ``jobwide.from_store`` does) at one chosen moment: each narrow race of a late answer, made certain."""
+
+    moment = ""
+
+    def set(self, key: str, value: bytes) -> None:
+        super().set(key, value)
+        self._maybe("answer")
+
+    def check(self, keys: list[str]) -> bool:
+        there = super().check(keys)
+        self._maybe("check")  # after the rank saw the request still there
+        return there
+
+    def _maybe(self, now: str) -> None:
+        if now == self.moment:
+            for key in (c10d.dump_key("late", 1), c10d.dump_done_key("late", 1)):
+                super().delete_key(key)
+
+
+@pytest.mark.parametrize("moment", ["", "answer", "check"])
+def test_a_late_answer_leaves_no_done_count_behind(store, moment):
+    watch = dumpwatch.StoreWatch("127.0.0.1", store.port, "late", 4, SECRET, {"hostname": "h"})
+    req, done, out = c10d.dump_key("late", 1), c10d.dump_done_key("late", 1), c10d.dump_key("late", 1, 4)
+    with TCPStoreClient("127.0.0.1", store.port) as requester, _GivesUp("127.0.0.1", store.port) as rank:
+        rank.moment = moment
+        requester.set(req, answer.request(req, 1, [SECRET]))
+        watch.handle(rank, 1)
+        assert requester.check([out])  # answered either way
+        # counted while the requester waits; after it gave up, nothing of the request is left
+        assert requester.check([done]) is (moment == "")
+        for key in (req, done, out):
+            requester.delete_key(key)

@@ -101,8 +101,10 @@ class StoreWatch:
         if self._last_answer is not None:
             client.delete_key(self._last_answer)  # one answer per rank in the store, at most
         self._last_answer = out
-        if client.check([key]):  # the requester still waits (once it gave up, a count would be left behind)
-            client.add(c10d.dump_done_key(self.run_id, n), 1)
+        done = c10d.dump_done_key(self.run_id, n)
+        client.add(done, 1)
+        if not client.check([key]):  # the requester gave up: it deletes the request, then the count, so a
+            client.delete_key(done)  # count made after that is this rank's to delete (none is left behind)
 
 
 class KVWatch:
