@@ -250,15 +250,25 @@ def test_a_ray_answer_is_read_once_while_the_requester_waits_for_the_rest(monkey
     assert len(answers) == 1, f"rank 0's answer parsed {len(answers)} times"
 
 
-def test_stacks_without_a_session_here_asks_the_store_ps_is_set_up_for(tmp_path):
-    """A laptop set up with RTDEBUG_STORE (as ``ps`` reads it): ``stacks`` with no local session asks that
-    store, and says so when it cannot be reached (the answering case: tests/test_multinode.py)."""
-    env = dict(os.environ, RTDEBUG_REGISTRY_DIR=str(tmp_path / "reg"), RTDEBUG_STORE="127.0.0.1:1")
+@pytest.mark.parametrize(
+    "var, unreachable",
+    [
+        ("RTDEBUG_STORE", "cannot reach the job store at 127.0.0.1:1"),
+        ("RAY_ADDRESS", "cannot reach the Ray cluster's GCS at 127.0.0.1:1"),
+    ],
+)
+def test_stacks_without_a_session_here_asks_the_job_ps_is_set_up_for(tmp_path, var, unreachable):
+    """A laptop set up with RTDEBUG_STORE or RAY_ADDRESS (as ``ps`` reads them): ``stacks`` with no local
+    session asks that job, and says so when it cannot be reached (the same readers answering, by flag:
+    tests/test_multinode.py, tests/test_ray_cluster.py)."""
+    env = dict(os.environ, RTDEBUG_REGISTRY_DIR=str(tmp_path / "reg"))
+    env.pop("RTDEBUG_STORE", None)
     env.pop("RAY_ADDRESS", None)
+    env[var] = "127.0.0.1:1"
     r = subprocess.run([PY, "-m", "rtdebug", "stacks"], capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert r.stderr.startswith("rtdebug: error: no live rtdebug session; start one with"), r.stderr
-    assert "; through $RTDEBUG_STORE (127.0.0.1:1): cannot reach the job store at 127.0.0.1:1" in r.stderr
+    assert f"; through ${var} (127.0.0.1:1): {unreachable}" in r.stderr
 
 
 def test_a_forged_answer_never_steers_the_verdict_nor_the_terminal():
