@@ -96,7 +96,8 @@ def from_store(
         values = client.multi_get(keys) if keys else []
         raws = {r: (k, v) for r, k, v in zip(ask, keys, values, strict=True) if v}
     finally:
-        for key in (req, c10d.dump_done_key(run_id, n)):  # this order: a rank counting after it deletes its count
+        # the request before the count: a rank that counts after this finds no request and deletes its count
+        for key in (req, c10d.dump_done_key(run_id, n)):
             client.delete_key(key)  # each rank deletes its own answer when it writes its next one
     _silent(session, ask, raws, timeout, unresponsive)
     dumps = _take(raws, n, known, unresponsive)
