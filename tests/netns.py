@@ -141,6 +141,18 @@ class Hosts:
         path = self.tmp / f"{h}.log"
         return path.read_text(errors="replace")[-tail:] if path.exists() else ""
 
+    def trouble(self, hosts: tuple[str, ...] = ("n0", "n1"), per_host: int = 20) -> str:
+        """What went wrong first on each host, from its whole log: an assertion shows only a log's tail,
+        and when a multi-node job dies the first failure is on one host while the tail is another's
+        echo of it (a peer's "Connection closed by peer")."""
+        pattern = re.compile(r"Error|Fatal|Segmentation|exitcode|Signal|rtdebug: |Traceback")
+        out = []
+        for h in hosts:
+            lines = [ln[:300] for ln in self.log(h, tail=1 << 30).splitlines() if pattern.search(ln)]
+            out.append(f"--- {h}: the first {per_host} of {len(lines)} lines that say what went wrong")
+            out.extend(lines[:per_host])
+        return "\n".join(out)
+
     def run(self, h: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run(
             ["ip", "netns", "exec", self.names[h], *args],

@@ -58,15 +58,16 @@ def node_args(hosts: Hosts, node: str, script: list[str], nproc: int = 1, static
 
 
 FLOOD = """
-import socket, sys
-n = 0
+import collections, socket, sys
+n, failed = 0, collections.Counter()
 for _ in range(2000):
     try:
         socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5).close()
         n += 1
-    except OSError:
-        pass
+    except OSError as exc:
+        failed[type(exc).__name__ + ': ' + str(exc)] += 1
 print(n)
+print(dict(failed), file=sys.stderr)
 """
 KNOCK = """
 import socket, sys
@@ -205,7 +206,8 @@ def test_two_hosts_one_view_attach_every_rank_and_lose_a_node(hosts, tmp_path):
     knock = hosts.run(other, PY, "-c", KNOCK, ranks[0]["host"], str(ranks[0]["port"]), timeout=60)
     assert knock.stdout.strip() in ("closed", "reset"), knock.stdout + knock.stderr
 
-    # a flood of 2000 refused connects (another uid, on rank 0's own host) costs the job nothing: refusals
+    # a flood of 2000 refused connects (another uid, on rank 0's own host; a loaded machine completes
+    # a few hundred of them, not all) costs the job nothing: refusals
     # never advance the store's liveness tick, so no node looks lost and the job runs on (issue 19)
     flood = hosts.run(
         "n0" if ranks[0]["host"] == hosts.addr["n0"] else "n1",
@@ -214,7 +216,7 @@ def test_two_hosts_one_view_attach_every_rank_and_lose_a_node(hosts, tmp_path):
         str(ranks[0]["port"]),
         timeout=120,
     )
-    assert flood.returncode == 0 and int(flood.stdout) > 1000, flood.stdout + flood.stderr
+    assert flood.returncode == 0 and int(flood.stdout) > 250, flood.stdout + flood.stderr
     time.sleep(12)  # longer than the view's LOST_ROUNDS at the heartbeat
     after = ps_json(hosts, "lap", "--store", store)["sessions"][0]
     assert after["state"] == "running" and all(r["state"] in ("ready", "attached") for r in after["ranks"]), after
@@ -360,7 +362,7 @@ def test_hang_one_grouped_answer_for_every_rank_of_two_nodes(hosts, tmp_path):
         if grouped(snap) == want or time.monotonic() > deadline:
             break
         time.sleep(1)
-    assert grouped(snap) == want, (snap, hosts.log("n0"), hosts.log("n1"))
+    assert grouped(snap) == want, (snap, hosts.trouble())
     assert snap["source"] == f"store {store}" and snap["unverified"] == [] and snap["unresponsive"] == []
     # each rank's answer carries its collective record: the verdict names rank 1, elsewhere than ALLREDUCE #4
     assert snap["culprit"] == 1, snap["verdict"]
@@ -390,7 +392,7 @@ def test_hang_one_grouped_answer_for_every_rank_of_two_nodes(hosts, tmp_path):
     # the automatic report, on the node that hosts the store, covers both nodes' ranks
     deadline = time.monotonic() + 60
     while "rtdebug: no rank's stack has changed for " not in hosts.log("n0", tail=1 << 30):
-        assert time.monotonic() < deadline, hosts.log("n0")
+        assert time.monotonic() < deadline, hosts.trouble()
         time.sleep(1)
     time.sleep(1)
     report = hosts.log("n0", tail=1 << 30).split("rtdebug: no rank's stack has changed for ", 1)[1]
