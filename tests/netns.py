@@ -141,7 +141,7 @@ class Hosts:
         path = self.tmp / f"{h}.log"
         return path.read_text(errors="replace")[-tail:] if path.exists() else ""
 
-    def trouble(self, hosts: tuple[str, ...] = ("n0", "n1"), per_host: int = 20) -> str:
+    def trouble(self, hosts: tuple[str, ...] = ("n0", "n1"), per_host: int = 30) -> str:
         """What went wrong first on each host, from its whole log: an assertion shows only a log's tail,
         and when a multi-node job dies the first failure is on one host while the tail is another's
         echo of it (a peer's "Connection closed by peer")."""
@@ -149,7 +149,7 @@ class Hosts:
         out = []
         for h in hosts:
             lines = [ln[:300] for ln in self.log(h, tail=1 << 30).splitlines() if pattern.search(ln)]
-            out.append(f"--- {h}: the first {per_host} of {len(lines)} lines that say what went wrong")
+            out.append(f"--- {h}: the first {min(per_host, len(lines))} of {len(lines)} lines that say what went wrong")
             out.extend(lines[:per_host])
         return "\n".join(out)
 

@@ -103,7 +103,7 @@ def wait_view(hosts: Hosts, h: str, n: int, *extra: str, timeout: float = 240) -
             if len([r for r in s["ranks"] if r["state"] == "ready"]) >= n:
                 return s
         time.sleep(1)
-    raise AssertionError(f"{n} ready ranks never seen from {h}: {last}\nn0: {hosts.log('n0')}\nn1: {hosts.log('n1')}")
+    raise AssertionError(f"{n} ready ranks never seen from {h}: {last}\n{hosts.trouble()}")
 
 
 def attach_and_stop(hosts: Hosts, store: str, rank: int, *extra: str) -> tuple[dict, str]:
@@ -206,9 +206,9 @@ def test_two_hosts_one_view_attach_every_rank_and_lose_a_node(hosts, tmp_path):
     knock = hosts.run(other, PY, "-c", KNOCK, ranks[0]["host"], str(ranks[0]["port"]), timeout=60)
     assert knock.stdout.strip() in ("closed", "reset"), knock.stdout + knock.stderr
 
-    # a flood of 2000 refused connects (another uid, on rank 0's own host; a loaded machine completes
-    # a few hundred of them, not all) costs the job nothing: refusals
-    # never advance the store's liveness tick, so no node looks lost and the job runs on (issue 19)
+    # a flood of 2000 refused connects (another uid, on rank 0's own host; a loaded machine completes a
+    # few hundred, not all) costs the job nothing: refusals never advance the store's liveness tick, so
+    # no node looks lost and the job runs on (issue 19)
     flood = hosts.run(
         "n0" if ranks[0]["host"] == hosts.addr["n0"] else "n1",
         *("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", FLOOD),
