@@ -71,7 +71,8 @@ def test_arm_writes_a_whole_dump_of_every_thread(real_dump):
     info, text, script, kill, helper = real_dump
     assert info["file"] == "stacks-3.txt" and info["signal"] == stacks.SIGNAL
     threads = stackgroup.parse_dump(text)
-    assert len(threads) == 2
+    assert len(threads) == 3  # newest first: the helper, rtdebug's dump thread (blocked on its FIFO), main
+    assert stackgroup.own_thread(threads[1]) and not stackgroup.own_thread(threads[0])
     main = stackgroup.main_thread(threads, info["main_thread"])
     assert main is threads[-1] and main["current"]
     assert (main["frames"][0]["function"], main["frames"][0]["line"]) == ("inner", kill)

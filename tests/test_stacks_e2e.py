@@ -192,17 +192,47 @@ def test_run_rank_keeps_stepping_while_dumped(job, registry_dir, port_base, tmp_
     assert bad.returncode == 2 and "rtdebug: error: --timeout must be > 0 seconds" in bad.stderr
 
 
-def test_rank_whose_program_took_the_signal_is_unresponsive_after_timeout(job, registry_dir, port_base, tmp_path):
-    j = job("run", "--port", str(port_base), str(SCRIPTS / "stacks_stepper.py"), str(tmp_path / "n"), "--take-signal")
+def start_stepper(job, registry_dir, port_base, tmp_path, *flags):
+    j = job("run", "--port", str(port_base), str(SCRIPTS / "stacks_stepper.py"), str(tmp_path / "n"), *flags)
     sid = j.session_id()
     wait_ranks(registry_dir, sid, 1)
+    want = -1 if "--hold-gil" in flags else 1
     deadline = time.monotonic() + 60
-    while read_count(tmp_path / "n") == 0 and time.monotonic() < deadline:
+    while read_count(tmp_path / "n") < 1 if want == 1 else read_count(tmp_path / "n") != -1:
+        assert time.monotonic() < deadline, "the stepper never got going"
         time.sleep(0.1)
-    snap = stacks_json("--session", sid, "--timeout", "1.5")
+    return sid
+
+
+def test_rank_whose_program_took_the_signal_still_answers_from_its_dump_thread(job, registry_dir, port_base, tmp_path):
+    """The dump thread needs no signal: a program that owns the fallback's signal is dumped all the same,
+    with its threads' names."""
+    sid = start_stepper(job, registry_dir, port_base, tmp_path, "--take-signal")
+    snap = stacks_json("--session", sid, "--timeout", "5")
+    assert snap["unresponsive"] == [] and snap["fallback"] == [] and [g["ranks"] for g in snap["groups"]] == [[0]]
+    names = {t.get("name") for t in snap["groups"][0]["threads"]}
+    assert {"MainThread", "helper", "rtdebug-dumps-0"} <= names, names
+
+
+def test_a_rank_holding_its_gil_gets_the_signal_fallback_named_as_such(job, registry_dir, port_base, tmp_path):
+    """A C call that keeps the GIL: the dump thread cannot run, so the signal-time dump answers, and the
+    output says it was the fallback."""
+    sid = start_stepper(job, registry_dir, port_base, tmp_path, "--hold-gil")
+    snap = stacks_json("--session", sid, "--timeout", "4")
+    assert snap["unresponsive"] == [] and [g["ranks"] for g in snap["groups"]] == [[0]]
+    assert snap["fallback"] == [{"rank": 0, "reason": "its dump thread did not answer within 1.5 s"}]
+    assert snap["groups"][0]["frames"][0]["function"] == "match"  # re.match, whose C loop holds the GIL
+    text = rtdebug("stacks", "--session", sid, "--timeout", "4").stdout
+    assert "rank 0: signal-time dump (fallback: its dump thread did not answer within 1.5 s" in text
+
+
+def test_rank_that_holds_its_gil_and_took_the_signal_is_unresponsive_after_timeout(
+    job, registry_dir, port_base, tmp_path
+):
+    sid = start_stepper(job, registry_dir, port_base, tmp_path, "--take-signal", "--hold-gil")
+    snap = stacks_json("--session", sid, "--timeout", "3")
     assert snap["unresponsive"] == [0] and snap["groups"] == []
-    assert snap["unresponsive_detail"][0]["reason"] == "no answer within 1.5 s"
-    assert 1.5 <= snap["elapsed_s"] < 6.5  # waited for the timeout, and not much longer (loaded CI)
+    assert snap["unresponsive_detail"][0]["reason"] == "no answer within 3 s"
 
 
 def test_no_session_is_one_line(registry_dir):

@@ -1,7 +1,10 @@
 """A rank that keeps stepping in pure Python and writes its step count to argv[1].
 
 ``--take-signal`` installs a Python handler for the dump's signal first, as a program
-that owns that signal would: then the harness's dump cannot answer.
+that owns that signal would: then only the rank's dump thread can answer.
+``--hold-gil`` makes the main thread, after 100 steps, spend ~20 s in one C call that keeps
+the GIL (a backtracking regular expression; a signal does not end it, as it would a sleep):
+then the dump thread cannot answer either.
 """
 
 import os
@@ -37,3 +40,8 @@ while True:
     n += 1
     if n % 50 == 0:
         os.pwrite(fd, b"%12d\n" % n, 0)
+    if n == 100 and "--hold-gil" in sys.argv:
+        import re
+
+        os.pwrite(fd, b"%12d\n" % -1, 0)  # -1: the GIL is held from now on
+        re.match(r"(a+)+$", "a" * 29 + "b")

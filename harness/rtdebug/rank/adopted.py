@@ -3,8 +3,9 @@
 ``rtdebug.common.inject`` runs a few lines in the rank's main thread, with the GIL held, that import this
 module and call ``main(spec)``: it opens the same lazy, owner-only endpoint on base + RANK
 (``rtdebug.rank.endpoint.Endpoint``, wired through ``RankRecord.connect``), arms the stacks dump
-(``rtdebug.stacks.dump.arm``) and writes the rank's registry entry. It starts one thread (the endpoint's
-accept loop, blocked in ``accept``) and nothing per step; the rank keeps its own lifetime (no guards).
+(``rtdebug.stacks.dump.arm``) and writes the rank's registry entry. It starts two threads (the endpoint's
+accept loop, blocked in ``accept``, and the dump thread, blocked in ``read``) and nothing per step; the
+rank keeps its own lifetime (no guards).
 A second ``main`` changes nothing. ``detach`` undoes it all: the endpoint is shut, debugpy (if a client
 ever came) stops tracing, the dump signal goes back to its default, ``sys.path`` loses what was added.
 
@@ -192,17 +193,11 @@ def _at_exit() -> None:
 
 
 def _disarm(stacks: dict[str, Any] | None) -> None:
-    """Give the dump signal back (default action) and close the dump file, if ``arm`` took them."""
-    import faulthandler
-
+    """Stop the dump thread, give the dump signal back (default action), close what ``arm`` opened."""
     from rtdebug.stacks import dump
 
-    if stacks is None:
-        return
-    faulthandler.unregister(dump.SIGNAL)
-    fd = dump._armed.pop("fd", None)
-    if fd is not None:
-        os.close(fd)
+    if stacks is not None:
+        dump.disarm()
 
 
 def _stop_debugger(endpoint: Any) -> None:

@@ -14,20 +14,18 @@ no secret it knows signed it.
 
 from __future__ import annotations
 
-import faulthandler
 import hmac
 import json
-import os
-import tempfile
-import threading
 import time
 from typing import Any
 
 from rtdebug.registry import signing
+from rtdebug.stacks import flight as flightrec
 from rtdebug.stacks import group as stackgroup
+from rtdebug.stacks import take as taker
+from rtdebug.stacks.take import MAX_TEXT
 
-MAX_TEXT = 256 << 10  # a rank's dump (faulthandler caps threads and frames; this caps the bytes)
-MAX_ANSWER = MAX_TEXT + (16 << 10)
+MAX_ANSWER = MAX_TEXT + flightrec.MAX_JSON + (16 << 10)
 MAX_MACS = 8
 HEX_RE_CHARS = frozenset("0123456789abcdefx")
 
@@ -58,18 +56,16 @@ def request_ok(key: str, raw: bytes, secret: str | None, last_n: int) -> int | N
 
 
 def take(main_ident: int | None = None) -> dict[str, Any]:
-    """This process's stacks now, from the calling thread, in faulthandler's format (as a local dump)."""
-    with tempfile.TemporaryFile() as f:
-        faulthandler.dump_traceback(file=f, all_threads=True)
-        f.seek(0)
-        text = f.read(MAX_TEXT).decode("utf-8", errors="replace")
-    ident = main_ident if main_ident is not None else threading.main_thread().ident
-    return {"text": text, "main_id": hex(ident or 0), "pid": os.getpid()}
+    """This process's stacks now, taken as Python by the calling (watcher) thread with the GIL, and its
+    Flight Recorder (``rtdebug.stacks.take``, ``rtdebug.stacks.flight``)."""
+    return dict(taker.take(main_ident), flight=flightrec.read())
 
 
 def answer(key: str, rank: int, n: int, dump: dict[str, Any], secret: str | None, **extra: Any) -> bytes:
     """Rank ``rank``'s signed answer to request ``n``."""
     entry = dict(extra, rank=rank, n=n, text=dump["text"], main_id=dump["main_id"], pid=dump["pid"])
+    if dump.get("flight") is not None:
+        entry["flight"] = dump["flight"]
     return json.dumps(signing.sign(key, entry, secret)).encode()
 
 
@@ -88,6 +84,9 @@ def _fields_problem(value: Any, rank: int, n: int) -> str | None:
     coll = value.get("collective")
     if coll is not None and (not isinstance(coll, dict) or len(json.dumps(coll)) > 4096):
         return "its collective record is not an object (or too big)"
+    fr = value.get("flight")
+    if fr is not None and not flightrec.plausible(fr) and flightrec.off_reason(fr) is None:
+        return "its Flight Recorder summary is not one rtdebug writes (or too big)"
     return None
 
 
@@ -111,6 +110,8 @@ def parse(key: str, raw: bytes, rank: int, n: int, known: list[str]) -> tuple[di
     }
     if "collective" in value:  # absent: the rank keeps no record, so no verdict (not "before any")
         dump["collective"] = value["collective"]
+    if value.get("flight") is not None:
+        dump["flight"] = value["flight"]
     for name in ("hostname", "node_ip"):
         if isinstance(value.get(name), str):
             dump[name] = value[name][:255]

@@ -1,18 +1,24 @@
-"""Requester side of ``rtdebug stacks``: signal each live rank, read its dump, group the answers.
+"""Requester side of ``rtdebug stacks``: ask each live rank's dump thread, read its answer, group them.
 
-Under the session's stacks lock: truncate each rank's dump file, send the signal
-(``rtdebug.stacks.dump``), then read until each dump is whole (its main thread's
-block reaches the recorded bottom frame), stops growing, or ``timeout`` passes --
-then that rank is listed as unresponsive, never waited on beyond it.
+Under the session's stacks lock: write a fresh nonce into each rank's FIFO (``rtdebug.stacks.dump``);
+its dump thread answers with the stacks, taken as Python with the GIL, and its Flight Recorder. A rank
+whose thread has not answered within ``fallback_s`` (a C call holds its GIL; see ``fallback_after``)
+gets the signal fallback: its signal-time dump file is truncated and read until it is whole (its main
+thread's block reaches the recorded bottom frame), stops growing, or ``timeout`` passes -- then that
+rank is listed as unresponsive, never waited on beyond it. Either answer is taken, the thread's first.
 
-A rank entry is a hint, not an order: only the dump file and signal that rtdebug's
-own ``arm`` records are used (a forged entry cannot make ``stacks`` truncate another
-file or send another signal), and only pids whose create time matches are signalled.
+A rank entry is a hint, not an order: only the file names and the signal that rtdebug's own ``arm``
+records are used (a forged entry cannot make ``stacks`` write, truncate or read another file or send
+another signal), files are opened without following symlinks, a FIFO must be a FIFO and an answer a
+regular file, and only pids whose create time matches are signalled.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
+import stat
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -23,11 +29,14 @@ from rtdebug.common.errors import HarnessError
 from rtdebug.common.filelocks import locked
 from rtdebug.registry import collseq
 from rtdebug.registry.files import Registry
+from rtdebug.stacks import dump as rankdump
 from rtdebug.stacks import group as stackgroup
 from rtdebug.stacks import verdict
 from rtdebug.stacks.dump import SIGNAL, dump_file
 from rtdebug.stacks.native import native_dumps
 
+FALLBACK_S = 1.5  # see fallback_after
+MAX_ANSWER = 512 << 10  # a dump thread's answer: the text (take.MAX_TEXT) and the recorder's summary
 STABLE_S = 0.3  # a dump that stops growing without reaching its bottom frame is taken as it is
 POLL_S = 0.005
 Entry = dict[str, Any]
@@ -61,7 +70,8 @@ class Pending:
 
     def result(self) -> dict[str, Any]:
         threads = stackgroup.parse_dump(self.text)
-        return {"threads": threads, "main_id": self.main_id, "pid": self.pid, "complete": self.complete}
+        done = self.complete
+        return {"threads": threads, "main_id": self.main_id, "pid": self.pid, "complete": done, "how": "signal"}
 
 
 def _stopped(pid: int) -> bool:
@@ -95,15 +105,26 @@ def _why_not(e: Entry) -> str | None:
     return None
 
 
+def _truncate(path: Path) -> None:
+    """Empty a rank's signal-dump file, never through a symlink and only if it is a regular file."""
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, "its dump file is not a regular file")
+        os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)
+
+
 def signal_ranks(sdir: Path, live: list[Entry], unresponsive: dict[int, str]) -> list[Pending]:
-    """Truncate and signal each live rank; those that cannot be go to ``unresponsive``."""
+    """Truncate and signal each live rank (the fallback); those that cannot be go to ``unresponsive``."""
     pending = []
     for e in live:
         why = _why_not(e)
         path = sdir / dump_file(e["rank"])
         if why is None:
             try:
-                os.truncate(path, 0)
+                _truncate(path)
                 os.kill(e["pid"], SIGNAL)
             except OSError as exc:
                 why = f"cannot signal pid {e['pid']}: {exc.strerror}"
@@ -118,24 +139,138 @@ def signal_ranks(sdir: Path, live: list[Entry], unresponsive: dict[int, str]) ->
     return pending
 
 
-def read_dumps(pending: list[Pending], timeout: float, unresponsive: dict[int, str]) -> dict[int, dict[str, Any]]:
-    """Read every pending dump until it is whole or ``timeout`` passes."""
+@dataclass
+class Asked:
+    """A rank whose dump thread was asked (a nonce in its FIFO) and whose answer is awaited."""
+
+    entry: Entry
+    path: Path
+    nonce: str
+
+    def read(self) -> dict[str, Any] | None:
+        """The answer to this nonce, as a dump ``group`` takes, or None (not yet, or not a valid answer)."""
+        raw = _read_regular(self.path, MAX_ANSWER)
+        try:
+            value = json.loads(raw) if raw else None
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(value, dict) or value.get("nonce") != self.nonce or not isinstance(value.get("text"), str):
+            return None
+        dump: dict[str, Any] = {
+            "threads": stackgroup.parse_dump(value["text"]),
+            "main_id": str(self.entry["stacks"].get("main_thread")),
+            "pid": self.entry["pid"],
+            "complete": True,
+            "how": "thread",
+        }
+        if value.get("flight") is not None:
+            dump["flight"] = value["flight"]
+        return dump
+
+
+def _read_regular(path: Path, limit: int) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, limit + 1)[:limit]
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def ask(sdir: Path, e: Entry) -> Asked | None:
+    """Write a fresh nonce into rank ``e``'s dump FIFO; None when it has no dump thread to ask."""
+    info = e.get("stacks")
+    rank = e["rank"]
+    if not isinstance(info, dict) or info.get("request") != rankdump.request_file(rank):
+        return None
+    if info.get("answer") != rankdump.answer_file(rank):
+        return None
+    nonce = secrets.token_hex(16)
+    try:  # O_NONBLOCK: ENXIO at once when no thread reads it (the rank's thread is gone), never a hang
+        fd = os.open(sdir / rankdump.request_file(rank), os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return None
+        os.write(fd, nonce.encode() + b"\n")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return Asked(e, sdir / rankdump.answer_file(rank), nonce)
+
+
+def fallback_after(timeout: float) -> float:
+    """How long a rank's dump thread gets before the signal fallback: ``FALLBACK_S``, or half the timeout.
+
+    A thread waiting for the GIL gets it within one switch interval (5 ms) of the holder reaching a
+    bytecode boundary, and the dump takes milliseconds; 1.5 s is 300 switch intervals, time enough for
+    a rank on a loaded machine, so the only ranks left are those in one long C call that holds the GIL
+    (then nothing in the process starts or ends Python threads, which is what makes the fallback safe
+    enough to try). Half the timeout leaves the fallback time to be read."""
+    return min(FALLBACK_S, timeout / 2)
+
+
+def read_answers(asked: list[Asked], pending: list[Pending], until: float) -> dict[int, dict[str, Any]]:
+    """Read answers (thread or signal) until all are in or ``until``; both lists keep what is still out."""
     dumps: dict[int, dict[str, Any]] = {}
-    deadline = time.monotonic() + timeout
-    while pending:
+    while asked or pending:
         now = time.monotonic()
+        for a in list(asked):
+            d = a.read()
+            if d is not None:
+                dumps[a.entry["rank"]] = d
+                asked.remove(a)
+                pending[:] = [p for p in pending if p.rank != a.entry["rank"]]
         for p in list(pending):
             p.read(now)
             if p.answered(now):
                 dumps[p.rank] = p.result()
-            elif now >= deadline:
-                unresponsive[p.rank] = f"no answer within {timeout:g} s"
-            else:
-                continue
-            pending.remove(p)
-        if pending:
+                pending.remove(p)
+                asked[:] = [a for a in asked if a.entry["rank"] != p.rank]
+        if now >= until:
+            break
+        if asked or pending:
             time.sleep(POLL_S)
     return dumps
+
+
+def _take(
+    sdir: Path, live: list[Entry], timeout: float, start: float, unresponsive: dict[int, str]
+) -> tuple[dict[int, dict[str, Any]], list[dict[str, Any]]]:
+    """Every live rank's dump: its thread's answer, or the signal fallback for a rank whose thread is
+    silent (no thread, or no answer within ``fallback_after``); returns (dumps, fallback notes)."""
+    asked: list[Asked] = []
+    silent: list[Entry] = []
+    for e in live:
+        if _stopped(e["pid"]):
+            unresponsive[e["rank"]] = "process is stopped (SIGSTOP or a tracer)"
+            continue
+        a = ask(sdir, e)
+        if a is None:
+            silent.append(e)
+        else:
+            asked.append(a)
+    wait = fallback_after(timeout)
+    dumps = read_answers(asked, [], start + wait)
+    late = [a.entry for a in asked]
+    notes = [{"rank": e["rank"], "reason": "it has no dump thread"} for e in silent]
+    notes += [{"rank": e["rank"], "reason": f"its dump thread did not answer within {wait:g} s"} for e in late]
+    pending = signal_ranks(sdir, silent + late, unresponsive)
+    signalled = {p.rank for p in pending}
+    dumps.update(read_answers(asked, pending, start + timeout))
+    for e in silent + late:
+        if e["rank"] not in dumps and e["rank"] not in unresponsive:
+            unresponsive[e["rank"]] = f"no answer within {timeout:g} s"
+    notes = [n for n in notes if n["rank"] in signalled and dumps.get(n["rank"], {}).get("how") == "signal"]
+    return dumps, sorted(notes, key=lambda n: n["rank"])
 
 
 def collect(
@@ -153,7 +288,7 @@ def collect(
     except OSError as exc:  # LockTimeout included
         raise HarnessError(f"cannot take the stacks lock of session {sid}: {exc}") from None
     with lock:
-        dumps = read_dumps(signal_ranks(sdir, live, unresponsive), timeout, unresponsive)
+        dumps, fallback = _take(sdir, live, timeout, start, unresponsive)
     if native:
         for rank, result in native_dumps({r: d["pid"] for r, d in dumps.items()}, timeout).items():
             dumps[rank]["native"] = result
@@ -165,4 +300,5 @@ def collect(
                 dumps[e["rank"]]["collective"] = rec
     # "incomplete": dumps that stopped short of the main thread's bottom
     snap = stackgroup.snapshot(sid, taken_at, start, dumps, unresponsive, pids, ended)
+    snap["fallback"] = fallback
     return verdict.annotate(snap, dumps, by_site=session.get("mode") == "adopted")

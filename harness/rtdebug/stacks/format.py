@@ -43,6 +43,11 @@ def summary_lines(snap: dict[str, Any]) -> list[str]:
             if other is not None and other["function"] == f["function"] and other["file"] == f["file"]:
                 line += f"; they are at line {other['line']}"
         lines.append(line)
+    for f in snap.get("fallback", []):
+        lines.append(
+            f"rank {f['rank']}: signal-time dump (fallback: {f['reason']}; a C call may hold its GIL). "
+            "It is read without the GIL, which a process whose threads come and go may not survive"
+        )
     for u in snap.get("unresponsive_detail", []):
         lines.append(f"rank {u['rank']}: unresponsive ({u['reason']})")
     for e in snap.get("exited", []):

@@ -1,4 +1,4 @@
-"""Parse faulthandler dumps and group ranks by identical main-thread stack.
+"""Parse stack dumps (faulthandler's format) and group ranks by identical main-thread stack.
 
 Pure functions, no processes: ``stacks`` collects the text, this module turns
 it into the JSON the CLI prints and the VS Code extension reads. Frames are
@@ -17,7 +17,9 @@ from typing import Any
 
 from rtdebug.common.paths import PACKAGE_DIR
 
-THREAD_RE = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+)\b.*\(most recent call first\):\s*$")
+THREAD_RE = re.compile(
+    r"^(Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[([^\]]{0,64})\])?(?= ).*\(most recent call first\):\s*$"
+)
 STACK_RE = re.compile(r"^Stack \(most recent call first\):\s*$")
 FRAME_RE = re.compile(r'^  File "(.*)", line (\d+|\?\?\?) in (.*)$')
 DEBUGGER_PARTS = (
@@ -46,6 +48,7 @@ def parse_dump(text: str) -> list[dict[str, Any]]:
                 {
                     "id": m.group(2) if m else None,
                     "current": m is not None and m.group(1).startswith("Current"),
+                    "name": m.group(3) if m else None,  # the dump thread's text names threads; faulthandler's not
                     "frames": [],
                     "truncated": False,
                 }
