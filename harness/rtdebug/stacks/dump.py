@@ -40,7 +40,7 @@ from rtdebug.stacks import take
 SIGNAL: int = int(signal.SIGRTMIN) + 6 if hasattr(signal, "SIGRTMIN") else int(signal.SIGUSR2)
 NONCE_RE = re.compile(rb"^[0-9a-f]{16,64}$")
 STOP = b"stop\n"  # written by disarm to wake the thread (only the owner can write into the 0700 session dir)
-MIN_GAP_S = 0.02  # requests queued meanwhile are answered once, with the newest nonce
+MIN_GAP_S = 0.005  # requests queued meanwhile are answered once, with the newest nonce
 _armed: dict[str, Any] = {}
 
 

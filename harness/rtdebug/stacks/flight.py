@@ -20,6 +20,7 @@ import os
 import sys
 from typing import Any
 
+MAX_GROUPS = 64  # process groups described per rank
 KEEP = 64  # newest entries sent per rank: the position, the history and the counts' window
 MAX_JSON = 24 << 10  # bytes of summary a requester accepts from one rank
 OFF_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
@@ -59,7 +60,7 @@ def read() -> dict[str, Any] | None:
         return {"off": "this torch has no Flight Recorder (torch 2.13 has it for gloo and NCCL)"}
     try:
         raw = dump(includeCollectives=True, onlyActive=False)
-        return summarize(json.loads(raw))
+        return dict(summarize(json.loads(raw)), groups=groups(dist.distributed_c10d))
     except Exception as exc:
         return {"off": f"reading it failed: {type(exc).__name__}"}
 
@@ -75,6 +76,57 @@ def summarize(trace: dict[str, Any]) -> dict[str, Any]:
     out = [_compact(e) for e in entries[-KEEP:]]
     first = entries[0].get("record_id", 0) if entries else 0
     return {"entries": out, "counts": counts, "total": len(entries), "wrapped": bool(first)}
+
+
+def groups(c10d: Any) -> dict[str, dict[str, str]]:
+    """Each process group's members, from torch's own table in this rank (the recorder's ``pg_config``
+    does not list gloo subgroups): {name: {"desc", "ranks": "0-1"}}, at most ``MAX_GROUPS``."""
+    out: dict[str, dict[str, str]] = {}
+    world = getattr(c10d, "_world", None)
+    names = getattr(world, "pg_names", None) or {}
+    ranks = getattr(world, "pg_group_ranks", None) or {}
+    for pg, name in list(names.items())[:MAX_GROUPS]:
+        try:
+            members = rank_list(list(ranks.get(pg, {}).keys()))
+            desc = str(getattr(pg, "group_desc", ""))[:48]
+        except Exception:
+            continue
+        out[str(name)[:32]] = {"desc": desc, "ranks": members[:256]}
+    return out
+
+
+def rank_list(ranks: list[int]) -> str:
+    """[0, 2, 3, 4] -> '0,2-4' (a 1024-rank group is a few characters)."""
+    out: list[str] = []
+    rs = sorted(int(r) for r in ranks)
+    i = 0
+    while i < len(rs):
+        j = i
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def members(flight: dict[str, Any], pg: Any) -> set[int] | None:
+    """The ranks of group ``pg`` as the rank's recorder names them (None: unknown or malformed)."""
+    groups = flight.get("groups")
+    g = groups.get(pg) if isinstance(groups, dict) else None
+    text = g.get("ranks") if isinstance(g, dict) else None
+    if not isinstance(text, str) or len(text) > 256:
+        return None
+    out: set[int] = set()
+    try:
+        for part in filter(None, text.split(",")):
+            lo, _, hi = part.partition("-")
+            a, b = int(lo), int(hi or lo)
+            if not 0 <= a <= b < 1 << 20 or b - a > 1 << 16:
+                return None
+            out.update(range(a, b + 1))
+    except ValueError:
+        return None
+    return out
 
 
 def _compact(e: dict[str, Any]) -> dict[str, Any]:
@@ -144,5 +196,44 @@ def last(flight: dict[str, Any]) -> dict[str, Any] | None:
 
 def count(flight: dict[str, Any], pg: Any, op: str) -> int | None:
     """How many ``op`` this rank ran on group ``pg`` in its recorder's window (None: unknown)."""
-    n = (flight.get("counts") or {}).get(pg, {}).get(op)
+    if flight.get("wrapped") is not False:  # the ring dropped its oldest entries: a count says too little
+        return None
+    counts = flight.get("counts")
+    per_pg = counts.get(pg) if isinstance(counts, dict) else None
+    n = per_pg.get(op) if isinstance(per_pg, dict) else None
     return n if isinstance(n, int) and not isinstance(n, bool) else None
+
+
+def _issuer(frames: list[dict[str, Any]]) -> tuple[str | None, str | None]:
+    """(who issued a collective the record did not see, during what), from the rank's main-thread stack:
+    ("DDP"/"FSDP"/None, "backward()"/None)."""
+    files = [str(f.get("file")).replace("\\", "/") for f in frames]
+    during = (
+        "backward()" if any(f.get("function") in ("_engine_run_backward", "run_backward") for f in frames) else None
+    )
+    if any("/fsdp/" in f for f in files):
+        return "FSDP", during
+    if any(f.endswith("nn/parallel/distributed.py") for f in files):
+        return "DDP", during
+    return None, during
+
+
+def position(flight: dict[str, Any], rec: dict[str, Any] | None, frames: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The rank's place in the sequence, from its Flight Recorder (every collective), with the call site
+    from the collective record when the wrapper saw the same call (a Python-level one), or else the
+    user's frame of the main thread's stack and what it was doing (a collective issued from C++)."""
+    pos = last(flight)
+    if pos is None:
+        return None
+    same = rec is not None and rec.get("state") == pos["state"] == "entered"
+    if same and rec is not None and rec.get("op") == pos["op"] and rec.get("pg") == pos["pg"]:
+        pos.update(file=rec.get("file"), line=rec.get("line"), func=rec.get("func"), issued="python")
+        return pos
+    user = next((f for f in frames if f.get("kind") == "user"), None)
+    if user is not None and pos["state"] == "entered":
+        pos.update(file=user.get("file"), line=user.get("line"), func=user.get("function"))
+    by, during = _issuer(frames)
+    if by is None and during == "backward()" and pos["op"] == "ALLREDUCE":
+        by = "DDP"  # its reducer all-reduces gradient buckets from C++ autograd hooks: no Python frame of its own
+    pos.update(issued="torch", by=by, during=during)
+    return pos

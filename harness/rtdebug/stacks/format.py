@@ -75,6 +75,8 @@ def render(snap: dict[str, Any], threads: bool = False, native: bool = False) ->
     n = sum(len(g["ranks"]) for g in snap["groups"]) + len(snap.get("unresponsive", []))
     taken = time.strftime("%H:%M:%S", time.localtime(snap["taken_at"]))
     out = [snap["verdict"]] if snap.get("verdict") else []  # who the others wait for, before anything else
+    if snap.get("flight_note"):
+        out.append(snap["flight_note"])
     out += [
         f"session {snap['session_id']}: {n} rank{'s' if n != 1 else ''}, stacks taken {taken} "
         f"in {snap['elapsed_s']:.2f} s"

@@ -7,6 +7,11 @@ sequence number, another op at that number, returned from an earlier one, or non
 described by its stack group's label. Pure functions over the stacks snapshot, so the local, store and
 Ray answers, the hang report and the VS Code view all get the same verdict.
 
+Where every dumped rank answered with torch's Flight Recorder (``rtdebug.stacks.flight``), its entries
+are the positions: they count every collective, also those DDP and FSDP issue from C++, which the
+record never sees; the record still gives the call site of a Python-level one. Where a rank's recorder
+is off, that is said in one line (``snap["flight_note"]``) and the records decide, as before.
+
 A rank whose dump carries no ``collective`` key is an older rank without the record: then no verdict
 at all, rather than a wrong one.
 """
@@ -17,6 +22,7 @@ from collections import Counter
 from typing import Any
 
 from rtdebug.registry import collseq
+from rtdebug.stacks import flight as flightrec
 from rtdebug.stacks.group import ranks_word
 
 Rec = dict[str, Any]
@@ -33,7 +39,17 @@ def _site_key(rec: Rec) -> tuple:
 
 
 def _entry(rank: int, rec: Rec) -> Rec:
-    return {k: rec.get(k) for k in ("op", "seq", "state", "file", "line")} | {"rank": rank}
+    keep = ("op", "seq", "state", "file", "line", "pg", "issued", "by", "during")
+    return {k: rec[k] for k in keep if k in rec} | {"rank": rank}
+
+
+def describe(rec: Rec) -> str:
+    """``ALLREDUCE #12 (train.py:22) issued by DDP during backward()``: a collective and who issued it
+    when it was not the user's own call (the collective record did not see it)."""
+    text = collseq.where(rec)
+    if rec.get("issued") == "torch":
+        text += f" issued by {rec.get('by') or 'torch'}" + (f" during {rec['during']}" if rec.get("during") else "")
+    return text
 
 
 def _position(rec: Rec | None, pg: Any) -> str:
@@ -72,13 +88,50 @@ def verdict_line(
     if tied or not candidates:
         return _stalemate(recs, entered, inside, others, kf), None
     culprit = candidates[0]
+    mine = recs[culprit]
+    if mine is not None and mine.get("state") == "entered" and (mine.get("pg"), mine["seq"]) == key_pg_seq(first):
+        # the same place in the same group, another op: each side is in a collective the other never entered
+        them = "it" if len(inside) == 1 else "they"
+        text = (
+            f"rank {culprit} is in {describe(mine)}, which {ranks_word(inside)} never entered: "
+            f"{them} {'waits' if len(inside) == 1 else 'wait'} in {describe(first)}"
+        )
+        return text + uneven(recs, culprit, inside), culprit
     text = (
-        f"{ranks_word(others)} never entered {collseq.where(first)}: "
+        f"{ranks_word(others)} never entered {describe(first)}: "
         f"rank {culprit} is in {labels.get(culprit, '?')}, {_position(recs[culprit], key[0])}"
     )
     if len(others) == 1:
         text = text.replace(f": rank {culprit} is in ", ": it is in ", 1)
     return text + f"; {ranks_word(inside)} {'waits' if len(inside) == 1 else 'wait'} in it", culprit
+
+
+def key_pg_seq(rec: Rec) -> tuple:
+    return (rec.get("pg"), rec["seq"])
+
+
+def _count(rec: Rec | None, pg: Any) -> int | None:
+    """How many ALLREDUCE this rank's Flight Recorder holds on group ``pg`` (None: unknown)."""
+    rec = rec or {}
+    return flightrec.count({"counts": rec.get("counts"), "wrapped": rec.get("wrapped")}, pg, "ALLREDUCE")
+
+
+def uneven(recs: dict[int, Rec | None], culprit: int, inside: list[int]) -> str:
+    """The usual cause when the culprit is in a gradient all-reduce DDP issued during ``backward()`` that
+    the others never entered: it ran more of them (counted by its Flight Recorder when it can say)."""
+    mine = recs[culprit] or {}
+    if mine.get("by") != "DDP" or mine.get("during") != "backward()" or mine.get("op") != "ALLREDUCE":
+        return ""
+    counts = {r: c for r in [culprit, *inside] if isinstance(c := _count(recs[r], mine.get("pg")), int)}
+    said = ""
+    if len(counts) == len(inside) + 1:
+        theirs = sorted({counts[r] for r in inside})
+        if len(theirs) == 1 and counts[culprit] > theirs[0]:
+            said = f"; rank {culprit} ran {counts[culprit]} ALLREDUCE, {ranks_word(inside)} ran {theirs[0]}"
+    return (
+        f"{said}. Usual cause: uneven inputs under DDP (rank {culprit} has more batches): wrap the loop in "
+        "DDP's join() context manager, or shard the data evenly (DistributedSampler(drop_last=True))"
+    )
 
 
 def _stalemate(
@@ -99,30 +152,87 @@ def _stalemate(
             group = f" of group {rec.get('pg')}" if rec.get("pg") != first.get("pg") else ""
             parts.append(f"{ranks_word(ranks)} in {collseq.where(rec)}{group}")
     head = "ranks are blocked in different collectives" if set(others) <= set(entered) else "no rank named"
-    return f"{head}: " + "; ".join(parts)
+    return f"{head}: " + "; ".join(parts) + _cycle(entered, inside, others, kf)
+
+
+def _cycle(entered: dict[int, Rec], inside: list[int], others: list[int], kf: Any) -> str:
+    """Who waits for whom, where the Flight Recorder names a group's members: a rank inside a subgroup's
+    collective waits for the members not in it; if those wait in the collective the rest are in, the job
+    is a cycle -- one of them skipped the subgroup's collective, or the other entered it out of turn."""
+    said = []
+    for r in others:
+        rec = entered.get(r)
+        members = rec.get("members") if rec is not None else None
+        if rec is None or not isinstance(members, set):
+            continue
+        with_me = {o for o, e in entered.items() if kf(e) == kf(rec)}
+        missing = sorted(members - with_me)
+        if not missing or not set(missing) <= set(inside):
+            continue
+        group = f"{collseq.where(rec)} of group {rec.get('pg')} ({ranks_word(sorted(members))})"
+        said.append(
+            f". {ranks_word(sorted(with_me))} {'waits' if len(with_me) == 1 else 'wait'} in {group} for "
+            f"{ranks_word(missing)}, which {'waits' if len(missing) == 1 else 'wait'} for "
+            f"{ranks_word(sorted(with_me))} in {collseq.where(entered[inside[0]])}: {ranks_word(missing)} "
+            f"skipped {collseq.where(rec).split(' (')[0]} of group {rec.get('pg')}, or "
+            f"{ranks_word(sorted(with_me))} entered it out of turn"
+        )
+    return "".join(said[:1])
+
+
+def positions(dumps: dict[int, dict[str, Any]], frames: dict[int, list]) -> tuple[dict[int, Any], str | None]:
+    """Each dumped rank's Flight Recorder position (every collective) when all of them have one, and the
+    one-line note when a rank's recorder is off ({} and the note: the records decide)."""
+    flights: dict[int, Any] = {r: d.get("flight") for r, d in dumps.items()}
+    off = {r: why for r, f in flights.items() if (why := flightrec.off_reason(f)) is not None}
+    if off:
+        why = sorted(set(off.values()))[0]
+        return {}, (
+            f"torch's Flight Recorder is off in {ranks_word(sorted(off))} ({why}): collectives issued from C++ "
+            "(DDP, FSDP) are not seen; the verdict uses rtdebug's record of Python-level collectives"
+        )
+    if not flights or not all(flightrec.plausible(f) for f in flights.values()):
+        return {}, None
+    out: dict[int, Any] = {}
+    for r, f in flights.items():
+        rec = dumps[r].get("collective")
+        pos = flightrec.position(f, rec if collseq.plausible(rec) else None, frames.get(r, []))
+        if pos is not None:
+            pos["counts"] = {pos["pg"]: (f.get("counts") or {}).get(pos["pg"])}
+            pos["wrapped"] = f.get("wrapped")
+            pos["members"] = flightrec.members(f, pos["pg"])
+        out[r] = pos
+    return out, None
 
 
 def annotate(snap: dict[str, Any], dumps: dict[int, dict[str, Any]], by_site: bool = False) -> dict[str, Any]:
-    """Add each group's ``collectives``, and the top-level ``verdict`` and ``culprit`` (in place; returned);
-    ``by_site`` for an adopted job (``verdict_line``)."""
+    """Add each group's ``collectives``, and the top-level ``verdict``, ``culprit`` and ``flight_note`` (in
+    place; returned); ``by_site`` for an adopted job (``verdict_line``)."""
     recs: dict[int, Rec | None] = {}
     missing = False
     labels = {}
+    frames = {r: g.get("frames", []) for g in snap.get("groups", []) for r in g["ranks"]}
+    flight_pos, note = positions(dumps, frames)
     for g in snap.get("groups", []):
         g["collectives"] = []
         for rank in g["ranks"]:
             labels[rank] = g.get("label", "?")
             d = dumps.get(rank) or {}
-            if "collective" not in d:
+            if flight_pos:
+                rec = flight_pos.get(rank)
+            elif "collective" not in d:
                 missing = True
                 continue
-            rec = d["collective"]
-            if rec is not None and not collseq.plausible(rec):
-                missing = True  # a record that is there but unreadable: no verdict, not "before any"
-                continue
+            else:
+                rec = d["collective"]
+                if rec is not None and not collseq.plausible(rec):
+                    missing = True  # a record that is there but unreadable: no verdict, not "before any"
+                    continue
             recs[rank] = rec
             if rec is not None:
                 g["collectives"].append(_entry(rank, rec))
-    text, culprit = (None, None) if missing or not recs else verdict_line(recs, labels, by_site)
+    text, culprit = (None, None) if missing or not recs else verdict_line(recs, labels, by_site and not flight_pos)
     snap["verdict"], snap["culprit"] = text, culprit
+    snap["collectives_from"] = "flight recorder" if flight_pos else "record"
+    snap["flight_note"] = note
     return snap
