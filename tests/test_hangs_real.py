@@ -110,3 +110,20 @@ def test_subgroup_hang_says_who_waits_for_whom(job, registry_dir, port_base):
         f"(hang_subgroup.py:{barrier}): rank 1 skipped ALLREDUCE #2 of group 1, or rank 0 entered it out of turn"
     )
     assert snap["culprit"] is None  # the records cannot say which of the two broke program order
+
+
+def test_history_aligns_the_last_collectives_and_marks_where_the_ranks_part(job, registry_dir, port_base):
+    j, sid = start(job, registry_dir, port_base, UNEVEN)
+    verdict_when(sid, lambda s: s["culprit"] == 0 and "BARRIER" in s["verdict"])
+    out = rtdebug("stacks", "--json", "--history", "4", "--session", sid)
+    hist = json.loads(out.stdout)["history"]
+    (g,) = hist["groups"]
+    assert g["pg"] == "0" and g["desc"] == "default_pg" and [r["seq"] for r in g["rows"]] == [9, 10, 11, 12]
+    assert g["first_divergence"] == 12 and g["rows"][-1]["entered"] == [0, 1, 2]
+    assert g["rows"][-1]["cells"]["1"].startswith("BARRIER") and g["rows"][-1]["cells"]["0"].startswith("ALLREDUCE")
+    text = rtdebug("stacks", "--history", "4", "--session", sid).stdout
+    assert "collective history of group 0 (default_pg), last 4 (* = inside it, - = not reached):" in text
+    last = next(line for line in text.splitlines() if line.startswith("  #12"))
+    assert last.endswith("<- first divergence") and "BARRIER [] *" in last, text
+    bad = rtdebug("stacks", "--history", "65", "--session", sid)
+    assert bad.returncode == 2 and "rtdebug: error: --history takes 1 to 64 collectives, got 65" in bad.stderr

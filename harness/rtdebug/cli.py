@@ -199,9 +199,10 @@ def _add_stacks(sub) -> None:
     p = sub.add_parser(
         "stacks",
         help="where is every rank? Python stacks of all ranks, grouped",
-        description="Dump every thread's Python stack of each live rank (by signal: no debugger, no ptrace, works "
-        "while a rank is blocked in a C++ collective or stopped at a breakpoint) and group ranks by identical "
-        "main-thread stack. With no session here: the job $RTDEBUG_STORE or $RAY_ADDRESS names (as for ps).",
+        description="Dump every thread's Python stack of each live rank (taken by the rank's own dump thread: no "
+        "debugger, no ptrace, works while a rank is blocked in a C++ collective or stopped at a breakpoint) and "
+        "group ranks by identical main-thread stack, with the verdict from torch's Flight Recorder. "
+        "With no session here: the job $RTDEBUG_STORE or $RAY_ADDRESS names (as for ps).",
     )
     p.add_argument("--session", type=_session_id, help="session id (default: the newest live session)")
     p.add_argument("--rank", metavar="RANKS", help="ranks to dump, e.g. 0 or 0,2-3 (default: all)")
@@ -211,6 +212,14 @@ def _add_stacks(sub) -> None:
     p.add_argument("--pid", type=int, help="a job rtdebug did not start: its torchrun agent or a rank (py-spy)")
     p.add_argument("--store", metavar="HOST:PORT", help="every rank of a multi-node job, through its store")
     p.add_argument("--ray-address", metavar="HOST:PORT", help="every worker of a Ray Train run, through its GCS")
+    p.add_argument(
+        "--history",
+        type=int,
+        nargs="?",
+        const=16,
+        metavar="N",
+        help="each rank's last N collectives (default 16), aligned per group, the first divergence marked",
+    )
     p.add_argument(
         "--timeout",
         type=float,
@@ -226,10 +235,19 @@ def _cmd_stacks(args) -> int:
     if args.pid is not None:  # a job rtdebug did not start (nor adopt): read-only, through py-spy
         from rtdebug.commands import pidstacks  # (py-spy's reader, loaded only for --pid)
 
-        others = [k for k in ("session", "rank", "native", "store", "ray_address") if getattr(args, k)]
+        keys = ("session", "rank", "native", "store", "ray_address", "history")
+        others = [k for k in keys if getattr(args, k) not in (None, False)]
         return pidstacks.command(args.pid, args.json, args.threads, args.timeout, others)
     return stacks.command(
-        args.session, args.rank, args.json, args.native, args.timeout, args.threads, args.store, args.ray_address
+        args.session,
+        args.rank,
+        args.json,
+        args.native,
+        args.timeout,
+        args.threads,
+        args.store,
+        args.ray_address,
+        args.history,
     )
 
 

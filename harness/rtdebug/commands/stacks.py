@@ -19,11 +19,14 @@ from rtdebug.registry.liveness import prune
 from rtdebug.registry.record import LIVE_RANK_STATES, LIVE_SESSION_STATES
 from rtdebug.registry.table import world_size
 from rtdebug.stacks import format as stackformat
+from rtdebug.stacks import history as stackhistory
 from rtdebug.stacks import jobwide
 from rtdebug.stacks.collect import collect, select_ranks
 from rtdebug.stacks.native import find_py_spy
 from rtdebug.views.api import Views
 from rtdebug.views.local import LocalView
+
+HISTORY_MAX = 64  # what each rank sends (rtdebug.stacks.flight.KEEP)
 
 
 def _ranks(session: dict[str, Any], rank_spec: str | None) -> frozenset[int] | None:
@@ -134,10 +137,13 @@ def command(
     threads: bool,
     store: str | None = None,
     ray_address: str | None = None,
+    history: int | None = None,
 ) -> int:
     """Print the grouped snapshot of one live session (the one ``find_session`` every command uses)."""
     if timeout <= 0:
         raise usage(f"--timeout must be > 0 seconds, got {timeout:g}")
+    if history is not None and not 1 <= history <= HISTORY_MAX:
+        raise usage(f"--history takes 1 to {HISTORY_MAX} collectives, got {history}")
     if native and (store or ray_address):
         raise usage("--native reads this machine's ranks with py-spy: not with --store or --ray-address")
     if store and ray_address:
@@ -150,8 +156,14 @@ def command(
         snap = _ray_snapshot(ray_address, session_id, rank_spec, timeout)
     else:
         snap = _local_snapshot(session_id, rank_spec, native, timeout)
+    flights = snap.pop("_flights", {})
+    if history is not None:
+        snap["history"] = stackhistory.align(flights, history)
     if as_json:
         print(json.dumps(snap, indent=1))
         return 0
-    print(jobwide.with_notes(stackformat.render(snap, threads=threads, native=native), snap))
+    text = jobwide.with_notes(stackformat.render(snap, threads=threads, native=native), snap)
+    if history is not None:
+        text += "\n\n" + stackhistory.render(snap["history"])
+    print(text)
     return 0

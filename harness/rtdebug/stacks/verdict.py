@@ -235,4 +235,6 @@ def annotate(snap: dict[str, Any], dumps: dict[int, dict[str, Any]], by_site: bo
     snap["verdict"], snap["culprit"] = text, culprit
     snap["collectives_from"] = "flight recorder" if flight_pos else "record"
     snap["flight_note"] = note
+    # for --history (rtdebug.stacks.history), which the command pops: never part of the snapshot's JSON
+    snap["_flights"] = {r: d["flight"] for r, d in dumps.items() if d.get("flight") is not None}
     return snap
