@@ -206,3 +206,18 @@ def test_history_aligns_by_group_and_sequence_and_groups_identical_ranks():
     text = history.render(hist)
     assert "  SEQ  ranks 1-2" in text and text.endswith("no Flight Recorder history from rank 4")
     assert sum("first divergence" in line for line in text.splitlines()) == 1
+
+
+def test_two_ranks_uneven_is_no_tie_the_rank_in_ddps_allreduce_is_named():
+    dumps = {r: d for r, d in uneven_dumps().items() if r < 2}
+    snap = verdict.annotate(snap_of({0: BACKWARD, 1: BARRIER}), dumps)
+    assert snap["culprit"] == 0 and snap["verdict"].startswith(
+        "rank 0 is in ALLREDUCE #9 (train.py:22) issued by DDP during backward(), which rank 1 never entered: "
+        "it waits in BARRIER #9 (train.py:25); rank 0 ran 7 ALLREDUCE, rank 1 ran 6. Usual cause: uneven inputs"
+    ), snap["verdict"]
+
+
+def test_a_plain_tie_still_names_nobody():
+    dumps = {r: d for r, d in uneven_dumps().items() if r < 2}
+    snap = verdict.annotate(snap_of({0: BARRIER[:1] + BACKWARD[2:], 1: BARRIER}), dumps)  # no backward frames
+    assert snap["culprit"] is None and snap["verdict"].startswith("ranks are blocked in different collectives")

@@ -39,8 +39,10 @@ def _site_key(rec: Rec) -> tuple:
 
 
 def _entry(rank: int, rec: Rec) -> Rec:
-    keep = ("op", "seq", "state", "file", "line", "pg", "issued", "by", "during")
-    return {k: rec[k] for k in keep if k in rec} | {"rank": rank}
+    out = {k: rec.get(k) for k in ("op", "seq", "state", "file", "line")} | {"rank": rank}
+    if "issued" in rec:  # from the Flight Recorder: who issued it (the record's call site, or torch)
+        out.update({k: rec.get(k) for k in ("pg", "issued", "by", "during")})
+    return out
 
 
 def describe(rec: Rec) -> str:
@@ -74,6 +76,8 @@ def verdict_line(
     if not ranked:
         return None, None
     key, tied = ranked[0][0], len(ranked) > 1 and ranked[1][1] == ranked[0][1]
+    if tied and (waited := _past_ddp(entered, kf, ranked[0][0], ranked[1][0])) is not None:
+        key, tied = waited, False
     inside = [r for r, rec in entered.items() if kf(rec) == key]
     others = sorted(r for r in recs if r not in inside)
     first = entered[inside[0]]
@@ -89,7 +93,8 @@ def verdict_line(
         return _stalemate(recs, entered, inside, others, kf), None
     culprit = candidates[0]
     mine = recs[culprit]
-    if mine is not None and mine.get("state") == "entered" and (mine.get("pg"), mine["seq"]) == key_pg_seq(first):
+    same_place = mine is not None and mine.get("state") == "entered" and key_pg_seq(mine) == key_pg_seq(first)
+    if same_place and mine is not None and "issued" in mine and len(others) == 1:
         # the same place in the same group, another op: each side is in a collective the other never entered
         them = "it" if len(inside) == 1 else "they"
         text = (
@@ -106,6 +111,22 @@ def verdict_line(
     return text + f"; {ranks_word(inside)} {'waits' if len(inside) == 1 else 'wait'} in it", culprit
 
 
+def _ddp(rec: Rec) -> bool:
+    return rec.get("by") == "DDP" and rec.get("during") == "backward()" and rec.get("op") == "ALLREDUCE"
+
+
+def _past_ddp(entered: dict[int, Rec], kf: Any, a: tuple, b: tuple) -> tuple | None:
+    """A tie at one place of one group, one side in DDP's gradient all-reduce during backward(): the other
+    side has left the training loop (uneven inputs), so it is the one waited on; None otherwise."""
+    side = {k: [rec for rec in entered.values() if kf(rec) == k] for k in (a, b)}
+    ra, rb = side[a][0], side[b][0]
+    if key_pg_seq(ra) != key_pg_seq(rb) or _ddp(ra) == _ddp(rb):
+        return None
+    if not all(_ddp(r) for r in (side[a] if _ddp(ra) else side[b])):
+        return None
+    return b if _ddp(ra) else a
+
+
 def key_pg_seq(rec: Rec) -> tuple:
     return (rec.get("pg"), rec["seq"])
 
@@ -120,7 +141,7 @@ def uneven(recs: dict[int, Rec | None], culprit: int, inside: list[int]) -> str:
     """The usual cause when the culprit is in a gradient all-reduce DDP issued during ``backward()`` that
     the others never entered: it ran more of them (counted by its Flight Recorder when it can say)."""
     mine = recs[culprit] or {}
-    if mine.get("by") != "DDP" or mine.get("during") != "backward()" or mine.get("op") != "ALLREDUCE":
+    if not _ddp(mine):
         return ""
     counts = {r: c for r in [culprit, *inside] if isinstance(c := _count(recs[r], mine.get("pg")), int)}
     said = ""
