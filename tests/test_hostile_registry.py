@@ -75,3 +75,64 @@ def test_a_root_that_is_not_the_owners_alone_is_refused(tmp_path, monkeypatch, c
         reserve_session(reg, session("s2", ports=(6200, 6201)))
     assert (root / "s1" / "session.json").exists()  # nothing pruned, nothing written
     assert json.loads((root / "s1" / "session.json").read_text())["state"] == "running"
+
+
+def test_a_symlinked_root_is_refused_even_to_the_owners_own_directory(tmp_path, monkeypatch, capsys):
+    real = tmp_path / "real"
+    Registry(real).ensure()
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    monkeypatch.setenv("RTDEBUG_REGISTRY_DIR", str(link))
+    for argv in (["ps"], ["stacks"], ["attach", "--rank", "0", "--timeout", "1"]):
+        assert cli.main(argv) == 1
+        assert capsys.readouterr().err.strip() == (
+            f"rtdebug: error: registry {link} is a symbolic link; point RTDEBUG_REGISTRY_DIR at the real "
+            f"directory ({real})"
+        )
+    with pytest.raises(HarnessError):
+        reserve_session(Registry(link), session("s1"))
+    assert list(real.iterdir()) == []  # no session was made through the link
+
+
+def test_a_symlink_on_the_way_that_another_user_owns_is_refused(tmp_path):
+    (tmp_path / "theirs").mkdir()
+    hop = tmp_path / "hop"
+    hop.symlink_to(tmp_path / "theirs")
+    os.lchown(hop, 65534, 65534)
+    reg = Registry(hop / "reg")
+    with pytest.raises(HarnessError, match=f"registry {hop}/reg: {hop} is a symbolic link owned by uid 65534"):
+        reg.ensure()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "huge"])
+def test_an_entry_that_is_a_fifo_a_symlink_or_huge_is_one_warning_never_a_hang(tmp_path, monkeypatch, capsys, kind):
+    root = tmp_path / "reg"
+    reg = Registry(root)
+    reserve_session(reg, dict(session("s1"), launcher_pid=dead_pid(), ended_at=1.0))
+    entry = root / "s1" / "session.json"
+    entry.unlink()
+    if kind == "fifo":
+        os.mkfifo(entry, 0o600)
+        why = "not a regular file"
+    elif kind == "symlink":
+        (tmp_path / "elsewhere.json").write_text(json.dumps(session("s1")))
+        entry.symlink_to(tmp_path / "elsewhere.json")
+        why = "a symbolic link"
+    else:
+        entry.write_bytes(b" " * ((1 << 20) + 1))
+        why = f"{(1 << 20) + 1} bytes, more than an entry ever is ({1 << 20})"
+    monkeypatch.setenv("RTDEBUG_REGISTRY_DIR", str(root))
+    assert cli.main(["ps", "--all"]) == 0  # a FIFO opened without O_NONBLOCK would block here for ever
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"rtdebug: warning: unreadable registry entry {entry}: {why}"]
+
+
+def test_stacks_never_truncates_through_a_symlinked_dump_file(tmp_path):
+    from rtdebug.stacks import collect
+
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    (tmp_path / "stacks-0.txt").symlink_to(victim)
+    with pytest.raises(OSError):
+        collect._truncate(tmp_path / "stacks-0.txt")
+    assert victim.read_text() == "precious"

@@ -64,9 +64,18 @@ class Registry:
 
     # -- layout -------------------------------------------------------------
     def check_root(self) -> None:
-        """Refuse a root that is not the owner's alone: whoever owns or can write it owns these sessions."""
-        st = os.stat(self.root)
+        """Refuse a root that is not the owner's alone: whoever owns or can write it owns these sessions.
+        Read without following links: a root that is a symlink (even to a directory of the user's, which
+        another user could swap between the check and the use) is refused, and so is a symlink on the
+        way to it that neither the user nor root owns."""
         me = os.geteuid()
+        self._check_path(me)
+        st = os.lstat(self.root)
+        if stat.S_ISLNK(st.st_mode):
+            raise HarnessError(
+                f"registry {self.root} is a symbolic link; point {ENV_DIR} at the real directory "
+                f"({os.path.realpath(self.root)})"
+            )
         if not stat.S_ISDIR(st.st_mode):
             raise HarnessError(f"registry {self.root} is not a directory; point {ENV_DIR} at a directory of your own")
         if st.st_uid != me:
@@ -77,6 +86,20 @@ class Registry:
         if st.st_mode & 0o077:
             mode = oct(stat.S_IMODE(st.st_mode))
             raise HarnessError(f"registry {self.root} is open to other users (mode {mode}); run: chmod 700 {self.root}")
+
+    def _check_path(self, me: int) -> None:
+        """No symlink on the way to the root that another user owns (they could point it anywhere)."""
+        path = Path(os.path.abspath(self.root))
+        for parent in reversed(path.parents):
+            try:
+                st = os.lstat(parent)
+            except OSError:
+                return
+            if stat.S_ISLNK(st.st_mode) and st.st_uid not in (me, 0):
+                raise HarnessError(
+                    f"registry {self.root}: {parent} is a symbolic link owned by uid {st.st_uid}; point "
+                    f"{ENV_DIR} at a directory whose path only you and root control"
+                )
 
     def ensure(self) -> Path:
         """Create the root (0700) if missing; refuse one that is not the owner's alone."""

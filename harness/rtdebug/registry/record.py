@@ -12,10 +12,12 @@ readers index without checking.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import secrets
+import stat
 import sys
 import tempfile
 import time
@@ -138,15 +140,41 @@ def problem(data: Any, kind: str | None = None) -> str | None:
     return None
 
 
-def read_json(path: Path) -> dict[str, Any] | None:
-    """The entry at ``path``; None if there is no file; ``Unreadable`` if it is not a valid entry."""
+MAX_ENTRY = 1 << 20  # bytes: a rank or session entry is a few KB
+
+
+def read_bounded(path: Path, limit: int = MAX_ENTRY) -> bytes | None:
+    """The bytes of the regular file at ``path`` (None: no file); ``Unreadable`` for a symlink, a FIFO or
+    device (opened without following links and without blocking: a FIFO named like an entry would hang
+    ``ps`` and the extension), or a file over ``limit`` bytes."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     except OSError as exc:
+        why = "a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
+        raise Unreadable(f"{path}: {why}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Unreadable(f"{path}: not a regular file")
+        if st.st_size > limit:
+            raise Unreadable(f"{path}: {st.st_size} bytes, more than an entry ever is ({limit})")
+        raw = os.read(fd, limit + 1)
+    except OSError as exc:
         raise Unreadable(f"{path}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(raw) > limit:
+        raise Unreadable(f"{path}: more than {limit} bytes")
+    return raw
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """The entry at ``path``; None if there is no file; ``Unreadable`` if it is not a valid entry."""
+    raw = read_bounded(path)
+    if raw is None:
+        return None
     try:
         data = json.loads(raw)
     except ValueError:
