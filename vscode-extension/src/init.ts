@@ -22,9 +22,9 @@ import { openFrame, StacksView } from './stacksView';
 
 /** Every registration of the extension, in one place. */
 export function registerAll(context: vscode.ExtensionContext): void {
-  const registry = new RegistryWatcher();
-  const attach = new AttachService(() => currentHarness(Gated.attach), (ep) => rankForEndpoint(registry.sessions, ep));
   const log = vscode.window.createOutputChannel('rtdebug');
+  const registry = new RegistryWatcher((line) => log.appendLine(line));
+  const attach = new AttachService(() => currentHarness(Gated.attach), (ep) => rankForEndpoint(registry.sessions, ep));
   const states = new RankDebugStates();
   const allStop = new AllStopController(attach, states, log);
   const commands = new AttachCommands(attach, registry);

@@ -4,7 +4,7 @@ import { runHarness } from './common/harnessCli';
 import { cliPoll, CliRankSource, mergeSessions } from './common/rankSource';
 import { ranksViewMessage } from './common/ranksTree';
 import { registryDir } from './common/registryPaths';
-import { findSession, readRegistry } from './common/registryReader';
+import { findSession, NewProblems, readRegistry } from './common/registryReader';
 import { Session } from './common/registryModel';
 import { untrustedMessage } from './common/trustGate';
 import { currentHarness } from './harnessCommand';
@@ -37,7 +37,10 @@ export class RegistryWatcher implements vscode.Disposable {
   /** Why this machine's registry root is refused (not the owner's alone), in the harness's words; shown as the view's message. */
   rootProblem: string | undefined;
 
-  constructor(pollMs = REGISTRY_POLL_MS) {
+  private problems = new NewProblems();
+
+  /** `warn`: where each unreadable entry is said, once (the output channel). */
+  constructor(private warn: (line: string) => void = () => undefined, pollMs = REGISTRY_POLL_MS) {
     this.timer = setInterval(() => this.refresh(), pollMs);
     this.cliTimer = setInterval(() => void this.pollCli(), CLI_POLL_MS);
     this.refresh();
@@ -49,6 +52,8 @@ export class RegistryWatcher implements vscode.Disposable {
   refresh(): Session[] {
     const read = readRegistry(this.dir);
     this.rootProblem = read.refused;
+    // a refused root is the view's message instead; entries are only warned about when they were read
+    for (const line of this.problems.lines(read.refused ? [] : read.problems)) this.warn(line);
     this.current = this.fromCli.length ? mergeSessions(read.sessions, this.fromCli) : read.sessions;
     const sig = JSON.stringify([this.rootProblem, this.viewMessage, this.current.map((s) => [s.entry.session_id, s.entry.state, s.entry.verified,
       s.entry.pg_timeout_s, s.entry.pg_timeout_source,
