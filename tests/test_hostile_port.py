@@ -306,3 +306,54 @@ def test_a_flood_from_another_uid_costs_the_rank_little_and_never_stalls_the_own
     assert during and floods and all(f["replied"] == 0 and f["done"] == 4000 for f in floods), floods
     assert took <= 2.0, f"the owner's attach took {took:.2f} s during the flood"
     _release(c, frame)
+
+
+@pytest.mark.e2e
+def test_half_open_owner_connections_never_keep_the_owner_out(job, registry_dir, port_base, tmp_path):
+    """More half-open connections than the rank keeps (each sent half a header and stopped): the oldest are
+    dropped for newer ones, so the owner's real client always gets in."""
+    from rtdebug.rank.endpoint import MAX_PENDING
+
+    rank = _start(job, registry_dir, port_base, tmp_path)
+    held = []
+    try:
+        for _ in range(MAX_PENDING + 8):
+            s = socket.create_connection(("127.0.0.1", port_base), timeout=10)
+            s.sendall(b"Content-Length: ")  # half a header, never finished
+            held.append(s)
+        c, frame = _attach_and_stop(port_base)  # before the fix: refused, 64 connections still sending
+        _release(c, frame)
+    finally:
+        for s in held:
+            s.close()
+    out = rank["job"].output()
+    assert f"dropped for a newer connection ({MAX_PENDING} were half-open)" in out, out[-3000:]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    "junk,why",
+    [
+        (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "it sent an HTTP request ('GET / HTTP/1.1'), not DAP"),
+        (dap(b"{not json"), "it sent a DAP message that is not JSON"),
+        (dap(b"[1, 2]"), "it sent a DAP message that is not a JSON object with a 'type'"),
+        (b"Content-Length: 5\r\nX-Evil: 1\r\n\r\nhello", "it sent a DAP header other than 'Content-Length: N'"),
+    ],
+)
+def test_junk_after_initialize_closes_the_client_with_one_line_and_no_pydevd_traceback(
+    job, registry_dir, port_base, tmp_path, junk, why
+):
+    rank = _start(job, registry_dir, port_base, tmp_path)
+    with socket.create_connection(("127.0.0.1", port_base), timeout=30) as s:
+        s.sendall(dap(INIT) + junk)
+        try:
+            while s.recv(65536):  # pydevd's answer to initialize, then the close
+                pass
+        except OSError:
+            pass
+    line = f"rtdebug: rank 0: closed a client after its 'initialize': {why}"
+    rank["job"].wait_output(line, timeout=30)
+    c, frame = _attach_and_stop(port_base)  # the owner's client still gets in and stops
+    _release(c, frame)
+    out = rank["job"].output()
+    assert "Traceback" not in out and out.count("closed a client after its 'initialize'") == 1, out[-3000:]

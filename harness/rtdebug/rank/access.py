@@ -123,6 +123,7 @@ class Refusal:
     addr: str
     uid: int | None
     reason: str
+    dropped: str = ""  # set by the endpoint when it drops this half-open connection for a newer one
 
     @property
     def line(self) -> str:

@@ -32,7 +32,7 @@ HTTP_METHODS = (b"GET", b"POST", b"PUT", b"HEAD", b"OPTIONS", b"DELETE", b"PATCH
 BAD_HEADER = "a DAP header other than 'Content-Length: N'"
 
 
-class NotDAP(Exception):
+class NotDAP(ValueError):
     """Why a connection's first bytes are not a DAP ``initialize`` request (the refusal line's reason)."""
 
 
@@ -87,6 +87,46 @@ def message_end(buf: bytes | bytearray) -> int | None:
         return None
     check_initialize(buf[start : start + size])
     return start + size
+
+
+class DapFramer:
+    """Checks the client's bytes after its ``initialize``: each must be a whole DAP message, a
+    ``Content-Length: N`` header and a JSON object with a ``type``, as every DAP client sends. Junk there
+    would reach pydevd, which prints tracebacks into the job's log; the relay closes the connection instead.
+    Bounded as the first message: a header of at most 64 bytes, a message of at most ``MAX_BODY``."""
+
+    MAX_BODY = 16 << 20  # setBreakpoints of a huge file, evaluate of a long expression: generous, bounded
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        """Take ``data``; raise ``NotDAP`` as soon as the bytes cannot be DAP messages."""
+        self.buf += data
+        while self.buf:
+            head = bytes(self.buf[: len(PREFIX)]).lower()
+            if head != PREFIX[: len(head)]:
+                raise NotDAP(describe(bytes(self.buf[:512])))
+            end = self.buf.find(b"\r\n\r\n", 0, 64)
+            if end < 0:
+                if len(self.buf) > len(PREFIX) and not _PARTIAL.fullmatch(self.buf[len(PREFIX) : 64]):
+                    raise NotDAP(BAD_HEADER)
+                return
+            match = _HEADER.fullmatch(self.buf[: end + 4])
+            if match is None:
+                raise NotDAP(BAD_HEADER)
+            start, size = end + 4, int(match[1])
+            if size > self.MAX_BODY:
+                raise NotDAP(f"a DAP message of {size} bytes, over the {self.MAX_BODY}-byte limit")
+            if len(self.buf) < start + size:
+                return
+            try:
+                msg = json.loads(self.buf[start : start + size])
+            except (ValueError, RecursionError):
+                raise NotDAP("a DAP message that is not JSON") from None
+            if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
+                raise NotDAP("a DAP message that is not a JSON object with a 'type'")
+            del self.buf[: start + size]
 
 
 def read_first(

@@ -63,14 +63,14 @@ from rtdebug.common.ports import port_holder
 from rtdebug.common.threads import hidden_thread
 from rtdebug.rank import gil, tracing, warmup
 from rtdebug.rank.access import AllowList, Refusal, judge
-from rtdebug.rank.dapgate import NotDAP, read_first
-from rtdebug.rank.handoff import Handoff, listen_via_handoff, pump
+from rtdebug.rank.dapgate import DapFramer, NotDAP, message_end, read_first
+from rtdebug.rank.handoff import Handoff, close_both, listen_via_handoff, pump
 from rtdebug.rank.refusals import RefusalLog
 
 StateCallback = Callable[[str], None]
 ATTACH_BOOST_S = 5.0
 BACKLOG = 1024  # a flood of refused connects queues ahead of the owner's instead of dropping its SYN
-MAX_PENDING = 64  # admitted connections still sending their first message; more are refused at once
+MAX_PENDING = 64  # admitted connections still sending their first message; the oldest goes for a newer one
 RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() resets, nothing lingers in TIME_WAIT
 
 
@@ -105,7 +105,7 @@ class Endpoint:
         self._inner: Handoff | None = None
         self._sock: socket.socket | None = None
         self._refusals = RefusalLog(self._report)
-        self._pending = threading.BoundedSemaphore(MAX_PENDING)
+        self._pending: dict[socket.socket, Refusal] = {}  # half-open: admitted, first message not yet read
 
     @property
     def lazy(self) -> bool:
@@ -168,16 +168,32 @@ class Endpoint:
                 peer = judge(client, self.allow, owner)  # zero cost while nobody connects
             except Exception as exc:  # fail closed
                 peer = Refusal("?", None, f"could not check the peer: {exc}")
-            if not peer.reason and not self._pending.acquire(blocking=False):
-                peer.reason = f"{MAX_PENDING} connections are still sending their first message"
             if not peer.reason:
+                self._make_room()
+                with self._lock:
+                    self._pending[client] = peer
                 try:
                     hidden_thread(self._serve, f"rtdebug-relay-{self.port}", client, peer)
                     continue
                 except RuntimeError as exc:  # no thread to be had: refuse, keep accepting
-                    self._pending.release()
+                    with self._lock:
+                        self._pending.pop(client, None)
                     peer.reason = f"could not start a thread for it ({exc})"
             self._refuse(client, peer)
+
+    def _make_room(self) -> None:
+        """At ``MAX_PENDING`` half-open connections, drop the oldest for the new one: connections that never
+        finish their first message (the owner's own stuck tools, a flood as the owner) must not keep a
+        real client out. Its thread then refuses it, with this reason."""
+        with self._lock:
+            if len(self._pending) < MAX_PENDING:
+                return
+            oldest = next(iter(self._pending))
+            self._pending.pop(oldest).dropped = f"dropped for a newer connection ({MAX_PENDING} were half-open)"
+        try:
+            oldest.shutdown(socket.SHUT_RDWR)  # wakes its reader; its own thread closes it
+        except OSError:
+            pass
 
     def _refuse(self, client: socket.socket, refusal: Refusal) -> None:
         try:
@@ -202,11 +218,12 @@ class Endpoint:
         try:
             first = read_first(client)
         except NotDAP as exc:
-            peer.reason = str(exc)
+            peer.reason = peer.dropped or str(exc)
             self._refuse(client, peer)
             return
         finally:
-            self._pending.release()
+            with self._lock:
+                self._pending.pop(client, None)
         upstream = self._hand_over(client)
         if upstream is not None:
             self.on_state("attached")
@@ -229,13 +246,24 @@ class Endpoint:
         return upstream
 
     def _relay(self, client: socket.socket, upstream: socket.socket, first: bytes) -> None:
+        framer = DapFramer()  # every message after the initialize is checked too: junk never reaches pydevd
+        why = None
+        try:
+            framer.feed(first)
+        except NotDAP as exc:  # junk came right behind the initialize: pydevd gets the initialize alone
+            why, first = str(exc), first[: message_end(first) or 0]
         try:
             upstream.sendall(first)  # the initialize request the gate read
         except OSError:
             pass  # pydevd is gone: the pumps below see it and close both ends
         back = hidden_thread(pump, f"rtdebug-relay-up-{self.port}", upstream, client)
-        pump(client, upstream)
+        if why is None:
+            why = pump(client, upstream, check=framer.feed)
+        else:
+            close_both(client, upstream)
         back.join()
+        if why is not None:
+            self._report(f"closed a client after its 'initialize': it sent {why}")
         client.close()
         upstream.close()
         with self._lock:

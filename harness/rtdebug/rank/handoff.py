@@ -12,6 +12,7 @@ from __future__ import annotations
 import queue
 import socket
 import sys
+from collections.abc import Callable
 
 
 class Handoff:
@@ -46,22 +47,37 @@ class Handoff:
         self._queue.put(None)
 
 
-def pump(src: socket.socket, dst: socket.socket) -> None:
-    """Relay ``src`` to ``dst`` (a client and its end of the handoff) until either side ends; then both end."""
+def pump(src: socket.socket, dst: socket.socket, check: Callable[[bytes], None] | None = None) -> str | None:
+    """Relay ``src`` to ``dst`` (a client and its end of the handoff) until either side ends; then both end.
+    ``check`` sees each chunk before it is passed on; if it raises (``dapgate.NotDAP``), nothing of that
+    chunk is sent, both ends close, and the reason is returned."""
+    why = None
     try:
         while True:
             data = src.recv(65536)
             if not data:
                 break
+            if check is not None:
+                try:
+                    check(data)
+                except ValueError as exc:  # NotDAP: junk never reaches pydevd
+                    why = str(exc)
+                    break
             dst.sendall(data)
     except OSError:
         pass
     finally:
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        close_both(src, dst)
+    return why
+
+
+def close_both(*socks: socket.socket) -> None:
+    """Shut both directions of each socket (the relay's other pump sees it at once)."""
+    for s in socks:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def listen_via_handoff(handoff: Handoff) -> None:
