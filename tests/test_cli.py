@@ -153,3 +153,20 @@ def test_nproc_gpu_without_cuda_is_a_usage_error(tmp_path):
     assert str(e.value) == "--nproc-per-node gpu: Cuda is not available." and e.value.exit_code == 2
     ns, rest = parse(["--nproc-per-node", "cpu", str(script)])
     assert plan_torchrun(ns, rest).nproc_per_node == torch._utils.cpu_count()
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path):
+    """`rtdebug vscode ... | head -1`: the pipe closes before the JSON is written; no BrokenPipeError trace."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text("print(1)\n")
+    p = subprocess.Popen(
+        [sys.executable, "-m", "rtdebug", "vscode", "--script", str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    p.stdout.close()  # the reader is gone before anything is written
+    err = p.stderr.read().decode()
+    assert p.wait(60) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
