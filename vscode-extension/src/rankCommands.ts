@@ -2,7 +2,8 @@ import * as vscode from 'vscode';
 import { Gated, Views } from './constants';
 import { runHarness } from './common/harnessCli';
 import { AttachDeclinedError } from './common/remoteAttach';
-import { parseStacks } from './common/stacksModel';
+import { HISTORY_N } from './common/stacksHistory';
+import { takeStacks } from './common/stacksModel';
 import { AttachService } from './attachService';
 import { AllStopController } from './allStopController';
 import { currentHarness } from './harnessCommand';
@@ -44,14 +45,18 @@ export class RankCommands {
     }, this.log);
   }
 
-  /** `rtdebug stacks [--session ID] --json`, shown in the Rank Stacks view. */
+  /**
+   * `rtdebug stacks --session ID [--rank N] --history 16 --json`, shown in the Rank Stacks view (a harness
+   * from before `--history` is asked again without it: common/stacksModel.ts takeStacks).
+   */
   async showStacks(node?: RanksNode): Promise<void> {
     if (!ensureTrusted(Gated.stacks)) return;
     const id = node?.session.entry.session_id ?? await this.pickSession('show the stacks of');
     if (!id) return;
     await guard(async () => {
-      const args = ['stacks', '--session', id, ...(node?.kind === 'rank' ? ['--rank', String(node.rank.rank)] : []), '--json'];
-      const rep = parseStacks(await runHarness(await currentHarness(Gated.stacks), args, 60000));
+      const harness = await currentHarness(Gated.stacks);
+      const rank = node?.kind === 'rank' ? node.rank.rank : undefined;
+      const rep = await takeStacks((args) => runHarness(harness, args, 60000), id, rank, HISTORY_N);
       this.stacks.show(rep);
       await vscode.commands.executeCommand(`${Views.stacks}.focus`);
     }, this.log);
