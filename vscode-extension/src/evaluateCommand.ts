@@ -2,7 +2,7 @@ import * as vscode from 'vscode';
 import { EVAL_SCHEME } from './constants';
 import { EvalRow, evaluateMarkdown } from './common/evaluateTable';
 import { RankDebugStates } from './common/rankDebugState';
-import { basename } from './common/ranksTree';
+import { basename } from './common/fileName';
 import { AttachService } from './attachService';
 import { RankCommands } from './rankCommands';
 import { RanksNode } from './ranksView';

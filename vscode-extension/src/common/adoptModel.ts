@@ -1,5 +1,5 @@
 import { formatDuration } from './duration';
-import { basename } from './ranksTree';
+import { basename } from './fileName';
 
 /**
  * "Adopt a Running Job…": the candidates `rtdebug adopt --list --json` prints (contract B1) and their quick

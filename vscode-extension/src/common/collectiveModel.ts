@@ -1,5 +1,5 @@
 import { formatDuration } from './duration';
-import { basename } from './ranksTree';
+import { basename } from './fileName';
 
 /**
  * Each rank's place in the collective sequence (contract C2: `collective` per rank in `rtdebug ps --json`,

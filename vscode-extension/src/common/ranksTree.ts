@@ -1,3 +1,4 @@
+import { basename } from './fileName';
 import { collectiveSummary, collectiveText, isBlocked, peersTooltip } from './collectiveModel';
 import { RankDebugInfo } from './rankDebugState';
 import { timeoutText, TimeoutText } from './pgTimeout';
@@ -33,7 +34,6 @@ const ICONS: Record<RankViewState, [string, string | undefined]> = {
   orphaned: ['warning', 'charts.orange'],
 };
 
-export const basename = (p: string): string => p.split(/[\\/]/).pop() || p;
 const at = (l: { file: string; line: number }) => `${basename(l.file)}:${l.line}`;
 
 /** The state shown for a rank: the registry's, refined by what our own debug session of it says. */

@@ -1,4 +1,4 @@
-import { basename } from './ranksTree';
+import { basename } from './fileName';
 import { compressRanks, nat, oneLine, ranksWord } from './rankList';
 import { History, parseHistory } from './stacksHistory';
 

@@ -1,0 +1,95 @@
+#!/usr/bin/env node
+/**
+ * Lint step: no import circles among the extension's own modules (DESIGN.md: "No import circles; a test
+ * keeps it so"). A circle makes one module's top-level code run against another's half-initialised exports,
+ * and ties modules that should be layered (common/ is pure and below the VS Code glue) into one knot.
+ *
+ * Reads every .ts under the given folders (default src/ and test/) with TypeScript's own import scanner
+ * (ts.preProcessFile: `import … from`, `import type`, `export … from`, `require()`), resolves the relative
+ * specifiers to files, and reports each strongly connected component (Tarjan) with one of its cycles.
+ * Type-only imports count too: they are erased at run time, but a type circle is the same knot.
+ * Exit 1 with the cycles listed, 0 with none.
+ */
+const fs = require('fs');
+const path = require('path');
+const ts = require('typescript');
+
+const ROOT = path.resolve(__dirname, '..');
+const dirs = process.argv.slice(2).length ? process.argv.slice(2) : ['src', 'test'];
+
+function files(dir) {
+  const out = [];
+  for (const e of fs.readdirSync(dir, { withFileTypes: true })) {
+    const p = path.join(dir, e.name);
+    if (e.isDirectory()) out.push(...files(p));
+    else if (/\.ts$/.test(e.name) && !/\.d\.ts$/.test(e.name)) out.push(p);
+  }
+  return out;
+}
+
+function resolve(from, spec) {
+  if (!spec.startsWith('.')) return undefined; // a package, not ours
+  const base = path.resolve(path.dirname(from), spec);
+  for (const c of [base, `${base}.ts`, path.join(base, 'index.ts')]) {
+    if (fs.existsSync(c) && fs.statSync(c).isFile()) return c;
+  }
+  return undefined;
+}
+
+const graph = new Map();
+for (const f of dirs.flatMap((d) => files(path.resolve(ROOT, d)))) {
+  const info = ts.preProcessFile(fs.readFileSync(f, 'utf8'), true, true);
+  graph.set(f, [...new Set(info.importedFiles.map((i) => resolve(f, i.fileName)).filter(Boolean))]);
+}
+
+// Tarjan's strongly connected components (iterative enough for a few hundred modules: recursion is fine)
+let index = 0;
+const idx = new Map(), low = new Map(), onStack = new Set(), stack = [], sccs = [];
+function visit(v) {
+  idx.set(v, index); low.set(v, index); index++;
+  stack.push(v); onStack.add(v);
+  for (const w of graph.get(v) ?? []) {
+    if (!graph.has(w)) continue;
+    if (!idx.has(w)) { visit(w); low.set(v, Math.min(low.get(v), low.get(w))); }
+    else if (onStack.has(w)) low.set(v, Math.min(low.get(v), idx.get(w)));
+  }
+  if (low.get(v) === idx.get(v)) {
+    const scc = [];
+    let w;
+    do { w = stack.pop(); onStack.delete(w); scc.push(w); } while (w !== v);
+    if (scc.length > 1 || (graph.get(v) ?? []).includes(v)) sccs.push(scc);
+  }
+}
+for (const v of graph.keys()) if (!idx.has(v)) visit(v);
+
+/** One concrete cycle through `start` inside its component (breadth-first back to it). */
+function cycleThrough(start, members) {
+  const prev = new Map([[start, null]]);
+  const queue = [start];
+  while (queue.length) {
+    const v = queue.shift();
+    for (const w of graph.get(v) ?? []) {
+      if (w === start) {
+        const out = [v];
+        for (let p = prev.get(v); p; p = prev.get(p)) out.unshift(p);
+        return [...out, start];
+      }
+      if (members.has(w) && !prev.has(w)) { prev.set(w, v); queue.push(w); }
+    }
+  }
+  return [start];
+}
+
+const rel = (f) => path.relative(ROOT, f);
+if (!sccs.length) {
+  console.log(`import cycles: none in ${dirs.join(', ')} (${graph.size} modules)`);
+  process.exit(0);
+}
+for (const scc of sccs) {
+  const members = new Set(scc);
+  const start = [...scc].sort()[0];
+  console.error(`import cycle among ${scc.length} modules: ${scc.map(rel).sort().join(', ')}`);
+  console.error(`  e.g. ${cycleThrough(start, members).map(rel).join(' → ')}`);
+}
+console.error(`FAIL: ${sccs.length} import cycle(s); layer the modules (common/ never imports the VS Code glue) or move the shared part down`);
+process.exit(1);
