@@ -106,7 +106,7 @@ STOCK_PORT_BASE=$((F5_PORT_BASE + 40))
 if [ "$MODE" = stock ]; then   # the generated debugpy configs, by the code the Generate command uses
   ( cd "$RUN/ws" && node -e '
     const fs = require("fs"); const ext = process.argv[1]; const py = process.argv[2]; const base = Number(process.argv[3]);
-    const { generateConfigs } = require(ext + "/out/src/common/harnessCli"); const { applyGenerated } = require(ext + "/out/src/common/launchFiles");
+    const { generateConfigs } = require(ext + "/out/src/configs/generateCli"); const { applyGenerated } = require(ext + "/out/src/configs/launchFiles");
     (async () => {
       let launch = fs.readFileSync(".vscode/launch.json", "utf8"); let tasks = "";
       for (const j of [{ script: "examples/plain_ddp.py", mode: "torchrun", nprocPerNode: 2, portBase: base, wait: "all" }, { script: "examples/local_linear.py", mode: "run" }]) {

@@ -8,6 +8,11 @@
  * (ts.preProcessFile: `import … from`, `import type`, `export … from`, `require()`), resolves the relative
  * specifiers to files, and reports each strongly connected component (Tarjan) with one of its cycles.
  * Type-only imports count too: they are erased at run time, but a type circle is the same knot.
+ *
+ * The feature folders of src/ are layered as well, and checked the same way over the folder graph (an
+ * import from src/a/x.ts of src/b/y.ts is an edge a → b): today common ← registry ← stacks ← attach ←
+ * ranks ← collectives, and configs ← attach; extension.ts and init.ts (src/ itself) sit on top and are
+ * left out. Files may import across folders only downwards, so no two features depend on each other.
  * Exit 1 with the cycles listed, 0 with none.
  */
 const fs = require('fs');
@@ -15,7 +20,12 @@ const path = require('path');
 const ts = require('typescript');
 
 const ROOT = path.resolve(__dirname, '..');
-const dirs = process.argv.slice(2).length ? process.argv.slice(2) : ['src', 'test'];
+// usage: check-import-cycles.js [--layers DIR] [DIR...]: DIRs to read (default src test); --layers: whose
+// subfolders are the layered features (default src)
+const args = process.argv.slice(2);
+const at = args.indexOf('--layers');
+const layersRoot = at >= 0 ? path.resolve(ROOT, args.splice(at, 2)[1]) : path.join(ROOT, 'src');
+const dirs = args.length ? args : ['src', 'test'];
 
 function files(dir) {
   const out = [];
@@ -81,15 +91,60 @@ function cycleThrough(start, members) {
 }
 
 const rel = (f) => path.relative(ROOT, f);
-if (!sccs.length) {
-  console.log(`import cycles: none in ${dirs.join(', ')} (${graph.size} modules)`);
-  process.exit(0);
-}
+const problems = [];
 for (const scc of sccs) {
   const members = new Set(scc);
   const start = [...scc].sort()[0];
-  console.error(`import cycle among ${scc.length} modules: ${scc.map(rel).sort().join(', ')}`);
-  console.error(`  e.g. ${cycleThrough(start, members).map(rel).join(' → ')}`);
+  problems.push(`import cycle among ${scc.length} modules: ${scc.map(rel).sort().join(', ')}`);
+  problems.push(`  e.g. ${cycleThrough(start, members).map(rel).join(' → ')}`);
 }
-console.error(`FAIL: ${sccs.length} import cycle(s); layer the modules (common/ never imports the VS Code glue) or move the shared part down`);
+
+// The folder graph of src/: feature folder → the folders it imports from (src/ itself left out).
+const folderOf = (f) => {
+  const parts = path.relative(layersRoot, f).split(path.sep);
+  return parts.length > 1 && parts[0] !== '..' ? parts[0] : undefined;
+};
+const folders = new Map();
+const why = new Map();
+for (const [f, deps] of graph) {
+  const a = folderOf(f);
+  if (!a) continue;
+  for (const d of deps) {
+    const b = folderOf(d);
+    if (!b || b === a) continue;
+    if (!folders.has(a)) folders.set(a, new Set());
+    folders.get(a).add(b);
+    if (!why.has(`${a}→${b}`)) why.set(`${a}→${b}`, `${rel(f)} imports ${rel(d)}`);
+  }
+}
+/** One folder cycle (depth-first, folders visited in name order so the report is stable), or undefined. */
+function folderCycle() {
+  const state = new Map();
+  const trail = [];
+  const dfs = (a) => {
+    state.set(a, 'open');
+    trail.push(a);
+    for (const b of [...(folders.get(a) ?? [])].sort()) {
+      if (state.get(b) === 'open') return [...trail.slice(trail.indexOf(b)), b];
+      if (!state.has(b)) { const c = dfs(b); if (c) return c; }
+    }
+    trail.pop();
+    state.set(a, 'done');
+    return undefined;
+  };
+  for (const a of [...folders.keys()].sort()) if (!state.has(a)) { const c = dfs(a); if (c) return c; }
+  return undefined;
+}
+const fc = folderCycle();
+if (fc) {
+  problems.push(`folder cycle in ${rel(layersRoot)}/: ${fc.join(' → ')}`);
+  for (let i = 0; i + 1 < fc.length; i++) problems.push(`  ${why.get(`${fc[i]}→${fc[i + 1]}`)}`);
+}
+
+if (!problems.length) {
+  console.log(`import cycles: none in ${dirs.join(', ')} (${graph.size} modules; src/ folders layered)`);
+  process.exit(0);
+}
+for (const line of problems) console.error(line);
+console.error('FAIL: import cycle(s); import only downwards (see the layers above scripts/check-import-cycles.js) or move the shared part down');
 process.exit(1);

@@ -4,8 +4,8 @@
 // Usage: npm run build && node scripts/generate-repo-vscode.js [python]
 const fs = require('fs');
 const path = require('path');
-const { generateConfigs } = require('../out/src/common/harnessCli');
-const { applyGenerated } = require('../out/src/common/launchFiles');
+const { generateConfigs } = require('../out/src/configs/generateCli');
+const { applyGenerated } = require('../out/src/configs/launchFiles');
 
 const repo = path.resolve(__dirname, '../..');
 const python = process.argv[2] || process.env.RTDEBUG_PYTHON || path.join(repo, '.venv/bin/python');

@@ -1,24 +1,25 @@
 import * as vscode from 'vscode';
-import { Commands, ContextKeys, DEBUG_TYPE, EVAL_SCHEME, Gated, Views } from './constants';
-import { rankForEndpoint } from './common/attachConfig';
-import { RankDebugStates } from './common/rankDebugState';
-import { RtdebugAdapterFactory } from './adapterFactory';
-import { adoptRunningJob } from './adoptCommand';
-import { AllStopController } from './allStopController';
-import { AttachCommands } from './attachCommands';
-import { CollectiveCommands } from './collectiveCommands';
-import { AttachService } from './attachService';
-import { RtdebugConfigurationProvider } from './debugProvider';
-import { EvalDocuments, EvaluateCommand } from './evaluateCommand';
-import { generateLaunchConfigurations } from './generateCommand';
-import { currentHarness } from './harnessCommand';
-import { RankCommands } from './rankCommands';
-import { RanksView } from './ranksView';
-import { RankTrackerFactory } from './rankTracker';
-import { RegistryWatcher } from './registryWatcher';
-import { readSettings } from './settings';
-import { RankStatusBar } from './statusBar';
-import { openFrame, StacksView } from './stacksView';
+import { Commands, ContextKeys, DEBUG_TYPE, EVAL_SCHEME, Gated, Views } from './common/constants';
+import { rankForEndpoint } from './attach/attachConfig';
+import { RankDebugStates } from './attach/rankDebugState';
+import { RtdebugAdapterFactory } from './attach/adapterFactory';
+import { adoptRunningJob } from './attach/adoptCommand';
+import { AllStopController } from './attach/allStopController';
+import { AttachCommands } from './attach/attachCommands';
+import { CollectiveCommands } from './collectives/collectiveCommands';
+import { AttachService } from './attach/attachService';
+import { RtdebugConfigurationProvider } from './attach/debugProvider';
+import { EvalDocuments, EvaluateCommand } from './ranks/evaluateCommand';
+import { generateLaunchConfigurations } from './configs/generateCommand';
+import { currentHarness } from './common/harnessCommand';
+import { RankCommands } from './ranks/rankCommands';
+import { ranksViewMessage } from './ranks/ranksTree';
+import { RanksView } from './ranks/ranksView';
+import { RankTrackerFactory } from './attach/rankTracker';
+import { RegistryWatcher } from './registry/registryWatcher';
+import { readSettings } from './common/settings';
+import { RankStatusBar } from './attach/statusBar';
+import { openFrame, StacksView } from './stacks/stacksView';
 
 /** Every registration of the extension, in one place. */
 export function registerAll(context: vscode.ExtensionContext): void {
@@ -37,7 +38,7 @@ export function registerAll(context: vscode.ExtensionContext): void {
   const evalDocs = new EvalDocuments();
   const evaluate = new EvaluateCommand(attach, states, evalDocs, rankCommands);
   const ranksTree = vscode.window.createTreeView(Views.ranks, { treeDataProvider: ranksView, showCollapseAll: false });
-  const showViewMessage = () => { ranksTree.message = registry.viewMessage; };
+  const showViewMessage = () => { ranksTree.message = ranksViewMessage(registry.rootProblem, registry.skipped); };
   showViewMessage();
   const setAllStopKey = () => void vscode.commands.executeCommand('setContext', ContextKeys.allStop, readSettings().allStop);
   setAllStopKey();

@@ -1,6 +1,5 @@
 import { execFile, ExecFileOptions } from 'child_process';
 import { neutralCwd } from './cliPaths';
-import { GeneratedConfigs, parseGenerated } from './launchFiles';
 import { FlagCache, rejectedFlag, VERSION_PROBE } from './pythonFlags';
 
 /**
@@ -23,20 +22,6 @@ export function cliLine(stderr: string): string | undefined {
  * workspace are made absolute before they get here (cliPaths.absoluteFrom).
  */
 export interface HarnessCommand { python: string; module: string; env?: NodeJS.ProcessEnv }
-
-export interface GenerateOptions {
-  script: string; mode: 'run' | 'torchrun'; nprocPerNode?: number; nnodes?: number; hosts?: string[];
-  portBase?: number; wait?: string; python?: string;
-}
-
-/**
- * What `attach --json` prints. `verified`: false for a remote entry no job secret here verifies; `local`:
- * whether the host is this machine (both absent from older harnesses: see common/remoteAttach.ts).
- */
-export interface AttachInfo {
-  session_id: string; rank: number; host: string; port: number; configuration: Record<string, unknown>;
-  verified?: boolean; local?: boolean;
-}
 
 /** The options of every CLI process: the neutral cwd, the harness environment, a timeout. */
 export function cliExecOptions(cmd: HarnessCommand, timeoutMs: number): ExecFileOptions & { cwd: string } {
@@ -85,43 +70,4 @@ export function describeFailure(cmd: HarnessCommand, args: string[], err: ExecEr
   const lines = stderr.trim().split('\n').filter((l) => l.trim());
   const msg = lines.find((l) => l.startsWith('rtdebug:')) ?? lines[lines.length - 1] ?? err.message;
   return `${what} failed: ${msg.trim()}`;
-}
-
-/**
- * `vscode` flags. The script is passed as the user gave it (relative to the workspace, as the prompt lists
- * it): the CLI never resolves it, it only writes it into the entries, which run with
- * `"cwd": "${workspaceFolder}"`; so the CLI's own cwd does not change what it prints.
- */
-export function generateArgs(o: GenerateOptions): string[] {
-  const a = ['vscode', '--script', o.script, '--mode', o.mode];
-  if (o.mode === 'torchrun') {
-    if (o.nprocPerNode !== undefined) a.push('--nproc-per-node', String(o.nprocPerNode));
-    if (o.nnodes !== undefined) a.push('--nnodes', String(o.nnodes));
-    if (o.hosts?.length) a.push('--hosts', o.hosts.join(','));
-  }
-  if (o.portBase !== undefined) a.push('--port-base', String(o.portBase));
-  if (o.wait) a.push('--wait', o.wait);
-  if (o.python) a.push('--python', o.python);
-  a.push('--json');
-  return a;
-}
-
-export async function generateConfigs(cmd: HarnessCommand, o: GenerateOptions): Promise<GeneratedConfigs> {
-  return parseGenerated(await runHarness(cmd, generateArgs(o)));
-}
-
-export function attachArgs(rank: number, session?: string, timeoutS?: number): string[] {
-  const a = ['attach', '--rank', String(rank)];
-  if (session) a.push('--session', session);
-  if (timeoutS !== undefined) a.push('--timeout', String(timeoutS));
-  a.push('--json');
-  return a;
-}
-
-export async function attachInfo(cmd: HarnessCommand, rank: number, session?: string, timeoutS = 10): Promise<AttachInfo> {
-  const out = await runHarness(cmd, attachArgs(rank, session, timeoutS), (timeoutS + 30) * 1000);
-  let v: AttachInfo;
-  try { v = JSON.parse(out); } catch { throw new HarnessCliError(`attach printed no JSON: ${out.slice(0, 200)}`); }
-  if (typeof v.port !== 'number' || typeof v.configuration !== 'object') throw new HarnessCliError('attach --json: missing port/configuration');
-  return v;
 }

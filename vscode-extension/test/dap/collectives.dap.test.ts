@@ -1,7 +1,7 @@
 import * as assert from 'assert';
 import * as path from 'path';
 import { test } from 'node:test';
-import { collectiveSummary } from '../../src/common/collectiveModel';
+import { collectiveSummary } from '../../src/ranks/collectiveText';
 import { harnessPython, REPO_ROOT, EXT_ROOT } from '../unit/helpers';
 import { markerLine, withTimeout } from './dapHelpers';
 import { lineOf, RankJob } from './rankJob';

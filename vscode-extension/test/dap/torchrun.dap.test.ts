@@ -3,11 +3,11 @@ import * as path from 'path';
 import { test } from 'node:test';
 import { DebugClient } from '@vscode/debugadapter-testsupport';
 import { DebugProtocol } from '@vscode/debugprotocol';
-import { toRankDebugConfig } from '../../src/common/attachConfig';
-import { attachInfo } from '../../src/common/harnessCli';
-import { JobProcess } from '../../src/common/jobProcess';
-import { RankGroup } from '../../src/common/rankGroup';
-import { findSession, readRegistry } from '../../src/common/registryReader';
+import { toRankDebugConfig } from '../../src/attach/attachConfig';
+import { attachInfo } from '../../src/attach/attachCli';
+import { JobProcess } from '../../src/attach/jobProcess';
+import { RankGroup } from '../../src/attach/rankGroup';
+import { findSession, readRegistry } from '../../src/registry/registryReader';
 import { harnessPython, REPO_ROOT, tmpDir } from '../unit/helpers';
 import { attachWithBreakpoint, freePortBase, markerLine, substitute, topFrame, withTimeout } from './dapHelpers';
 

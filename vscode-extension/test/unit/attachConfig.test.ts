@@ -2,10 +2,10 @@ import * as assert from 'assert';
 import * as fs from 'fs';
 import * as path from 'path';
 import { test } from 'node:test';
-import { rankEndpoint, toRankDebugConfig } from '../../src/common/attachConfig';
-import { AttachInfo } from '../../src/common/harnessCli';
-import { readRegistry } from '../../src/common/registryReader';
-import { rankPickItems, statusText } from '../../src/common/quickPickItems';
+import { rankEndpoint, toRankDebugConfig } from '../../src/attach/attachConfig';
+import { AttachInfo } from '../../src/attach/attachCli';
+import { readRegistry } from '../../src/registry/registryReader';
+import { rankPickItems, statusText } from '../../src/attach/quickPickItems';
 import { FIXTURES, fixtureRegistry } from './helpers';
 
 const info: AttachInfo = {

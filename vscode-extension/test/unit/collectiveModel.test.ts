@@ -1,8 +1,9 @@
 import * as assert from 'assert';
 import { test } from 'node:test';
-import { collectiveSummary, collectiveText, isBlocked, parseCollective, peersTooltip } from '../../src/common/collectiveModel';
-import { rankRow, sessionLive, sessionRow } from '../../src/common/ranksTree';
-import { mergeSessions, parsePsJson } from '../../src/common/rankSource';
+import { collectiveSummary, collectiveText, peersTooltip } from '../../src/ranks/collectiveText';
+import { isBlocked, parseCollective } from '../../src/registry/collectiveRecord';
+import { rankRow, sessionLive, sessionRow } from '../../src/ranks/ranksTree';
+import { mergeSessions, parsePsJson } from '../../src/registry/rankSource';
 import { rankEntry, sessionOf } from './session';
 
 const NOW = 1_800_000_000_000;

@@ -1,9 +1,9 @@
 import * as assert from 'assert';
 import { test } from 'node:test';
-import { AllStop } from '../../src/common/allStop';
-import { Collective } from '../../src/common/collectiveModel';
-import { CollectiveStepping, MAX_AUTO_STEPS, STEP_STUCK_MS, STOP_AT_NEXT_EXPR, stuckStep } from '../../src/common/collectiveStepping';
-import { RankDebugStates, RankKey } from '../../src/common/rankDebugState';
+import { AllStop } from '../../src/attach/allStop';
+import { Collective } from '../../src/registry/collectiveRecord';
+import { CollectiveStepping, MAX_AUTO_STEPS, STEP_STUCK_MS, STOP_AT_NEXT_EXPR, stuckStep } from '../../src/collectives/collectiveStepping';
+import { RankDebugStates, RankKey } from '../../src/attach/rankDebugState';
 
 const T = 1_000_000;
 

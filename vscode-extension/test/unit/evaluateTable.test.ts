@@ -1,6 +1,6 @@
 import * as assert from 'assert';
 import { test } from 'node:test';
-import { evaluateMarkdown, majority, markDivergent } from '../../src/common/evaluateTable';
+import { evaluateMarkdown, majority, markDivergent } from '../../src/ranks/evaluateTable';
 
 test('majority: most common, ties to the first seen', () => {
   assert.equal(majority(['1', '2', '2']), '2');

@@ -3,13 +3,15 @@ import * as fs from 'fs';
 import * as path from 'path';
 import { test } from 'node:test';
 import * as jsonc from 'jsonc-parser';
-import { attachArgs, describeFailure, generateArgs, generateConfigs, runHarness } from '../../src/common/harnessCli';
-import { applyGenerated } from '../../src/common/launchFiles';
-import { JobProcess, jobArgs, JobSpec } from '../../src/common/jobProcess';
+import { attachArgs } from '../../src/attach/attachCli';
+import { describeFailure, runHarness } from '../../src/common/harnessCli';
+import { generateArgs, generateConfigs } from '../../src/configs/generateCli';
+import { applyGenerated } from '../../src/configs/launchFiles';
+import { JobProcess, jobArgs, JobSpec } from '../../src/attach/jobProcess';
 import { harnessPython, tmpDir } from './helpers';
 import { neutralCwd } from '../../src/common/cliPaths';
-import { isProcessLive } from '../../src/common/processLiveness';
-import { SESSION_STARTING_RE } from '../../src/constants';
+import { isProcessLive } from '../../src/registry/processLiveness';
+import { SESSION_STARTING_RE } from '../../src/common/constants';
 
 test('generate args map the prompts to `rtdebug vscode` flags', () => {
   assert.deepEqual(generateArgs({ script: 't.py', mode: 'torchrun', nprocPerNode: 4, nnodes: 2, hosts: ['a', 'b'], portBase: 6000, wait: '0', python: '/py' }),

@@ -3,8 +3,8 @@ import { execFileSync, spawnSync } from 'child_process';
 import * as fs from 'fs';
 import * as path from 'path';
 import { test } from 'node:test';
-import { MAX_ENTRY, readEntry, UnreadableEntry } from '../../src/common/entryFile';
-import { NewProblems, readRegistry, ReadResult } from '../../src/common/registryReader';
+import { MAX_ENTRY, readEntry, UnreadableEntry } from '../../src/registry/entryFile';
+import { NewProblems, readRegistry, ReadResult } from '../../src/registry/registryReader';
 import { fixtureRegistry, tmpDir } from './helpers';
 
 /**
@@ -13,7 +13,7 @@ import { fixtureRegistry, tmpDir } from './helpers';
  * words (harness/rtdebug/registry/record.py `read_bounded`), and the good entries are still listed.
  */
 
-const READER = path.resolve(__dirname, '../../src/common/registryReader.js');
+const READER = path.resolve(__dirname, '../../src/registry/registryReader.js');
 
 /**
  * readRegistry in a child node process, so that a read which blocks (a FIFO opened for reading waits for a

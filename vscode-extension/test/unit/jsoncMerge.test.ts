@@ -1,8 +1,8 @@
 import * as assert from 'assert';
 import { test } from 'node:test';
 import * as jsonc from 'jsonc-parser';
-import { applyGenerated, EMPTY_LAUNCH, GeneratedConfigs } from '../../src/common/launchFiles';
-import { JsoncSyntaxError, mergeNamedEntries, detectFormatting } from '../../src/common/jsoncMerge';
+import { applyGenerated, EMPTY_LAUNCH, GeneratedConfigs } from '../../src/configs/launchFiles';
+import { JsoncSyntaxError, mergeNamedEntries, detectFormatting } from '../../src/configs/jsoncMerge';
 
 const USER_LAUNCH = `{
   // my own comment, keep me

@@ -1,7 +1,7 @@
 import * as assert from 'assert';
 import { test } from 'node:test';
-import { timeoutText } from '../../src/common/pgTimeout';
-import { sessionLive, sessionRow } from '../../src/common/ranksTree';
+import { timeoutText } from '../../src/ranks/pgTimeout';
+import { sessionLive, sessionRow } from '../../src/ranks/ranksTree';
 import { rankEntry, sessionOf } from './session';
 
 const NOW = 1_800_000_000_000;

@@ -1,8 +1,8 @@
 import * as assert from 'assert';
 import { test } from 'node:test';
-import { GroupAdapter, DapMessage } from '../../src/common/groupAdapter';
-import { GroupDeps, GroupJob, RankGroup } from '../../src/common/rankGroup';
-import { RankEntry, RankState, Session } from '../../src/common/registryModel';
+import { GroupAdapter, DapMessage } from '../../src/attach/groupAdapter';
+import { GroupDeps, GroupJob, RankGroup } from '../../src/attach/rankGroup';
+import { RankEntry, RankState, Session } from '../../src/registry/registryModel';
 
 function rank(r: number, state: RankState, pid = 100 + r): RankEntry {
   return { schema_version: 1, kind: 'rank', session_id: 's1', rank: r, local_rank: r, node_rank: 0, world_size: 2, host: '127.0.0.1',

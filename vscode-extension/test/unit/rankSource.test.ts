@@ -2,8 +2,8 @@ import * as assert from 'assert';
 import * as fs from 'fs';
 import * as path from 'path';
 import { test } from 'node:test';
-import { rankForEndpoint } from '../../src/common/attachConfig';
-import { FileRankSource, mergeSessions, parsePsJson, useCliSource } from '../../src/common/rankSource';
+import { rankForEndpoint } from '../../src/attach/attachConfig';
+import { FileRankSource, mergeSessions, parsePsJson, useCliSource } from '../../src/registry/rankSource';
 import { copyDir, FIXTURES, tmpDir } from './helpers';
 import { rankEntry, sessionOf } from './session';
 

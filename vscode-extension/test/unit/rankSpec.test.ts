@@ -1,7 +1,7 @@
 import * as assert from 'assert';
 import { test } from 'node:test';
-import { isWaitPolicy, parseRankList, portForRank, RankSpecError } from '../../src/common/rankSpec';
-import { checkGenerateOptions, validateHosts, validatePort, validatePositiveInt, validateWait } from '../../src/common/generateInputs';
+import { isWaitPolicy, parseRankList, portForRank, RankSpecError } from '../../src/attach/rankSpec';
+import { checkGenerateOptions, validateHosts, validatePort, validatePositiveInt, validateWait } from '../../src/configs/generateInputs';
 
 test('port rule: base + global rank', () => {
   assert.equal(portForRank(5678, 0), 5678);

@@ -1,7 +1,7 @@
 import * as assert from 'assert';
 import { test } from 'node:test';
-import { RankDebugInfo } from '../../src/common/rankDebugState';
-import { rankRow, rankViewState, sessionRow } from '../../src/common/ranksTree';
+import { RankDebugInfo } from '../../src/attach/rankDebugState';
+import { rankRow, rankViewState, sessionRow } from '../../src/ranks/ranksTree';
 import { rankEntry, sessionOf } from './session';
 
 const st = (r: Parameters<typeof rankViewState>[0], d?: RankDebugInfo) => rankViewState(r, d);

@@ -3,9 +3,9 @@ import * as fs from 'fs';
 import * as path from 'path';
 import { test } from 'node:test';
 import Ajv2020 from 'ajv/dist/2020';
-import { checkRoot, registryDir, validSessionId } from '../../src/common/registryPaths';
-import { readRegistry, findSession } from '../../src/common/registryReader';
-import { parseRankEntry, parseSessionEntry, RegistryFormatError, isAttachable } from '../../src/common/registryModel';
+import { checkRoot, registryDir, validSessionId } from '../../src/registry/registryPaths';
+import { readRegistry, findSession } from '../../src/registry/registryReader';
+import { parseRankEntry, parseSessionEntry, RegistryFormatError, isAttachable } from '../../src/registry/registryModel';
 import { copyDir, FIXTURES, SCHEMA_PATH, tmpDir } from './helpers';
 
 const schema = JSON.parse(fs.readFileSync(SCHEMA_PATH, 'utf8'));

@@ -1,9 +1,9 @@
 import * as assert from 'assert';
 import { test } from 'node:test';
-import { AttachInfo } from '../../src/common/harnessCli';
-import { AttachDeclinedError, CONNECT, hostPrompt } from '../../src/common/remoteAttach';
-import { GroupDeps, RankGroup } from '../../src/common/rankGroup';
-import { RankEntry, Session } from '../../src/common/registryModel';
+import { AttachInfo } from '../../src/attach/attachCli';
+import { AttachDeclinedError, CONNECT, hostPrompt } from '../../src/attach/remoteAttach';
+import { GroupDeps, RankGroup } from '../../src/attach/rankGroup';
+import { RankEntry, Session } from '../../src/registry/registryModel';
 
 const info = (o: Partial<AttachInfo>): AttachInfo => ({
   session_id: 's1', rank: 2, host: '10.0.0.7', port: 5680, verified: true, local: false,

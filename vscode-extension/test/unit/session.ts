@@ -1,4 +1,4 @@
-import { RankEntry, RankState, Session } from '../../src/common/registryModel';
+import { RankEntry, RankState, Session } from '../../src/registry/registryModel';
 
 /** Registry entries for tests (schema-valid shapes). */
 export function rankEntry(r: number, state: RankState, over: Partial<RankEntry> = {}): RankEntry {

@@ -2,7 +2,7 @@ import * as assert from 'assert';
 import * as fs from 'fs';
 import * as path from 'path';
 import { test } from 'node:test';
-import { RESTRICTED_SETTINGS } from '../../src/constants';
+import { RESTRICTED_SETTINGS } from '../../src/common/constants';
 import { settingValue } from '../../src/common/settingsRead';
 import { EXT_ROOT } from './helpers';
 

@@ -3,8 +3,8 @@ import * as fs from 'fs';
 import * as path from 'path';
 import { test } from 'node:test';
 import { runHarness } from '../../src/common/harnessCli';
-import { historyGroupItem, historyItem, historyRowItem, parseHistory, withoutLine } from '../../src/common/stacksHistory';
-import { flightNoteRow, groupRow, parseStacks, stacksRoots, takeStacks, verdictRow } from '../../src/common/stacksModel';
+import { historyGroupItem, historyItem, historyRowItem, parseHistory, withoutLine } from '../../src/stacks/stacksHistory';
+import { flightNoteRow, groupRow, parseStacks, stacksRoots, takeStacks, verdictRow } from '../../src/stacks/stacksModel';
 import { FIXTURES, tmpDir } from './helpers';
 
 /**

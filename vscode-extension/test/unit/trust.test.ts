@@ -5,7 +5,7 @@ import * as path from 'path';
 import { test } from 'node:test';
 import { absoluteFrom, neutralCwd } from '../../src/common/cliPaths';
 import { checkInstalled, cliExecOptions, runHarness } from '../../src/common/harnessCli';
-import { cliPoll } from '../../src/common/rankSource';
+import { cliPoll } from '../../src/registry/rankSource';
 import { checkTrusted, trustGate, UntrustedWorkspaceError } from '../../src/common/trustGate';
 import { tmpDir } from './helpers';
 

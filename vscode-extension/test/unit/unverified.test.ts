@@ -1,10 +1,10 @@
 import * as assert from 'assert';
 import { test } from 'node:test';
-import { implicitSession, rankPickItems, sessionPickItems } from '../../src/common/quickPickItems';
-import { parsePsJson, psSkipped } from '../../src/common/rankSource';
-import { rankRow, ranksViewMessage, sessionRow, UNVERIFIED_NOTE } from '../../src/common/ranksTree';
-import { findSession } from '../../src/common/registryReader';
-import { Session } from '../../src/common/registryModel';
+import { implicitSession, rankPickItems, sessionPickItems } from '../../src/attach/quickPickItems';
+import { parsePsJson, psSkipped } from '../../src/registry/rankSource';
+import { rankRow, ranksViewMessage, sessionRow, UNVERIFIED_NOTE } from '../../src/ranks/ranksTree';
+import { findSession } from '../../src/registry/registryReader';
+import { Session } from '../../src/registry/registryModel';
 import { rankEntry, sessionOf } from './session';
 
 /** A forged remote session as `rtdebug ps --json` lists it: newest of all, and unverified. */

@@ -1,0 +1,77 @@
+import * as vscode from 'vscode';
+import { BLOCKED_AFTER_MS, Gated } from '../common/constants';
+import { RankRef } from './attachConfig';
+import { AllStop, RankControl } from './allStop';
+import { runHarness } from '../common/harnessCli';
+import { RankDebugStates } from './rankDebugState';
+import { parseStacks } from '../stacks/stacksModel';
+import { AttachService } from './attachService';
+import { currentHarness } from '../common/harnessCommand';
+import { readSettings } from '../common/settings';
+
+/**
+ * Binds the all-stop coordinator to VS Code debug sessions (DAP `threads` / `pause` / `continue` through
+ * customRequest) and, for a rank whose pause has not landed after BLOCKED_AFTER_MS (blocked in a C++
+ * collective), asks `rtdebug stacks --session ID --rank N --json` where it is, for the Ranks view.
+ */
+export class AllStopController implements vscode.Disposable {
+  readonly allStop: AllStop;
+  private timer: NodeJS.Timeout;
+
+  constructor(private attach: AttachService, private states: RankDebugStates, private log: vscode.OutputChannel) {
+    const ctl: RankControl = {
+      pause: (k) => this.pause(k),
+      resume: (k, threadId) => this.resume(k, threadId),
+      attached: (session) => this.attach.attachedRanks(session),
+      log: (line) => this.log.appendLine(line),
+    };
+    this.allStop = new AllStop(states, ctl, () => readSettings().allStop);
+    this.timer = setInterval(() => this.checkBlocked(), 500);
+  }
+
+  private session(k: RankRef): vscode.DebugSession {
+    const s = this.attach.sessionFor(k);
+    if (!s) throw new Error(`rank ${k.rank} of ${k.session} has no debug session`);
+    return s;
+  }
+
+  /** The main thread (debugpy pauses every thread of the process when asked for one). */
+  private async mainThread(s: vscode.DebugSession): Promise<number> {
+    const r = await s.customRequest('threads');
+    const threads = (r?.threads ?? []) as { id: number; name: string }[];
+    if (!threads.length) throw new Error('no threads');
+    return (threads.find((t) => t.name === 'MainThread') ?? threads[0]).id;
+  }
+
+  private async pause(k: RankRef): Promise<void> {
+    const s = this.session(k);
+    await s.customRequest('pause', { threadId: await this.mainThread(s) });
+  }
+
+  private async resume(k: RankRef, threadId: number | undefined): Promise<void> {
+    const s = this.session(k);
+    await s.customRequest('continue', { threadId: threadId ?? await this.mainThread(s) });
+  }
+
+  private checkBlocked(): void {
+    for (const k of this.allStop.overdue(BLOCKED_AFTER_MS)) {
+      this.states.update(k, { blockedNote: 'asking where it is…' });
+      void this.whereIs(k);
+    }
+  }
+
+  private async whereIs(k: RankRef): Promise<void> {
+    let patch;
+    try {
+      const rep = parseStacks(await runHarness(await currentHarness(Gated.blocked), ['stacks', '--session', k.session, '--rank', String(k.rank), '--json'], 20000));
+      const top = rep.groups.find((g) => g.ranks.includes(k.rank))?.frames[0];
+      patch = top ? { blockedAt: { file: top.file, line: top.line, function: top.function }, blockedNote: undefined }
+        : { blockedNote: rep.unresponsive.includes(k.rank) ? 'its stack did not answer' : 'no stack reported' };
+    } catch (e) {
+      patch = { blockedNote: `no stack (${(e as Error).message.split('\n')[0].slice(0, 100)})` };
+    }
+    if (this.states.get(k)?.state === 'pausing') this.states.update(k, patch);
+  }
+
+  dispose(): void { clearInterval(this.timer); }
+}

@@ -1,0 +1,56 @@
+import * as vscode from 'vscode';
+import { RankRef } from './attachConfig';
+import { AllStop } from './allStop';
+import { RankDebugStates } from './rankDebugState';
+import { AttachService } from './attachService';
+
+const STEPS = new Set(['next', 'stepIn', 'stepOut', 'stepBack', 'reverseContinue', 'goto']);
+
+interface DapMessage { type: string; command?: string; event?: string; body?: Record<string, unknown>; arguments?: Record<string, unknown> }
+
+/**
+ * A debug-adapter tracker on every rank session (ours, or a generated `debugpy` one recognised by its
+ * endpoint): `stopped` / `continued` events and the `continue` requests VS Code sends feed the rank states
+ * (the Ranks view's "stopped at file:line") and the all-stop coordinator.
+ */
+export class RankTrackerFactory implements vscode.DebugAdapterTrackerFactory {
+  constructor(private attach: AttachService, private states: RankDebugStates, private allStop: AllStop) {}
+
+  createDebugAdapterTracker(session: vscode.DebugSession): vscode.DebugAdapterTracker {
+    const ref = (): RankRef | undefined => this.attach.rankOf(session);
+    const gone = () => { const k = ref(); if (k) this.states.delete(k); };
+    return {
+      onWillReceiveMessage: (m: DapMessage) => {
+        if (m.type !== 'request') return;
+        const k = ref();
+        if (!k) return;
+        if (m.command === 'continue') this.allStop.continued(k);
+        else if (m.command && STEPS.has(m.command)) this.allStop.stepping(k);
+      },
+      onDidSendMessage: (m: DapMessage) => {
+        if (m.type !== 'event') return;
+        const k = ref();
+        if (!k) return;
+        if (m.event === 'stopped') {
+          const threadId = typeof m.body?.threadId === 'number' ? m.body.threadId : undefined;
+          this.allStop.stopped(k, String(m.body?.reason ?? 'unknown'), threadId);
+          void this.locate(session, k, threadId);
+        } else if (m.event === 'continued') this.allStop.continued(k);
+        else if (m.event === 'terminated' || m.event === 'exited') gone();
+      },
+      onExit: gone,
+      onWillStopSession: gone,
+    };
+  }
+
+  /** Where the rank stopped (top frame of the stopped thread), for the view. */
+  private async locate(session: vscode.DebugSession, k: RankRef, threadId: number | undefined): Promise<void> {
+    if (threadId === undefined) return;
+    try {
+      const st = await session.customRequest('stackTrace', { threadId, startFrame: 0, levels: 1 });
+      const f = st?.stackFrames?.[0];
+      const file = f?.source?.path ?? f?.source?.name;
+      if (file && this.states.get(k)?.state === 'stopped') this.states.update(k, { where: { file: String(file), line: Number(f.line), function: f.name } });
+    } catch { /* the rank resumed or went away meanwhile */ }
+  }
+}

@@ -1,0 +1,52 @@
+import { formatDuration } from '../common/duration';
+import { basename } from '../common/fileName';
+import { Collective, isBlocked, waited } from '../registry/collectiveRecord';
+
+/**
+ * Each rank's place in the collective sequence (contract C2, checked in registry/collectiveRecord.ts) in the
+ * Ranks view's words — `ALLREDUCE #12 returned`, a rank blocked in one (`blocked in ALLREDUCE #12
+ * (train.py:42) 40s`), its peers' positions, and whether they differ.
+ */
+const where = (c: Collective) => (c.file ? ` (${basename(c.file)}${c.line ? `:${c.line}` : ''})` : '');
+
+/**
+ * The rank row's fragment: `ALLREDUCE #12 returned`, `ALLREDUCE #12 entered`, or `blocked in ALLREDUCE #12
+ * (train.py:42) 40s`. A rank stopped in the debugger while its record says entered was stopped at the
+ * collective before it ran (Run to Next Collective): `at ALLREDUCE #12, not run yet`, not blocked.
+ */
+export function collectiveText(c: Collective | null | undefined, nowMs: number, stopped = false): string | undefined {
+  if (!c) return undefined;
+  if (stopped && c.state === 'entered') return `at ${c.op} #${c.seq}, not run yet`;
+  if (isBlocked(c, nowMs)) return `blocked in ${c.op} #${c.seq}${where(c)} ${formatDuration(waited(c, nowMs)!)}`;
+  return `${c.op} #${c.seq} ${c.state}`;
+}
+
+export interface RankCollective { rank: number; collective?: Collective | null }
+
+/** The tooltip lines of every rank's position, this rank marked: what a blocked rank waits for. */
+export function peersTooltip(ranks: RankCollective[], self: number, nowMs: number): string[] {
+  if (!ranks.some((r) => r.collective)) return [];
+  return ['collectives (rtdebug ps):', ...ranks.map((r) => {
+    const c = r.collective;
+    const text = c ? `${c.op} #${c.seq} ${c.state}${where(c)}${c.state === 'entered' && c.since ? ` ${formatDuration(waited(c, nowMs)!)} ago` : ''}${c.pg && c.pg !== 'default' && c.pg !== '0' ? ` [group ${c.pg}]` : ''}` : 'none yet';
+    return `  rank ${r.rank}: ${text}${r.rank === self ? '  ← this rank' : ''}`;
+  })];
+}
+
+/**
+ * One line for the session row: `all at ALLREDUCE #12` when every rank that reports a position is at the same
+ * op and sequence number (per process group), else `collectives differ: rank 0 ALLREDUCE #12 · rank 1 BARRIER #3`.
+ */
+export function collectiveSummary(ranks: RankCollective[]): { text: string; differ: boolean } | undefined {
+  const known = ranks.filter((r): r is { rank: number; collective: Collective } => !!r.collective);
+  if (known.length < 2) return undefined;
+  const keyOf = (c: Collective) => `${c.op} #${c.seq}`;
+  const byPg = new Map<string, Set<string>>();
+  for (const r of known) {
+    const pg = r.collective.pg ?? '';
+    byPg.set(pg, (byPg.get(pg) ?? new Set()).add(keyOf(r.collective)));
+  }
+  const differ = [...byPg.values()].some((s) => s.size > 1) || byPg.size > 1;
+  if (!differ) return { text: `all at ${keyOf(known[0].collective)}`, differ: false };
+  return { text: `collectives differ: ${known.map((r) => `rank ${r.rank} ${keyOf(r.collective)}`).join(' · ')}`, differ: true };
+}
