@@ -4,7 +4,7 @@ import { RankRef } from './attachConfig';
 import { AllStop, RankControl } from './allStop';
 import { runHarness } from '../common/harnessCli';
 import { RankDebugStates } from './rankDebugState';
-import { parseStacks } from '../stacks/stacksModel';
+import { parseStacks } from '../stacks/stacksReport';
 import { AttachService } from './attachService';
 import { currentHarness } from '../common/harnessCommand';
 import { readSettings } from '../common/settings';

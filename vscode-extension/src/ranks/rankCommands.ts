@@ -3,7 +3,7 @@ import { Gated, Views } from '../common/constants';
 import { runHarness } from '../common/harnessCli';
 import { AttachDeclinedError } from '../attach/remoteAttach';
 import { HISTORY_N } from '../stacks/stacksHistory';
-import { takeStacks } from '../stacks/stacksModel';
+import { takeStacks } from '../stacks/stacksReport';
 import { AttachService } from '../attach/attachService';
 import { AllStopController } from '../attach/allStopController';
 import { currentHarness } from '../common/harnessCommand';
@@ -47,7 +47,7 @@ export class RankCommands {
 
   /**
    * `rtdebug stacks --session ID [--rank N] --history 16 --json`, shown in the Rank Stacks view (a harness
-   * from before `--history` is asked again without it: stacks/stacksModel.ts takeStacks).
+   * from before `--history` is asked again without it: stacks/stacksReport.ts takeStacks).
    */
   async showStacks(node?: RanksNode): Promise<void> {
     if (!ensureTrusted(Gated.stacks)) return;

@@ -1,6 +1,7 @@
 import * as vscode from 'vscode';
 import { Commands, ContextKeys } from '../common/constants';
-import { flightNoteRow, frameRows, groupRow, StackGroup, StacksReport, stacksRoots, verdictRow } from './stacksModel';
+import { flightNoteRow, frameRows, groupRow, stacksRoots, verdictRow } from './stacksModel';
+import { StackGroup, StacksReport } from './stacksReport';
 import { HistoryGroup, historyGroupItem, HistoryItem, historyItem, HistoryRow, historyRowItem, withoutLine } from './stacksHistory';
 
 export type StacksNode =

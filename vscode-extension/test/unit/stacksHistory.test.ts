@@ -4,7 +4,8 @@ import * as path from 'path';
 import { test } from 'node:test';
 import { runHarness } from '../../src/common/harnessCli';
 import { historyGroupItem, historyItem, historyRowItem, parseHistory, withoutLine } from '../../src/stacks/stacksHistory';
-import { flightNoteRow, groupRow, parseStacks, stacksRoots, takeStacks, verdictRow } from '../../src/stacks/stacksModel';
+import { flightNoteRow, groupRow, stacksRoots, verdictRow } from '../../src/stacks/stacksModel';
+import { parseStacks, takeStacks } from '../../src/stacks/stacksReport';
 import { FIXTURES, tmpDir } from './helpers';
 
 /**

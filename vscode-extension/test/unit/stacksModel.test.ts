@@ -2,7 +2,8 @@ import * as assert from 'assert';
 import * as fs from 'fs';
 import * as path from 'path';
 import { test } from 'node:test';
-import { compressRanks, departsAt, frameRows, groupRow, parseStacks, verdictRow } from '../../src/stacks/stacksModel';
+import { compressRanks, departsAt, frameRows, groupRow, verdictRow } from '../../src/stacks/stacksModel';
+import { parseStacks } from '../../src/stacks/stacksReport';
 import { FIXTURES } from './helpers';
 
 const fixture = fs.readFileSync(path.join(FIXTURES, 'stacks', 'hang.json'), 'utf8');
