@@ -19,7 +19,10 @@ async function ranksFlow(ctx) {
   const lineOf = (tag) => src.findIndex((l) => l.includes(`# BREAKPOINT: ${tag}`)) + 1;
   const bp1 = lineOf('allstop python');
   const bp2 = lineOf('allstop collective');
-  const stopsOf = (from) => traceLines().slice(from).filter((e) => e.kind === 'stopped' && String(e.source).endsWith('allstop_ddp.py'));
+  const stopsOf = (from) =>
+    traceLines()
+      .slice(from)
+      .filter((e) => e.kind === 'stopped' && String(e.source).endsWith('allstop_ddp.py'));
   const rowText = async (rank) => (await wb.viewRow(page, `rank ${rank},`).getAttribute('aria-label')) || '';
   const job = startJob(27000 + (process.pid % 500) * 4, ['--nproc-per-node', '2'], script);
   try {
@@ -36,37 +39,71 @@ async function ranksFlow(ctx) {
     const before = traceLines().length;
     await wb.clickRowAction(page, 'rank 1,', 'Attach to This Rank');
     await wb.waitFor('rank 1 attached, running', async () => /attached, running/.test(await rowText(1)), 60000);
-    step('ok: the view\'s Attach action attached rank 1');
+    step("ok: the view's Attach action attached rank 1");
     // A click can land while the view re-renders rank 1's new state (seen once in CI: no session started);
     // a user would click again, and so does the flow, at most twice more.
     for (let i = 0; ; i++) {
       await wb.clickRowAction(page, 'rank 0,', 'Attach to This Rank');
-      const started = () => traceLines().slice(before).some((e) => e.kind === 'session-start' && e.rank === 0);
+      const started = () =>
+        traceLines()
+          .slice(before)
+          .some((e) => e.kind === 'session-start' && e.rank === 0);
       if (await wb.waitFor('rank 0 session started', started, 20000).catch(() => false)) break;
       if (i === 2) throw new Error("three clicks on rank 0's Attach to This Rank started no session");
       step("note: rank 0's Attach to This Rank started no session within 20 s; clicking again");
     }
-    const stops = await wb.waitFor('rank 0 at its breakpoint and rank 1 paused', () => {
-      const s = stopsOf(before);
-      return s.some((e) => e.rank === 0) && s.some((e) => e.rank === 1) ? s : undefined;
-    }, 120000);
+    const stops = await wb.waitFor(
+      'rank 0 at its breakpoint and rank 1 paused',
+      () => {
+        const s = stopsOf(before);
+        return s.some((e) => e.rank === 0) && s.some((e) => e.rank === 1) ? s : undefined;
+      },
+      120000,
+    );
     const s0 = stops.find((e) => e.rank === 0);
     const s1 = stops.find((e) => e.rank === 1);
-    check(s0.reason === 'breakpoint' && s0.line === bp1 && s0.eval === '0', `rank 0 (attached from the view) stopped at the breakpoint, line ${bp1}`);
-    check(s1.reason === 'pause' && s1.eval === '1', `all-stop: rank 1 stopped with reason "pause" (at line ${s1.line}, ${s1.t - s0.t} ms after rank 0)`);
-    await wb.waitFor('the view shows both stopped', async () => new RegExp(`stopped \\(breakpoint\\) at allstop_ddp\\.py:${bp1}`).test(await rowText(0))
-      && /stopped \(pause\) at allstop_ddp\.py:\d+/.test(await rowText(1)), 15000);
+    check(
+      s0.reason === 'breakpoint' && s0.line === bp1 && s0.eval === '0',
+      `rank 0 (attached from the view) stopped at the breakpoint, line ${bp1}`,
+    );
+    check(
+      s1.reason === 'pause' && s1.eval === '1',
+      `all-stop: rank 1 stopped with reason "pause" (at line ${s1.line}, ${s1.t - s0.t} ms after rank 0)`,
+    );
+    await wb.waitFor(
+      'the view shows both stopped',
+      async () =>
+        new RegExp(`stopped \\(breakpoint\\) at allstop_ddp\\.py:${bp1}`).test(await rowText(0)) &&
+        /stopped \(pause\) at allstop_ddp\.py:\d+/.test(await rowText(1)),
+      15000,
+    );
     step(`ok: the view shows "${(await rowText(0)).split(',')[1].trim()}" / "${(await rowText(1)).split(',')[1].trim()}"`);
     await page.screenshot({ path: path.join(art, 'vscode-e2e-ranks-view-allstop.png') });
     await sidebarShot(page, path.join(art, 'vscode-e2e-ranks-sidebar-allstop.png'));
 
     await wb.runCommand(page, 'rtdebug: Evaluate in All Ranks');
     await wb.answer(page, 'Expression to evaluate', 'dist.get_rank()');
-    const doc = (await wb.waitFor('the evaluate table', () => traceLines().filter((e) => e.kind === 'eval-doc').pop(), 30000)).text;
-    check(/^\| 0 \| `0` \|/m.test(doc) && /^\| 1 \| `1` \|/m.test(doc), 'Evaluate in All Ranks: a rank → value table, each rank shows its own rank');
+    const doc = (
+      await wb.waitFor(
+        'the evaluate table',
+        () =>
+          traceLines()
+            .filter((e) => e.kind === 'eval-doc')
+            .pop(),
+        30000,
+      )
+    ).text;
+    check(
+      /^\| 0 \| `0` \|/m.test(doc) && /^\| 1 \| `1` \|/m.test(doc),
+      'Evaluate in All Ranks: a rank → value table, each rank shows its own rank',
+    );
     check((doc.match(/⚠ differs/g) || []).length === 2, 'values that differ from the majority are marked (no majority: both)');
     // the Markdown preview (the built-in markdown extension may still be activating under load)
-    await page.locator('.tab', { hasText: 'Preview evaluate' }).first().waitFor({ state: 'visible', timeout: 30000 }).catch(() => {});
+    await page
+      .locator('.tab', { hasText: 'Preview evaluate' })
+      .first()
+      .waitFor({ state: 'visible', timeout: 30000 })
+      .catch(() => {});
     await page.waitForTimeout(1500);
     await page.screenshot({ path: path.join(art, 'vscode-e2e-evaluate-all-ranks.png') });
 
@@ -75,18 +112,45 @@ async function ranksFlow(ctx) {
     await page.keyboard.press('Escape');
     await page.locator('.pane-body .monaco-list-row[aria-label^="rank 0,"]').first().click();
     await page.keyboard.press('F5');
-    const again = await wb.waitFor('rank 0 at the second breakpoint', () => stopsOf(mark).find((e) => e.rank === 0 && e.line === bp2), 120000);
-    const resumed = new Set(traceLines().slice(mark).filter((e) => e.kind === 'continued').map((e) => e.rank));
-    check(resumed.has(0) && resumed.has(1), `VS Code's Continue on one rank continued both (continued events from ranks ${[...resumed].join(',')})`);
+    const again = await wb.waitFor(
+      'rank 0 at the second breakpoint',
+      () => stopsOf(mark).find((e) => e.rank === 0 && e.line === bp2),
+      120000,
+    );
+    const resumed = new Set(
+      traceLines()
+        .slice(mark)
+        .filter((e) => e.kind === 'continued')
+        .map((e) => e.rank),
+    );
+    check(
+      resumed.has(0) && resumed.has(1),
+      `VS Code's Continue on one rank continued both (continued events from ranks ${[...resumed].join(',')})`,
+    );
     check(again.reason === 'breakpoint', 'rank 0 stopped at the second breakpoint while rank 1 waits in all_reduce');
     // the record's "blocked in ALLREDUCE #3 … 3s" may show first; wait for where `rtdebug stacks` puts it
     // (or why it could not), not for the first "blocked"
     const located = (t) => /blocked in [a-z_]\w* \(\S+:\d+\)|blocked: pause pending; no stack|no stack|did not answer/.test(t);
-    const blocked = await wb.waitFor('rank 1 shown blocked', async () => { const t = await rowText(1); return located(t) && !/asking where/.test(t) ? t : undefined; }, 30000);
+    const blocked = await wb.waitFor(
+      'rank 1 shown blocked',
+      async () => {
+        const t = await rowText(1);
+        return located(t) && !/asking where/.test(t) ? t : undefined;
+      },
+      30000,
+    );
     let hasStacks = true;
-    try { execFileSync(python, ['-m', 'rtdebug', 'stacks', '--help'], { stdio: 'ignore', timeout: 30000 }); } catch { hasStacks = false; }
+    try {
+      execFileSync(python, ['-m', 'rtdebug', 'stacks', '--help'], { stdio: 'ignore', timeout: 30000 });
+    } catch {
+      hasStacks = false;
+    }
     if (hasStacks) check(/blocked in [a-z_]\w* \(\S+:\d+\)/.test(blocked), `rank 1 is shown blocked where rtdebug stacks says: ${blocked}`);
-    else check(/blocked: pause pending; no stack/.test(blocked), `rank 1 is shown blocked (no "rtdebug stacks" in this harness yet): ${blocked}`);
+    else
+      check(
+        /blocked: pause pending; no stack/.test(blocked),
+        `rank 1 is shown blocked (no "rtdebug stacks" in this harness yet): ${blocked}`,
+      );
     await page.screenshot({ path: path.join(art, 'vscode-e2e-ranks-view-blocked.png') });
     if (hasStacks) await showStacks(page, check, art, bp2);
 
@@ -96,7 +160,13 @@ async function ranksFlow(ctx) {
     const late = stopsOf(mark).filter((e) => e.rank === 1);
     step(`rank 1's pending pause ${late.length ? `landed after the collective (line ${late[0].line}) and was resumed` : 'never landed'}`);
   } finally {
-    if (job.job.exitCode === null) { try { process.kill(-job.job.pid, 'SIGTERM'); } catch { /* gone */ } }
+    if (job.job.exitCode === null) {
+      try {
+        process.kill(-job.job.pid, 'SIGTERM');
+      } catch {
+        /* gone */
+      }
+    }
   }
 }
 
@@ -104,11 +174,11 @@ async function ranksFlow(ctx) {
 async function sidebarShot(page, file) {
   for (const name of ['Variables', 'Watch', 'Breakpoints']) {
     const h = page.locator('.part.sidebar .pane-header', { hasText: new RegExp(`^${name}`) }).first();
-    if (await h.count() && (await h.getAttribute('aria-expanded')) === 'true') await h.click();
+    if ((await h.count()) && (await h.getAttribute('aria-expanded')) === 'true') await h.click();
   }
   const sash = page.locator('.part.sidebar + .monaco-sash, .monaco-sash.vertical').first();
   const box = await page.locator('.part.sidebar').boundingBox();
-  if (box && await sash.count()) {
+  if (box && (await sash.count())) {
     await page.mouse.move(box.x + box.width + 1, box.y + 200);
     await page.mouse.down();
     await page.mouse.move(box.x + 640, box.y + 200, { steps: 8 });
@@ -129,11 +199,17 @@ async function showStacks(page, check, art, bp2) {
   const g0 = group('rank 0, 1 ranks, innermost main ');
   await g0.waitFor({ state: 'visible', timeout: 10000 });
   const g0label = await g0.getAttribute('aria-label');
-  check(g0label.includes(`(allstop_ddp.py:${bp2})`), `Rank Stacks view: rank 0 in main at the breakpoint line, rank 1 in all_reduce (${g0label})`);
+  check(
+    g0label.includes(`(allstop_ddp.py:${bp2})`),
+    `Rank Stacks view: rank 0 in main at the breakpoint line, rank 1 in all_reduce (${g0label})`,
+  );
   // The view leads with the verdict: rank 0, stopped at the breakpoint, is the one rank 1 waits for.
   const verdict = group('verdict: ');
   const vlabel = (await verdict.getAttribute('aria-label')) || '';
-  check(/^verdict: rank 0 never entered ALLREDUCE #\d+ \(allstop_ddp\.py:\d+\)/.test(vlabel), `Rank Stacks view leads with the verdict (${vlabel})`);
+  check(
+    /^verdict: rank 0 never entered ALLREDUCE #\d+ \(allstop_ddp\.py:\d+\)/.test(vlabel),
+    `Rank Stacks view leads with the verdict (${vlabel})`,
+  );
   // collapse the verdict and rank 0's group: the list is virtual, rank 1's frames must be on screen to be clicked
   await verdict.click();
   await g0.click();

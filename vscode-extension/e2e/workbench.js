@@ -8,15 +8,31 @@ const { chromium } = require(path.join(root, 'node_modules', 'playwright-core'))
 async function openWorkbench(url) {
   const udd = fs.mkdtempSync(path.join(root, 'chrome-udd-'));
   const ctx = await chromium.launchPersistentContext(udd, {
-    executablePath: '/usr/bin/chromium', headless: true, viewport: { width: 1400, height: 900 },
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
+    executablePath: '/usr/bin/chromium',
+    headless: true,
+    viewport: { width: 1400, height: 900 },
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+      '--disable-dev-shm-usage',
+    ],
   });
   const page = ctx.pages()[0] || (await ctx.newPage());
   await page.goto(url, { waitUntil: 'domcontentloaded', timeout: 90000 });
   await page.waitForSelector('.monaco-workbench .statusbar', { timeout: 120000 });
   await page.waitForTimeout(4000);
-  return { page, close: async () => { await ctx.close(); fs.rmSync(udd, { recursive: true, force: true }); } };
+  return {
+    page,
+    close: async () => {
+      await ctx.close();
+      fs.rmSync(udd, { recursive: true, force: true });
+    },
+  };
 }
 
 const widget = (page) => page.locator('.quick-input-widget');
@@ -47,7 +63,7 @@ async function waitQuickInput(page, text, timeout = 30000) {
   const end = Date.now() + timeout;
   while (Date.now() < end) {
     const w = widget(page);
-    if (await w.isVisible() && (await w.innerText()).includes(text)) return;
+    if ((await w.isVisible()) && (await w.innerText()).includes(text)) return;
     await page.waitForTimeout(200);
   }
   throw new Error(`quick input never showed "${text}"`);
@@ -95,7 +111,16 @@ async function waitFor(what, f, timeout, interval = 500) {
 /** `p`, or `fallback` after `ms`; the timer is cleared so it never keeps the process alive. */
 async function withTimeout(p, ms, fallback) {
   let timer;
-  try { return await Promise.race([p, new Promise((r) => { timer = setTimeout(() => r(fallback), ms); })]); } finally { clearTimeout(timer); }
+  try {
+    return await Promise.race([
+      p,
+      new Promise((r) => {
+        timer = setTimeout(() => r(fallback), ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 module.exports = { withTimeout, notificationsText, openWorkbench, runCommand, pick, answer, waitQuickInput, statusBarText, waitFor };

@@ -54,19 +54,32 @@ for (const f of dirs.flatMap((d) => files(path.resolve(ROOT, d)))) {
 
 // Tarjan's strongly connected components (iterative enough for a few hundred modules: recursion is fine)
 let index = 0;
-const idx = new Map(), low = new Map(), onStack = new Set(), stack = [], sccs = [];
+const idx = new Map(),
+  low = new Map(),
+  onStack = new Set(),
+  stack = [],
+  sccs = [];
 function visit(v) {
-  idx.set(v, index); low.set(v, index); index++;
-  stack.push(v); onStack.add(v);
+  idx.set(v, index);
+  low.set(v, index);
+  index++;
+  stack.push(v);
+  onStack.add(v);
   for (const w of graph.get(v) ?? []) {
     if (!graph.has(w)) continue;
-    if (!idx.has(w)) { visit(w); low.set(v, Math.min(low.get(v), low.get(w))); }
-    else if (onStack.has(w)) low.set(v, Math.min(low.get(v), idx.get(w)));
+    if (!idx.has(w)) {
+      visit(w);
+      low.set(v, Math.min(low.get(v), low.get(w)));
+    } else if (onStack.has(w)) low.set(v, Math.min(low.get(v), idx.get(w)));
   }
   if (low.get(v) === idx.get(v)) {
     const scc = [];
     let w;
-    do { w = stack.pop(); onStack.delete(w); scc.push(w); } while (w !== v);
+    do {
+      w = stack.pop();
+      onStack.delete(w);
+      scc.push(w);
+    } while (w !== v);
     if (scc.length > 1 || (graph.get(v) ?? []).includes(v)) sccs.push(scc);
   }
 }
@@ -84,7 +97,10 @@ function cycleThrough(start, members) {
         for (let p = prev.get(v); p; p = prev.get(p)) out.unshift(p);
         return [...out, start];
       }
-      if (members.has(w) && !prev.has(w)) { prev.set(w, v); queue.push(w); }
+      if (members.has(w) && !prev.has(w)) {
+        prev.set(w, v);
+        queue.push(w);
+      }
     }
   }
   return [start];
@@ -126,13 +142,20 @@ function folderCycle() {
     trail.push(a);
     for (const b of [...(folders.get(a) ?? [])].sort()) {
       if (state.get(b) === 'open') return [...trail.slice(trail.indexOf(b)), b];
-      if (!state.has(b)) { const c = dfs(b); if (c) return c; }
+      if (!state.has(b)) {
+        const c = dfs(b);
+        if (c) return c;
+      }
     }
     trail.pop();
     state.set(a, 'done');
     return undefined;
   };
-  for (const a of [...folders.keys()].sort()) if (!state.has(a)) { const c = dfs(a); if (c) return c; }
+  for (const a of [...folders.keys()].sort())
+    if (!state.has(a)) {
+      const c = dfs(a);
+      if (c) return c;
+    }
   return undefined;
 }
 const fc = folderCycle();
@@ -146,5 +169,7 @@ if (!problems.length) {
   process.exit(0);
 }
 for (const line of problems) console.error(line);
-console.error('FAIL: import cycle(s); import only downwards (see the layers above scripts/check-import-cycles.js) or move the shared part down');
+console.error(
+  'FAIL: import cycle(s); import only downwards (see the layers above scripts/check-import-cycles.js) or move the shared part down',
+);
 process.exit(1);

@@ -17,7 +17,13 @@ const jobs = [
 
 (async () => {
   const dir = path.join(repo, '.vscode');
-  const read = (f) => { try { return fs.readFileSync(path.join(dir, f), 'utf8'); } catch { return ''; } };
+  const read = (f) => {
+    try {
+      return fs.readFileSync(path.join(dir, f), 'utf8');
+    } catch {
+      return '';
+    }
+  };
   let launch = read('launch.json');
   let tasks = read('tasks.json');
   for (const j of jobs) {
@@ -28,4 +34,7 @@ const jobs = [
   fs.writeFileSync(path.join(dir, 'launch.json'), launch);
   fs.writeFileSync(path.join(dir, 'tasks.json'), tasks);
   console.log(`wrote ${dir}/launch.json and tasks.json`);
-})().catch((e) => { console.error(e.message); process.exit(1); });
+})().catch((e) => {
+  console.error(e.message);
+  process.exit(1);
+});

@@ -25,7 +25,10 @@ import { openFrame, StacksView } from './stacks/stacksView';
 export function registerAll(context: vscode.ExtensionContext): void {
   const log = vscode.window.createOutputChannel('rtdebug');
   const registry = new RegistryWatcher((line) => log.appendLine(line));
-  const attach = new AttachService(() => currentHarness(Gated.attach), (ep) => rankForEndpoint(registry.sessions, ep));
+  const attach = new AttachService(
+    () => currentHarness(Gated.attach),
+    (ep) => rankForEndpoint(registry.sessions, ep),
+  );
   const states = new RankDebugStates();
   const allStop = new AllStopController(attach, states, log);
   const commands = new AttachCommands(attach, registry);
@@ -38,18 +41,29 @@ export function registerAll(context: vscode.ExtensionContext): void {
   const evalDocs = new EvalDocuments();
   const evaluate = new EvaluateCommand(attach, states, evalDocs, rankCommands);
   const ranksTree = vscode.window.createTreeView(Views.ranks, { treeDataProvider: ranksView, showCollapseAll: false });
-  const showViewMessage = () => { ranksTree.message = ranksViewMessage(registry.rootProblem, registry.skipped); };
+  const showViewMessage = () => {
+    ranksTree.message = ranksViewMessage(registry.rootProblem, registry.skipped);
+  };
   showViewMessage();
   const setAllStopKey = () => void vscode.commands.executeCommand('setContext', ContextKeys.allStop, readSettings().allStop);
   setAllStopKey();
   const reg = vscode.commands.registerCommand;
   context.subscriptions.push(
-    registry, attach, log, allStop, ranksView, stacksView, collectives,
+    registry,
+    attach,
+    log,
+    allStop,
+    ranksView,
+    stacksView,
+    collectives,
     new RankStatusBar(registry, attach),
-    ranksTree, registry.onDidChange(showViewMessage),
+    ranksTree,
+    registry.onDidChange(showViewMessage),
     vscode.window.createTreeView(Views.stacks, { treeDataProvider: stacksView, showCollapseAll: true }),
     vscode.workspace.registerTextDocumentContentProvider(EVAL_SCHEME, evalDocs),
-    vscode.workspace.onDidChangeConfiguration((e) => { if (e.affectsConfiguration('rtdebug.allStop')) setAllStopKey(); }),
+    vscode.workspace.onDidChangeConfiguration((e) => {
+      if (e.affectsConfiguration('rtdebug.allStop')) setAllStopKey();
+    }),
     reg(Commands.generateLaunchConfigurations, generateLaunchConfigurations),
     reg(Commands.attachToRank, (a) => commands.attachToRank(a)),
     reg(Commands.attachToAllRanks, (a) => commands.attachToAllRanks(a)),

@@ -18,24 +18,39 @@ function record(obj) {
 
 function describe(session) {
   const c = session.configuration;
-  return { id: session.id, name: session.name, type: session.type, request: c.request, rank: c.rtdebugRank ? c.rtdebugRank.rank : null,
-    parent: session.parentSession ? session.parentSession.name : null };
+  return {
+    id: session.id,
+    name: session.name,
+    type: session.type,
+    request: c.request,
+    rank: c.rtdebugRank ? c.rtdebugRank.rank : null,
+    parent: session.parentSession ? session.parentSession.name : null,
+  };
 }
 
 exports.activate = (context) => {
   for (const bp of (process.env.RTDEBUG_E2E_BREAKPOINTS || '').split(';').filter(Boolean)) {
     const i = bp.lastIndexOf(':');
     const uri = vscode.Uri.file(bp.slice(0, i));
-    vscode.debug.addBreakpoints([new vscode.SourceBreakpoint(new vscode.Location(uri, new vscode.Position(Number(bp.slice(i + 1)) - 1, 0)))]);
+    vscode.debug.addBreakpoints([
+      new vscode.SourceBreakpoint(new vscode.Location(uri, new vscode.Position(Number(bp.slice(i + 1)) - 1, 0))),
+    ]);
     record({ kind: 'breakpoint-set', file: uri.fsPath, line: Number(bp.slice(i + 1)) });
   }
   context.subscriptions.push(
-    vscode.debug.onDidStartDebugSession((s) => { sessionsSeen.set(s.id, s); record({ kind: 'session-start', ...describe(s) }); }),
-    vscode.debug.onDidTerminateDebugSession((s) => { sessionsSeen.delete(s.id); record({ kind: 'session-end', ...describe(s) }); }),
+    vscode.debug.onDidStartDebugSession((s) => {
+      sessionsSeen.set(s.id, s);
+      record({ kind: 'session-start', ...describe(s) });
+    }),
+    vscode.debug.onDidTerminateDebugSession((s) => {
+      sessionsSeen.delete(s.id);
+      record({ kind: 'session-end', ...describe(s) });
+    }),
     vscode.debug.registerDebugAdapterTrackerFactory('*', {
       createDebugAdapterTracker: (session) => ({
         onDidSendMessage: async (m) => {
-          if (m.type === 'event' && m.event === 'continued') record({ kind: 'continued', ...describe(session), threadId: m.body && m.body.threadId });
+          if (m.type === 'event' && m.event === 'continued')
+            record({ kind: 'continued', ...describe(session), threadId: m.body && m.body.threadId });
           if (m.type !== 'event' || m.event !== 'stopped') return;
           try {
             const threadId = m.body.threadId;

@@ -17,7 +17,10 @@ import { requireTrust } from '../common/workspaceTrust';
  * - anything else is an "all ranks" parent session → an inline GroupAdapter driving a RankGroup.
  */
 export class RtdebugAdapterFactory implements vscode.DebugAdapterDescriptorFactory {
-  constructor(private attach: AttachService, private registry: RegistryWatcher) {}
+  constructor(
+    private attach: AttachService,
+    private registry: RegistryWatcher,
+  ) {}
 
   createDebugAdapterDescriptor(session: vscode.DebugSession): vscode.ProviderResult<vscode.DebugAdapterDescriptor> {
     const c = session.configuration;
@@ -25,18 +28,27 @@ export class RtdebugAdapterFactory implements vscode.DebugAdapterDescriptorFacto
     if (ep) return new vscode.DebugAdapterServer(ep.port, ep.host);
     const holder: { adapter?: GroupAdapter } = {}; // the group logs through the adapter created below
     const log = (line: string) => holder.adapter?.output(line + '\n');
-    const group = new RankGroup({
-      readSession: (id) => this.registry.find(id),
-      // the user's own job: it runs in the workspace (its cwd), so only in a trusted one
-      startJob: c.request === 'launch' ? () => { requireTrust(Gated.launch); return new JobProcess(jobSpec(c), log); } : undefined,
-      attach: (sid, rank) => this.attach.attach(sid, rank.rank, session),
-      detachAll: (terminate) => this.attach.detachChildren(session, terminate),
-      log,
-    }, {
-      session: c.session,
-      ranks: ranksOf(c),
-      readyTimeoutMs: Number(c.readyTimeoutSeconds ?? 180) * 1000,
-    });
+    const group = new RankGroup(
+      {
+        readSession: (id) => this.registry.find(id),
+        // the user's own job: it runs in the workspace (its cwd), so only in a trusted one
+        startJob:
+          c.request === 'launch'
+            ? () => {
+                requireTrust(Gated.launch);
+                return new JobProcess(jobSpec(c), log);
+              }
+            : undefined,
+        attach: (sid, rank) => this.attach.attach(sid, rank.rank, session),
+        detachAll: (terminate) => this.attach.detachChildren(session, terminate),
+        log,
+      },
+      {
+        session: c.session,
+        ranks: ranksOf(c),
+        readyTimeoutMs: Number(c.readyTimeoutSeconds ?? 180) * 1000,
+      },
+    );
     holder.adapter = new GroupAdapter(group, (m) => void vscode.window.showErrorMessage(m));
     return new vscode.DebugAdapterInlineImplementation(holder.adapter as unknown as vscode.DebugAdapter);
   }
@@ -51,9 +63,17 @@ function ranksOf(c: vscode.DebugConfiguration): number[] | undefined {
 function jobSpec(c: vscode.DebugConfiguration): JobSpec {
   const s = readSettings();
   return {
-    python: c.python, module: c.harnessModule ?? s.harnessModule, mode: c.mode === 'run' ? 'run' : 'torchrun',
-    script: c.script, args: (c.args ?? []).map(String), cwd: c.cwd, env: { ...harnessEnv(s), ...(c.env ?? {}) },
-    portBase: Number(c.portBase ?? s.portBase), host: c.host ?? s.host, wait: String(c.wait ?? s.wait),
-    nprocPerNode: c.nprocPerNode === undefined ? undefined : Number(c.nprocPerNode), torchrunArgs: (c.torchrunArgs ?? []).map(String),
+    python: c.python,
+    module: c.harnessModule ?? s.harnessModule,
+    mode: c.mode === 'run' ? 'run' : 'torchrun',
+    script: c.script,
+    args: (c.args ?? []).map(String),
+    cwd: c.cwd,
+    env: { ...harnessEnv(s), ...(c.env ?? {}) },
+    portBase: Number(c.portBase ?? s.portBase),
+    host: c.host ?? s.host,
+    wait: String(c.wait ?? s.wait),
+    nprocPerNode: c.nprocPerNode === undefined ? undefined : Number(c.nprocPerNode),
+    torchrunArgs: (c.torchrunArgs ?? []).map(String),
   };
 }

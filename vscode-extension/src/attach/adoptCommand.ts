@@ -22,12 +22,17 @@ export async function adoptRunningJob(registry: RegistryWatcher, log: vscode.Out
       return undefined;
     }
     const pick = await vscode.window.showQuickPick(adoptPickItems(cands), {
-      title: 'rtdebug: adopt which running job?', placeHolder: 'pid · kind · ranks · running time', matchOnDescription: true, matchOnDetail: true,
+      title: 'rtdebug: adopt which running job?',
+      placeHolder: 'pid · kind · ranks · running time',
+      matchOnDescription: true,
+      matchOnDetail: true,
     });
     if (!pick) return undefined;
     log.appendLine(`rtdebug: adopting pid ${pick.pid}`);
-    const out = await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `rtdebug: adopting pid ${pick.pid}…` },
-      () => runHarness(harness, adoptArgs(pick.pid), 120000));
+    const out = await vscode.window.withProgress(
+      { location: vscode.ProgressLocation.Notification, title: `rtdebug: adopting pid ${pick.pid}…` },
+      () => runHarness(harness, adoptArgs(pick.pid), 120000),
+    );
     log.append(out);
     await registry.refreshNow();
     await vscode.commands.executeCommand(`${Views.ranks}.focus`);

@@ -7,11 +7,21 @@ import { basename } from '../common/fileName';
  * here and a malformed candidate is dropped, never shown half-read.
  */
 export interface AdoptCandidate {
-  pid: number; kind: string; script: string; ranks: (number | null)[]; worldSize: number | null;
-  runningS: number; adoptedSession: string | null;
+  pid: number;
+  kind: string;
+  script: string;
+  ranks: (number | null)[];
+  worldSize: number | null;
+  runningS: number;
+  adoptedSession: string | null;
 }
 
-export interface AdoptPickItem { label: string; description: string; detail: string; pid: number }
+export interface AdoptPickItem {
+  label: string;
+  description: string;
+  detail: string;
+  pid: number;
+}
 
 const isInt = (v: unknown): v is number => typeof v === 'number' && Number.isInteger(v) && v >= 0;
 
@@ -23,15 +33,24 @@ function candidate(raw: unknown): AdoptCandidate | undefined {
   const running = typeof c.running_s === 'number' && Number.isFinite(c.running_s) ? c.running_s : 0;
   const adopted = typeof c.adopted_session === 'string' && c.adopted_session ? c.adopted_session : null;
   return {
-    pid: c.pid, kind: c.kind.slice(0, 20), script: c.script, ranks: c.ranks as (number | null)[],
-    worldSize: isInt(c.world_size) ? c.world_size : null, runningS: running, adoptedSession: adopted,
+    pid: c.pid,
+    kind: c.kind.slice(0, 20),
+    script: c.script,
+    ranks: c.ranks as (number | null)[],
+    worldSize: isInt(c.world_size) ? c.world_size : null,
+    runningS: running,
+    adoptedSession: adopted,
   };
 }
 
 /** `adopt --list --json` → candidates; text that is not a JSON list is the CLI's failure, said in one line. */
 export function parseAdoptList(text: string): AdoptCandidate[] {
   let v: unknown;
-  try { v = JSON.parse(text); } catch { throw new Error(`adopt --list --json printed no JSON: ${text.trim().split('\n')[0]?.slice(0, 120) ?? ''}`); }
+  try {
+    v = JSON.parse(text);
+  } catch {
+    throw new Error(`adopt --list --json printed no JSON: ${text.trim().split('\n')[0]?.slice(0, 120) ?? ''}`);
+  }
   if (!Array.isArray(v)) throw new Error('adopt --list --json: expected a list of jobs');
   return v.map(candidate).filter((c): c is AdoptCandidate => !!c);
 }

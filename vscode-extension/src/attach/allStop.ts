@@ -25,7 +25,12 @@ export class AllStop {
   /** Ranks continued by Run All Ranks to Next Collective: their stop there does not pause the others. */
   private armed = new Set<string>();
 
-  constructor(private states: RankDebugStates, private ctl: RankControl, private enabled: () => boolean, private now = () => Date.now()) {}
+  constructor(
+    private states: RankDebugStates,
+    private ctl: RankControl,
+    private enabled: () => boolean,
+    private now = () => Date.now(),
+  ) {}
 
   /** A rank reported `stopped`. */
   stopped(k: RankKey, reason: string, threadId: number | undefined, where?: { file: string; line: number }): void {
@@ -100,7 +105,10 @@ export class AllStop {
     for (const r of this.ctl.attached(session)) {
       if (r.rank === except) continue;
       const info = this.states.get(r);
-      if (info?.state === 'pausing') { this.states.update(r, { blockedNote: 'continued before it stopped' }); continue; }
+      if (info?.state === 'pausing') {
+        this.states.update(r, { blockedNote: 'continued before it stopped' });
+        continue;
+      }
       if (info?.state !== 'stopped') continue;
       asked.push(r.rank);
       void this.resumeOne(r, info.threadId);
@@ -128,5 +136,7 @@ export class AllStop {
     }
   }
 
-  private ep(session: string): number { return this.episode.get(session) ?? 0; }
+  private ep(session: string): number {
+    return this.episode.get(session) ?? 0;
+  }
 }

@@ -18,7 +18,11 @@ export class AllStopController implements vscode.Disposable {
   readonly allStop: AllStop;
   private timer: NodeJS.Timeout;
 
-  constructor(private attach: AttachService, private states: RankDebugStates, private log: vscode.OutputChannel) {
+  constructor(
+    private attach: AttachService,
+    private states: RankDebugStates,
+    private log: vscode.OutputChannel,
+  ) {
     const ctl: RankControl = {
       pause: (k) => this.pause(k),
       resume: (k, threadId) => this.resume(k, threadId),
@@ -50,7 +54,7 @@ export class AllStopController implements vscode.Disposable {
 
   private async resume(k: RankRef, threadId: number | undefined): Promise<void> {
     const s = this.session(k);
-    await s.customRequest('continue', { threadId: threadId ?? await this.mainThread(s) });
+    await s.customRequest('continue', { threadId: threadId ?? (await this.mainThread(s)) });
   }
 
   private checkBlocked(): void {
@@ -63,9 +67,16 @@ export class AllStopController implements vscode.Disposable {
   private async whereIs(k: RankRef): Promise<void> {
     let patch;
     try {
-      const rep = parseStacks(await runHarness(await currentHarness(Gated.blocked), ['stacks', '--session', k.session, '--rank', String(k.rank), '--json'], 20000));
+      const rep = parseStacks(
+        await runHarness(
+          await currentHarness(Gated.blocked),
+          ['stacks', '--session', k.session, '--rank', String(k.rank), '--json'],
+          20000,
+        ),
+      );
       const top = rep.groups.find((g) => g.ranks.includes(k.rank))?.frames[0];
-      patch = top ? { blockedAt: { file: top.file, line: top.line, function: top.function }, blockedNote: undefined }
+      patch = top
+        ? { blockedAt: { file: top.file, line: top.line, function: top.function }, blockedNote: undefined }
         : { blockedNote: rep.unresponsive.includes(k.rank) ? 'its stack did not answer' : 'no stack reported' };
     } catch (e) {
       patch = { blockedNote: `no stack (${(e as Error).message.split('\n')[0].slice(0, 100)})` };
@@ -73,5 +84,7 @@ export class AllStopController implements vscode.Disposable {
     if (this.states.get(k)?.state === 'pausing') this.states.update(k, patch);
   }
 
-  dispose(): void { clearInterval(this.timer); }
+  dispose(): void {
+    clearInterval(this.timer);
+  }
 }

@@ -6,8 +6,13 @@ import { HarnessCliError, HarnessCommand, runHarness } from '../common/harnessCl
  * whether the host is this machine (both absent from older harnesses: see attach/remoteAttach.ts).
  */
 export interface AttachInfo {
-  session_id: string; rank: number; host: string; port: number; configuration: Record<string, unknown>;
-  verified?: boolean; local?: boolean;
+  session_id: string;
+  rank: number;
+  host: string;
+  port: number;
+  configuration: Record<string, unknown>;
+  verified?: boolean;
+  local?: boolean;
 }
 
 export function attachArgs(rank: number, session?: string, timeoutS?: number): string[] {
@@ -21,7 +26,12 @@ export function attachArgs(rank: number, session?: string, timeoutS?: number): s
 export async function attachInfo(cmd: HarnessCommand, rank: number, session?: string, timeoutS = 10): Promise<AttachInfo> {
   const out = await runHarness(cmd, attachArgs(rank, session, timeoutS), (timeoutS + 30) * 1000);
   let v: AttachInfo;
-  try { v = JSON.parse(out); } catch { throw new HarnessCliError(`attach printed no JSON: ${out.slice(0, 200)}`); }
-  if (typeof v.port !== 'number' || typeof v.configuration !== 'object') throw new HarnessCliError('attach --json: missing port/configuration');
+  try {
+    v = JSON.parse(out);
+  } catch {
+    throw new HarnessCliError(`attach printed no JSON: ${out.slice(0, 200)}`);
+  }
+  if (typeof v.port !== 'number' || typeof v.configuration !== 'object')
+    throw new HarnessCliError('attach --json: missing port/configuration');
   return v;
 }

@@ -12,7 +12,10 @@ import { ensureTrusted } from '../common/workspaceTrust';
  * asks the CLI for the rank's configuration (`attach --json`), so each needs a trusted workspace.
  */
 export class AttachCommands {
-  constructor(private attach: AttachService, private registry: RegistryWatcher) {}
+  constructor(
+    private attach: AttachService,
+    private registry: RegistryWatcher,
+  ) {}
 
   /** args (optional, e.g. from a keybinding or the URI handler): { session?: string, rank?: number } */
   async attachToRank(args?: { session?: string; rank?: number }): Promise<void> {
@@ -21,8 +24,15 @@ export class AttachCommands {
     let rank = args?.rank;
     if (rank === undefined) {
       const items = rankPickItems(this.registry.refresh().filter((s) => !session || s.entry.session_id === session));
-      if (!items.length) return void vscode.window.showWarningMessage(`rtdebug: no live ranks in ${this.registry.dir}. Start a job with \`rtdebug torchrun …\` first.`);
-      const pick = await vscode.window.showQuickPick(items, { title: 'rtdebug: attach to rank', placeHolder: 'rank · host:port · state', matchOnDetail: true });
+      if (!items.length)
+        return void vscode.window.showWarningMessage(
+          `rtdebug: no live ranks in ${this.registry.dir}. Start a job with \`rtdebug torchrun …\` first.`,
+        );
+      const pick = await vscode.window.showQuickPick(items, {
+        title: 'rtdebug: attach to rank',
+        placeHolder: 'rank · host:port · state',
+        matchOnDetail: true,
+      });
       if (!pick) return;
       session = pick.session;
       rank = pick.rank;
@@ -36,9 +46,13 @@ export class AttachCommands {
     let session = args?.session;
     if (!session) {
       const sessions = this.registry.refresh();
-      if (!sessions.length) return void vscode.window.showWarningMessage(`rtdebug: no live rtdebug session in ${this.registry.dir}. Start a job with \`rtdebug torchrun …\` first.`);
+      if (!sessions.length)
+        return void vscode.window.showWarningMessage(
+          `rtdebug: no live rtdebug session in ${this.registry.dir}. Start a job with \`rtdebug torchrun …\` first.`,
+        );
       session = implicitSession(sessions)?.entry.session_id;
-      if (!session) { // several, or only an unverified one: the user chooses
+      if (!session) {
+        // several, or only an unverified one: the user chooses
         const pick = await vscode.window.showQuickPick(sessionPickItems(sessions), { title: 'rtdebug: attach to all ranks of…' });
         if (!pick) return;
         session = pick.label;
@@ -46,21 +60,33 @@ export class AttachCommands {
     }
     const folder = vscode.workspace.workspaceFolders?.[0];
     await this.run(async () => {
-      const ok = await vscode.debug.startDebugging(folder, { type: DEBUG_TYPE, request: 'attach', name: `${ENTRY_PREFIX}all ranks (${session})`, session, ranks: args?.ranks });
+      const ok = await vscode.debug.startDebugging(folder, {
+        type: DEBUG_TYPE,
+        request: 'attach',
+        name: `${ENTRY_PREFIX}all ranks (${session})`,
+        session,
+        ranks: args?.ranks,
+      });
       if (!ok) throw new Error('VS Code did not start the debug session');
     });
   }
 
   async handleUri(uri: vscode.Uri): Promise<void> {
     let req;
-    try { req = parseAttachUri(uri.path, uri.query); } catch (e) {
+    try {
+      req = parseAttachUri(uri.path, uri.query);
+    } catch (e) {
       return void vscode.window.showErrorMessage(`rtdebug: ${(e as Error).message} in ${uri.toString()}`);
     }
-    return req.kind === 'all' ? this.attachToAllRanks({ session: req.session }) : this.attachToRank({ session: req.session, rank: req.rank });
+    return req.kind === 'all'
+      ? this.attachToAllRanks({ session: req.session })
+      : this.attachToRank({ session: req.session, rank: req.rank });
   }
 
   private async run(f: () => Promise<void>): Promise<void> {
-    try { await f(); } catch (e) {
+    try {
+      await f();
+    } catch (e) {
       if (e instanceof AttachDeclinedError) return; // the user said no to the host: nothing to report
       void vscode.window.showErrorMessage(`rtdebug: ${(e as Error).message}`);
     }

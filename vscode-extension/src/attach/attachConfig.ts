@@ -8,10 +8,17 @@ import { Session } from '../registry/registryModel';
  * installed it stays a stock `debugpy` attach; without it the type becomes ours, and our descriptor factory
  * answers `DebugAdapterServer(port, host)` for it (the debugpy endpoint speaks DAP itself).
  */
-export interface RankRef { session: string; rank: number }
+export interface RankRef {
+  session: string;
+  rank: number;
+}
 
 export interface RankDebugConfig extends Record<string, unknown> {
-  type: string; request: 'attach'; name: string; connect: { host: string; port: number }; rtdebugRank: RankRef;
+  type: string;
+  request: 'attach';
+  name: string;
+  connect: { host: string; port: number };
+  rtdebugRank: RankRef;
 }
 
 export function rankSessionName(session: string, rank: number): string {
@@ -57,7 +64,8 @@ export function isLoopbackHost(host: string): boolean {
 export function rankForEndpoint(sessions: Session[], ep: { host: string; port: number }): RankRef | undefined {
   for (const s of sessions) {
     for (const r of s.ranks) {
-      if (r.port === ep.port && (r.host === ep.host || (LOCAL.has(r.host) && LOCAL.has(ep.host)))) return { session: s.entry.session_id, rank: r.rank };
+      if (r.port === ep.port && (r.host === ep.host || (LOCAL.has(r.host) && LOCAL.has(ep.host))))
+        return { session: s.entry.session_id, rank: r.rank };
     }
   }
   return undefined;

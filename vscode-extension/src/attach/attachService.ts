@@ -21,16 +21,26 @@ export class AttachService implements vscode.Disposable {
   /** The user's answers to hostPrompt, by its key, for this window's lifetime. */
   private decisions = new Map<string, Promise<boolean>>();
 
-  constructor(private harness: () => Promise<HarnessCommand>, private byEndpoint: (ep: { host: string; port: number }) => RankRef | undefined = () => undefined) {
+  constructor(
+    private harness: () => Promise<HarnessCommand>,
+    private byEndpoint: (ep: { host: string; port: number }) => RankRef | undefined = () => undefined,
+  ) {
     this.subs.push(
       vscode.debug.onDidStartDebugSession((s) => {
         const ref = this.rankOf(s);
-        if (ref) { this.sessions.set(key(ref), s); this.refs.set(s.id, ref); this.changed.fire(); }
+        if (ref) {
+          this.sessions.set(key(ref), s);
+          this.refs.set(s.id, ref);
+          this.changed.fire();
+        }
       }),
       vscode.debug.onDidTerminateDebugSession((s) => {
         const ref = this.refs.get(s.id);
         this.refs.delete(s.id);
-        if (ref && this.sessions.get(key(ref))?.id === s.id) { this.sessions.delete(key(ref)); this.changed.fire(); }
+        if (ref && this.sessions.get(key(ref))?.id === s.id) {
+          this.sessions.delete(key(ref));
+          this.changed.fire();
+        }
       }),
     );
   }
@@ -45,18 +55,26 @@ export class AttachService implements vscode.Disposable {
     return ep ? this.byEndpoint(ep) : undefined;
   }
 
-  get attachedCount(): number { return this.sessions.size; }
+  get attachedCount(): number {
+    return this.sessions.size;
+  }
 
-  isAttached(session: string, rank: number): boolean { return this.sessions.has(key({ session, rank })); }
+  isAttached(session: string, rank: number): boolean {
+    return this.sessions.has(key({ session, rank }));
+  }
 
-  sessionFor(k: RankRef): vscode.DebugSession | undefined { return this.sessions.get(key(k)); }
+  sessionFor(k: RankRef): vscode.DebugSession | undefined {
+    return this.sessions.get(key(k));
+  }
 
   /** Ranks of `session` (every session when undefined) that have a debug session in this window. */
   attachedRanks(session?: string): RankRef[] {
     return [...this.sessions.keys()].map(parseKey).filter((k) => session === undefined || k.session === session);
   }
 
-  useDebugpy(): boolean { return !!vscode.extensions.getExtension(DEBUGPY_EXTENSION_ID); }
+  useDebugpy(): boolean {
+    return !!vscode.extensions.getExtension(DEBUGPY_EXTENSION_ID);
+  }
 
   /**
    * The debug configuration for one rank, once its host is confirmed where it has to be; throws
@@ -70,7 +88,9 @@ export class AttachService implements vscode.Disposable {
       let d = this.decisions.get(p.key);
       if (d && !rememberDecline && !(await d)) d = undefined;
       if (!d) {
-        d = Promise.resolve(vscode.window.showWarningMessage(p.message, { modal: true, detail: p.detail }, p.confirm)).then((c) => c === p.confirm);
+        d = Promise.resolve(vscode.window.showWarningMessage(p.message, { modal: true, detail: p.detail }, p.confirm)).then(
+          (c) => c === p.confirm,
+        );
         this.decisions.set(p.key, d);
       }
       if (!(await d)) throw new AttachDeclinedError(p.declined);
@@ -83,7 +103,11 @@ export class AttachService implements vscode.Disposable {
     const config = await this.configFor(session, rank, !!parent);
     if (this.isAttached(config.rtdebugRank.session, rank)) return;
     const folder = parent?.workspaceFolder ?? vscode.workspace.workspaceFolders?.[0];
-    const ok = await vscode.debug.startDebugging(folder, config, parent ? { parentSession: parent, compact: false, lifecycleManagedByParent: false } : undefined);
+    const ok = await vscode.debug.startDebugging(
+      folder,
+      config,
+      parent ? { parentSession: parent, compact: false, lifecycleManagedByParent: false } : undefined,
+    );
     if (!ok) throw new Error(`VS Code did not start the debug session for rank ${rank}`);
   }
 
@@ -99,15 +123,28 @@ export class AttachService implements vscode.Disposable {
     await Promise.all(children.map((s) => end(s, terminateDebuggee)));
   }
 
-  dispose(): void { this.subs.forEach((d) => d.dispose()); this.changed.dispose(); }
+  dispose(): void {
+    this.subs.forEach((d) => d.dispose());
+    this.changed.dispose();
+  }
 }
 
 async function end(s: vscode.DebugSession, terminateDebuggee: boolean): Promise<void> {
-  try { await s.customRequest('disconnect', { terminateDebuggee }); } catch { /* adapter already gone */ }
-  try { await vscode.debug.stopDebugging(s); } catch { /* already stopped */ }
+  try {
+    await s.customRequest('disconnect', { terminateDebuggee });
+  } catch {
+    /* adapter already gone */
+  }
+  try {
+    await vscode.debug.stopDebugging(s);
+  } catch {
+    /* already stopped */
+  }
 }
 
-function key(r: RankRef): string { return `${r.session}/${r.rank}`; }
+function key(r: RankRef): string {
+  return `${r.session}/${r.rank}`;
+}
 
 function parseKey(k: string): RankRef {
   const i = k.lastIndexOf('/');

@@ -23,24 +23,44 @@ export class RtdebugConfigurationProvider implements vscode.DebugConfigurationPr
 
   provideDebugConfigurations(): vscode.DebugConfiguration[] {
     return [
-      { type: DEBUG_TYPE, request: 'launch', name: `${ENTRY_PREFIX}torchrun current file`, mode: 'torchrun', script: '${file}', nprocPerNode: 2 },
+      {
+        type: DEBUG_TYPE,
+        request: 'launch',
+        name: `${ENTRY_PREFIX}torchrun current file`,
+        mode: 'torchrun',
+        script: '${file}',
+        nprocPerNode: 2,
+      },
       { type: DEBUG_TYPE, request: 'attach', name: `${ENTRY_PREFIX}attach all ranks` },
     ];
   }
 
-  resolveDebugConfiguration(_folder: vscode.WorkspaceFolder | undefined, config: vscode.DebugConfiguration): vscode.DebugConfiguration | undefined {
+  resolveDebugConfiguration(
+    _folder: vscode.WorkspaceFolder | undefined,
+    config: vscode.DebugConfiguration,
+  ): vscode.DebugConfiguration | undefined {
     if (!config.type && !config.request && !config.name) {
       const doc = vscode.window.activeTextEditor?.document;
       if (doc?.languageId !== 'python') {
         void vscode.window.showErrorMessage('rtdebug: open a Python training script, or add an rtdebug configuration to launch.json.');
         return undefined;
       }
-      return { type: DEBUG_TYPE, request: 'launch', name: `${ENTRY_PREFIX}torchrun ${path.basename(doc.fileName)}`, mode: 'torchrun', script: doc.fileName, nprocPerNode: 2 };
+      return {
+        type: DEBUG_TYPE,
+        request: 'launch',
+        name: `${ENTRY_PREFIX}torchrun ${path.basename(doc.fileName)}`,
+        mode: 'torchrun',
+        script: doc.fileName,
+        nprocPerNode: 2,
+      };
     }
     return config;
   }
 
-  async resolveDebugConfigurationWithSubstitutedVariables(folder: vscode.WorkspaceFolder | undefined, config: vscode.DebugConfiguration): Promise<vscode.DebugConfiguration | undefined> {
+  async resolveDebugConfigurationWithSubstitutedVariables(
+    folder: vscode.WorkspaceFolder | undefined,
+    config: vscode.DebugConfiguration,
+  ): Promise<vscode.DebugConfiguration | undefined> {
     if (rankEndpoint(config)) return config; // one rank: nothing to start, no Python
     const untrusted = trustGate(workspaceTrusted(), config.request === 'launch' ? Gated.launch : Gated.attach);
     if (untrusted) return fail(untrusted);
@@ -49,7 +69,10 @@ export class RtdebugConfigurationProvider implements vscode.DebugConfigurationPr
       const rank = Number(String(config.rank).trim());
       if (!Number.isInteger(rank) || rank < 0) return fail(`"${config.rank}" is not a rank number.`);
       try {
-        return { ...(await this.attach.configFor(config.session, rank)), ...(config.justMyCode !== undefined ? { justMyCode: config.justMyCode } : {}) };
+        return {
+          ...(await this.attach.configFor(config.session, rank)),
+          ...(config.justMyCode !== undefined ? { justMyCode: config.justMyCode } : {}),
+        };
       } catch (e) {
         return e instanceof AttachDeclinedError ? undefined : fail((e as Error).message);
       }

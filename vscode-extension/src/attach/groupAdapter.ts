@@ -6,7 +6,14 @@ import { RankGroup } from './rankGroup';
  * stop it, and the group's end becomes a `terminated` event. Implements the shape of
  * vscode.DebugAdapter (onDidSendMessage + handleMessage) without importing vscode, so it is unit-tested.
  */
-export interface DapMessage { seq: number; type: string; command?: string; event?: string; arguments?: unknown; [k: string]: unknown }
+export interface DapMessage {
+  seq: number;
+  type: string;
+  command?: string;
+  event?: string;
+  arguments?: unknown;
+  [k: string]: unknown;
+}
 type Listener = (m: DapMessage) => void;
 
 export class GroupAdapter {
@@ -14,13 +21,23 @@ export class GroupAdapter {
   private listeners: Listener[] = [];
   private terminated = false;
 
-  constructor(private group: RankGroup, private showError: (msg: string) => void) {
-    group.ended.then((reason) => { this.output(`rtdebug: ${reason}\n`); this.sendTerminated(); });
+  constructor(
+    private group: RankGroup,
+    private showError: (msg: string) => void,
+  ) {
+    group.ended.then((reason) => {
+      this.output(`rtdebug: ${reason}\n`);
+      this.sendTerminated();
+    });
   }
 
   readonly onDidSendMessage = (l: Listener) => {
     this.listeners.push(l);
-    return { dispose: () => { this.listeners = this.listeners.filter((x) => x !== l); } };
+    return {
+      dispose: () => {
+        this.listeners = this.listeners.filter((x) => x !== l);
+      },
+    };
   };
 
   private send(m: Omit<DapMessage, 'seq'>): void {
@@ -32,7 +49,9 @@ export class GroupAdapter {
     this.send({ type: 'response', request_seq: req.seq, command: req.command, success: !error, message: error, body });
   }
 
-  output(text: string, category = 'console'): void { this.send({ type: 'event', event: 'output', body: { category, output: text } }); }
+  output(text: string, category = 'console'): void {
+    this.send({ type: 'event', event: 'output', body: { category, output: text } });
+  }
 
   private sendTerminated(): void {
     if (this.terminated) return;
@@ -58,7 +77,10 @@ export class GroupAdapter {
         return;
       case 'disconnect':
       case 'terminate':
-        void this.group.stop().finally(() => { this.respond(m); this.sendTerminated(); });
+        void this.group.stop().finally(() => {
+          this.respond(m);
+          this.sendTerminated();
+        });
         return;
       case 'threads':
         this.respond(m, { threads: [] });
@@ -68,5 +90,7 @@ export class GroupAdapter {
     }
   }
 
-  dispose(): void { this.listeners = []; }
+  dispose(): void {
+    this.listeners = [];
+  }
 }

@@ -7,9 +7,18 @@ import { ALL_READY_RE, SESSION_STARTING_RE } from '../common/constants';
  * rank outlives the debug session.
  */
 export interface JobSpec {
-  python: string; module: string; mode: 'run' | 'torchrun'; script: string; args: string[];
-  cwd: string; env: NodeJS.ProcessEnv; portBase: number; host: string; wait: string;
-  nprocPerNode?: number; torchrunArgs?: string[];
+  python: string;
+  module: string;
+  mode: 'run' | 'torchrun';
+  script: string;
+  args: string[];
+  cwd: string;
+  env: NodeJS.ProcessEnv;
+  portBase: number;
+  host: string;
+  wait: string;
+  nprocPerNode?: number;
+  torchrunArgs?: string[];
 }
 
 export function jobArgs(s: JobSpec): string[] {
@@ -20,7 +29,10 @@ export function jobArgs(s: JobSpec): string[] {
   }
   const a = ['-m', s.module, 'torchrun', '--debug-port-base', String(s.portBase), '--debug-host', s.host, '--wait', s.wait];
   a.push(...(s.torchrunArgs ?? []));
-  if (s.nprocPerNode !== undefined && !(s.torchrunArgs ?? []).some((x) => x.startsWith('--nproc-per-node') || x.startsWith('--nproc_per_node'))) {
+  if (
+    s.nprocPerNode !== undefined &&
+    !(s.torchrunArgs ?? []).some((x) => x.startsWith('--nproc-per-node') || x.startsWith('--nproc_per_node'))
+  ) {
     a.push('--nproc-per-node', String(s.nprocPerNode));
   }
   return [...a, s.script, ...s.args];
@@ -33,13 +45,26 @@ export class JobProcess {
   readonly sessionId: Promise<string>;
   readonly exited: Promise<number | null>;
 
-  constructor(spec: JobSpec, private onLine: (line: string) => void = () => {}, private graceMs = 8000) {
+  constructor(
+    spec: JobSpec,
+    private onLine: (line: string) => void = () => {},
+    private graceMs = 8000,
+  ) {
     this.proc = spawn(spec.python, jobArgs(spec), { cwd: spec.cwd, env: spec.env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
     let gotId: (id: string) => void = () => {};
-    this.sessionId = new Promise((resolve) => { gotId = resolve; });
+    this.sessionId = new Promise((resolve) => {
+      gotId = resolve;
+    });
     this.exited = new Promise((resolve) => {
-      this.proc.on('error', (e) => { this.line(`rtdebug-vscode: could not start ${spec.python}: ${e.message}`); this.exitCode = null; resolve(null); });
-      this.proc.on('exit', (code, signal) => { this.exitCode = code ?? (signal ? 128 : null); resolve(this.exitCode); });
+      this.proc.on('error', (e) => {
+        this.line(`rtdebug-vscode: could not start ${spec.python}: ${e.message}`);
+        this.exitCode = null;
+        resolve(null);
+      });
+      this.proc.on('exit', (code, signal) => {
+        this.exitCode = code ?? (signal ? 128 : null);
+        resolve(this.exitCode);
+      });
     });
     for (const stream of [this.proc.stdout, this.proc.stderr]) {
       let buf = '';
@@ -63,17 +88,37 @@ export class JobProcess {
     this.onLine(l);
   }
 
-  get pid(): number | undefined { return this.proc.pid; }
-  get running(): boolean { return this.exitCode === undefined; }
-  lastLines(n = 5): string[] { return this.tail.slice(-n); }
+  get pid(): number | undefined {
+    return this.proc.pid;
+  }
+  get running(): boolean {
+    return this.exitCode === undefined;
+  }
+  lastLines(n = 5): string[] {
+    return this.tail.slice(-n);
+  }
 
   async stop(): Promise<void> {
     if (!this.running || this.proc.pid === undefined) return;
     const pgid = this.proc.pid;
-    try { process.kill(pgid, 'SIGTERM'); } catch { /* already gone */ }
-    const timer = setTimeout(() => { try { process.kill(-pgid, 'SIGKILL'); } catch { /* gone */ } }, this.graceMs);
+    try {
+      process.kill(pgid, 'SIGTERM');
+    } catch {
+      /* already gone */
+    }
+    const timer = setTimeout(() => {
+      try {
+        process.kill(-pgid, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
+    }, this.graceMs);
     await this.exited;
     clearTimeout(timer);
-    try { process.kill(-pgid, 'SIGKILL'); } catch { /* whole group gone: the normal case */ }
+    try {
+      process.kill(-pgid, 'SIGKILL');
+    } catch {
+      /* whole group gone: the normal case */
+    }
   }
 }

@@ -1,7 +1,14 @@
 import { RankEntry, Session, isAttachable, isUnverified } from '../registry/registryModel';
 
 /** Quick-pick rows for "Attach to Rank…": one per live rank, newest session first. */
-export interface RankPickItem { label: string; description: string; detail: string; session: string; rank: number; attachable: boolean }
+export interface RankPickItem {
+  label: string;
+  description: string;
+  detail: string;
+  session: string;
+  rank: number;
+  attachable: boolean;
+}
 
 export function rankPickItems(sessions: Session[]): RankPickItem[] {
   const items: RankPickItem[] = [];

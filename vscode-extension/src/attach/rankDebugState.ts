@@ -3,8 +3,15 @@
  * stopped (why, where, which thread), or paused-but-not-yet-stopped (a rank blocked in a C++ collective
  * only stops when it returns to Python). No VS Code types: the tracker and the view both use it.
  */
-export interface RankKey { session: string; rank: number }
-export interface Location { file: string; line: number; function?: string }
+export interface RankKey {
+  session: string;
+  rank: number;
+}
+export interface Location {
+  file: string;
+  line: number;
+  function?: string;
+}
 
 export type RunState = 'running' | 'stopped' | 'pausing' | 'continuing' | 'stepping';
 
@@ -32,21 +39,34 @@ export class RankDebugStates {
 
   onDidChange(l: () => void): { dispose(): void } {
     this.listeners.push(l);
-    return { dispose: () => { this.listeners = this.listeners.filter((x) => x !== l); } };
+    return {
+      dispose: () => {
+        this.listeners = this.listeners.filter((x) => x !== l);
+      },
+    };
   }
 
-  private fire(): void { for (const l of this.listeners) l(); }
+  private fire(): void {
+    for (const l of this.listeners) l();
+  }
 
-  get(k: RankKey): RankDebugInfo | undefined { return this.map.get(keyOf(k)); }
+  get(k: RankKey): RankDebugInfo | undefined {
+    return this.map.get(keyOf(k));
+  }
 
   keys(session?: string): RankKey[] {
-    return [...this.map.keys()].map((s) => {
-      const i = s.lastIndexOf('/');
-      return { session: s.slice(0, i), rank: Number(s.slice(i + 1)) };
-    }).filter((k) => session === undefined || k.session === session);
+    return [...this.map.keys()]
+      .map((s) => {
+        const i = s.lastIndexOf('/');
+        return { session: s.slice(0, i), rank: Number(s.slice(i + 1)) };
+      })
+      .filter((k) => session === undefined || k.session === session);
   }
 
-  set(k: RankKey, info: RankDebugInfo): void { this.map.set(keyOf(k), info); this.fire(); }
+  set(k: RankKey, info: RankDebugInfo): void {
+    this.map.set(keyOf(k), info);
+    this.fire();
+  }
 
   update(k: RankKey, patch: Partial<RankDebugInfo>): RankDebugInfo {
     const next = { ...(this.map.get(keyOf(k)) ?? { state: 'running' as RunState }), ...patch };
@@ -55,5 +75,7 @@ export class RankDebugStates {
     return next;
   }
 
-  delete(k: RankKey): void { if (this.map.delete(keyOf(k))) this.fire(); }
+  delete(k: RankKey): void {
+    if (this.map.delete(keyOf(k))) this.fire();
+  }
 }

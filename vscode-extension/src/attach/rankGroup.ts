@@ -7,7 +7,13 @@ import { AttachDeclinedError } from './remoteAttach';
  * later (restarts, lazy ranks), and end when the job or the session goes away. No VS Code types here:
  * everything it does to the outside goes through `GroupDeps`.
  */
-export interface GroupJob { sessionId: Promise<string>; exited: Promise<number | null>; running: boolean; stop(): Promise<void>; lastLines(n?: number): string[] }
+export interface GroupJob {
+  sessionId: Promise<string>;
+  exited: Promise<number | null>;
+  running: boolean;
+  stop(): Promise<void>;
+  lastLines(n?: number): string[];
+}
 
 export interface GroupDeps {
   readSession(id?: string): Session | undefined;
@@ -17,7 +23,12 @@ export interface GroupDeps {
   log(line: string): void;
 }
 
-export interface GroupOptions { session?: string; ranks?: number[]; readyTimeoutMs: number; pollMs?: number }
+export interface GroupOptions {
+  session?: string;
+  ranks?: number[];
+  readyTimeoutMs: number;
+  pollMs?: number;
+}
 
 export class GroupError extends Error {}
 
@@ -31,11 +42,18 @@ export class RankGroup {
   private endedCb: (reason: string) => void = () => {};
   readonly ended: Promise<string>;
 
-  constructor(private deps: GroupDeps, private opts: GroupOptions) {
-    this.ended = new Promise((r) => { this.endedCb = r; });
+  constructor(
+    private deps: GroupDeps,
+    private opts: GroupOptions,
+  ) {
+    this.ended = new Promise((r) => {
+      this.endedCb = r;
+    });
   }
 
-  get session(): string | undefined { return this.sessionId; }
+  get session(): string | undefined {
+    return this.sessionId;
+  }
 
   /** Resolves once the first set of ranks is attached; throws GroupError with a user-facing message. */
   async start(): Promise<void> {
@@ -44,23 +62,38 @@ export class RankGroup {
     if (this.deps.startJob) {
       this.job = this.deps.startJob();
       let timer: NodeJS.Timeout | undefined;
-      const id = await Promise.race([this.job.sessionId, this.job.exited.then((c) => ({ exit: c })),
-        new Promise<{ timeout: true }>((r) => { timer = setTimeout(() => r({ timeout: true }), this.opts.readyTimeoutMs); })]);
+      const id = await Promise.race([
+        this.job.sessionId,
+        this.job.exited.then((c) => ({ exit: c })),
+        new Promise<{ timeout: true }>((r) => {
+          timer = setTimeout(() => r({ timeout: true }), this.opts.readyTimeoutMs);
+        }),
+      ]);
       clearTimeout(timer);
-      if (typeof id !== 'string' && 'timeout' in id) throw new GroupError(`the job printed no "rtdebug: session …" line within ${Math.round(this.opts.readyTimeoutMs / 1000)} s:\n${this.job.lastLines().join('\n')}`);
-      if (typeof id !== 'string') throw new GroupError(`the job exited (code ${id.exit}) before it started a session:\n${this.job.lastLines().join('\n')}`);
+      if (typeof id !== 'string' && 'timeout' in id)
+        throw new GroupError(
+          `the job printed no "rtdebug: session …" line within ${Math.round(this.opts.readyTimeoutMs / 1000)} s:\n${this.job.lastLines().join('\n')}`,
+        );
+      if (typeof id !== 'string')
+        throw new GroupError(`the job exited (code ${id.exit}) before it started a session:\n${this.job.lastLines().join('\n')}`);
       this.sessionId = id;
       this.job.exited.then((c) => this.end(`job exited with code ${c}`));
     } else {
       const s = this.deps.readSession(this.opts.session);
-      if (!s) throw new GroupError(this.opts.session ? `no live rtdebug session "${this.opts.session}"` : 'no live rtdebug session: start one with `rtdebug torchrun …` first');
+      if (!s)
+        throw new GroupError(
+          this.opts.session
+            ? `no live rtdebug session "${this.opts.session}"`
+            : 'no live rtdebug session: start one with `rtdebug torchrun …` first',
+        );
       this.sessionId = s.entry.session_id;
     }
     let ready: RankEntry[] = [];
     for (;;) {
       if (this.stopped) return;
       const s = this.deps.readSession(this.sessionId);
-      if (this.job && !this.job.running) throw new GroupError(`the job exited before its ranks were ready:\n${this.job.lastLines().join('\n')}`);
+      if (this.job && !this.job.running)
+        throw new GroupError(`the job exited before its ranks were ready:\n${this.job.lastLines().join('\n')}`);
       if (s) {
         ready = s.ranks.filter((r) => isAttachable(r) && this.wanted(r.rank));
         const expected = this.opts.ranks?.length ?? (s.entry.ports.length || s.entry.nproc_per_node);
@@ -68,7 +101,9 @@ export class RankGroup {
       } else if (!this.job) throw new GroupError(`rtdebug session ${this.sessionId} ended`);
       if (Date.now() > deadline) {
         const have = ready.map((r) => r.rank).join(',') || 'none';
-        throw new GroupError(`ranks never became ready within ${Math.round(this.opts.readyTimeoutMs / 1000)} s (ready: ${have}) in session ${this.sessionId}`);
+        throw new GroupError(
+          `ranks never became ready within ${Math.round(this.opts.readyTimeoutMs / 1000)} s (ready: ${have}) in session ${this.sessionId}`,
+        );
       }
       await sleep(poll);
     }
@@ -76,14 +111,18 @@ export class RankGroup {
     void this.watch(poll * 2);
   }
 
-  private wanted(rank: number): boolean { return !this.opts.ranks || this.opts.ranks.includes(rank); }
+  private wanted(rank: number): boolean {
+    return !this.opts.ranks || this.opts.ranks.includes(rank);
+  }
 
   private async attachOne(r: RankEntry): Promise<void> {
     const key = `${r.rank}:${r.pid}`;
     if (this.attached.has(key)) return;
     this.attached.add(key);
     this.deps.log(`rtdebug: attaching to rank ${r.rank} at ${r.host}:${r.port} (session ${r.session_id})`);
-    try { await this.deps.attach(r.session_id, r); } catch (e) {
+    try {
+      await this.deps.attach(r.session_id, r);
+    } catch (e) {
       // a host the user declined stays unattached: not retried (and not asked about again)
       if (!(e instanceof AttachDeclinedError)) this.attached.delete(key);
       this.deps.log(`rtdebug: attach to rank ${r.rank} failed: ${(e as Error).message}`);
@@ -96,11 +135,13 @@ export class RankGroup {
       await sleep(pollMs);
       if (this.stopped || !this.sessionId) return;
       const s = this.deps.readSession(this.sessionId);
-      if (!s) { if (!this.job) this.end(`session ${this.sessionId} ended`); continue; }
+      if (!s) {
+        if (!this.job) this.end(`session ${this.sessionId} ended`);
+        continue;
+      }
       for (const r of s.ranks) if (isAttachable(r) && this.wanted(r.rank)) await this.attachOne(r);
     }
   }
-
 
   private end(reason: string): void {
     if (this.stopped) return;

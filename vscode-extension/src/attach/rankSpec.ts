@@ -25,7 +25,12 @@ export function parseRankList(spec: string, worldSize?: number): number[] {
 /** Is this a valid --wait policy? */
 export function isWaitPolicy(spec: string): boolean {
   if (spec === 'all' || spec === 'none') return true;
-  try { parseRankList(spec); return true; } catch { return false; }
+  try {
+    parseRankList(spec);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** The port rule shared with the harness: port = base + global RANK (never LOCAL_RANK). */

@@ -6,7 +6,13 @@ import { AttachService } from './attachService';
 
 const STEPS = new Set(['next', 'stepIn', 'stepOut', 'stepBack', 'reverseContinue', 'goto']);
 
-interface DapMessage { type: string; command?: string; event?: string; body?: Record<string, unknown>; arguments?: Record<string, unknown> }
+interface DapMessage {
+  type: string;
+  command?: string;
+  event?: string;
+  body?: Record<string, unknown>;
+  arguments?: Record<string, unknown>;
+}
 
 /**
  * A debug-adapter tracker on every rank session (ours, or a generated `debugpy` one recognised by its
@@ -14,11 +20,18 @@ interface DapMessage { type: string; command?: string; event?: string; body?: Re
  * (the Ranks view's "stopped at file:line") and the all-stop coordinator.
  */
 export class RankTrackerFactory implements vscode.DebugAdapterTrackerFactory {
-  constructor(private attach: AttachService, private states: RankDebugStates, private allStop: AllStop) {}
+  constructor(
+    private attach: AttachService,
+    private states: RankDebugStates,
+    private allStop: AllStop,
+  ) {}
 
   createDebugAdapterTracker(session: vscode.DebugSession): vscode.DebugAdapterTracker {
     const ref = (): RankRef | undefined => this.attach.rankOf(session);
-    const gone = () => { const k = ref(); if (k) this.states.delete(k); };
+    const gone = () => {
+      const k = ref();
+      if (k) this.states.delete(k);
+    };
     return {
       onWillReceiveMessage: (m: DapMessage) => {
         if (m.type !== 'request') return;
@@ -50,7 +63,10 @@ export class RankTrackerFactory implements vscode.DebugAdapterTrackerFactory {
       const st = await session.customRequest('stackTrace', { threadId, startFrame: 0, levels: 1 });
       const f = st?.stackFrames?.[0];
       const file = f?.source?.path ?? f?.source?.name;
-      if (file && this.states.get(k)?.state === 'stopped') this.states.update(k, { where: { file: String(file), line: Number(f.line), function: f.name } });
-    } catch { /* the rank resumed or went away meanwhile */ }
+      if (file && this.states.get(k)?.state === 'stopped')
+        this.states.update(k, { where: { file: String(file), line: Number(f.line), function: f.name } });
+    } catch {
+      /* the rank resumed or went away meanwhile */
+    }
   }
 }

@@ -34,11 +34,16 @@ export function hostPrompt(info: AttachInfo): HostPrompt | undefined {
   const message = verified
     ? `rtdebug: ${what} is on another machine, ${where}. Connect the debugger to it?`
     : `rtdebug: ${what} is unverified (no job secret here matches its entry); it points at ${where}${local ? ', on this machine' : ', another machine'}. Connect the debugger to it anyway?`;
-  const detail = (verified ? '' : "Anyone who can write the cluster store or the Ray KV could have written this entry; set the job's RTDEBUG_JOB_SECRET here to verify it. ")
-    + 'A debug server can make VS Code run commands (DAP runInTerminal): connect only to a host you trust.';
+  const detail =
+    (verified
+      ? ''
+      : "Anyone who can write the cluster store or the Ray KV could have written this entry; set the job's RTDEBUG_JOB_SECRET here to verify it. ") +
+    'A debug server can make VS Code run commands (DAP runInTerminal): connect only to a host you trust.';
   return {
     key: `${info.session_id}\n${ep.host}\n${verified ? 'verified' : 'unverified'}`,
-    message, detail, confirm: CONNECT,
+    message,
+    detail,
+    confirm: CONNECT,
     declined: `not connecting to ${what} at ${where}${verified ? '' : ' (unverified)'}: not confirmed`,
   };
 }

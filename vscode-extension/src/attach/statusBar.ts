@@ -9,7 +9,10 @@ export class RankStatusBar implements vscode.Disposable {
   private item = vscode.window.createStatusBarItem('rtdebug.ranks', vscode.StatusBarAlignment.Left, 50);
   private subs: vscode.Disposable[];
 
-  constructor(private registry: RegistryWatcher, private attach: AttachService) {
+  constructor(
+    private registry: RegistryWatcher,
+    private attach: AttachService,
+  ) {
     this.item.name = 'rtdebug ranks';
     this.item.command = Commands.attachToRank;
     this.subs = [registry.onDidChange(() => this.update()), attach.onDidChange(() => this.update())];
@@ -24,5 +27,8 @@ export class RankStatusBar implements vscode.Disposable {
     this.item.show();
   }
 
-  dispose(): void { this.subs.forEach((d) => d.dispose()); this.item.dispose(); }
+  dispose(): void {
+    this.subs.forEach((d) => d.dispose());
+    this.item.dispose();
+  }
 }

@@ -22,8 +22,14 @@ export class CollectiveCommands implements vscode.Disposable {
   private stoppedSig = '';
   private sub: vscode.Disposable;
 
-  constructor(private attach: AttachService, private states: RankDebugStates, allStop: AllStopController, private registry: RegistryWatcher,
-    private ranks: RankCommands, private log: vscode.OutputChannel) {
+  constructor(
+    private attach: AttachService,
+    private states: RankDebugStates,
+    allStop: AllStopController,
+    private registry: RegistryWatcher,
+    private ranks: RankCommands,
+    private log: vscode.OutputChannel,
+  ) {
     this.stepping = new CollectiveStepping(states, allStop.allStop, {
       attached: (s) => attach.attachedRanks(s),
       request: async (k, command, args) => this.session(k).customRequest(command, args),
@@ -47,7 +53,11 @@ export class CollectiveCommands implements vscode.Disposable {
 
   /** Re-read the positions once the set of stopped ranks has settled (after a step, a run to a collective). */
   private positionsLater(): void {
-    const sig = this.states.keys().filter((k) => this.states.get(k)?.state === 'stopped').map((k) => `${k.session}/${k.rank}@${this.states.get(k)?.stoppedAt}`).join(',');
+    const sig = this.states
+      .keys()
+      .filter((k) => this.states.get(k)?.state === 'stopped')
+      .map((k) => `${k.session}/${k.rank}@${this.states.get(k)?.stoppedAt}`)
+      .join(',');
     if (sig === this.stoppedSig) return;
     this.stoppedSig = sig;
     clearTimeout(this.refreshTimer);
@@ -55,7 +65,7 @@ export class CollectiveCommands implements vscode.Disposable {
   }
 
   async stepAll(node?: RanksNode): Promise<number[] | undefined> {
-    const id = node?.session.entry.session_id ?? await this.ranks.pickSession('step every stopped rank of', true);
+    const id = node?.session.entry.session_id ?? (await this.ranks.pickSession('step every stopped rank of', true));
     if (!id) return undefined;
     const stepped = await this.stepping.stepAll(id);
     if (!stepped.length) void vscode.window.showWarningMessage(`rtdebug: no rank of ${id} is stopped; Pause All Ranks first.`);
@@ -64,7 +74,7 @@ export class CollectiveCommands implements vscode.Disposable {
   }
 
   async runToNextCollective(node?: RanksNode): Promise<number[] | undefined> {
-    const id = node?.session.entry.session_id ?? await this.ranks.pickSession('run to the next collective', true);
+    const id = node?.session.entry.session_id ?? (await this.ranks.pickSession('run to the next collective', true));
     if (!id) return undefined;
     const r = await this.stepping.runToNextCollective(id);
     if (!r.armed.length && !r.failed.length) {
@@ -73,13 +83,21 @@ export class CollectiveCommands implements vscode.Disposable {
     }
     if (r.failed.length) {
       const f = r.failed[0];
-      void vscode.window.showErrorMessage(`rtdebug: Run to Next Collective: rank ${f.rank} could not be armed (${f.error}); nothing was continued.`);
+      void vscode.window.showErrorMessage(
+        `rtdebug: Run to Next Collective: rank ${f.rank} could not be armed (${f.error}); nothing was continued.`,
+      );
       return undefined;
     }
-    this.log.appendLine(`rtdebug: Run All Ranks to Next Collective: armed rank(s) ${r.armed.join(', ')}; continued ${r.continued.join(', ')}`);
+    this.log.appendLine(
+      `rtdebug: Run All Ranks to Next Collective: armed rank(s) ${r.armed.join(', ')}; continued ${r.continued.join(', ')}`,
+    );
     vscode.window.setStatusBarMessage(`$(debug-continue) rtdebug: ${r.armed.length} rank(s) run to their next collective`, 5000);
     return r.armed;
   }
 
-  dispose(): void { clearInterval(this.timer); clearTimeout(this.refreshTimer); this.sub.dispose(); }
+  dispose(): void {
+    clearInterval(this.timer);
+    clearTimeout(this.refreshTimer);
+    this.sub.dispose();
+  }
 }

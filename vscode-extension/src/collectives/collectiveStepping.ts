@@ -27,8 +27,16 @@ export interface SteppingDeps {
   log(line: string): void;
 }
 
-export interface RankState { rank: number; info?: RankDebugInfo; collective?: Collective | null }
-export interface StuckDecision { stuck: number; peers: number[]; message: string }
+export interface RankState {
+  rank: number;
+  info?: RankDebugInfo;
+  collective?: Collective | null;
+}
+export interface StuckDecision {
+  stuck: number;
+  peers: number[];
+  message: string;
+}
 
 /**
  * The stuck-step decision for one session, pure: the first rank whose step has run `stuckAfterMs` since it
@@ -45,23 +53,40 @@ export function stuckStep(ranks: RankState[], nowMs: number, lastAutoStepMs = 0,
     const c = r.collective;
     const inColl = c?.state === 'entered' && c.since !== undefined && c.since * 1000 >= i.stepStartedAt - 1000;
     if (nowMs - from < stuckAfterMs && !(inColl && nowMs - lastAutoStepMs >= stuckAfterMs / 3)) continue;
-    const what = inColl ? `waits in ${c!.op} #${c!.seq}` : `has not returned after ${((nowMs - i.stepStartedAt) / 1000).toFixed(1)} s (a collective?)`;
-    return { stuck: r.rank, peers, message: `rank ${r.rank}'s step ${what} while rank ${peers.join(', ')} ${peers.length === 1 ? 'is' : 'are'} stopped (all-stop): stepping ${peers.length === 1 ? 'it' : 'them'} too so the collective completes` };
+    const what = inColl
+      ? `waits in ${c!.op} #${c!.seq}`
+      : `has not returned after ${((nowMs - i.stepStartedAt) / 1000).toFixed(1)} s (a collective?)`;
+    return {
+      stuck: r.rank,
+      peers,
+      message: `rank ${r.rank}'s step ${what} while rank ${peers.join(', ')} ${peers.length === 1 ? 'is' : 'are'} stopped (all-stop): stepping ${peers.length === 1 ? 'it' : 'them'} too so the collective completes`,
+    };
   }
   return undefined;
 }
 
-export interface ArmResult { armed: number[]; failed: { rank: number; error: string }[]; continued: number[] }
+export interface ArmResult {
+  armed: number[];
+  failed: { rank: number; error: string }[];
+  continued: number[];
+}
 
 export class CollectiveStepping {
   private lastAuto = new Map<string, number>();
   private autoSteps = new Map<string, number>();
   private told = false;
 
-  constructor(private states: RankDebugStates, private allStop: AllStop, private deps: SteppingDeps, private now = () => Date.now()) {}
+  constructor(
+    private states: RankDebugStates,
+    private allStop: AllStop,
+    private deps: SteppingDeps,
+    private now = () => Date.now(),
+  ) {}
 
   private stoppedRanks(session: string): RankKey[] {
-    return this.deps.attached(session).filter((k) => this.states.get(k)?.state === 'stopped' && this.states.get(k)?.threadId !== undefined)
+    return this.deps
+      .attached(session)
+      .filter((k) => this.states.get(k)?.state === 'stopped' && this.states.get(k)?.threadId !== undefined)
       .sort((a, b) => a.rank - b.rank);
   }
 
@@ -70,7 +95,10 @@ export class CollectiveStepping {
     const sent = ranks.map(async (k) => {
       const threadId = this.states.get(k)?.threadId;
       this.allStop.stepping(k);
-      try { await this.deps.request(k, 'next', { threadId }); return k.rank; } catch (e) {
+      try {
+        await this.deps.request(k, 'next', { threadId });
+        return k.rank;
+      } catch (e) {
         this.deps.log(`rtdebug: step rank ${k.rank} failed: ${(e as Error).message}`);
         return undefined;
       }
@@ -82,12 +110,16 @@ export class CollectiveStepping {
   async runToNextCollective(session: string): Promise<ArmResult> {
     const ranks = this.stoppedRanks(session);
     const out: ArmResult = { armed: [], failed: [], continued: [] };
-    await Promise.all(ranks.map(async (k) => {
-      try {
-        await this.arm(k);
-        out.armed.push(k.rank);
-      } catch (e) { out.failed.push({ rank: k.rank, error: (e as Error).message.split('\n')[0].slice(0, 200) }); }
-    }));
+    await Promise.all(
+      ranks.map(async (k) => {
+        try {
+          await this.arm(k);
+          out.armed.push(k.rank);
+        } catch (e) {
+          out.failed.push({ rank: k.rank, error: (e as Error).message.split('\n')[0].slice(0, 200) });
+        }
+      }),
+    );
     out.armed.sort((a, b) => a - b);
     // a rank left unarmed would run past its collective: nothing is continued then
     if (!out.failed.length && out.armed.length) out.continued = this.allStop.runToCollective(session, ranks);
@@ -96,7 +128,7 @@ export class CollectiveStepping {
 
   private async arm(k: RankKey): Promise<void> {
     const threadId = this.states.get(k)?.threadId;
-    const st = await this.deps.request(k, 'stackTrace', { threadId, startFrame: 0, levels: 1 }) as { stackFrames?: { id: number }[] };
+    const st = (await this.deps.request(k, 'stackTrace', { threadId, startFrame: 0, levels: 1 })) as { stackFrames?: { id: number }[] };
     const frame = st?.stackFrames?.[0];
     if (!frame) throw new Error('no frame');
     await this.deps.request(k, 'evaluate', { expression: STOP_AT_NEXT_EXPR, frameId: frame.id, context: 'repl' });
@@ -108,17 +140,35 @@ export class CollectiveStepping {
     for (const session of new Set(this.states.keys().map((k) => k.session))) {
       const keys = this.deps.attached(session);
       const stepping = keys.some((k) => this.states.get(k)?.state === 'stepping');
-      if (!stepping) { this.autoSteps.delete(session); this.lastAuto.delete(session); continue; }
-      const d = stuckStep(keys.map((k) => ({ rank: k.rank, info: this.states.get(k), collective: this.deps.collective(k) })), this.now(), this.lastAuto.get(session));
+      if (!stepping) {
+        this.autoSteps.delete(session);
+        this.lastAuto.delete(session);
+        continue;
+      }
+      const d = stuckStep(
+        keys.map((k) => ({ rank: k.rank, info: this.states.get(k), collective: this.deps.collective(k) })),
+        this.now(),
+        this.lastAuto.get(session),
+      );
       if (!d) continue;
       const n = (this.autoSteps.get(session) ?? 0) + 1;
       if (n > MAX_AUTO_STEPS) continue;
       this.autoSteps.set(session, n);
       this.lastAuto.set(session, this.now());
       this.deps.log(`rtdebug: ${d.message}`);
-      if (n === 1) { this.deps.notify(d.message, !this.told); this.told = true; }
-      if (n === MAX_AUTO_STEPS) this.deps.notify(`rank ${d.stuck}'s step still waits after its peers were stepped ${n} times: they do not reach the same collective. Run All Ranks to Next Collective or Show Stacks shows where each is.`, false);
-      void this.stepAll(session, keys.filter((k) => d.peers.includes(k.rank)));
+      if (n === 1) {
+        this.deps.notify(d.message, !this.told);
+        this.told = true;
+      }
+      if (n === MAX_AUTO_STEPS)
+        this.deps.notify(
+          `rank ${d.stuck}'s step still waits after its peers were stepped ${n} times: they do not reach the same collective. Run All Ranks to Next Collective or Show Stacks shows where each is.`,
+          false,
+        );
+      void this.stepAll(
+        session,
+        keys.filter((k) => d.peers.includes(k.rank)),
+      );
     }
   }
 }

@@ -32,13 +32,21 @@ export function neutralCwd(): string {
  */
 export function whyNotPrivate(d: string, me: number | undefined): string | undefined {
   let st: fs.Stats;
-  try { st = fs.lstatSync(d); } catch (e) { return `${d}: ${(e as NodeJS.ErrnoException).code ?? 'cannot lstat'}`; }
+  try {
+    st = fs.lstatSync(d);
+  } catch (e) {
+    return `${d}: ${(e as NodeJS.ErrnoException).code ?? 'cannot lstat'}`;
+  }
   if (st.isSymbolicLink()) return `${d} is a symlink`;
   if (!st.isDirectory()) return `${d} is not a directory`;
   if (me !== undefined && st.uid !== me) return `${d} belongs to uid ${st.uid}, not ${me}`;
   if ((st.mode & 0o777) !== 0o700) return `${d} has mode 0o${(st.mode & 0o777).toString(8)}, not 0o700`;
   // Only we (or root) can write a 0700 directory of ours; anything in it was not put there by the extension.
-  try { if (fs.readdirSync(d).length) return `${d} is not empty`; } catch { return `${d} cannot be listed`; }
+  try {
+    if (fs.readdirSync(d).length) return `${d} is not empty`;
+  } catch {
+    return `${d} cannot be listed`;
+  }
   return undefined;
 }
 
@@ -51,7 +59,15 @@ function makePrivateDir(): string {
   if (!cleanupArmed) {
     cleanupArmed = true;
     // Only the one in use at exit is removed: a replaced one was taken from us, or is gone.
-    process.once('exit', () => { if (dir) { try { fs.rmdirSync(dir); } catch { /* not empty or gone: leave it */ } } });
+    process.once('exit', () => {
+      if (dir) {
+        try {
+          fs.rmdirSync(dir);
+        } catch {
+          /* not empty or gone: leave it */
+        }
+      }
+    });
   }
   return made;
 }
@@ -62,6 +78,6 @@ function makePrivateDir(): string {
  * PATH) and absolute paths are kept; without a folder there is nothing to resolve against.
  */
 export function absoluteFrom(folder: string | undefined, p: string): string {
-  if (!folder || path.isAbsolute(p) || !p.includes('/') && !p.includes(path.sep)) return p;
+  if (!folder || path.isAbsolute(p) || (!p.includes('/') && !p.includes(path.sep))) return p;
   return path.resolve(folder, p);
 }

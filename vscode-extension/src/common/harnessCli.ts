@@ -7,12 +7,20 @@ import { FlagCache, rejectedFlag, VERSION_PROBE } from './pythonFlags';
  * one-line refusal (`rtdebug: …` on stderr) when it printed one, for messages that show just that.
  */
 export class HarnessCliError extends Error {
-  constructor(message: string, readonly line?: string) { super(message); }
+  constructor(
+    message: string,
+    readonly line?: string,
+  ) {
+    super(message);
+  }
 }
 
 /** The CLI's one-line refusal in its stderr (the last `rtdebug: …` line), if any. */
 export function cliLine(stderr: string): string | undefined {
-  const lines = stderr.split('\n').map((l) => l.trim()).filter((l) => l.startsWith('rtdebug:'));
+  const lines = stderr
+    .split('\n')
+    .map((l) => l.trim())
+    .filter((l) => l.startsWith('rtdebug:'));
   return lines[lines.length - 1];
 }
 
@@ -21,7 +29,11 @@ export function cliLine(stderr: string): string | undefined {
  * workspace (whose own `rtdebug/` would be imported first). Paths the user wrote relative to the
  * workspace are made absolute before they get here (cliPaths.absoluteFrom).
  */
-export interface HarnessCommand { python: string; module: string; env?: NodeJS.ProcessEnv }
+export interface HarnessCommand {
+  python: string;
+  module: string;
+  env?: NodeJS.ProcessEnv;
+}
 
 /** The options of every CLI process: the neutral cwd, the harness environment, a timeout. */
 export function cliExecOptions(cmd: HarnessCommand, timeoutMs: number): ExecFileOptions & { cwd: string } {
@@ -29,15 +41,28 @@ export function cliExecOptions(cmd: HarnessCommand, timeoutMs: number): ExecFile
 }
 
 /** `-P` where the interpreter has it (pythonFlags.ts): probed once per interpreter, in the neutral cwd. */
-export const interpreterFlags = new FlagCache((python) => new Promise((resolve, reject) => {
-  execFile(python, VERSION_PROBE, { cwd: neutralCwd(), env: process.env, timeout: 15000, encoding: 'utf8' }, (err, out) => (err ? reject(err) : resolve(out)));
-}));
+export const interpreterFlags = new FlagCache(
+  (python) =>
+    new Promise((resolve, reject) => {
+      execFile(python, VERSION_PROBE, { cwd: neutralCwd(), env: process.env, timeout: 15000, encoding: 'utf8' }, (err, out) =>
+        err ? reject(err) : resolve(out),
+      );
+    }),
+);
 
 /** Runs `<python> <flags> <argv>` in the neutral cwd; an interpreter that rejects a flag is run again without. */
-function execCli(cmd: HarnessCommand, argv: string[], timeoutMs: number, cache = interpreterFlags): Promise<{ err: ExecError | null; stdout: string; stderr: string }> {
-  const once = (flags: string[]) => new Promise<{ err: ExecError | null; stdout: string; stderr: string }>((resolve) => {
-    execFile(cmd.python, [...flags, ...argv], { ...cliExecOptions(cmd, timeoutMs), encoding: 'utf8' }, (err, stdout, stderr) => resolve({ err, stdout, stderr }));
-  });
+function execCli(
+  cmd: HarnessCommand,
+  argv: string[],
+  timeoutMs: number,
+  cache = interpreterFlags,
+): Promise<{ err: ExecError | null; stdout: string; stderr: string }> {
+  const once = (flags: string[]) =>
+    new Promise<{ err: ExecError | null; stdout: string; stderr: string }>((resolve) => {
+      execFile(cmd.python, [...flags, ...argv], { ...cliExecOptions(cmd, timeoutMs), encoding: 'utf8' }, (err, stdout, stderr) =>
+        resolve({ err, stdout, stderr }),
+      );
+    });
   return cache.flags(cmd.python).then(async (flags) => {
     const r = await once(flags);
     if (!r.err || !flags.length || !rejectedFlag(r.stderr)) return r;
@@ -67,7 +92,10 @@ export function describeFailure(cmd: HarnessCommand, args: string[], err: ExecEr
     return `The rtdebug harness is not installed in ${cmd.python} (no module "${cmd.module}"). Install it with: ${cmd.python} -m pip install -e <rtdebug checkout>`;
   }
   if (err.killed) return `${what} timed out`;
-  const lines = stderr.trim().split('\n').filter((l) => l.trim());
+  const lines = stderr
+    .trim()
+    .split('\n')
+    .filter((l) => l.trim());
   const msg = lines.find((l) => l.startsWith('rtdebug:')) ?? lines[lines.length - 1] ?? err.message;
   return `${what} failed: ${msg.trim()}`;
 }

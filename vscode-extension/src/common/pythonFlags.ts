@@ -40,12 +40,20 @@ export class FlagCache {
     let f = this.cache.get(python);
     if (!f) {
       // a failed probe is not cached: the interpreter may be installed or fixed by the next call
-      f = this.probe(python).then((out) => cliFlags(parseVersion(out)), () => { this.cache.delete(python); return []; });
+      f = this.probe(python).then(
+        (out) => cliFlags(parseVersion(out)),
+        () => {
+          this.cache.delete(python);
+          return [];
+        },
+      );
       this.cache.set(python, f);
     }
     return f;
   }
 
   /** Forget one interpreter (it rejected a flag: replaced by an older Python at the same path). */
-  forget(python: string): void { this.cache.delete(python); }
+  forget(python: string): void {
+    this.cache.delete(python);
+  }
 }

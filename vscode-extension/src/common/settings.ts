@@ -4,8 +4,15 @@ import { settingValue } from './settingsRead';
 
 /** Typed access to the `rtdebug.*` settings. */
 export interface Settings {
-  pythonPath: string; harnessModule: string; portBase: number; wait: string; host: string;
-  readyTimeoutSeconds: number; registryDir: string; allStop: boolean; listing: string;
+  pythonPath: string;
+  harnessModule: string;
+  portBase: number;
+  wait: string;
+  host: string;
+  readyTimeoutSeconds: number;
+  registryDir: string;
+  allStop: boolean;
+  listing: string;
 }
 
 export function readSettings(scope?: vscode.ConfigurationScope): Settings {

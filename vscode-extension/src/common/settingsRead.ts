@@ -6,11 +6,20 @@
  * `capabilities.untrustedWorkspaces.restrictedConfigurations`); this is the same rule, enforced here too.
  */
 export interface Inspected<T> {
-  defaultValue?: T; globalValue?: T; workspaceValue?: T; workspaceFolderValue?: T;
+  defaultValue?: T;
+  globalValue?: T;
+  workspaceValue?: T;
+  workspaceFolderValue?: T;
 }
 
 /** Read one setting: `get()` when the workspace is trusted or the key is harmless, else user/default only. */
-export function settingValue<T>(inspected: Inspected<T> | undefined, get: () => T | undefined, fallback: T, trusted: boolean, restricted: boolean): T {
+export function settingValue<T>(
+  inspected: Inspected<T> | undefined,
+  get: () => T | undefined,
+  fallback: T,
+  trusted: boolean,
+  restricted: boolean,
+): T {
   if (trusted || !restricted) return get() ?? fallback;
   return inspected?.globalValue ?? inspected?.defaultValue ?? fallback;
 }

@@ -8,8 +8,10 @@ export class UntrustedWorkspaceError extends Error {}
 
 /** The one message every gated command shows; `what` names the action ("Stop Session"). */
 export function untrustedMessage(what: string): string {
-  return `${what} runs Python (the rtdebug CLI), which rtdebug does only in a trusted workspace. ` +
-    "Trust this folder (Workspaces: Manage Workspace Trust) to use it; the Ranks view still lists this machine's sessions.";
+  return (
+    `${what} runs Python (the rtdebug CLI), which rtdebug does only in a trusted workspace. ` +
+    "Trust this folder (Workspaces: Manage Workspace Trust) to use it; the Ranks view still lists this machine's sessions."
+  );
 }
 
 /** undefined when `what` may run, else the message saying why not. */

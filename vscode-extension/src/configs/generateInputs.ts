@@ -22,7 +22,10 @@ export function validateHosts(v: string, nnodes: number): string | undefined {
 }
 
 export function splitHosts(v: string): string[] {
-  return v.split(',').map((h) => h.trim()).filter(Boolean);
+  return v
+    .split(',')
+    .map((h) => h.trim())
+    .filter(Boolean);
 }
 
 /** Checks options given as command arguments (tests, keybindings) the same way the prompts do. */

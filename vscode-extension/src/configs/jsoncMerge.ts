@@ -10,10 +10,10 @@ import * as jsonc from 'jsonc-parser';
 export class JsoncSyntaxError extends Error {}
 
 export interface MergeSpec {
-  key: string;                         // top-level array property
-  nameKey: string;                     // the property that names an entry: "name", "label", "id"
-  entries: Record<string, unknown>[];  // what we generate
-  owned: (name: string) => boolean;    // entries we may replace or remove
+  key: string; // top-level array property
+  nameKey: string; // the property that names an entry: "name", "label", "id"
+  entries: Record<string, unknown>[]; // what we generate
+  owned: (name: string) => boolean; // entries we may replace or remove
 }
 
 export function detectFormatting(text: string): jsonc.FormattingOptions {
@@ -45,7 +45,11 @@ export function deepEqual(a: unknown, b: unknown): boolean {
 function canonical(v: unknown): unknown {
   if (Array.isArray(v)) return v.map(canonical);
   if (v && typeof v === 'object') {
-    return Object.fromEntries(Object.keys(v).sort().map((k) => [k, canonical((v as Record<string, unknown>)[k])]));
+    return Object.fromEntries(
+      Object.keys(v)
+        .sort()
+        .map((k) => [k, canonical((v as Record<string, unknown>)[k])]),
+    );
   }
   return v;
 }

@@ -27,12 +27,20 @@ export function removablePolicy(script: string, keptCompoundRefs: Set<string>, s
 
 function compoundRefs(launch: string): Set<string> {
   const v = (jsonc.parse(launch) ?? {}) as { compounds?: { configurations?: unknown[] }[] };
-  return new Set((v.compounds ?? []).flatMap((c) => (c.configurations ?? []).map((x) => (typeof x === 'string' ? x : String((x as { name?: string }).name)))));
+  return new Set(
+    (v.compounds ?? []).flatMap((c) =>
+      (c.configurations ?? []).map((x) => (typeof x === 'string' ? x : String((x as { name?: string }).name))),
+    ),
+  );
 }
 
 export function parseGenerated(stdout: string): GeneratedConfigs {
   let v: Record<string, unknown>;
-  try { v = JSON.parse(stdout); } catch { throw new Error(`the harness printed no JSON: ${stdout.slice(0, 200)}`); }
+  try {
+    v = JSON.parse(stdout);
+  } catch {
+    throw new Error(`the harness printed no JSON: ${stdout.slice(0, 200)}`);
+  }
   const list = (k: string) => {
     const x = v[k] ?? [];
     if (!Array.isArray(x)) throw new Error(`harness output: "${k}" is not a list`);
@@ -45,16 +53,33 @@ export function parseGenerated(stdout: string): GeneratedConfigs {
  * Merges the generated entries for `script` into launch.json / tasks.json text (empty text = no file yet).
  * Inputs (ids, not names) are added or replaced but never removed: other configs may use them.
  */
-export function applyGenerated(launchText: string, tasksText: string, gen: GeneratedConfigs, script: string): { launch: string; tasks: string } {
+export function applyGenerated(
+  launchText: string,
+  tasksText: string,
+  gen: GeneratedConfigs,
+  script: string,
+): { launch: string; tasks: string } {
   let launch = launchText.trim() ? launchText : EMPTY_LAUNCH;
-  launch = mergeNamedEntries(launch, { key: 'compounds', nameKey: 'name', entries: gen.compounds, owned: removablePolicy(script, new Set()) }, 'launch.json');
+  launch = mergeNamedEntries(
+    launch,
+    { key: 'compounds', nameKey: 'name', entries: gen.compounds, owned: removablePolicy(script, new Set()) },
+    'launch.json',
+  );
   const refs = compoundRefs(launch);
   const shared = gen.configurations.some((c) => !/\.py\b/.test(String(c.name)));
-  launch = mergeNamedEntries(launch, { key: 'configurations', nameKey: 'name', entries: gen.configurations, owned: removablePolicy(script, refs, shared) }, 'launch.json');
+  launch = mergeNamedEntries(
+    launch,
+    { key: 'configurations', nameKey: 'name', entries: gen.configurations, owned: removablePolicy(script, refs, shared) },
+    'launch.json',
+  );
   launch = mergeNamedEntries(launch, { key: 'inputs', nameKey: 'id', entries: gen.inputs, owned: () => false }, 'launch.json');
   let tasks = tasksText;
   if (gen.tasks.length || tasksText.trim()) {
-    tasks = mergeNamedEntries(tasksText.trim() ? tasksText : EMPTY_TASKS, { key: 'tasks', nameKey: 'label', entries: gen.tasks, owned: removablePolicy(script, new Set()) }, 'tasks.json');
+    tasks = mergeNamedEntries(
+      tasksText.trim() ? tasksText : EMPTY_TASKS,
+      { key: 'tasks', nameKey: 'label', entries: gen.tasks, owned: removablePolicy(script, new Set()) },
+      'tasks.json',
+    );
   }
   return { launch, tasks };
 }

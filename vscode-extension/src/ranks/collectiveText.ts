@@ -21,16 +21,24 @@ export function collectiveText(c: Collective | null | undefined, nowMs: number, 
   return `${c.op} #${c.seq} ${c.state}`;
 }
 
-export interface RankCollective { rank: number; collective?: Collective | null }
+export interface RankCollective {
+  rank: number;
+  collective?: Collective | null;
+}
 
 /** The tooltip lines of every rank's position, this rank marked: what a blocked rank waits for. */
 export function peersTooltip(ranks: RankCollective[], self: number, nowMs: number): string[] {
   if (!ranks.some((r) => r.collective)) return [];
-  return ['collectives (rtdebug ps):', ...ranks.map((r) => {
-    const c = r.collective;
-    const text = c ? `${c.op} #${c.seq} ${c.state}${where(c)}${c.state === 'entered' && c.since ? ` ${formatDuration(waited(c, nowMs)!)} ago` : ''}${c.pg && c.pg !== 'default' && c.pg !== '0' ? ` [group ${c.pg}]` : ''}` : 'none yet';
-    return `  rank ${r.rank}: ${text}${r.rank === self ? '  ← this rank' : ''}`;
-  })];
+  return [
+    'collectives (rtdebug ps):',
+    ...ranks.map((r) => {
+      const c = r.collective;
+      const text = c
+        ? `${c.op} #${c.seq} ${c.state}${where(c)}${c.state === 'entered' && c.since ? ` ${formatDuration(waited(c, nowMs)!)} ago` : ''}${c.pg && c.pg !== 'default' && c.pg !== '0' ? ` [group ${c.pg}]` : ''}`
+        : 'none yet';
+      return `  rank ${r.rank}: ${text}${r.rank === self ? '  ← this rank' : ''}`;
+    }),
+  ];
 }
 
 /**

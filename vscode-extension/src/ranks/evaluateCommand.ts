@@ -20,7 +20,9 @@ export class EvalDocuments implements vscode.TextDocumentContentProvider {
     return uri;
   }
 
-  provideTextDocumentContent(uri: vscode.Uri): string { return this.docs.get(uri.toString()) ?? ''; }
+  provideTextDocumentContent(uri: vscode.Uri): string {
+    return this.docs.get(uri.toString()) ?? '';
+  }
 }
 
 /**
@@ -31,12 +33,17 @@ export class EvalDocuments implements vscode.TextDocumentContentProvider {
 export class EvaluateCommand {
   private last = '';
 
-  constructor(private attach: AttachService, private states: RankDebugStates, private docs: EvalDocuments, private ranks: RankCommands) {}
+  constructor(
+    private attach: AttachService,
+    private states: RankDebugStates,
+    private docs: EvalDocuments,
+    private ranks: RankCommands,
+  ) {}
 
   async run(arg?: RanksNode | { session?: string; expression?: string }): Promise<EvalRow[] | undefined> {
     const node = arg && 'kind' in arg ? arg : undefined;
     const opts = arg && !('kind' in arg) ? arg : {};
-    const session = node?.session.entry.session_id ?? opts.session ?? await this.ranks.pickSession('evaluate in', true);
+    const session = node?.session.entry.session_id ?? opts.session ?? (await this.ranks.pickSession('evaluate in', true));
     if (!session) return undefined;
     const keys = this.attach.attachedRanks(session).sort((a, b) => a.rank - b.rank);
     const stopped = keys.filter((k) => this.states.get(k)?.state === 'stopped');
@@ -44,11 +51,14 @@ export class EvaluateCommand {
       void vscode.window.showWarningMessage(`rtdebug: no rank of ${session} is stopped; Pause All Ranks first.`);
       return undefined;
     }
-    const expression = opts.expression ?? await vscode.window.showInputBox({
-      title: `rtdebug: evaluate in all ${stopped.length} stopped rank(s) of ${session}`,
-      prompt: 'Expression to evaluate in the current frame of every stopped rank',
-      value: this.last || selectedText(), ignoreFocusOut: true,
-    });
+    const expression =
+      opts.expression ??
+      (await vscode.window.showInputBox({
+        title: `rtdebug: evaluate in all ${stopped.length} stopped rank(s) of ${session}`,
+        prompt: 'Expression to evaluate in the current frame of every stopped rank',
+        value: this.last || selectedText(),
+        ignoreFocusOut: true,
+      }));
     if (!expression?.trim()) return undefined;
     this.last = expression;
     const rows = await Promise.all(stopped.map((k) => this.evaluateOne(k, expression)));

@@ -2,7 +2,12 @@
  * "Evaluate in All Ranks": one expression, the value in every stopped rank, as a Markdown table with the
  * values that differ from the majority marked — a loss or a shape that diverged between ranks stands out.
  */
-export interface EvalRow { rank: number; value?: string; error?: string; where?: string }
+export interface EvalRow {
+  rank: number;
+  value?: string;
+  error?: string;
+  where?: string;
+}
 
 /** The most common value (ties: the one seen first); undefined when there are no values. */
 export function majority(values: string[]): string | undefined {
@@ -10,7 +15,11 @@ export function majority(values: string[]): string | undefined {
   for (const v of values) counts.set(v, (counts.get(v) ?? 0) + 1);
   let best: string | undefined;
   let n = 0;
-  for (const [v, c] of counts) if (c > n) { best = v; n = c; }
+  for (const [v, c] of counts)
+    if (c > n) {
+      best = v;
+      n = c;
+    }
   return best;
 }
 

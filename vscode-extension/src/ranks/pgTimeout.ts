@@ -17,7 +17,12 @@ export interface TimeoutInputs {
   nowMs: number;
 }
 
-export interface TimeoutText { description: string; tooltip: string; leftS?: number; urgent: boolean }
+export interface TimeoutText {
+  description: string;
+  tooltip: string;
+  leftS?: number;
+  urgent: boolean;
+}
 
 /** Below this many seconds left the view marks the session (the user should continue now). */
 export const TIMEOUT_URGENT_S = 120;
@@ -36,11 +41,17 @@ export function timeoutText(t: TimeoutInputs): TimeoutText | undefined {
   const leftS = pg - (t.nowMs - start) / 1000;
   const why = 'A peer that waits in a collective for a paused rank longer than that ends the job.';
   if (leftS <= 0) {
-    return { description: `pg timeout ${formatDuration(pg)} passed: the job may have ended`, tooltip: `${fixed}\n${why}\nPaused for ${formatDuration((t.nowMs - start) / 1000)}: longer than the timeout.`, leftS: 0, urgent: true };
+    return {
+      description: `pg timeout ${formatDuration(pg)} passed: the job may have ended`,
+      tooltip: `${fixed}\n${why}\nPaused for ${formatDuration((t.nowMs - start) / 1000)}: longer than the timeout.`,
+      leftS: 0,
+      urgent: true,
+    };
   }
   return {
     description: `≤ ${formatDuration(leftS)} left of the ${formatDuration(pg)} pg timeout`,
     tooltip: `${fixed}\n${why}\nAt most ${formatDuration(leftS)} left: counted from ${new Date(start).toLocaleTimeString()}, when the first rank paused or a peer entered a collective.`,
-    leftS, urgent: leftS < TIMEOUT_URGENT_S,
+    leftS,
+    urgent: leftS < TIMEOUT_URGENT_S,
   };
 }

@@ -19,8 +19,13 @@ import { ensureTrusted } from '../common/workspaceTrust';
  * workspace trust first, before asking anything; Pause/Continue only talk DAP to attached ranks.
  */
 export class RankCommands {
-  constructor(private attach: AttachService, private registry: RegistryWatcher, private stacks: StacksView, private allStop: AllStopController,
-    private log: vscode.OutputChannel) {}
+  constructor(
+    private attach: AttachService,
+    private registry: RegistryWatcher,
+    private stacks: StacksView,
+    private allStop: AllStopController,
+    private log: vscode.OutputChannel,
+  ) {}
 
   async attachRank(node?: RanksNode): Promise<void> {
     if (node?.kind !== 'rank') return void vscode.commands.executeCommand('rtdebug.attachToRank');
@@ -36,7 +41,7 @@ export class RankCommands {
 
   async stopSession(node?: RanksNode): Promise<void> {
     if (!ensureTrusted(Gated.stop)) return;
-    const id = node?.session.entry.session_id ?? await this.pickSession('stop');
+    const id = node?.session.entry.session_id ?? (await this.pickSession('stop'));
     if (!id) return;
     await guard(async () => {
       const out = await runHarness(await currentHarness(Gated.stop), ['stop', '--session', id], 90000);
@@ -51,7 +56,7 @@ export class RankCommands {
    */
   async showStacks(node?: RanksNode): Promise<void> {
     if (!ensureTrusted(Gated.stacks)) return;
-    const id = node?.session.entry.session_id ?? await this.pickSession('show the stacks of');
+    const id = node?.session.entry.session_id ?? (await this.pickSession('show the stacks of'));
     if (!id) return;
     await guard(async () => {
       const harness = await currentHarness(Gated.stacks);
@@ -77,14 +82,14 @@ export class RankCommands {
   }
 
   async pauseAll(node?: RanksNode): Promise<void> {
-    const id = node?.session.entry.session_id ?? await this.pickSession('pause', true);
+    const id = node?.session.entry.session_id ?? (await this.pickSession('pause', true));
     if (!id) return;
     const asked = this.allStop.allStop.pauseOthers(id, undefined, 'Pause All Ranks');
     if (!asked.length) void vscode.window.showInformationMessage(`rtdebug: no running attached rank in ${id} to pause.`);
   }
 
   async continueAll(node?: RanksNode): Promise<void> {
-    const id = node?.session.entry.session_id ?? await this.pickSession('continue', true);
+    const id = node?.session.entry.session_id ?? (await this.pickSession('continue', true));
     if (!id) return;
     const asked = this.allStop.allStop.continueAll(id);
     if (!asked.length) void vscode.window.showInformationMessage(`rtdebug: no stopped rank in ${id} to continue.`);
@@ -92,18 +97,24 @@ export class RankCommands {
 
   /** The only candidate session, or the user's pick; `attachedOnly`: sessions with ranks attached here. */
   async pickSession(what: string, attachedOnly = false): Promise<string | undefined> {
-    const ids = attachedOnly ? [...new Set(this.attach.attachedRanks().map((k) => k.session))] : this.registry.refresh().map((s) => s.entry.session_id);
+    const ids = attachedOnly
+      ? [...new Set(this.attach.attachedRanks().map((k) => k.session))]
+      : this.registry.refresh().map((s) => s.entry.session_id);
     if (!ids.length) {
-      void vscode.window.showWarningMessage(attachedOnly ? 'rtdebug: no rank is attached in this window.' : 'rtdebug: no live rtdebug session.');
+      void vscode.window.showWarningMessage(
+        attachedOnly ? 'rtdebug: no rank is attached in this window.' : 'rtdebug: no live rtdebug session.',
+      );
       return undefined;
     }
     if (ids.length === 1) return ids[0];
-    return (await vscode.window.showQuickPick(ids, { title: `rtdebug: ${what} which session?` }));
+    return await vscode.window.showQuickPick(ids, { title: `rtdebug: ${what} which session?` });
   }
 }
 
 export async function guard(f: () => Promise<void>, log?: vscode.OutputChannel): Promise<void> {
-  try { await f(); } catch (e) {
+  try {
+    await f();
+  } catch (e) {
     log?.appendLine(`rtdebug: ${(e as Error).message}`);
     if (e instanceof AttachDeclinedError) return; // the user's own answer: logged, not shown back
     void vscode.window.showErrorMessage(`rtdebug: ${(e as Error).message}`);

@@ -41,7 +41,8 @@ const at = (l: { file: string; line: number }) => `${basename(l.file)}:${l.line}
 export function rankViewState(r: RankEntry, dbg: RankDebugInfo | undefined): { state: RankViewState; text: string } {
   if (r.state === 'orphaned') return { state: 'orphaned', text: 'orphaned (launcher gone)' };
   if (dbg) {
-    if (dbg.state === 'stopped') return { state: 'stopped', text: `stopped (${dbg.reason ?? 'unknown'})${dbg.where ? ` at ${at(dbg.where)}` : ''}` };
+    if (dbg.state === 'stopped')
+      return { state: 'stopped', text: `stopped (${dbg.reason ?? 'unknown'})${dbg.where ? ` at ${at(dbg.where)}` : ''}` };
     if (dbg.state === 'pausing' && (dbg.blockedAt || dbg.blockedNote)) {
       const where = dbg.blockedAt ? ` in ${dbg.blockedAt.function ?? '?'} (${at(dbg.blockedAt)})` : '';
       return { state: 'blocked', text: `blocked${where}: pause pending${dbg.blockedNote ? `; ${dbg.blockedNote}` : ''}` };
@@ -59,18 +60,28 @@ export function rankViewState(r: RankEntry, dbg: RankDebugInfo | undefined): { s
 }
 
 /** Said of an unverified session or rank (a remote entry anyone who can write that store could have written). */
-export const UNVERIFIED_NOTE = 'unverified: no job secret here matches this entry, so anyone who can write the cluster store or Ray KV could have written it; never chosen by default, and its host is shown before connecting (RTDEBUG_JOB_SECRET verifies it)';
+export const UNVERIFIED_NOTE =
+  'unverified: no job secret here matches this entry, so anyone who can write the cluster store or Ray KV could have written it; never chosen by default, and its host is shown before connecting (RTDEBUG_JOB_SECRET verifies it)';
 
 /** A rank is unverified when its own entry is, or its session's is. */
 export const rankUnverified = (s: Session, r: RankEntry): boolean => isUnverified(r) || isUnverified(s.entry);
 
 /** What a session row adds while ranks are live: the pg timeout (time left while paused) and the collective positions. */
-export interface SessionLive { timeout?: TimeoutText; collectives?: { text: string; differ: boolean } }
+export interface SessionLive {
+  timeout?: TimeoutText;
+  collectives?: { text: string; differ: boolean };
+}
 
 /** The session's live fragments from its ranks' debug states (`stoppedAt`) and collective positions. */
 export function sessionLive(s: Session, dbg: (rank: number) => RankDebugInfo | undefined, nowMs: number): SessionLive {
-  const stoppedAtMs = s.ranks.map((r) => dbg(r.rank)).filter((d) => d?.state === 'stopped' && d.stoppedAt !== undefined).map((d) => d!.stoppedAt!);
-  const enteredSinceS = s.ranks.map((r) => r.collective).filter((c) => c?.state === 'entered' && c.since !== undefined).map((c) => c!.since!);
+  const stoppedAtMs = s.ranks
+    .map((r) => dbg(r.rank))
+    .filter((d) => d?.state === 'stopped' && d.stoppedAt !== undefined)
+    .map((d) => d!.stoppedAt!);
+  const enteredSinceS = s.ranks
+    .map((r) => r.collective)
+    .filter((c) => c?.state === 'entered' && c.since !== undefined)
+    .map((c) => c!.since!);
   return {
     timeout: timeoutText({ pgTimeoutS: s.entry.pg_timeout_s, source: s.entry.pg_timeout_source, stoppedAtMs, enteredSinceS, nowMs }),
     collectives: collectiveSummary(s.ranks),
@@ -81,18 +92,32 @@ export function sessionRow(s: Session, live: SessionLive = {}): Row {
   const e = s.entry;
   const unverified = isUnverified(e);
   const where = e.source && e.source !== 'local' ? e.source : `node ${e.node_rank ?? 0} · ${e.host}`;
-  const maxNodes = Number(String(e.nnodes ?? '1').split(':').pop());
+  const maxNodes = Number(
+    String(e.nnodes ?? '1')
+      .split(':')
+      .pop(),
+  );
   const nnodes = maxNodes > 1 ? ` · ${e.nnodes} nodes` : '';
-  const extra = [live.collectives?.text, live.timeout?.description].filter((x) => x).map((x) => ` · ${x}`).join('');
+  const extra = [live.collectives?.text, live.timeout?.description]
+    .filter((x) => x)
+    .map((x) => ` · ${x}`)
+    .join('');
   const desc = `${unverified ? 'unverified · ' : ''}${e.mode} ${basename(e.script)} · ${s.ranks.length} rank(s)${nnodes} · ${where} · ${e.state}${extra}`;
   const alarm = live.timeout?.urgent || live.collectives?.differ;
   return {
     id: `session:${e.session_id}`,
     label: e.session_id,
     description: desc,
-    tooltip: [`rtdebug session ${e.session_id} (${e.state})`, ...(unverified ? [UNVERIFIED_NOTE] : []), `${e.mode}: ${e.script}`, `launcher pid ${e.launcher_pid}, ports ${portRange(e.ports)}`,
-      `${e.nproc_per_node} rank(s) per node, nnodes ${e.nnodes}`, `found by: ${e.source ?? 'registry files'}`,
-      ...(live.collectives ? [live.collectives.text] : []), ...(live.timeout ? [live.timeout.tooltip] : [])].join('\n'),
+    tooltip: [
+      `rtdebug session ${e.session_id} (${e.state})`,
+      ...(unverified ? [UNVERIFIED_NOTE] : []),
+      `${e.mode}: ${e.script}`,
+      `launcher pid ${e.launcher_pid}, ports ${portRange(e.ports)}`,
+      `${e.nproc_per_node} rank(s) per node, nnodes ${e.nnodes}`,
+      `found by: ${e.source ?? 'registry files'}`,
+      ...(live.collectives ? [live.collectives.text] : []),
+      ...(live.timeout ? [live.timeout.tooltip] : []),
+    ].join('\n'),
     contextValue: 'rtdebugSession',
     icon: unverified ? 'unverified' : e.state === 'orphaned' || alarm ? 'warning' : 'server-process',
     color: unverified || e.state === 'orphaned' || alarm ? 'charts.orange' : undefined,
@@ -114,12 +139,18 @@ export function rankRow(s: Session, r: RankEntry, dbg: RankDebugInfo | undefined
     id: `rank:${s.entry.session_id}/${r.rank}`,
     label: `rank ${r.rank}`,
     description: `${unverified ? 'unverified · ' : ''}${v.text}${collDesc} · local ${r.local_rank} · ${r.host}:${r.port} · pid ${r.pid}${node}${refused}`,
-    tooltip: [`rank ${r.rank} of ${r.world_size} (local rank ${r.local_rank}, node ${r.node_rank})`, ...(unverified ? [UNVERIFIED_NOTE] : []), `state: ${v.text}`,
-      `debug endpoint ${r.host}:${r.port}, pid ${r.pid}${node ? `, node ${r.hostname ?? ''} ${r.node_ip ?? ''}`.trimEnd() : ''}`, `session ${s.entry.session_id}`,
+    tooltip: [
+      `rank ${r.rank} of ${r.world_size} (local rank ${r.local_rank}, node ${r.node_rank})`,
+      ...(unverified ? [UNVERIFIED_NOTE] : []),
+      `state: ${v.text}`,
+      `debug endpoint ${r.host}:${r.port}, pid ${r.pid}${node ? `, node ${r.hostname ?? ''} ${r.node_ip ?? ''}`.trimEnd() : ''}`,
+      `session ${s.entry.session_id}`,
       ...(r.refused_count ? [`${r.refused_count} connection(s) refused by the endpoint's access rule`] : []),
-      ...peersTooltip(s.ranks, r.rank, nowMs)].join('\n'),
+      ...peersTooltip(s.ranks, r.rank, nowMs),
+    ].join('\n'),
     contextValue: `rtdebugRank.${v.state}${ours}`,
-    icon, color,
+    icon,
+    color,
     accessibilityLabel: `rank ${r.rank}${unverified ? ', unverified' : ''}, ${v.text}${coll ? `, ${coll}` : ''}, local rank ${r.local_rank}, endpoint ${r.host} port ${r.port}, process ${r.pid}`,
   };
 }

@@ -19,16 +19,24 @@ export class RanksView implements vscode.TreeDataProvider<RanksNode>, vscode.Dis
   private subs: vscode.Disposable[];
   private timer: NodeJS.Timeout;
 
-  constructor(private registry: RegistryWatcher, private states: RankDebugStates, private attached: AttachService) {
+  constructor(
+    private registry: RegistryWatcher,
+    private states: RankDebugStates,
+    private attached: AttachService,
+  ) {
     const fire = () => this.changed.fire();
     this.subs = [registry.onDidChange(fire), attached.onDidChange(fire), states.onDidChange(fire)];
     // time left before the pg timeout, and how long a rank has waited in a collective: only while one is paused or waiting
-    this.timer = setInterval(() => { if (this.ticking()) fire(); }, LIVE_ROWS_MS);
+    this.timer = setInterval(() => {
+      if (this.ticking()) fire();
+    }, LIVE_ROWS_MS);
   }
 
   private ticking(): boolean {
-    return this.states.keys().some((k) => this.states.get(k)?.state === 'stopped')
-      || this.registry.sessions.some((s) => s.ranks.some((r) => r.collective?.state === 'entered'));
+    return (
+      this.states.keys().some((k) => this.states.get(k)?.state === 'stopped') ||
+      this.registry.sessions.some((s) => s.ranks.some((r) => r.collective?.state === 'entered'))
+    );
   }
 
   getChildren(node?: RanksNode): RanksNode[] {
@@ -53,7 +61,11 @@ export class RanksView implements vscode.TreeDataProvider<RanksNode>, vscode.Dis
     return node.kind === 'rank' ? { kind: 'session', session: node.session } : undefined;
   }
 
-  dispose(): void { clearInterval(this.timer); this.subs.forEach((d) => d.dispose()); this.changed.dispose(); }
+  dispose(): void {
+    clearInterval(this.timer);
+    this.subs.forEach((d) => d.dispose());
+    this.changed.dispose();
+  }
 }
 
 function toItem(r: Row, collapsible: vscode.TreeItemCollapsibleState): vscode.TreeItem {

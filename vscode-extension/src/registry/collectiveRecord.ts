@@ -4,9 +4,16 @@
  * only well-formed values reach the views (ranks/collectiveText.ts says them) and the stepping decisions.
  */
 export interface Collective {
-  op: string; seq: number; state: 'entered' | 'returned'; file?: string; line?: number; func?: string; pg?: string;
+  op: string;
+  seq: number;
+  state: 'entered' | 'returned';
+  file?: string;
+  line?: number;
+  func?: string;
+  pg?: string;
   /** Wall time of entry, seconds since the epoch. */
-  since?: number; dtype?: string;
+  since?: number;
+  dtype?: string;
 }
 
 /** A collective entered this long ago and not returned is shown as blocked (a healthy one takes milliseconds). */
@@ -22,7 +29,17 @@ export function parseCollective(raw: unknown): Collective | null {
   const seq = nat(c.seq);
   if (!op || seq === undefined || (c.state !== 'entered' && c.state !== 'returned')) return null;
   const since = typeof c.since === 'number' && Number.isFinite(c.since) && c.since > 0 ? c.since : undefined;
-  return { op, seq, state: c.state, file: str(c.file, 4096), line: nat(c.line), func: str(c.func, 200), pg: str(c.pg, 200), since, dtype: str(c.dtype, 40) };
+  return {
+    op,
+    seq,
+    state: c.state,
+    file: str(c.file, 4096),
+    line: nat(c.line),
+    func: str(c.func, 200),
+    pg: str(c.pg, 200),
+    since,
+    dtype: str(c.dtype, 40),
+  };
 }
 
 /** Seconds since the rank entered it (undefined: the record has no entry time). */

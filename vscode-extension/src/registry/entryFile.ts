@@ -27,7 +27,7 @@ export function readEntry(file: string, limit = MAX_ENTRY): string | undefined {
     const code = (e as NodeJS.ErrnoException).code;
     if (code === 'ENOENT') return undefined;
     // O_NOFOLLOW on a symlink fails with ELOOP (Linux; EMLINK on some BSDs)
-    throw new UnreadableEntry(`${file}: ${code === 'ELOOP' || code === 'EMLINK' ? 'a symbolic link' : code ?? 'cannot open'}`);
+    throw new UnreadableEntry(`${file}: ${code === 'ELOOP' || code === 'EMLINK' ? 'a symbolic link' : (code ?? 'cannot open')}`);
   }
   try {
     const st = fs.fstatSync(fd);

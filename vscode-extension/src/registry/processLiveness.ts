@@ -15,7 +15,9 @@ function linuxBootTime(): number | undefined {
   try {
     const m = /^btime (\d+)$/m.exec(fs.readFileSync('/proc/stat', 'utf8'));
     bootTime = m ? Number(m[1]) : undefined;
-  } catch { bootTime = undefined; }
+  } catch {
+    bootTime = undefined;
+  }
   return bootTime;
 }
 
@@ -26,18 +28,24 @@ export function linuxCreateTime(pid: number): number | undefined {
     const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
     return boot + Number(fields[19]) / CLOCK_TICKS; // field 22 (starttime); fields[0] is field 3
-  } catch { return undefined; }
+  } catch {
+    return undefined;
+  }
 }
 
 function isZombie(pid: number): boolean {
   try {
     const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
     return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) === 'Z';
-  } catch { return false; }
+  } catch {
+    return false;
+  }
 }
 
 export const isProcessLive: LivenessCheck = (pid, createTime) => {
-  try { process.kill(pid, 0); } catch (e) {
+  try {
+    process.kill(pid, 0);
+  } catch (e) {
     if ((e as NodeJS.ErrnoException).code !== 'EPERM') return false;
   }
   if (isZombie(pid)) return false;

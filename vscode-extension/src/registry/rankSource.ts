@@ -16,8 +16,13 @@ export interface RankSource {
 
 export class FileRankSource implements RankSource {
   readonly label = 'files';
-  constructor(private dir: () => string, private live: LivenessCheck = isProcessLive) {}
-  async read(): Promise<Session[]> { return readRegistry(this.dir(), this.live).sessions; }
+  constructor(
+    private dir: () => string,
+    private live: LivenessCheck = isProcessLive,
+  ) {}
+  async read(): Promise<Session[]> {
+    return readRegistry(this.dir(), this.live).sessions;
+  }
 }
 
 export class CliRankSource implements RankSource {
@@ -40,10 +45,15 @@ export class CliRankSource implements RankSource {
  */
 export function psSkipped(text: string): string[] {
   let v: unknown;
-  try { v = JSON.parse(text); } catch { return []; }
+  try {
+    v = JSON.parse(text);
+  } catch {
+    return [];
+  }
   const list = (v as { skipped?: unknown }).skipped;
   if (!Array.isArray(list)) return [];
-  return list.filter((x): x is Record<string, unknown> => typeof x === 'object' && x !== null)
+  return list
+    .filter((x): x is Record<string, unknown> => typeof x === 'object' && x !== null)
     .map((x) => `rtdebug: warning: skipped ${String(x.source)} entry '${String(x.key).slice(0, 120)}': ${String(x.error)}`);
 }
 
@@ -53,7 +63,11 @@ export function psSkipped(text: string): string[] {
  */
 export function parsePsJson(text: string): Session[] {
   let v: unknown;
-  try { v = JSON.parse(text); } catch { throw new Error(`ps --json printed no JSON: ${text.slice(0, 120)}`); }
+  try {
+    v = JSON.parse(text);
+  } catch {
+    throw new Error(`ps --json printed no JSON: ${text.slice(0, 120)}`);
+  }
   const list = (v as { sessions?: unknown }).sessions;
   if (!Array.isArray(list)) throw new Error('ps --json: no "sessions" list');
   const out: Session[] = [];
@@ -61,10 +75,21 @@ export function parsePsJson(text: string): Session[] {
     if (typeof raw !== 'object' || raw === null) continue;
     const { ranks, ...rest } = raw as Record<string, unknown>;
     let entry;
-    try { entry = parseSessionEntry(JSON.stringify(rest), 'ps --json'); } catch { continue; }
+    try {
+      entry = parseSessionEntry(JSON.stringify(rest), 'ps --json');
+    } catch {
+      continue;
+    }
     const rs: RankEntry[] = [];
     for (const r of Array.isArray(ranks) ? ranks : []) {
-      try { rs.push({ ...parseRankEntry(JSON.stringify(r), 'ps --json'), collective: parseCollective((r as Record<string, unknown>).collective) }); } catch { /* skip */ }
+      try {
+        rs.push({
+          ...parseRankEntry(JSON.stringify(r), 'ps --json'),
+          collective: parseCollective((r as Record<string, unknown>).collective),
+        });
+      } catch {
+        /* skip */
+      }
     }
     out.push({ entry: withTimeout(entry), ranks: rs.sort((a, b) => a.rank - b.rank) });
   }
@@ -75,8 +100,11 @@ export function parsePsJson(text: string): Session[] {
 function withTimeout(e: SessionEntry): SessionEntry {
   const t = e.pg_timeout_s;
   const src = e.pg_timeout_source;
-  return { ...e, pg_timeout_s: typeof t === 'number' && Number.isFinite(t) && t > 0 ? t : null,
-    pg_timeout_source: typeof src === 'string' ? src.slice(0, 80) : undefined };
+  return {
+    ...e,
+    pg_timeout_s: typeof t === 'number' && Number.isFinite(t) && t > 0 ? t : null,
+    pg_timeout_source: typeof src === 'string' ? src.slice(0, 80) : undefined,
+  };
 }
 
 /**
@@ -87,14 +115,23 @@ export function mergeSessions(primary: Session[], other: Session[]): Session[] {
   const byId = new Map(primary.map((s) => [s.entry.session_id, { entry: s.entry, ranks: [...s.ranks] }]));
   for (const s of other) {
     const mine = byId.get(s.entry.session_id);
-    if (!mine) { byId.set(s.entry.session_id, s); continue; }
+    if (!mine) {
+      byId.set(s.entry.session_id, s);
+      continue;
+    }
     const theirs = new Map(s.ranks.map((r) => [r.rank, r]));
     // the files know no collective positions and no timeout source: those come from the CLI listing
-    mine.ranks = mine.ranks.map((r) => (theirs.get(r.rank)?.collective !== undefined ? { ...r, collective: theirs.get(r.rank)!.collective } : r));
+    mine.ranks = mine.ranks.map((r) =>
+      theirs.get(r.rank)?.collective !== undefined ? { ...r, collective: theirs.get(r.rank)!.collective } : r,
+    );
     const have = new Set(mine.ranks.map((r) => r.rank));
     mine.ranks.push(...s.ranks.filter((r) => !have.has(r.rank)));
     if (typeof s.entry.pg_timeout_s === 'number' || s.entry.pg_timeout_source) {
-      mine.entry = { ...mine.entry, pg_timeout_s: s.entry.pg_timeout_s ?? mine.entry.pg_timeout_s ?? null, pg_timeout_source: s.entry.pg_timeout_source ?? mine.entry.pg_timeout_source };
+      mine.entry = {
+        ...mine.entry,
+        pg_timeout_s: s.entry.pg_timeout_s ?? mine.entry.pg_timeout_s ?? null,
+        pg_timeout_source: s.entry.pg_timeout_source ?? mine.entry.pg_timeout_source,
+      };
     }
     mine.ranks.sort((a, b) => a.rank - b.rank);
     if (!mine.entry.source && s.entry.source) mine.entry = { ...mine.entry, source: s.entry.source };

@@ -10,28 +10,63 @@ export type RankState = 'starting' | 'ready' | 'attached' | 'exited' | 'failed' 
 export type SessionState = 'starting' | 'running' | 'exited' | 'failed' | 'stopped' | 'orphaned';
 
 export interface SessionEntry {
-  schema_version: 1; kind: 'session'; session_id: string; mode: 'run' | 'torchrun' | 'ray' | 'adopted';
-  launcher_pid: number; launcher_create_time: number; command: string[]; cwd: string; script: string;
-  nnodes: string; nproc_per_node: number; node_rank?: number | null; host: string; port_base: number;
-  ports: number[]; wait?: string; started_at: number; updated_at: number; ended_at?: number | null;
-  exit_code?: number | null; state: SessionState;
+  schema_version: 1;
+  kind: 'session';
+  session_id: string;
+  mode: 'run' | 'torchrun' | 'ray' | 'adopted';
+  launcher_pid: number;
+  launcher_create_time: number;
+  command: string[];
+  cwd: string;
+  script: string;
+  nnodes: string;
+  nproc_per_node: number;
+  node_rank?: number | null;
+  host: string;
+  port_base: number;
+  ports: number[];
+  wait?: string;
+  started_at: number;
+  updated_at: number;
+  ended_at?: number | null;
+  exit_code?: number | null;
+  state: SessionState;
   /** Which listing found it (`rtdebug ps --json`: "local", a c10d store, a Ray cluster); absent = this machine's files. */
   source?: string;
   /** `rtdebug ps --json`: false for a remote entry no job secret here verifies (anyone who can write that store could have). */
   verified?: boolean;
   /** The job's process-group timeout and where that figure came from (contract B2); adopted sessions' files carry the first. */
-  pg_timeout_s?: number | null; pg_timeout_source?: string;
+  pg_timeout_s?: number | null;
+  pg_timeout_source?: string;
 }
 
 export interface RankEntry {
-  schema_version: 1; kind: 'rank'; session_id: string; rank: number; local_rank: number; node_rank: number;
-  world_size: number; host: string; port: number; pid: number; create_time: number; state: RankState;
-  lazy: boolean; wait: boolean; attach_count: number; script: string; cwd: string; started_at: number;
-  updated_at: number; exit_code?: number | null; error?: string | null;
+  schema_version: 1;
+  kind: 'rank';
+  session_id: string;
+  rank: number;
+  local_rank: number;
+  node_rank: number;
+  world_size: number;
+  host: string;
+  port: number;
+  pid: number;
+  create_time: number;
+  state: RankState;
+  lazy: boolean;
+  wait: boolean;
+  attach_count: number;
+  script: string;
+  cwd: string;
+  started_at: number;
+  updated_at: number;
+  exit_code?: number | null;
+  error?: string | null;
   /** Connections the rank's endpoint refused (access rule); newer harnesses only. */
   refused_count?: number;
   /** Store view and Ray workers: the rank's node (where a client reaches it). */
-  node_ip?: string; hostname?: string;
+  node_ip?: string;
+  hostname?: string;
   /** `rtdebug ps --json`: false for a remote entry no job secret here verifies. */
   verified?: boolean;
   /** `rtdebug ps --json` (contract C2): the last collective this rank entered, checked by parseCollective. */
@@ -41,17 +76,37 @@ export interface RankEntry {
 /** An entry a remote listing could not verify (this machine's files are always trusted: the root is the owner's alone). */
 export const isUnverified = (e: { verified?: boolean }): boolean => e.verified === false;
 
-export interface Session { entry: SessionEntry; ranks: RankEntry[] }
+export interface Session {
+  entry: SessionEntry;
+  ranks: RankEntry[];
+}
 
 export class RegistryFormatError extends Error {}
 
 const SESSION_FIELDS: Record<string, string> = {
-  session_id: 'string', mode: 'string', launcher_pid: 'number', cwd: 'string', script: 'string',
-  nproc_per_node: 'number', host: 'string', port_base: 'number', state: 'string', started_at: 'number',
+  session_id: 'string',
+  mode: 'string',
+  launcher_pid: 'number',
+  cwd: 'string',
+  script: 'string',
+  nproc_per_node: 'number',
+  host: 'string',
+  port_base: 'number',
+  state: 'string',
+  started_at: 'number',
 };
 const RANK_FIELDS: Record<string, string> = {
-  session_id: 'string', rank: 'number', local_rank: 'number', node_rank: 'number', world_size: 'number',
-  host: 'string', port: 'number', pid: 'number', state: 'string', script: 'string', cwd: 'string',
+  session_id: 'string',
+  rank: 'number',
+  local_rank: 'number',
+  node_rank: 'number',
+  world_size: 'number',
+  host: 'string',
+  port: 'number',
+  pid: 'number',
+  state: 'string',
+  script: 'string',
+  cwd: 'string',
 };
 
 function check(obj: Record<string, unknown>, kind: string, fields: Record<string, string>, where: string): void {
@@ -64,7 +119,11 @@ function check(obj: Record<string, unknown>, kind: string, fields: Record<string
 
 function parseObject(text: string, where: string): Record<string, unknown> {
   let value: unknown;
-  try { value = JSON.parse(text); } catch (e) { throw new RegistryFormatError(`${where}: not JSON (${(e as Error).message})`); }
+  try {
+    value = JSON.parse(text);
+  } catch (e) {
+    throw new RegistryFormatError(`${where}: not JSON (${(e as Error).message})`);
+  }
   if (typeof value !== 'object' || value === null || Array.isArray(value)) throw new RegistryFormatError(`${where}: not a JSON object`);
   return value as Record<string, unknown>;
 }

@@ -22,7 +22,12 @@ export function validSessionId(name: string): boolean {
 }
 
 /** What checkRoot needs of an fs.Stats: the root's own lstat (a symlink is refused, not followed). */
-export interface RootStat { uid: number; mode: number; isDirectory(): boolean; isSymbolicLink?(): boolean }
+export interface RootStat {
+  uid: number;
+  mode: number;
+  isDirectory(): boolean;
+  isSymbolicLink?(): boolean;
+}
 
 const ENV = 'RTDEBUG_REGISTRY_DIR';
 
@@ -37,14 +42,23 @@ export function checkRoot(root: string, st: RootStat, me: number | undefined): s
   if (st.isSymbolicLink?.()) return `registry ${root} is a symbolic link; point ${ENV} at the real directory (${linkTarget(root)})`;
   if (!st.isDirectory()) return `registry ${root} is not a directory; point ${ENV} at a directory of your own`;
   if (me === undefined) return undefined;
-  if (st.uid !== me) return `registry ${root} belongs to uid ${st.uid}, not to you (uid ${me}); remove it or point ${ENV} at a directory of your own`;
+  if (st.uid !== me)
+    return `registry ${root} belongs to uid ${st.uid}, not to you (uid ${me}); remove it or point ${ENV} at a directory of your own`;
   if (st.mode & 0o077) return `registry ${root} is open to other users (mode 0o${(st.mode & 0o7777).toString(8)}); run: chmod 700 ${root}`;
   return undefined;
 }
 
 function linkTarget(root: string): string {
-  try { return fs.realpathSync(root); } catch { /* dangling */ }
-  try { return path.resolve(path.dirname(root), fs.readlinkSync(root)); } catch { return '?'; }
+  try {
+    return fs.realpathSync(root);
+  } catch {
+    /* dangling */
+  }
+  try {
+    return path.resolve(path.dirname(root), fs.readlinkSync(root));
+  } catch {
+    return '?';
+  }
 }
 
 /**
@@ -61,7 +75,11 @@ export function checkRootPath(root: string, me: number | undefined, lstat: (p: s
   }
   for (const parent of parents) {
     let st: RootStat;
-    try { st = lstat(parent); } catch { return undefined; }
+    try {
+      st = lstat(parent);
+    } catch {
+      return undefined;
+    }
     if (st.isSymbolicLink?.() && st.uid !== me && st.uid !== 0) {
       return `registry ${root}: ${parent} is a symbolic link owned by uid ${st.uid}; point ${ENV} at a directory whose path only you and root control`;
     }

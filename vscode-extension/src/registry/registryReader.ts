@@ -9,7 +9,11 @@ import { checkRoot, checkRootPath, validSessionId } from './registryPaths';
  * `problems`: one line each (`<path>: <why>`) for what was skipped; `refused`: the root is not the owner's
  * alone (checkRoot), then it is the one problem and nothing is listed.
  */
-export interface ReadResult { sessions: Session[]; problems: string[]; refused?: string }
+export interface ReadResult {
+  sessions: Session[];
+  problems: string[];
+  refused?: string;
+}
 
 /**
  * Reads `<registry>/<session_id>/{session.json,rank-N.json}`. Only live sessions are returned (launcher pid
@@ -32,12 +36,17 @@ export function readRegistry(dir: string, live: LivenessCheck = isProcessLive, m
     const refused = checkRootPath(dir, me) ?? checkRoot(dir, fs.lstatSync(dir), me);
     if (refused) return { sessions, problems: [refused], refused };
     names = fs.readdirSync(dir, { withFileTypes: true });
-  } catch { return { sessions, problems }; }
+  } catch {
+    return { sessions, problems };
+  }
   for (const d of names) {
     if (!validSessionId(d.name)) continue;
     const sdir = path.join(dir, d.name);
     // the harness only ever mkdirs a session; a link or file here was not made by it (the root is the user's)
-    if (!d.isDirectory()) { problems.push(`${sdir}: ${d.isSymbolicLink() ? 'a symbolic link' : 'not a directory'}`); continue; }
+    if (!d.isDirectory()) {
+      problems.push(`${sdir}: ${d.isSymbolicLink() ? 'a symbolic link' : 'not a directory'}`);
+      continue;
+    }
     const session = readSession(sdir, d.name, live, problems);
     if (session) sessions.push(session);
   }
@@ -62,7 +71,10 @@ function readSession(sdir: string, name: string, live: LivenessCheck, problems: 
   const sfile = path.join(sdir, 'session.json');
   const entry = readParsed(sfile, parseSessionEntry, problems);
   if (!entry) return undefined;
-  if (entry.session_id !== name) { problems.push(mismatch(sfile)); return undefined; }
+  if (entry.session_id !== name) {
+    problems.push(mismatch(sfile));
+    return undefined;
+  }
   if (entry.state !== 'starting' && entry.state !== 'running' && entry.state !== 'orphaned') return undefined;
   const ranks = readRanks(sdir, name, live, problems);
   if (!live(entry.launcher_pid, entry.launcher_create_time)) {
@@ -77,14 +89,21 @@ function readSession(sdir: string, name: string, live: LivenessCheck, problems: 
 function readRanks(sdir: string, sessionId: string, live: LivenessCheck, problems: string[]): RankEntry[] {
   const ranks: RankEntry[] = [];
   let files: string[];
-  try { files = fs.readdirSync(sdir); } catch { return ranks; }
+  try {
+    files = fs.readdirSync(sdir);
+  } catch {
+    return ranks;
+  }
   for (const f of files) {
     const m = /^rank-(\d+)\.json$/.exec(f);
     if (!m) continue;
     const file = path.join(sdir, f);
     const r = readParsed(file, parseRankEntry, problems);
     if (!r) continue;
-    if (r.session_id !== sessionId || r.rank !== Number(m[1])) { problems.push(mismatch(file)); continue; }
+    if (r.session_id !== sessionId || r.rank !== Number(m[1])) {
+      problems.push(mismatch(file));
+      continue;
+    }
     // A failed rank that is still alive is kept: under --post-mortem it waits for a debugger.
     if (r.state === 'exited' || !live(r.pid, r.create_time)) continue;
     ranks.push(r);

@@ -30,7 +30,9 @@ export class RegistryWatcher implements vscode.Disposable {
   /** The last CLI listing error (shown in the view's message), cleared by a good read. */
   cliError: string | undefined;
   /** The remote entries the last `ps --json` skipped (not valid records), one line each: the Ranks view says them. */
-  get skipped(): string[] { return this.cli.skipped; }
+  get skipped(): string[] {
+    return this.cli.skipped;
+  }
   /** Whether ranks are attached in this window (set by init.ts): then `ps --json` is polled for their collective positions. */
   attachedHere: () => boolean = () => false;
   /** Why this machine's registry root is refused (not the owner's alone), in the harness's words; shown as the view's message. */
@@ -39,14 +41,19 @@ export class RegistryWatcher implements vscode.Disposable {
   private problems = new NewProblems();
 
   /** `warn`: where each unreadable entry is said, once (the output channel). */
-  constructor(private warn: (line: string) => void = () => undefined, pollMs = REGISTRY_POLL_MS) {
+  constructor(
+    private warn: (line: string) => void = () => undefined,
+    pollMs = REGISTRY_POLL_MS,
+  ) {
     this.timer = setInterval(() => this.refresh(), pollMs);
     this.cliTimer = setInterval(() => void this.pollCli(), CLI_POLL_MS);
     this.refresh();
     void this.pollCli();
   }
 
-  get dir(): string { return registryDir(process.env, undefined, readSettings().registryDir); }
+  get dir(): string {
+    return registryDir(process.env, undefined, readSettings().registryDir);
+  }
 
   refresh(): Session[] {
     const read = readRegistry(this.dir);
@@ -54,10 +61,22 @@ export class RegistryWatcher implements vscode.Disposable {
     // a refused root is the view's message instead; entries are only warned about when they were read
     for (const line of this.problems.lines(read.refused ? [] : read.problems)) this.warn(line);
     this.current = this.fromCli.length ? mergeSessions(read.sessions, this.fromCli) : read.sessions;
-    const sig = JSON.stringify([this.rootProblem, this.cli.skipped, this.current.map((s) => [s.entry.session_id, s.entry.state, s.entry.verified,
-      s.entry.pg_timeout_s, s.entry.pg_timeout_source,
-      s.ranks.map((r) => [r.rank, r.pid, r.state, r.attach_count, r.refused_count, r.verified, r.collective])])]);
-    if (sig !== this.last) { this.last = sig; this.changed.fire(this.current); }
+    const sig = JSON.stringify([
+      this.rootProblem,
+      this.cli.skipped,
+      this.current.map((s) => [
+        s.entry.session_id,
+        s.entry.state,
+        s.entry.verified,
+        s.entry.pg_timeout_s,
+        s.entry.pg_timeout_source,
+        s.ranks.map((r) => [r.rank, r.pid, r.state, r.attach_count, r.refused_count, r.verified, r.collective]),
+      ]),
+    ]);
+    if (sig !== this.last) {
+      this.last = sig;
+      this.changed.fire(this.current);
+    }
     return this.current;
   }
 
@@ -66,7 +85,11 @@ export class RegistryWatcher implements vscode.Disposable {
     const decision = cliPoll(readSettings().listing, process.env, workspaceTrusted(), force, this.attachedHere());
     if (decision === 'untrusted') this.cliError = untrustedMessage(Gated.listing);
     if (this.cliBusy || decision !== 'poll') {
-      if ((this.fromCli.length || this.cli.skipped.length) && decision !== 'poll') { this.fromCli = []; this.cli.skipped = []; this.refresh(); }
+      if ((this.fromCli.length || this.cli.skipped.length) && decision !== 'poll') {
+        this.fromCli = [];
+        this.cli.skipped = [];
+        this.refresh();
+      }
       return;
     }
     this.cliBusy = true;
@@ -75,7 +98,9 @@ export class RegistryWatcher implements vscode.Disposable {
       this.cliError = undefined;
     } catch (e) {
       this.cliError = (e as Error).message;
-    } finally { this.cliBusy = false; }
+    } finally {
+      this.cliBusy = false;
+    }
     this.refresh();
   }
 
@@ -88,10 +113,18 @@ export class RegistryWatcher implements vscode.Disposable {
     await this.pollCli(true);
   }
 
-  get sessions(): Session[] { return this.current; }
+  get sessions(): Session[] {
+    return this.current;
+  }
 
   /** A fresh read (not the last poll) of one session, or of the newest when `id` is empty. */
-  find(id?: string): Session | undefined { return findSession(this.refresh(), id); }
+  find(id?: string): Session | undefined {
+    return findSession(this.refresh(), id);
+  }
 
-  dispose(): void { clearInterval(this.timer); clearInterval(this.cliTimer); this.changed.dispose(); }
+  dispose(): void {
+    clearInterval(this.timer);
+    clearInterval(this.cliTimer);
+    this.changed.dispose();
+  }
 }

@@ -8,9 +8,22 @@ import { nat, oneLine, ranksWord } from '../common/rankList';
  * builds the rows of the Rank Stacks view's "Collective history" node: one child per process group, one row
  * per sequence number, ranks with the same cell in one segment, the first divergence marked.
  */
-export interface HistoryRow { seq: number; cells: Map<number, string>; entered: number[]; differs: boolean }
-export interface HistoryGroup { pg: string; desc: string; rows: HistoryRow[]; firstDivergence?: number }
-export interface History { groups: HistoryGroup[]; without: number[] }
+export interface HistoryRow {
+  seq: number;
+  cells: Map<number, string>;
+  entered: number[];
+  differs: boolean;
+}
+export interface HistoryGroup {
+  pg: string;
+  desc: string;
+  rows: HistoryRow[];
+  firstDivergence?: number;
+}
+export interface History {
+  groups: HistoryGroup[];
+  without: number[];
+}
 
 /** What the command asks for (the harness takes 1 to 64). */
 export const HISTORY_N = 16;
@@ -19,7 +32,8 @@ const MAX_ROWS = 64;
 const MAX_GROUPS = 64;
 export const NOT_REACHED = '-';
 
-const ranks = (v: unknown): number[] => (Array.isArray(v) ? [...new Set(v.map(nat).filter((r): r is number => r !== undefined))].sort((a, b) => a - b) : []);
+const ranks = (v: unknown): number[] =>
+  Array.isArray(v) ? [...new Set(v.map(nat).filter((r): r is number => r !== undefined))].sort((a, b) => a - b) : [];
 
 function parseRow(v: unknown): HistoryRow | undefined {
   if (typeof v !== 'object' || v === null) return undefined;
@@ -45,7 +59,11 @@ export function parseHistory(v: unknown): History | undefined {
     const o = g as Record<string, unknown>;
     const pg = oneLine(typeof o.pg === 'number' ? String(o.pg) : o.pg, 60);
     if (pg === undefined || !Array.isArray(o.rows)) continue;
-    const rows = o.rows.slice(-MAX_ROWS).map(parseRow).filter((r): r is HistoryRow => r !== undefined).sort((a, b) => a.seq - b.seq);
+    const rows = o.rows
+      .slice(-MAX_ROWS)
+      .map(parseRow)
+      .filter((r): r is HistoryRow => r !== undefined)
+      .sort((a, b) => a.seq - b.seq);
     const first = nat(o.first_divergence);
     groups.push({ pg, desc: oneLine(o.desc, 80) ?? '', rows, firstDivergence: rows.some((r) => r.seq === first) ? first : undefined });
   }
@@ -53,12 +71,22 @@ export function parseHistory(v: unknown): History | undefined {
 }
 
 /** One tree row: label, description, tooltip, screen-reader text; `mark`: the first divergence. */
-export interface HistoryItem { label: string; description: string; tooltip: string; accessibilityLabel: string; mark?: boolean }
+export interface HistoryItem {
+  label: string;
+  description: string;
+  tooltip: string;
+  accessibilityLabel: string;
+  mark?: boolean;
+}
 
 /** The "Collective history" node itself. */
 export function historyItem(h: History, n = HISTORY_N): HistoryItem {
   const parted = h.groups.filter((g) => g.firstDivergence !== undefined);
-  const description = parted.length ? `ranks part in ${parted.map((g) => groupName(g)).join(', ')}` : h.groups.length ? 'no divergence' : 'no Flight Recorder history';
+  const description = parted.length
+    ? `ranks part in ${parted.map((g) => groupName(g)).join(', ')}`
+    : h.groups.length
+      ? 'no divergence'
+      : 'no Flight Recorder history';
   return {
     label: 'Collective history',
     description,
@@ -96,7 +124,10 @@ export function historyRowItem(g: HistoryGroup, row: HistoryRow): HistoryItem {
   const parts = [...seg].sort((a, b) => b[1].length - a[1].length || a[1][0] - b[1][0]);
   const first = row.seq === g.firstDivergence;
   const everyone = new Set(g.rows.flatMap((r) => [...r.cells.keys()]));
-  const text = parts.length === 1 && parts[0][1].length === everyone.size ? `all: ${parts[0][0]}` : parts.map(([k, rs]) => `${ranksWord(rs)}: ${k}`).join(' · ');
+  const text =
+    parts.length === 1 && parts[0][1].length === everyone.size
+      ? `all: ${parts[0][0]}`
+      : parts.map(([k, rs]) => `${ranksWord(rs)}: ${k}`).join(' · ');
   const spoken = parts.map(([k, rs]) => `${ranksWord(rs)} ${k.replace(/ \*$/, ' (inside it)').replace(/^-$/, 'not reached')}`).join('; ');
   return {
     label: `#${row.seq}  ${text}`,

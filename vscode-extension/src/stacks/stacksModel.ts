@@ -23,8 +23,22 @@ export function departsAt(g: StackGroup, majority: StackGroup): number | undefin
 const sameFrame = (x: Frame, y: Frame) => x.file === y.file && x.line === y.line && x.function === y.function;
 const at = (f: Frame) => (f.line > 0 ? `${basename(f.file)}:${f.line}` : basename(f.file));
 
-export interface GroupRow { label: string; description: string; tooltip: string; representative: number; accessibilityLabel: string; fallback: boolean }
-export interface FrameRow { label: string; description: string; tooltip: string; file: string; line: number; departs: boolean }
+export interface GroupRow {
+  label: string;
+  description: string;
+  tooltip: string;
+  representative: number;
+  accessibilityLabel: string;
+  fallback: boolean;
+}
+export interface FrameRow {
+  label: string;
+  description: string;
+  tooltip: string;
+  file: string;
+  line: number;
+  departs: boolean;
+}
 
 /** A collective as the tooltip says it: op, seq, state, call site, who issued it and in which group. */
 function collectiveLine(c: GroupCollective): string {
@@ -34,7 +48,10 @@ function collectiveLine(c: GroupCollective): string {
   return `  rank ${c.rank}: ${c.op} #${c.seq} ${c.state}${site}${issued}${group}`;
 }
 
-const FROM: Record<string, string> = { 'flight recorder': "torch's Flight Recorder", record: "rtdebug's record of Python-level collectives" };
+const FROM: Record<string, string> = {
+  'flight recorder': "torch's Flight Recorder",
+  record: "rtdebug's record of Python-level collectives",
+};
 
 /**
  * A group's row. `fallback`: the report's ranks whose stack is the signal-time dump (their dump thread did
@@ -53,7 +70,9 @@ export function groupRow(g: StackGroup, majority: StackGroup, fallback: Fallback
   const coll = keys.length === 1 ? ` · ${keys[0]}` : keys.length > 1 ? ' · collectives differ' : '';
   const fb = fallback.filter((f) => g.ranks.includes(f.rank));
   const fbText = fb.length ? ` · ${ranksWord(fb.map((f) => f.rank))}: ${FALLBACK}` : '';
-  const fbLines = fb.map((f) => `rank ${f.rank}: signal-time dump (fallback: ${f.reason}; a C call may hold its GIL), read without the GIL`);
+  const fbLines = fb.map(
+    (f) => `rank ${f.rank}: signal-time dump (fallback: ${f.reason}; a C call may hold its GIL), read without the GIL`,
+  );
   const collHead = `collectives${from && FROM[from] ? ` (from ${FROM[from]})` : ''}:`;
   return {
     label: `${who}: ${summary}`,
@@ -74,12 +93,19 @@ export function frameRows(g: StackGroup, majority: StackGroup): FrameRow[] {
     label: f.function,
     description: `${at(f)}${i === d ? ' · departs from the majority here' : ''}`,
     tooltip: f.line > 0 ? `${f.file}:${f.line}` : f.file,
-    file: f.file, line: f.line, departs: i === d,
+    file: f.file,
+    line: f.line,
+    departs: i === d,
   }));
 }
 
 /** The row that leads the view when the stacks name a culprit, and its one-click attach. */
-export interface VerdictRow { label: string; tooltip: string; attachLabel?: string; accessibilityLabel: string }
+export interface VerdictRow {
+  label: string;
+  tooltip: string;
+  attachLabel?: string;
+  accessibilityLabel: string;
+}
 
 export function verdictRow(rep: StacksReport): VerdictRow | undefined {
   if (!rep.verdict) return undefined;
@@ -94,7 +120,8 @@ export function verdictRow(rep: StacksReport): VerdictRow | undefined {
 }
 
 /** The view's top rows, in order: the verdict, the Flight Recorder note, the groups, the unresponsive ranks, the history. */
-export type StacksRoot = { kind: 'verdict' } | { kind: 'note' } | { kind: 'group'; group: StackGroup } | { kind: 'unresponsive' } | { kind: 'history' };
+export type StacksRoot =
+  { kind: 'verdict' } | { kind: 'note' } | { kind: 'group'; group: StackGroup } | { kind: 'unresponsive' } | { kind: 'history' };
 
 export function stacksRoots(rep: StacksReport): StacksRoot[] {
   const out: StacksRoot[] = [];

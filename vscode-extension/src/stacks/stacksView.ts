@@ -35,7 +35,9 @@ export class StacksView implements vscode.TreeDataProvider<StacksNode>, vscode.D
     this.changed.fire();
   }
 
-  get current(): StacksReport | undefined { return this.report; }
+  get current(): StacksReport | undefined {
+    return this.report;
+  }
 
   getChildren(node?: StacksNode): StacksNode[] {
     const rep = this.report;
@@ -52,7 +54,10 @@ export class StacksView implements vscode.TreeDataProvider<StacksNode>, vscode.D
     if (node.kind === 'group') return frameRows(node.group, rep.groups[0]).map((f) => ({ kind: 'frame' as const, ...f }));
     if (node.kind === 'history' && rep.history) {
       const without = withoutLine(rep.history);
-      return [...rep.history.groups.map((group) => ({ kind: 'historyGroup' as const, group })), ...(without ? [{ kind: 'historyWithout' as const, text: without }] : [])];
+      return [
+        ...rep.history.groups.map((group) => ({ kind: 'historyGroup' as const, group })),
+        ...(without ? [{ kind: 'historyWithout' as const, text: without }] : []),
+      ];
     }
     if (node.kind === 'historyGroup') return node.group.rows.map((row) => ({ kind: 'historyRow' as const, group: node.group, row }));
     return [];
@@ -60,33 +65,56 @@ export class StacksView implements vscode.TreeDataProvider<StacksNode>, vscode.D
 
   getTreeItem(node: StacksNode): vscode.TreeItem {
     switch (node.kind) {
-      case 'verdict': case 'culprit': return this.verdictItem(node);
+      case 'verdict':
+      case 'culprit':
+        return this.verdictItem(node);
       case 'note': {
         const n = flightNoteRow(this.report!)!;
         return leaf(n.label, n.tooltip, n.accessibilityLabel, new vscode.ThemeIcon('info'));
       }
-      case 'group': return this.groupItem(node.group);
+      case 'group':
+        return this.groupItem(node.group);
       case 'frame': {
-        const item = leaf(node.label, node.tooltip, `frame ${node.label}, ${node.description}`, new vscode.ThemeIcon(node.departs ? 'debug-stackframe-focused' : 'debug-stackframe'));
+        const item = leaf(
+          node.label,
+          node.tooltip,
+          `frame ${node.label}, ${node.description}`,
+          new vscode.ThemeIcon(node.departs ? 'debug-stackframe-focused' : 'debug-stackframe'),
+        );
         item.description = node.description;
         item.contextValue = 'rtdebugStackFrame';
         item.command = { command: Commands.openFrame, title: 'Open Frame', arguments: [node.file, node.line] };
         return item;
       }
-      case 'unresponsive': return leaf(`unresponsive: rank ${node.ranks.join(', ')}`,
-        'These ranks did not answer within the timeout (stopped by a signal, or stuck outside Python).', `unresponsive: rank ${node.ranks.join(', ')}`, new vscode.ThemeIcon('warning'));
-      case 'history': return historyTreeItem(historyItem(this.report!.history!), vscode.TreeItemCollapsibleState.Expanded, 'history');
+      case 'unresponsive':
+        return leaf(
+          `unresponsive: rank ${node.ranks.join(', ')}`,
+          'These ranks did not answer within the timeout (stopped by a signal, or stuck outside Python).',
+          `unresponsive: rank ${node.ranks.join(', ')}`,
+          new vscode.ThemeIcon('warning'),
+        );
+      case 'history':
+        return historyTreeItem(historyItem(this.report!.history!), vscode.TreeItemCollapsibleState.Expanded, 'history');
       case 'historyGroup': {
         const r = historyGroupItem(node.group);
         // the group where the ranks part opens by itself; the others stay folded
-        return historyTreeItem(r, r.mark ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.Collapsed, r.mark ? 'git-compare' : 'list-ordered');
+        return historyTreeItem(
+          r,
+          r.mark ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.Collapsed,
+          r.mark ? 'git-compare' : 'list-ordered',
+        );
       }
       case 'historyRow': {
         const r = historyRowItem(node.group, node.row);
-        return historyTreeItem(r, vscode.TreeItemCollapsibleState.None, r.mark ? 'arrow-right' : node.row.differs ? 'diff' : 'blank',
-          r.mark ? new vscode.ThemeColor('errorForeground') : undefined);
+        return historyTreeItem(
+          r,
+          vscode.TreeItemCollapsibleState.None,
+          r.mark ? 'arrow-right' : node.row.differs ? 'diff' : 'blank',
+          r.mark ? new vscode.ThemeColor('errorForeground') : undefined,
+        );
       }
-      case 'historyWithout': return leaf(node.text, `${node.text}: its Flight Recorder is off or gave nothing usable.`, node.text, new vscode.ThemeIcon('info'));
+      case 'historyWithout':
+        return leaf(node.text, `${node.text}: its Flight Recorder is off or gave nothing usable.`, node.text, new vscode.ThemeIcon('info'));
     }
   }
 
@@ -120,7 +148,9 @@ export class StacksView implements vscode.TreeDataProvider<StacksNode>, vscode.D
     return item;
   }
 
-  dispose(): void { this.changed.dispose(); }
+  dispose(): void {
+    this.changed.dispose();
+  }
 }
 
 function leaf(label: string, tooltip: string, spoken: string, icon: vscode.ThemeIcon): vscode.TreeItem {

@@ -32,7 +32,12 @@ test('Step All Ranks, the stuck-step rule and Run to Next Collective on a health
     assert.deepEqual(await job.stepping.stepAll(job.sessionId), [0, 1]);
     const [s0, s1] = await Promise.all([job.stop(0, 1, 60000), job.stop(1, 1, 60000)]);
     assert.deepEqual([s0.body.reason, s1.body.reason], ['step', 'step']);
-    for (const r of [0, 1]) assert.deepEqual(await job.where(r, 't[0].item()'), { line: L + 1, file: LOOP, value: '2.0' }, `rank ${r} stepped over the all_reduce`);
+    for (const r of [0, 1])
+      assert.deepEqual(
+        await job.where(r, 't[0].item()'),
+        { line: L + 1, file: LOOP, value: '2.0' },
+        `rank ${r} stepped over the all_reduce`,
+      );
 
     // 2. all-stop on, the user steps over the all_reduce in rank 0 only: its step waits for rank 1, which is
     //    stopped; the rule steps rank 1 too and both complete (no frozen session)
@@ -47,7 +52,10 @@ test('Step All Ranks, the stuck-step rule and Run to Next Collective on a health
     assert.deepEqual([u0.body.reason, u1.body.reason], ['step', 'step']);
     for (const r of [0, 1]) assert.equal((await job.where(r)).line, L + 1, `rank ${r} is past the all_reduce`);
     assert.equal(job.notes.length, 1, job.log.join('\n'));
-    assert.match(job.notes[0], /^rank 0's step has not returned after \d+\.\d s \(a collective\?\) while rank 1 is stopped \(all-stop\): stepping it too so the collective completes$/);
+    assert.match(
+      job.notes[0],
+      /^rank 0's step has not returned after \d+\.\d s \(a collective\?\) while rank 1 is stopped \(all-stop\): stepping it too so the collective completes$/,
+    );
     console.error(`[dap-coll] single-rank step over all_reduce completed in both ranks after ${Date.now() - t0} ms`);
 
     // 3. Run All Ranks to Next Collective: both stop at the next all_reduce (iteration 2) before it runs
@@ -58,7 +66,10 @@ test('Step All Ranks, the stuck-step rule and Run to Next Collective on a health
     for (const r of [0, 1]) assert.equal((await job.where(r)).line, L, `rank ${r} stopped at its next collective's line`);
     const ps = await job.ps();
     const pos = ps.ranks.map((r) => [r.rank, r.collective?.op, r.collective?.seq, r.collective?.state, r.collective?.line]);
-    assert.deepEqual(pos, [[0, 'ALLREDUCE', 3, 'entered', L], [1, 'ALLREDUCE', 3, 'entered', L]]);
+    assert.deepEqual(pos, [
+      [0, 'ALLREDUCE', 3, 'entered', L],
+      [1, 'ALLREDUCE', 3, 'entered', L],
+    ]);
     assert.deepEqual(collectiveSummary(ps.ranks), { text: 'all at ALLREDUCE #3', differ: false });
 
     job.allStop.continueAll(job.sessionId);
@@ -68,24 +79,34 @@ test('Step All Ranks, the stuck-step rule and Run to Next Collective on a health
   }
 });
 
-test('Run to Next Collective on the hang example: rank 0 stops in ALLREDUCE, rank 1 in BARRIER, same seq: the mismatch is shown', { skip, timeout: 400000 }, async () => {
-  const HANG = path.join(REPO_ROOT, 'examples', 'hang.py');
-  const at = lineOf(HANG, 'steps done');
-  const job = new RankJob(python!, HANG, ['--steps', '2'], { file: HANG, line: at });
-  try {
-    await job.start();
-    await Promise.all([job.stop(0, 0), job.stop(1, 0)]);
-    job.allStopOn = true;
-    await job.clearBreakpoints();
-    const armed = await job.stepping.runToNextCollective(job.sessionId);
-    assert.deepEqual([armed.armed, armed.failed], [[0, 1], []]);
-    await Promise.all([job.stop(0, 1), job.stop(1, 1)]);
-    assert.equal((await job.where(0)).line, markerLine(HANG, 'hang all_reduce'));
-    assert.equal((await job.where(1)).line, markerLine(HANG, 'hang barrier'));
-    const ps = await job.ps();
-    assert.deepEqual(ps.ranks.map((r) => [r.rank, r.collective?.op, r.collective?.seq]), [[0, 'ALLREDUCE', 3], [1, 'BARRIER', 3]]);
-    assert.deepEqual(collectiveSummary(ps.ranks), { text: 'collectives differ: rank 0 ALLREDUCE #3 · rank 1 BARRIER #3', differ: true });
-  } finally {
-    await job.close(); // the job would hang: ending the session ends it
-  }
-});
+test(
+  'Run to Next Collective on the hang example: rank 0 stops in ALLREDUCE, rank 1 in BARRIER, same seq: the mismatch is shown',
+  { skip, timeout: 400000 },
+  async () => {
+    const HANG = path.join(REPO_ROOT, 'examples', 'hang.py');
+    const at = lineOf(HANG, 'steps done');
+    const job = new RankJob(python!, HANG, ['--steps', '2'], { file: HANG, line: at });
+    try {
+      await job.start();
+      await Promise.all([job.stop(0, 0), job.stop(1, 0)]);
+      job.allStopOn = true;
+      await job.clearBreakpoints();
+      const armed = await job.stepping.runToNextCollective(job.sessionId);
+      assert.deepEqual([armed.armed, armed.failed], [[0, 1], []]);
+      await Promise.all([job.stop(0, 1), job.stop(1, 1)]);
+      assert.equal((await job.where(0)).line, markerLine(HANG, 'hang all_reduce'));
+      assert.equal((await job.where(1)).line, markerLine(HANG, 'hang barrier'));
+      const ps = await job.ps();
+      assert.deepEqual(
+        ps.ranks.map((r) => [r.rank, r.collective?.op, r.collective?.seq]),
+        [
+          [0, 'ALLREDUCE', 3],
+          [1, 'BARRIER', 3],
+        ],
+      );
+      assert.deepEqual(collectiveSummary(ps.ranks), { text: 'collectives differ: rank 0 ALLREDUCE #3 · rank 1 BARRIER #3', differ: true });
+    } finally {
+      await job.close(); // the job would hang: ending the session ends it
+    }
+  },
+);

@@ -5,7 +5,10 @@ import { DebugProtocol } from '@vscode/debugprotocol';
 
 /** Line of the `# BREAKPOINT: <tag>` marker in an example script (1-based). */
 export function markerLine(file: string, tag: string): number {
-  const i = fs.readFileSync(file, 'utf8').split('\n').findIndex((l) => l.includes(`# BREAKPOINT: ${tag}`));
+  const i = fs
+    .readFileSync(file, 'utf8')
+    .split('\n')
+    .findIndex((l) => l.includes(`# BREAKPOINT: ${tag}`));
   if (i < 0) throw new Error(`no "# BREAKPOINT: ${tag}" in ${file}`);
   return i + 1;
 }
@@ -16,17 +19,29 @@ export function substitute<T>(v: T, workspaceFolder: string): T {
 }
 
 export function freePortBase(): number {
-  return 20000 + Math.floor(Math.random() * 20000) * 2 % 30000;
+  return 20000 + ((Math.floor(Math.random() * 20000) * 2) % 30000);
 }
 
 /**
  * The attach handshake VS Code performs against debugpy: initialize → attach (answered only after
  * configurationDone) → initialized → setBreakpoints → configurationDone. Returns the breakpoint response.
  */
-export async function attachWithBreakpoint(dc: DebugClient, port: number, args: Record<string, unknown>, file: string, line: number)
-  : Promise<DebugProtocol.SetBreakpointsResponse> {
+export async function attachWithBreakpoint(
+  dc: DebugClient,
+  port: number,
+  args: Record<string, unknown>,
+  file: string,
+  line: number,
+): Promise<DebugProtocol.SetBreakpointsResponse> {
   await dc.start(port);
-  await dc.initializeRequest({ adapterID: 'debugpy', clientID: 'rtdebug-dap-e2e', pathFormat: 'path', linesStartAt1: true, columnsStartAt1: true, supportsRunInTerminalRequest: false });
+  await dc.initializeRequest({
+    adapterID: 'debugpy',
+    clientID: 'rtdebug-dap-e2e',
+    pathFormat: 'path',
+    linesStartAt1: true,
+    columnsStartAt1: true,
+    supportsRunInTerminalRequest: false,
+  });
   const attached = dc.attachRequest(args as DebugProtocol.AttachRequestArguments);
   await dc.waitForEvent('initialized', 30000);
   const bps = await dc.setBreakpointsRequest({ source: { path: file }, breakpoints: [{ line }] });
@@ -46,6 +61,13 @@ export const examplesDir = (repo: string) => path.join(repo, 'examples');
 export async function withTimeout<T, F>(p: Promise<T>, ms: number, fallback: F): Promise<T | F> {
   let timer: NodeJS.Timeout | undefined;
   try {
-    return await Promise.race([p, new Promise<F>((r) => { timer = setTimeout(() => r(fallback), ms); })]);
-  } finally { clearTimeout(timer); }
+    return await Promise.race([
+      p,
+      new Promise<F>((r) => {
+        timer = setTimeout(() => r(fallback), ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
 }

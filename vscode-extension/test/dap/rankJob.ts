@@ -18,7 +18,10 @@ import { attachWithBreakpoint, freePortBase, substitute, topFrame, withTimeout }
 
 /** Line (1-based) of the first line of `file` containing `text`. */
 export function lineOf(file: string, text: string): number {
-  const i = fs.readFileSync(file, 'utf8').split('\n').findIndex((l) => l.includes(text));
+  const i = fs
+    .readFileSync(file, 'utf8')
+    .split('\n')
+    .findIndex((l) => l.includes(text));
   if (i < 0) throw new Error(`no line with ${JSON.stringify(text)} in ${file}`);
   return i + 1;
 }
@@ -44,49 +47,92 @@ export class RankJob {
   readonly env: NodeJS.ProcessEnv;
   sessionId = '';
 
-  constructor(private python: string, script: string, args: string[], private bp: { file: string; line: number }) {
+  constructor(
+    private python: string,
+    script: string,
+    args: string[],
+    private bp: { file: string; line: number },
+  ) {
     const registry = tmpDir('rtdebug-dap-coll-');
     this.env = { ...process.env, RTDEBUG_REGISTRY_DIR: registry, PYTHONUNBUFFERED: '1' };
     const portBase = freePortBase();
     const attached = (s: string): RankKey[] => [...this.clients.keys()].sort().map((rank) => ({ session: s, rank }));
-    this.allStop = new AllStop(this.states, {
-      pause: async (k) => { await this.dc(k).send('pause', { threadId: await this.mainThread(k) }); },
-      resume: async (k, threadId) => { await this.dc(k).send('continue', { threadId: threadId ?? await this.mainThread(k) }); },
-      attached, log: (l) => this.log.push(l),
-    }, () => this.allStopOn);
+    this.allStop = new AllStop(
+      this.states,
+      {
+        pause: async (k) => {
+          await this.dc(k).send('pause', { threadId: await this.mainThread(k) });
+        },
+        resume: async (k, threadId) => {
+          await this.dc(k).send('continue', { threadId: threadId ?? (await this.mainThread(k)) });
+        },
+        attached,
+        log: (l) => this.log.push(l),
+      },
+      () => this.allStopOn,
+    );
     this.stepping = new CollectiveStepping(this.states, this.allStop, {
-      attached, request: async (k, command, a) => (await this.dc(k).send(command, a)).body,
-      collective: () => undefined, allStopOn: () => this.allStopOn, notify: (m) => this.notes.push(m), log: (l) => this.log.push(l),
+      attached,
+      request: async (k, command, a) => (await this.dc(k).send(command, a)).body,
+      collective: () => undefined,
+      allStopOn: () => this.allStopOn,
+      notify: (m) => this.notes.push(m),
+      log: (l) => this.log.push(l),
     });
     this.timer = setInterval(() => this.stepping.check(), 200);
-    this.group = new RankGroup({
-      readSession: (id) => findSession(readRegistry(registry).sessions, id),
-      startJob: () => new JobProcess({ python, module: 'rtdebug', mode: 'torchrun', script, args, cwd: REPO_ROOT, env: this.env, portBase, host: '127.0.0.1', wait: 'all', nprocPerNode: 2,
-        torchrunArgs: ['--standalone'] } /* its own free rendezvous port: other jobs on this machine use 29500 */, (l) => this.log.push(l)),
-      attach: async (sid, r) => {
-        this.sessionId = sid;
-        const info = await attachInfo({ python, module: 'rtdebug', env: this.env }, r.rank, sid);
-        const config = substitute(toRankDebugConfig(info, true), REPO_ROOT);
-        const dc = new DebugClient('unused', 'unused', 'debugpy');
-        this.clients.set(r.rank, dc);
-        this.stops.set(r.rank, []);
-        dc.on('stopped', (ev: DebugProtocol.StoppedEvent) => {
-          this.allStop.stopped({ session: sid, rank: r.rank }, ev.body.reason, ev.body.threadId);
-          this.stops.get(r.rank)!.push(ev);
-          this.waiters.splice(0).forEach((w) => w());
-        });
-        const bps = await attachWithBreakpoint(dc, config.connect.port, config, this.bp.file, this.bp.line);
-        assert.equal(bps.body.breakpoints[0].verified, true, `rank ${r.rank}: breakpoint not verified`);
+    this.group = new RankGroup(
+      {
+        readSession: (id) => findSession(readRegistry(registry).sessions, id),
+        startJob: () =>
+          new JobProcess(
+            {
+              python,
+              module: 'rtdebug',
+              mode: 'torchrun',
+              script,
+              args,
+              cwd: REPO_ROOT,
+              env: this.env,
+              portBase,
+              host: '127.0.0.1',
+              wait: 'all',
+              nprocPerNode: 2,
+              torchrunArgs: ['--standalone'],
+            } /* its own free rendezvous port: other jobs on this machine use 29500 */,
+            (l) => this.log.push(l),
+          ),
+        attach: async (sid, r) => {
+          this.sessionId = sid;
+          const info = await attachInfo({ python, module: 'rtdebug', env: this.env }, r.rank, sid);
+          const config = substitute(toRankDebugConfig(info, true), REPO_ROOT);
+          const dc = new DebugClient('unused', 'unused', 'debugpy');
+          this.clients.set(r.rank, dc);
+          this.stops.set(r.rank, []);
+          dc.on('stopped', (ev: DebugProtocol.StoppedEvent) => {
+            this.allStop.stopped({ session: sid, rank: r.rank }, ev.body.reason, ev.body.threadId);
+            this.stops.get(r.rank)!.push(ev);
+            this.waiters.splice(0).forEach((w) => w());
+          });
+          const bps = await attachWithBreakpoint(dc, config.connect.port, config, this.bp.file, this.bp.line);
+          assert.equal(bps.body.breakpoints[0].verified, true, `rank ${r.rank}: breakpoint not verified`);
+        },
+        detachAll: async () => {},
+        log: (l) => this.log.push(l),
       },
-      detachAll: async () => {},
-      log: (l) => this.log.push(l),
-    }, { readyTimeoutMs: 180000, pollMs: 200 });
+      { readyTimeoutMs: 180000, pollMs: 200 },
+    );
   }
 
-  async start(): Promise<void> { await this.group.start(); }
+  async start(): Promise<void> {
+    await this.group.start();
+  }
 
-  k(rank: number): RankKey { return { session: this.sessionId, rank }; }
-  dc(k: RankKey): DebugClient { return this.clients.get(k.rank)!; }
+  k(rank: number): RankKey {
+    return { session: this.sessionId, rank };
+  }
+  dc(k: RankKey): DebugClient {
+    return this.clients.get(k.rank)!;
+  }
 
   private async mainThread(k: RankKey): Promise<number> {
     const r = await this.dc(k).threadsRequest();
@@ -97,19 +143,24 @@ export class RankJob {
   async stop(rank: number, seen: number, ms = 120000): Promise<DebugProtocol.StoppedEvent> {
     const deadline = Date.now() + ms;
     while ((this.stops.get(rank)?.length ?? 0) <= seen) {
-      if (Date.now() > deadline) throw new Error(`rank ${rank} did not stop (stop #${seen + 1}) within ${ms} ms\n${this.log.slice(-60).join('\n')}`);
+      if (Date.now() > deadline)
+        throw new Error(`rank ${rank} did not stop (stop #${seen + 1}) within ${ms} ms\n${this.log.slice(-60).join('\n')}`);
       await withTimeout(new Promise<void>((r) => this.waiters.push(r)), 1000, undefined);
     }
     return this.stops.get(rank)![seen];
   }
 
-  stopCount(rank: number): number { return this.stops.get(rank)?.length ?? 0; }
+  stopCount(rank: number): number {
+    return this.stops.get(rank)?.length ?? 0;
+  }
 
   /** The top frame where `rank` is stopped now, and an expression evaluated there. */
   async where(rank: number, expression?: string): Promise<{ line: number; file: string; value?: string }> {
     const threadId = this.states.get(this.k(rank))!.threadId!;
     const f = await topFrame(this.clients.get(rank)!, threadId);
-    const value = expression ? (await this.clients.get(rank)!.evaluateRequest({ expression, frameId: f.id, context: 'repl' })).body.result : undefined;
+    const value = expression
+      ? (await this.clients.get(rank)!.evaluateRequest({ expression, frameId: f.id, context: 'repl' })).body.result
+      : undefined;
     return { line: f.line, file: f.source?.path ?? '', value };
   }
 
@@ -118,21 +169,31 @@ export class RankJob {
   }
 
   async setBreakpoint(): Promise<void> {
-    for (const dc of this.clients.values()) await dc.setBreakpointsRequest({ source: { path: this.bp.file }, breakpoints: [{ line: this.bp.line }] });
+    for (const dc of this.clients.values())
+      await dc.setBreakpointsRequest({ source: { path: this.bp.file }, breakpoints: [{ line: this.bp.line }] });
   }
 
   /** What the Ranks view would list for this session: `rtdebug ps --json` through the extension's parser. */
   async ps(): Promise<Session> {
-    const s = parsePsJson(await runHarness({ python: this.python, module: 'rtdebug', env: this.env }, ['ps', '--json'], 60000)).find((x) => x.entry.session_id === this.sessionId);
+    const s = parsePsJson(await runHarness({ python: this.python, module: 'rtdebug', env: this.env }, ['ps', '--json'], 60000)).find(
+      (x) => x.entry.session_id === this.sessionId,
+    );
     assert.ok(s, `ps --json lists session ${this.sessionId}`);
     return s!;
   }
 
-  get ended(): Promise<string> { return this.group.ended; }
+  get ended(): Promise<string> {
+    return this.group.ended;
+  }
 
   async close(): Promise<void> {
     clearInterval(this.timer);
-    for (const dc of this.clients.values()) await withTimeout(dc.stop().catch(() => {}), 2000, undefined);
+    for (const dc of this.clients.values())
+      await withTimeout(
+        dc.stop().catch(() => {}),
+        2000,
+        undefined,
+      );
     await this.group.stop();
   }
 }

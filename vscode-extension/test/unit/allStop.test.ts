@@ -9,15 +9,33 @@ function setup(ranks = [0, 1, 2], enabled = true) {
   const calls: string[] = [];
   let t = 1000;
   const ctl: RankControl = {
-    pause: async (k) => { calls.push(`pause ${k.rank}`); },
-    resume: async (k, thread) => { calls.push(`continue ${k.rank} thread ${thread}`); },
+    pause: async (k) => {
+      calls.push(`pause ${k.rank}`);
+    },
+    resume: async (k, thread) => {
+      calls.push(`continue ${k.rank} thread ${thread}`);
+    },
     attached: (session) => ranks.map((rank) => ({ session, rank })),
     log: () => {},
   };
   const on = { enabled };
-  const a = new AllStop(states, ctl, () => on.enabled, () => t);
+  const a = new AllStop(
+    states,
+    ctl,
+    () => on.enabled,
+    () => t,
+  );
   const k = (rank: number): RankKey => ({ session: 's', rank });
-  return { a, states, calls, k, on, tick: (ms: number) => { t += ms; } };
+  return {
+    a,
+    states,
+    calls,
+    k,
+    on,
+    tick: (ms: number) => {
+      t += ms;
+    },
+  };
 }
 const flush = () => new Promise((r) => setImmediate(r));
 
@@ -32,7 +50,10 @@ test('one rank stops at a breakpoint: every other attached rank is paused, once'
   a.stopped(k(2), 'pause', 12);
   await flush();
   assert.deepEqual(calls, ['pause 1', 'pause 2']);
-  assert.deepEqual([0, 1, 2].map((r) => states.get(k(r))?.reason), ['breakpoint', 'pause', 'pause']);
+  assert.deepEqual(
+    [0, 1, 2].map((r) => states.get(k(r))?.reason),
+    ['breakpoint', 'pause', 'pause'],
+  );
 });
 
 test('continue on one rank continues the others; their own continued events do not echo', async () => {
@@ -49,7 +70,10 @@ test('continue on one rank continues the others; their own continued events do n
   a.continued(k(2));
   await flush();
   assert.equal(calls.length, 2);
-  assert.deepEqual([0, 1, 2].map((r) => states.get(k(r))?.state), ['running', 'running', 'running']);
+  assert.deepEqual(
+    [0, 1, 2].map((r) => states.get(k(r))?.state),
+    ['running', 'running', 'running'],
+  );
 });
 
 test('a user pause on one rank pauses the others; an exception too', async () => {
@@ -84,7 +108,11 @@ test('a rank blocked in a collective: overdue after the delay; continued before 
   await flush();
   assert.deepEqual(calls, ['pause 1', 'continue 1 thread 21']);
   assert.equal(states.get(k(1))?.state, 'running');
-  assert.deepEqual(calls.filter((c) => c.startsWith('pause')), ['pause 1'], 'no new all-stop from the stale pause');
+  assert.deepEqual(
+    calls.filter((c) => c.startsWith('pause')),
+    ['pause 1'],
+    'no new all-stop from the stale pause',
+  );
 });
 
 test('Pause All / Continue All: only running ranks are paused, only stopped ones continued', async () => {
@@ -102,7 +130,14 @@ test('Pause All / Continue All: only running ranks are paused, only stopped ones
 
 test('a failed pause returns the rank to running', async () => {
   const { states, k } = setup([0, 1]);
-  const ctl: RankControl = { pause: async () => { throw new Error('gone'); }, resume: async () => {}, attached: (s) => [0, 1].map((rank) => ({ session: s, rank })), log: () => {} };
+  const ctl: RankControl = {
+    pause: async () => {
+      throw new Error('gone');
+    },
+    resume: async () => {},
+    attached: (s) => [0, 1].map((rank) => ({ session: s, rank })),
+    log: () => {},
+  };
   const b = new AllStop(states, ctl, () => true);
   b.stopped(k(0), 'breakpoint', 1);
   await flush();
@@ -147,13 +182,18 @@ test('Run to Next Collective: armed ranks stop at their collective one by one wi
   calls.length = 0;
   assert.deepEqual(a.runToCollective('s', [k(0), k(1), k(2)]), [0, 1, 2]);
   await flush();
-  a.continued(k(0)); a.continued(k(1)); a.continued(k(2));
+  a.continued(k(0));
+  a.continued(k(1));
+  a.continued(k(2));
   a.stopped(k(1), 'breakpoint', 2); // rank 1 reaches its next collective first
   await flush();
   assert.deepEqual(calls, ['continue 0 thread 1', 'continue 1 thread 2', 'continue 2 thread 3'], 'no pause of 0 and 2');
   a.stopped(k(0), 'breakpoint', 1);
   a.stopped(k(2), 'breakpoint', 3);
-  assert.deepEqual([0, 1, 2].map((r) => states.get(k(r))?.state), ['stopped', 'stopped', 'stopped']);
+  assert.deepEqual(
+    [0, 1, 2].map((r) => states.get(k(r))?.state),
+    ['stopped', 'stopped', 'stopped'],
+  );
   a.continued(k(0)); // disarmed: the next stop is an ordinary all-stop again
   await flush();
   calls.length = 0;

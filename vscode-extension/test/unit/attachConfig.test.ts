@@ -9,10 +9,17 @@ import { rankPickItems, statusText } from '../../src/attach/quickPickItems';
 import { FIXTURES, fixtureRegistry } from './helpers';
 
 const info: AttachInfo = {
-  session_id: 's1', rank: 1, host: '127.0.0.1', port: 5679,
+  session_id: 's1',
+  rank: 1,
+  host: '127.0.0.1',
+  port: 5679,
   configuration: {
-    name: 'rtdebug: attach rank 1', type: 'debugpy', request: 'attach', connect: { host: '127.0.0.1', port: 5679 },
-    pathMappings: [{ localRoot: '${workspaceFolder}', remoteRoot: '/work/proj' }], justMyCode: true,
+    name: 'rtdebug: attach rank 1',
+    type: 'debugpy',
+    request: 'attach',
+    connect: { host: '127.0.0.1', port: 5679 },
+    pathMappings: [{ localRoot: '${workspaceFolder}', remoteRoot: '/work/proj' }],
+    justMyCode: true,
   },
 };
 
@@ -48,7 +55,13 @@ test('quick pick rows: one per live rank, with host:port and state', () => {
   assert.match(items[0].description, /127\.0\.0\.1:5678 · ready · waiting for client/);
   assert.match(items[1].description, /5679 · starting \(lazy\)/);
   assert.match(items[0].detail, /session s1 · torchrun ddp_fashion\.py · node 0 local 0 · pid 1002/);
-  assert.deepEqual(items.map((i) => [i.session, i.rank, i.attachable]), [['s1', 0, true], ['s1', 1, false]]);
+  assert.deepEqual(
+    items.map((i) => [i.session, i.rank, i.attachable]),
+    [
+      ['s1', 0, true],
+      ['s1', 1, false],
+    ],
+  );
   assert.ok(fs.existsSync(path.join(FIXTURES, 'registry', 's1', 'rank-1.json')));
 });
 

@@ -8,7 +8,8 @@ import { EXT_ROOT, tmpDir } from './helpers';
 /** The lint step that keeps import circles out (scripts/check-import-cycles.js), on circles made for it and on the extension. */
 const SCRIPT = path.join(EXT_ROOT, 'scripts', 'check-import-cycles.js');
 const check = (...args: string[]) => spawnSync(process.execPath, [SCRIPT, ...args], { encoding: 'utf8', cwd: EXT_ROOT });
-const FAIL = 'FAIL: import cycle(s); import only downwards (see the layers above scripts/check-import-cycles.js) or move the shared part down';
+const FAIL =
+  'FAIL: import cycle(s); import only downwards (see the layers above scripts/check-import-cycles.js) or move the shared part down';
 
 function write(root: string, files: Record<string, string>): void {
   for (const [name, text] of Object.entries(files)) {

@@ -26,7 +26,12 @@ function plant(d: string): void {
 /** Python 3.10 has no -P: its `-m` puts the cwd first on sys.path, the case this guards (pyenv's, when present). */
 function python310(): string | undefined {
   for (const p of ['/root/.pyenv/versions/3.10.13/bin/python3.10', '/usr/bin/python3.10', '/usr/local/bin/python3.10']) {
-    try { execFileSync(p, ['-c', '0'], { stdio: 'ignore' }); return p; } catch { /* not this one */ }
+    try {
+      execFileSync(p, ['-c', '0'], { stdio: 'ignore' });
+      return p;
+    } catch {
+      /* not this one */
+    }
   }
   return undefined;
 }
@@ -107,13 +112,17 @@ for (const [what, make] of Object.entries(hostile)) {
   });
 }
 
-test('the planted module would run from the hijacked directory (the control: python3.10 -m puts the cwd first)', { skip: !py310 && 'no python3.10' }, () => {
-  const d = tmpDir();
-  plant(d);
-  execFileSync(py310!, ['-m', 'rtdebug'], { cwd: d, stdio: 'ignore' });
-  assert.ok(fs.existsSync(mark));
-  fs.rmSync(mark);
-});
+test(
+  'the planted module would run from the hijacked directory (the control: python3.10 -m puts the cwd first)',
+  { skip: !py310 && 'no python3.10' },
+  () => {
+    const d = tmpDir();
+    plant(d);
+    execFileSync(py310!, ['-m', 'rtdebug'], { cwd: d, stdio: 'ignore' });
+    assert.ok(fs.existsSync(mark));
+    fs.rmSync(mark);
+  },
+);
 
 test('whyNotPrivate names what is wrong', () => {
   const d = tmpDir();

@@ -55,7 +55,11 @@ function fakePython(version: string, body = 'echo "$@" >> "$REC"'): { py: string
   const py = path.join(dir, 'fakepy');
   const rec = path.join(dir, 'argv');
   const probes = path.join(dir, 'probes');
-  fs.writeFileSync(py, `#!/bin/sh\nREC=${rec}\nif [ "$1" = "-c" ] && [ "$2" = '${VERSION_PROBE[1]}' ]; then echo x >> ${probes}; echo ${version}; exit 0; fi\n${body}\n`, { mode: 0o755 });
+  fs.writeFileSync(
+    py,
+    `#!/bin/sh\nREC=${rec}\nif [ "$1" = "-c" ] && [ "$2" = '${VERSION_PROBE[1]}' ]; then echo x >> ${probes}; echo ${version}; exit 0; fi\n${body}\n`,
+    { mode: 0o755 },
+  );
   return { py, rec, probes };
 }
 
@@ -82,23 +86,41 @@ test('an interpreter that rejects -P after all is run again without it, and prob
 });
 
 test("the user's own job (F5) never gets -P: its script's directory stays importable", () => {
-  const a = jobArgs({ python: 'py', module: 'rtdebug', mode: 'run', script: 't.py', args: [], cwd: '/', env: {}, portBase: 1, host: 'h', wait: 'none' });
+  const a = jobArgs({
+    python: 'py',
+    module: 'rtdebug',
+    mode: 'run',
+    script: 't.py',
+    args: [],
+    cwd: '/',
+    env: {},
+    portBase: 1,
+    host: 'h',
+    wait: 'none',
+  });
   assert.equal(a[0], '-m');
   assert.ok(!a.includes('-P'));
 });
 
 const real = harnessPython();
-test('with a real interpreter, the probed flags keep a planted module out even with the workspace as cwd', { skip: !real && 'no harness venv' }, async () => {
-  const version = parseVersion(execFileSync(real!, VERSION_PROBE, { encoding: 'utf8' }));
-  const flags = await interpreterFlags.flags(real!);
-  assert.deepEqual(flags, cliFlags(version));
-  if (!flags.length) return; // Python < 3.11: the neutral cwd alone does it (trust.test.ts)
-  const ws = tmpDir('rtdebug-evil-ws-');
-  const mark = path.join(ws, 'RAN');
-  fs.mkdirSync(path.join(ws, 'rtdebug_flag_probe'));
-  fs.writeFileSync(path.join(ws, 'rtdebug_flag_probe', '__main__.py'), `open(${JSON.stringify(mark)}, "w").write("ran")\n`);
-  assert.throws(() => execFileSync(real!, [...flags, '-m', 'rtdebug_flag_probe'], { cwd: ws, stdio: 'pipe' }), /No module named rtdebug_flag_probe/);
-  assert.ok(!fs.existsSync(mark));
-  execFileSync(real!, ['-m', 'rtdebug_flag_probe'], { cwd: ws, stdio: 'pipe' }); // the control: without -P it runs
-  assert.ok(fs.existsSync(mark));
-});
+test(
+  'with a real interpreter, the probed flags keep a planted module out even with the workspace as cwd',
+  { skip: !real && 'no harness venv' },
+  async () => {
+    const version = parseVersion(execFileSync(real!, VERSION_PROBE, { encoding: 'utf8' }));
+    const flags = await interpreterFlags.flags(real!);
+    assert.deepEqual(flags, cliFlags(version));
+    if (!flags.length) return; // Python < 3.11: the neutral cwd alone does it (trust.test.ts)
+    const ws = tmpDir('rtdebug-evil-ws-');
+    const mark = path.join(ws, 'RAN');
+    fs.mkdirSync(path.join(ws, 'rtdebug_flag_probe'));
+    fs.writeFileSync(path.join(ws, 'rtdebug_flag_probe', '__main__.py'), `open(${JSON.stringify(mark)}, "w").write("ran")\n`);
+    assert.throws(
+      () => execFileSync(real!, [...flags, '-m', 'rtdebug_flag_probe'], { cwd: ws, stdio: 'pipe' }),
+      /No module named rtdebug_flag_probe/,
+    );
+    assert.ok(!fs.existsSync(mark));
+    execFileSync(real!, ['-m', 'rtdebug_flag_probe'], { cwd: ws, stdio: 'pipe' }); // the control: without -P it runs
+    assert.ok(fs.existsSync(mark));
+  },
+);

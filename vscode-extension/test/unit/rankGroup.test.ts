@@ -5,23 +5,71 @@ import { GroupDeps, GroupJob, RankGroup } from '../../src/attach/rankGroup';
 import { RankEntry, RankState, Session } from '../../src/registry/registryModel';
 
 function rank(r: number, state: RankState, pid = 100 + r): RankEntry {
-  return { schema_version: 1, kind: 'rank', session_id: 's1', rank: r, local_rank: r, node_rank: 0, world_size: 2, host: '127.0.0.1',
-    port: 5678 + r, pid, create_time: 1, state, lazy: false, wait: true, attach_count: 0, script: 't.py', cwd: '/', started_at: 1, updated_at: 1 };
+  return {
+    schema_version: 1,
+    kind: 'rank',
+    session_id: 's1',
+    rank: r,
+    local_rank: r,
+    node_rank: 0,
+    world_size: 2,
+    host: '127.0.0.1',
+    port: 5678 + r,
+    pid,
+    create_time: 1,
+    state,
+    lazy: false,
+    wait: true,
+    attach_count: 0,
+    script: 't.py',
+    cwd: '/',
+    started_at: 1,
+    updated_at: 1,
+  };
 }
 
 function session(ranks: RankEntry[]): Session {
-  return { entry: { schema_version: 1, kind: 'session', session_id: 's1', mode: 'torchrun', launcher_pid: 1, launcher_create_time: 1, command: [], cwd: '/',
-    script: 't.py', nnodes: '1', nproc_per_node: 2, host: '127.0.0.1', port_base: 5678, ports: [5678, 5679], started_at: 1, updated_at: 1, state: 'running' }, ranks };
+  return {
+    entry: {
+      schema_version: 1,
+      kind: 'session',
+      session_id: 's1',
+      mode: 'torchrun',
+      launcher_pid: 1,
+      launcher_create_time: 1,
+      command: [],
+      cwd: '/',
+      script: 't.py',
+      nnodes: '1',
+      nproc_per_node: 2,
+      host: '127.0.0.1',
+      port_base: 5678,
+      ports: [5678, 5679],
+      started_at: 1,
+      updated_at: 1,
+      state: 'running',
+    },
+    ranks,
+  };
 }
 
 function fakeJob(): GroupJob & { exit(code: number): void; stops: number } {
   let exit: (c: number) => void = () => {};
   const job = {
-    running: true, stops: 0,
+    running: true,
+    stops: 0,
     sessionId: Promise.resolve('s1'),
-    exited: new Promise<number | null>((r) => { exit = r; }),
-    exit(code: number) { job.running = false; exit(code); },
-    async stop() { job.stops++; job.exit(143); },
+    exited: new Promise<number | null>((r) => {
+      exit = r;
+    }),
+    exit(code: number) {
+      job.running = false;
+      exit(code);
+    },
+    async stop() {
+      job.stops++;
+      job.exit(143);
+    },
     lastLines: () => ['last line'],
   };
   return job;
@@ -33,8 +81,12 @@ function deps(state: { s?: Session }, job?: GroupJob) {
   const d: GroupDeps = {
     readSession: () => state.s,
     startJob: job ? () => job : undefined,
-    attach: async (_sid, r) => { attached.push(r.rank); },
-    detachAll: async (t) => { detached.push(t); },
+    attach: async (_sid, r) => {
+      attached.push(r.rank);
+    },
+    detachAll: async (t) => {
+      detached.push(t);
+    },
     log: () => {},
   };
   return { d, attached, detached };
@@ -100,13 +152,19 @@ test('group adapter: DAP handshake, output and terminated on job end', async () 
   a.handleMessage({ seq: 1, type: 'request', command: 'initialize', arguments: {} });
   a.handleMessage({ seq: 2, type: 'request', command: 'launch', arguments: {} });
   a.handleMessage({ seq: 3, type: 'request', command: 'configurationDone' });
-  assert.deepEqual(seen.slice(0, 4).map((m) => m.type === 'event' ? `event ${m.event}` : `${m.command} ${m.success}`),
-    ['initialize true', 'event initialized', 'launch true', 'configurationDone true']);
+  assert.deepEqual(
+    seen.slice(0, 4).map((m) => (m.type === 'event' ? `event ${m.event}` : `${m.command} ${m.success}`)),
+    ['initialize true', 'event initialized', 'launch true', 'configurationDone true'],
+  );
   await new Promise((r) => setTimeout(r, 50)); // ranks attached
   job.exit(0);
   await new Promise((r) => setTimeout(r, 20));
   const tail = seen.slice(4);
-  assert.deepEqual(tail.map((m) => m.event), ['output', 'terminated'], JSON.stringify(tail));
+  assert.deepEqual(
+    tail.map((m) => m.event),
+    ['output', 'terminated'],
+    JSON.stringify(tail),
+  );
   assert.match(String((tail[0].body as { output: string }).output), /job exited with code 0/);
   assert.deepEqual(errors, []);
 });

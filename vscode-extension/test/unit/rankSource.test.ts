@@ -10,12 +10,22 @@ import { rankEntry, sessionOf } from './session';
 const psJson = (sessions: unknown[]) => JSON.stringify({ schema_version: 1, registry: '/r', sessions });
 
 test('parsePsJson: sessions with their ranks and source; malformed entries are skipped', () => {
-  const s = { ...sessionOf([]).entry, source: 'c10d store 10.0.0.1:29500', ranks: [rankEntry(3, 'ready', { host: '10.0.0.2', node_rank: 1 }), { kind: 'rank' }, rankEntry(2, 'attached')] };
+  const s = {
+    ...sessionOf([]).entry,
+    source: 'c10d store 10.0.0.1:29500',
+    ranks: [rankEntry(3, 'ready', { host: '10.0.0.2', node_rank: 1 }), { kind: 'rank' }, rankEntry(2, 'attached')],
+  };
   const bad = { kind: 'session', schema_version: 1 };
   const out = parsePsJson(psJson([bad, s]));
   assert.equal(out.length, 1);
   assert.equal(out[0].entry.source, 'c10d store 10.0.0.1:29500');
-  assert.deepEqual(out[0].ranks.map((r) => [r.rank, r.host]), [[2, '127.0.0.1'], [3, '10.0.0.2']]);
+  assert.deepEqual(
+    out[0].ranks.map((r) => [r.rank, r.host]),
+    [
+      [2, '127.0.0.1'],
+      [3, '10.0.0.2'],
+    ],
+  );
   assert.throws(() => parsePsJson('Traceback'), /printed no JSON/);
   assert.throws(() => parsePsJson('{}'), /no "sessions" list/);
 });
@@ -23,13 +33,26 @@ test('parsePsJson: sessions with their ranks and source; malformed entries are s
 test('mergeSessions: files win, remote ranks and remote-only sessions are added', () => {
   const files = [sessionOf([rankEntry(0, 'attached'), rankEntry(1, 'ready')])];
   const cli = [
-    { ...sessionOf([rankEntry(0, 'ready'), rankEntry(2, 'ready', { host: '10.0.0.2' })]), entry: { ...sessionOf([]).entry, source: 'store' } },
+    {
+      ...sessionOf([rankEntry(0, 'ready'), rankEntry(2, 'ready', { host: '10.0.0.2' })]),
+      entry: { ...sessionOf([]).entry, source: 'store' },
+    },
     sessionOf([rankEntry(0, 'ready', { session_id: 's2' })], 's2', 5),
   ];
   const m = mergeSessions(files, cli);
-  assert.deepEqual(m.map((s) => s.entry.session_id), ['s2', 's1']);
+  assert.deepEqual(
+    m.map((s) => s.entry.session_id),
+    ['s2', 's1'],
+  );
   const s1 = m[1];
-  assert.deepEqual(s1.ranks.map((r) => [r.rank, r.state]), [[0, 'attached'], [1, 'ready'], [2, 'ready']]);
+  assert.deepEqual(
+    s1.ranks.map((r) => [r.rank, r.state]),
+    [
+      [0, 'attached'],
+      [1, 'ready'],
+      [2, 'ready'],
+    ],
+  );
   assert.equal(s1.entry.source, 'store');
   assert.equal(files[0].ranks.length, 2, 'the input is not modified');
 });
@@ -49,11 +72,26 @@ test('FileRankSource: a session whose launcher is gone but a rank lives is orpha
   fs.writeFileSync(path.join(dir, 's1/rank-1.json'), JSON.stringify({ ...r1, state: 'failed', error: 'ValueError: boom' }));
   const live = (pid: number) => pid !== 2001;
   let sessions = await new FileRankSource(() => dir, live).read();
-  assert.deepEqual(sessions[0].ranks.map((r) => [r.rank, r.state]), [[0, 'ready'], [1, 'failed']]);
-  sessions = await new FileRankSource(() => dir, (pid) => pid !== 2001 && pid !== 1001).read();
+  assert.deepEqual(
+    sessions[0].ranks.map((r) => [r.rank, r.state]),
+    [
+      [0, 'ready'],
+      [1, 'failed'],
+    ],
+  );
+  sessions = await new FileRankSource(
+    () => dir,
+    (pid) => pid !== 2001 && pid !== 1001,
+  ).read();
   assert.equal(sessions[0].entry.state, 'orphaned');
-  assert.deepEqual(sessions[0].ranks.map((r) => r.state), ['orphaned', 'orphaned']);
-  sessions = await new FileRankSource(() => dir, (pid) => pid > 5000).read();
+  assert.deepEqual(
+    sessions[0].ranks.map((r) => r.state),
+    ['orphaned', 'orphaned'],
+  );
+  sessions = await new FileRankSource(
+    () => dir,
+    (pid) => pid > 5000,
+  ).read();
   assert.deepEqual(sessions, [], 'launcher and ranks gone: nothing to show');
 });
 

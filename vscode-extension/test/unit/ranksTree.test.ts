@@ -13,12 +13,19 @@ test('rank state: registry state refined by our debug session', () => {
   assert.equal(st(rankEntry(0, 'ready')).state, 'ready');
   assert.equal(st(rankEntry(0, 'attached')).text, 'attached (another client)');
   assert.deepEqual(st(rankEntry(0, 'attached'), { state: 'running' }), { state: 'attached', text: 'attached, running' });
-  assert.deepEqual(st(rankEntry(0, 'attached'), { state: 'stopped', reason: 'breakpoint', where: { file: '/p/train.py', line: 42 } }),
-    { state: 'stopped', text: 'stopped (breakpoint) at train.py:42' });
+  assert.deepEqual(st(rankEntry(0, 'attached'), { state: 'stopped', reason: 'breakpoint', where: { file: '/p/train.py', line: 42 } }), {
+    state: 'stopped',
+    text: 'stopped (breakpoint) at train.py:42',
+  });
   assert.equal(st(rankEntry(1, 'attached'), { state: 'pausing', pauseSentAt: 1 }).text, 'attached, pausing…');
-  assert.deepEqual(st(rankEntry(1, 'attached'), { state: 'pausing', blockedAt: { file: '/t/c10d.py', line: 7, function: 'all_reduce' } }),
-    { state: 'blocked', text: 'blocked in all_reduce (c10d.py:7): pause pending' });
-  assert.equal(st(rankEntry(1, 'attached'), { state: 'pausing', blockedNote: 'no stack (x)' }).text, 'blocked: pause pending; no stack (x)');
+  assert.deepEqual(st(rankEntry(1, 'attached'), { state: 'pausing', blockedAt: { file: '/t/c10d.py', line: 7, function: 'all_reduce' } }), {
+    state: 'blocked',
+    text: 'blocked in all_reduce (c10d.py:7): pause pending',
+  });
+  assert.equal(
+    st(rankEntry(1, 'attached'), { state: 'pausing', blockedNote: 'no stack (x)' }).text,
+    'blocked: pause pending; no stack (x)',
+  );
   assert.deepEqual(st(rankEntry(0, 'failed', { error: 'ValueError: x' })), { state: 'failed', text: 'failed: ValueError: x' });
   assert.equal(st(rankEntry(0, 'orphaned'), { state: 'running' }).state, 'orphaned');
 });

@@ -29,7 +29,8 @@ test('the bad fixture fails both the schema and the parser', () => {
 test('parser rejects what the schema rejects: wrong kind, missing field, not JSON', () => {
   const rank = JSON.parse(fs.readFileSync(fixture('s1/rank-0.json'), 'utf8'));
   assert.throws(() => parseSessionEntry(JSON.stringify(rank)), /expected kind "session"/);
-  const noPort = { ...rank }; delete noPort.port;
+  const noPort = { ...rank };
+  delete noPort.port;
   assert.equal(validate(noPort), false);
   assert.throws(() => parseRankEntry(JSON.stringify(noPort)), /"port"/);
   assert.throws(() => parseRankEntry('{oops'), /not JSON/);
@@ -40,8 +41,17 @@ test('readRegistry returns live sessions with sorted ranks and reports malformed
   const dir = tmpDir();
   copyDir(fixture(), dir);
   const { sessions, problems } = readRegistry(dir, liveExcept([2001]));
-  assert.deepEqual(sessions.map((s) => s.entry.session_id), ['s1']);
-  assert.deepEqual(sessions[0].ranks.map((r) => [r.rank, r.state]), [[0, 'ready'], [1, 'starting']]);
+  assert.deepEqual(
+    sessions.map((s) => s.entry.session_id),
+    ['s1'],
+  );
+  assert.deepEqual(
+    sessions[0].ranks.map((r) => [r.rank, r.state]),
+    [
+      [0, 'ready'],
+      [1, 'starting'],
+    ],
+  );
   assert.equal(problems.length, 1);
   assert.match(problems[0], /s3-bad.*schema_version/);
   assert.ok(isAttachable(sessions[0].ranks[0]));
@@ -51,13 +61,19 @@ test('readRegistry returns live sessions with sorted ranks and reports malformed
 test('readRegistry drops dead ranks, exited ranks and ended sessions', () => {
   const dir = tmpDir();
   copyDir(fixture(), dir);
-  assert.deepEqual(readRegistry(dir, liveExcept([2001, 1003])).sessions[0].ranks.map((r) => r.rank), [0]);
+  assert.deepEqual(
+    readRegistry(dir, liveExcept([2001, 1003])).sessions[0].ranks.map((r) => r.rank),
+    [0],
+  );
   const r0 = JSON.parse(fs.readFileSync(path.join(dir, 's1/rank-0.json'), 'utf8'));
   fs.writeFileSync(path.join(dir, 's1/rank-0.json'), JSON.stringify({ ...r0, state: 'exited', exit_code: 0 }));
   assert.deepEqual(readRegistry(dir, liveExcept([2001, 1003])).sessions[0].ranks, []);
   const s = JSON.parse(fs.readFileSync(path.join(dir, 's1/session.json'), 'utf8'));
   fs.writeFileSync(path.join(dir, 's1/session.json'), JSON.stringify({ ...s, state: 'exited' }));
-  assert.deepEqual(readRegistry(dir, () => true).sessions.map((x) => x.entry.session_id), ['s2-stale']);
+  assert.deepEqual(
+    readRegistry(dir, () => true).sessions.map((x) => x.entry.session_id),
+    ['s2-stale'],
+  );
 });
 
 test('readRegistry of a missing directory is empty, not an error', () => {
@@ -85,10 +101,14 @@ test('a registry root open to other users is refused with one line and no entrie
   copyDir(fixture(), dir);
   assert.equal(readRegistry(dir, () => true).sessions.length, 2); // mkdtemp: 0700, ours
   fs.chmodSync(dir, 0o755);
-  assert.deepEqual(readRegistry(dir, () => true), {
-    sessions: [], problems: [`registry ${dir} is open to other users (mode 0o755); run: chmod 700 ${dir}`],
-    refused: `registry ${dir} is open to other users (mode 0o755); run: chmod 700 ${dir}`,
-  });
+  assert.deepEqual(
+    readRegistry(dir, () => true),
+    {
+      sessions: [],
+      problems: [`registry ${dir} is open to other users (mode 0o755); run: chmod 700 ${dir}`],
+      refused: `registry ${dir} is open to other users (mode 0o755); run: chmod 700 ${dir}`,
+    },
+  );
   fs.chmodSync(dir, 0o710);
   assert.match(readRegistry(dir, () => true).refused ?? '', /open to other users \(mode 0o710\)/);
   fs.chmodSync(dir, 0o700);
@@ -101,9 +121,14 @@ test('a registry root owned by another uid is refused (whoever owns it owns thes
   const owner = fs.statSync(dir).uid;
   const r = readRegistry(dir, () => true, owner + 1);
   assert.deepEqual(r.sessions, []);
-  assert.deepEqual(r.problems, [`registry ${dir} belongs to uid ${owner}, not to you (uid ${owner + 1}); remove it or point RTDEBUG_REGISTRY_DIR at a directory of your own`]);
+  assert.deepEqual(r.problems, [
+    `registry ${dir} belongs to uid ${owner}, not to you (uid ${owner + 1}); remove it or point RTDEBUG_REGISTRY_DIR at a directory of your own`,
+  ]);
   const file = path.join(dir, 's1', 'session.json');
-  assert.equal(checkRoot(file, fs.statSync(file), owner), `registry ${file} is not a directory; point RTDEBUG_REGISTRY_DIR at a directory of your own`);
+  assert.equal(
+    checkRoot(file, fs.statSync(file), owner),
+    `registry ${file} is not a directory; point RTDEBUG_REGISTRY_DIR at a directory of your own`,
+  );
   assert.equal(checkRoot('/r', { uid: 5, mode: 0o40777, isDirectory: () => true }, undefined), undefined); // no uids here: nothing to check
 });
 
@@ -127,9 +152,18 @@ test('directories that are not valid session ids are ignored; entries that disag
   fs.writeFileSync(path.join(dir, 's1/rank-7.json'), JSON.stringify(r0));
   fs.writeFileSync(path.join(dir, 's1/rank-1.json'), JSON.stringify({ ...r0, rank: 1, session_id: 's2-stale' }));
   const { sessions, problems } = readRegistry(dir, liveExcept([2001]));
-  assert.deepEqual(sessions.map((s) => s.entry.session_id), ['s1']);
-  assert.deepEqual(sessions[0].ranks.map((r) => r.rank), [0]);
-  const mismatched = problems.filter((p) => p.endsWith(': its session id or rank does not match its path')).map((p) => path.relative(dir, p.split(':')[0])).sort();
+  assert.deepEqual(
+    sessions.map((s) => s.entry.session_id),
+    ['s1'],
+  );
+  assert.deepEqual(
+    sessions[0].ranks.map((r) => r.rank),
+    [0],
+  );
+  const mismatched = problems
+    .filter((p) => p.endsWith(': its session id or rank does not match its path'))
+    .map((p) => path.relative(dir, p.split(':')[0]))
+    .sort();
   assert.deepEqual(mismatched, ['s1/rank-1.json', 's1/rank-7.json', 's4/session.json']);
   assert.ok(!problems.some((p) => p.includes('.evil')));
 });

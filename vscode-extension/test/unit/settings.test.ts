@@ -12,14 +12,29 @@ test('untrusted workspace: a restricted setting takes only the user value or the
   const inspected = { defaultValue: '', globalValue: '/home/u/venv/bin/python', workspaceValue: './evil.sh' };
   const get = () => './evil.sh';
   assert.equal(settingValue(inspected, get, '', false, true), '/home/u/venv/bin/python');
-  assert.equal(settingValue({ defaultValue: 'rtdebug', workspaceValue: 'evil' }, () => 'evil', 'rtdebug', false, true), 'rtdebug');
-  assert.equal(settingValue(undefined, () => 'evil', 'fallback', false, true), 'fallback');
+  assert.equal(
+    settingValue({ defaultValue: 'rtdebug', workspaceValue: 'evil' }, () => 'evil', 'rtdebug', false, true),
+    'rtdebug',
+  );
+  assert.equal(
+    settingValue(undefined, () => 'evil', 'fallback', false, true),
+    'fallback',
+  );
 });
 
 test('trusted workspace, or a harmless setting: the usual precedence (get())', () => {
-  assert.equal(settingValue({ globalValue: '/u/py', workspaceValue: './ws-py' }, () => './ws-py', '', true, true), './ws-py');
-  assert.equal(settingValue({ workspaceValue: 6000 }, () => 6000, 5678, false, false), 6000);
-  assert.equal(settingValue({}, () => undefined, 5678, true, false), 5678);
+  assert.equal(
+    settingValue({ globalValue: '/u/py', workspaceValue: './ws-py' }, () => './ws-py', '', true, true),
+    './ws-py',
+  );
+  assert.equal(
+    settingValue({ workspaceValue: 6000 }, () => 6000, 5678, false, false),
+    6000,
+  );
+  assert.equal(
+    settingValue({}, () => undefined, 5678, true, false),
+    5678,
+  );
 });
 
 test('package.json: the settings that choose what runs are machine-overridable and restricted in untrusted workspaces', () => {
@@ -32,8 +47,12 @@ test('package.json: the settings that choose what runs are machine-overridable a
 
 test('package.json: every view action is a declared command; the Ranks view has a welcome text', () => {
   const ids = new Set(pkg.contributes.commands.map((c: { command: string }) => c.command));
-  for (const items of Object.values(pkg.contributes.menus) as { command: string }[][]) for (const m of items) assert.ok(ids.has(m.command), m.command);
-  assert.deepEqual(pkg.contributes.views.debug.map((v: { id: string }) => v.id), ['rtdebug.ranks', 'rtdebug.stacks']);
+  for (const items of Object.values(pkg.contributes.menus) as { command: string }[][])
+    for (const m of items) assert.ok(ids.has(m.command), m.command);
+  assert.deepEqual(
+    pkg.contributes.views.debug.map((v: { id: string }) => v.id),
+    ['rtdebug.ranks', 'rtdebug.stacks'],
+  );
   assert.match(pkg.contributes.viewsWelcome[0].contents, /rtdebug torchrun/);
   assert.equal(pkg.contributes.configuration.properties['rtdebug.allStop'].default, true);
 });

@@ -11,7 +11,10 @@ const fixture = fs.readFileSync(path.join(FIXTURES, 'stacks', 'hang.json'), 'utf
 test('parseStacks: groups largest first, ranks sorted, unresponsive ranks', () => {
   const rep = parseStacks(fixture);
   assert.equal(rep.session_id, '20261203-080000-ab12');
-  assert.deepEqual(rep.groups.map((g) => g.ranks), [[0, 2, 3], [1]]);
+  assert.deepEqual(
+    rep.groups.map((g) => g.ranks),
+    [[0, 2, 3], [1]],
+  );
   assert.deepEqual(rep.unresponsive, [4]);
   assert.deepEqual(parseStacks('{"session_id":"s","groups":[],"unresponsive":[{"rank":2}]}').unresponsive, [2]);
   assert.throws(() => parseStacks('nope'), /printed no JSON/);
@@ -41,24 +44,44 @@ test('frame rows open file:line; the frame where a group departs from the majori
   assert.equal(departsAt(odd, maj), 1);
   assert.equal(departsAt(maj, maj), undefined);
   const rows = frameRows(odd, maj);
-  assert.deepEqual(rows.map((r) => [r.label, r.file, r.line, r.departs]), [
-    ['barrier', '/work/proj/examples/hang.py', 31, false],
-    ['evaluate', '/work/proj/examples/hang.py', 57, true],
-    ['main', '/work/proj/examples/hang.py', 70, false],
-  ]);
+  assert.deepEqual(
+    rows.map((r) => [r.label, r.file, r.line, r.departs]),
+    [
+      ['barrier', '/work/proj/examples/hang.py', 31, false],
+      ['evaluate', '/work/proj/examples/hang.py', 57, true],
+      ['main', '/work/proj/examples/hang.py', 70, false],
+    ],
+  );
   assert.equal(rows[1].description, 'hang.py:57 · departs from the majority here');
 });
 
 test('a frame whose line the dump could not tell (null) is shown without one', () => {
-  const rep = parseStacks('{"session_id":"s","groups":[{"ranks":[0],"frames":[{"file":"/x/lib.py","line":null,"function":"wait"}]}],"unresponsive":[]}');
+  const rep = parseStacks(
+    '{"session_id":"s","groups":[{"ranks":[0],"frames":[{"file":"/x/lib.py","line":null,"function":"wait"}]}],"unresponsive":[]}',
+  );
   assert.equal(groupRow(rep.groups[0], rep.groups[0]).label, 'rank 0: wait (lib.py)');
   assert.equal(frameRows(rep.groups[0], rep.groups[0])[0].description, 'lib.py');
 });
 
 test('the verdict leads (contract C3) with a one-click attach to the culprit; group collectives are shown; forged ones dropped', () => {
-  const v = { session_id: 's', verdict: 'rank 1 never entered ALLREDUCE #4 (hang.py:22): it is in barrier ← evaluate (hang.py:26)', culprit: 1, unresponsive: [],
-    groups: [{ ranks: [0], frames: [{ file: '/p/hang.py', line: 22, function: 'train_step' }], collectives: [{ rank: 0, op: 'ALLREDUCE', seq: 4, state: 'entered', file: '/p/hang.py', line: 22 }] },
-      { ranks: [1], frames: [{ file: '/p/hang.py', line: 26, function: 'evaluate' }], collectives: [{ rank: 1, op: 'BARRIER', seq: 1, state: 'entered' }, { rank: -1, op: 'X', seq: 0 }, 'junk'] }] };
+  const v = {
+    session_id: 's',
+    verdict: 'rank 1 never entered ALLREDUCE #4 (hang.py:22): it is in barrier ← evaluate (hang.py:26)',
+    culprit: 1,
+    unresponsive: [],
+    groups: [
+      {
+        ranks: [0],
+        frames: [{ file: '/p/hang.py', line: 22, function: 'train_step' }],
+        collectives: [{ rank: 0, op: 'ALLREDUCE', seq: 4, state: 'entered', file: '/p/hang.py', line: 22 }],
+      },
+      {
+        ranks: [1],
+        frames: [{ file: '/p/hang.py', line: 26, function: 'evaluate' }],
+        collectives: [{ rank: 1, op: 'BARRIER', seq: 1, state: 'entered' }, { rank: -1, op: 'X', seq: 0 }, 'junk'],
+      },
+    ],
+  };
   const rep = parseStacks(JSON.stringify(v));
   assert.equal(rep.culprit, 1);
   const row = verdictRow(rep)!;
@@ -75,9 +98,21 @@ test('the verdict leads (contract C3) with a one-click attach to the culprit; gr
 });
 
 test('a group whose innermost frame is library code names the user frame that called it (as `rtdebug stacks` prints)', () => {
-  const rep = parseStacks(JSON.stringify({ session_id: 's', unresponsive: [], groups: [{ ranks: [0], frames: [
-    { file: '/v/torch/distributed/distributed_c10d.py', line: 3252, function: 'all_reduce', kind: 'library' },
-    { file: '/v/torch/distributed/c10d_logger.py', line: 83, function: 'wrapper', kind: 'library' },
-    { file: '/p/hang.py', line: 22, function: 'train_step', kind: 'user' }] }] }));
+  const rep = parseStacks(
+    JSON.stringify({
+      session_id: 's',
+      unresponsive: [],
+      groups: [
+        {
+          ranks: [0],
+          frames: [
+            { file: '/v/torch/distributed/distributed_c10d.py', line: 3252, function: 'all_reduce', kind: 'library' },
+            { file: '/v/torch/distributed/c10d_logger.py', line: 83, function: 'wrapper', kind: 'library' },
+            { file: '/p/hang.py', line: 22, function: 'train_step', kind: 'user' },
+          ],
+        },
+      ],
+    }),
+  );
   assert.equal(groupRow(rep.groups[0], rep.groups[0]).label, 'rank 0: all_reduce ← train_step (hang.py:22)');
 });

@@ -24,20 +24,35 @@ function evilWorkspace(name: string): { ws: string; mark: string } {
 async function inDir<T>(dir: string, f: () => Promise<T>): Promise<T> {
   const before = process.cwd();
   process.chdir(dir);
-  try { return await f(); } finally { process.chdir(before); }
+  try {
+    return await f();
+  } finally {
+    process.chdir(before);
+  }
 }
 
 function python3(): string | undefined {
-  try { execFileSync('python3', ['-c', '0'], { stdio: 'ignore' }); return 'python3'; } catch { return undefined; }
+  try {
+    execFileSync('python3', ['-c', '0'], { stdio: 'ignore' });
+    return 'python3';
+  } catch {
+    return undefined;
+  }
 }
 
 test('trust gate: an untrusted workspace runs nothing and says so in one message', () => {
   assert.equal(trustGate(true, 'Stop Session'), undefined);
-  assert.equal(trustGate(false, 'Stop Session'),
-    "Stop Session runs Python (the rtdebug CLI), which rtdebug does only in a trusted workspace. Trust this folder (Workspaces: Manage Workspace Trust) to use it; the Ranks view still lists this machine's sessions.");
+  assert.equal(
+    trustGate(false, 'Stop Session'),
+    "Stop Session runs Python (the rtdebug CLI), which rtdebug does only in a trusted workspace. Trust this folder (Workspaces: Manage Workspace Trust) to use it; the Ranks view still lists this machine's sessions.",
+  );
   assert.doesNotThrow(() => checkTrusted(true, 'Attaching to a rank'));
-  assert.throws(() => checkTrusted(false, 'Attaching to a rank'),
-    (e: Error) => e instanceof UntrustedWorkspaceError && e.message.startsWith('Attaching to a rank runs Python (the rtdebug CLI), which rtdebug does only in a trusted workspace.'));
+  assert.throws(
+    () => checkTrusted(false, 'Attaching to a rank'),
+    (e: Error) =>
+      e instanceof UntrustedWorkspaceError &&
+      e.message.startsWith('Attaching to a rank runs Python (the rtdebug CLI), which rtdebug does only in a trusted workspace.'),
+  );
 });
 
 test('CLI listing: never polled in an untrusted workspace; Refresh (force) polls only in a trusted one', () => {
@@ -81,8 +96,14 @@ const py = python3();
 test("a cloned repo's own package is never what the CLI runs", { skip: !py && 'no python3' }, async () => {
   const { ws, mark } = evilWorkspace('rtdebug_ws_probe');
   const cmd = { python: py!, module: 'rtdebug_ws_probe' };
-  await assert.rejects(inDir(ws, () => runHarness(cmd, ['ps', '--json'])), /The rtdebug harness is not installed in python3 \(no module "rtdebug_ws_probe"\)/);
-  await assert.rejects(inDir(ws, () => checkInstalled(cmd)), /The rtdebug harness is not installed in python3 \(no module "rtdebug_ws_probe"\)/);
+  await assert.rejects(
+    inDir(ws, () => runHarness(cmd, ['ps', '--json'])),
+    /The rtdebug harness is not installed in python3 \(no module "rtdebug_ws_probe"\)/,
+  );
+  await assert.rejects(
+    inDir(ws, () => checkInstalled(cmd)),
+    /The rtdebug harness is not installed in python3 \(no module "rtdebug_ws_probe"\)/,
+  );
   assert.ok(!fs.existsSync(mark), 'the workspace module must not have run');
   // the control: the same module, started from the workspace as cwd, would have run
   execFileSync(py!, ['-m', 'rtdebug_ws_probe'], { cwd: ws });
