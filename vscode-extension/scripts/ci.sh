@@ -21,7 +21,7 @@ stage() {
 
 stage "npm ci" npm ci --no-audit --no-fund --loglevel=error || { echo "FAIL: vscode-extension CI (npm ci)"; exit 1; }
 stage "build" npm run --silent build || { echo "FAIL: vscode-extension CI (build)"; exit 1; }
-stage "lint (eslint + typescript-eslint)" npm run --silent lint
+stage "lint (eslint + typescript-eslint, prettier, import cycles)" npm run --silent lint
 stage "unit tests (npm test)" npm test --silent
 rm -f rtdebug-vscode.vsix
 stage "package .vsix" npm run --silent package
