@@ -37,6 +37,15 @@ def port_free(port: int) -> bool:
     return True
 
 
+@pytest.fixture(autouse=True)
+def own_config_dir(tmp_path_factory, monkeypatch) -> Path:
+    """The per-user default job secret lives under ``$XDG_CONFIG_HOME/rtdebug`` (``rtdebug.registry.signing``):
+    every test, and every process it starts, gets a config directory of its own, never the developer's."""
+    d = tmp_path_factory.mktemp("config")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(d))
+    return d
+
+
 @pytest.fixture
 def registry_dir(tmp_path, monkeypatch) -> Path:
     d = tmp_path / "registry"

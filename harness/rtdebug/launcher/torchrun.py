@@ -11,9 +11,9 @@ The agent is reaped only after teardown has taken its process tree and group, so
 no pid there can have been reused by then.
 
 A multi-node job's ranks publish into its store, signed with the job's secret
-(``rtdebug.registry.signing``): the user's ``RTDEBUG_JOB_SECRET``/``_FILE`` (the same
-on every node), else a random one; kept 0600 in the session dir, handed to the ranks
-in their environment.
+(``rtdebug.registry.signing``): the user's ``RTDEBUG_JOB_SECRET``/``_FILE``, else the per-user
+default secret file (the same on every node of a shared home), else a random one; kept 0600 in the
+session dir, handed to the ranks in their environment.
 
 One torch import on the launch path: the launcher needs torch for torchrun's own
 parser, so it forks the agent (``rtdebug.launcher.agent``) instead of starting a second
@@ -162,7 +162,8 @@ class Launcher:
         check_host(self.cfg.host)
         ports = ports_for_ranks(self.cfg.port_base, self.plan.local_ranks)
         env = self.environment()  # raises before anything is reserved
-        supplied = signing.supplied_secret() if self.plan.store else None  # a bad secret file: before too
+        # the user's secret, else the per-user default (shared home: the same on every node); a bad file: before too
+        supplied = signing.job_secret() if self.plan.store else None
         self.registry.ensure()
         env["RTDEBUG_REGISTRY_DIR"] = str(self.registry.root)
         if self.plan.store:
