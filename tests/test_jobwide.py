@@ -1,5 +1,6 @@
 """Job-wide stacks through a real torch TCPStore: rank-side watchers (``rtdebug.rank.dumpwatch``) in real
-processes, the requester (``rtdebug.stacks.jobwide``) with the torch-free client, hostile answers."""
+processes hung in a real gloo job, the requester (``rtdebug.stacks.jobwide``) with the torch-free client,
+hostile answers, planted keys and junk requests (tests/test_junk_requests.py: what junk costs a rank)."""
 
 from __future__ import annotations
 
@@ -20,17 +21,27 @@ from conftest import PY
 
 SECRET = "jobwide-test-secret-0123456789abcdef"
 RUN = "jw"
+ARROW = "\u2190"
+# rank 1 skips the second all_reduce and waits in barrier; ranks 0 and 2 wait in that all_reduce: the
+# classic hang (examples/hang.py), in a gloo group rendezvoused through the test's store
 RANK = """
 import sys, time
+import torch, torch.distributed as dist
 from rtdebug.rank.dumpwatch import StoreWatch
-rank = int(sys.argv[2])
-StoreWatch("127.0.0.1", int(sys.argv[1]), "jw", rank, sys.argv[3] or None, {"hostname": "h"}).start()
+port, rank = int(sys.argv[1]), int(sys.argv[2])
+StoreWatch("127.0.0.1", port, "jw", rank, sys.argv[3] or None, {"hostname": "h"}).start()
+store = dist.PrefixStore("pg", dist.TCPStore("127.0.0.1", port, is_master=False))
+dist.init_process_group("gloo", store=store, rank=rank, world_size=3)
+t = torch.ones(1)
+dist.all_reduce(t)
 def in_barrier():
-    print("ready", flush=True); time.sleep(600)
+    dist.barrier()
 def in_allreduce():
-    print("ready", flush=True); time.sleep(600)
+    dist.all_reduce(t)
 (in_barrier if rank == 1 else in_allreduce)()
+time.sleep(600)
 """
+WANT = {(0, 2): "in_allreduce (rank_main.py:14)", (1,): "in_barrier (rank_main.py:12)"}
 
 
 @pytest.fixture(scope="module")
@@ -40,18 +51,23 @@ def store():
     return TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
 
 
+def grouped(snap: dict) -> dict[tuple[int, ...], str]:
+    """Ranks -> their group's own frame (the innermost may be torch's)."""
+    return {tuple(g["ranks"]): g["label"].split(f" {ARROW} ")[-1] for g in snap["groups"]}
+
+
 @pytest.fixture(scope="module")
 def ranks(store, tmp_path_factory):
+    """Three rank processes, hung; yields once a request sees each where the hang holds it."""
     script = tmp_path_factory.mktemp("jw") / "rank_main.py"
     script.write_text(RANK)
-    procs = [
-        subprocess.Popen([PY, str(script), str(store.port), str(r), SECRET], stdout=subprocess.PIPE, text=True)
-        for r in range(3)
-    ]
+    procs = [subprocess.Popen([PY, str(script), str(store.port), str(r), SECRET]) for r in range(3)]
     try:
-        for p in procs:
-            assert p.stdout.readline().strip() == "ready"
-        time.sleep(0.5)  # the watchers are connected and waiting
+        deadline = time.monotonic() + 120
+        with TCPStoreClient("127.0.0.1", store.port) as c:
+            while grouped(snap := jobwide.from_store(c, session(), [SECRET], timeout=5)) != WANT:
+                assert time.monotonic() < deadline and all(p.poll() is None for p in procs), snap
+                time.sleep(0.2)
         yield procs
     finally:
         for p in procs:
@@ -73,20 +89,22 @@ def test_every_rank_answers_once_grouped_and_verified(store, ranks):
         t0 = time.monotonic()
         snap = jobwide.from_store(c, session(lost=7), [SECRET], timeout=5)
         took = time.monotonic() - t0
-        groups = {tuple(g["ranks"]): g["label"] for g in snap["groups"]}
-        assert set(groups) == {(0, 2), (1,)}, groups
-        assert groups[(1,)] == "in_barrier (rank_main.py:7)"
-        assert groups[(0, 2)] == "in_allreduce (rank_main.py:9)"
+        assert grouped(snap) == WANT
         assert snap["unverified"] == [] and snap["unresponsive"] == [7]  # the lost rank: listed, not waited on
         assert snap["unresponsive_detail"][0]["reason"].startswith("lost: not heard from")
+        assert snap["culprit"] == 1, snap["verdict"]  # from the ranks' Flight Recorders
         assert took < 2, took
-        # nothing of the request is left but each rank's one newest answer
-        left = [k for k in c.list_keys() if "/dump/" in k]
-        assert sorted(left) == sorted(c10d.dump_key(RUN, c.add(c10d.dump_seq_key(RUN), 0), r) for r in range(3))
-        # a second request: answered again, and the first answers are gone
+        # nothing of the request is left but each rank's one newest answer, under that request's nonce
+        n = c.add(c10d.dump_seq_key(RUN), 0)
+        left = sorted(k for k in c.list_keys() if k.startswith(f"rtdebug/{RUN}/dump/"))
+        assert len(left) == 3 and all(k.startswith(f"rtdebug/{RUN}/dump/{n}/") for k in left), left
+        nonce = left[0].split("/")[-2]
+        assert answer.nonce_ok(nonce) and left == [c10d.answer_key(RUN, n, nonce, r) for r in range(3)]
+        # a second request: answered again under its own nonce, and the first answers are gone
         snap = jobwide.from_store(c, session(), [SECRET], timeout=5)
         assert sorted(r for g in snap["groups"] for r in g["ranks"]) == [0, 1, 2]
-        assert len([k for k in c.list_keys() if "/dump/" in k]) == 3
+        again = [k for k in c.list_keys() if k.startswith(f"rtdebug/{RUN}/dump/")]
+        assert len(again) == 3 and not set(again) & set(left)
 
 
 def test_without_the_secret_answers_are_unverified_and_a_forged_request_is_ignored(store, ranks):
@@ -115,46 +133,82 @@ def test_a_planted_request_key_does_not_silence_the_next_request(store, ranks):
 
 
 def test_hostile_answers_are_marked_or_refused():
-    """A rank's answer key forged by someone who reaches the store: wrong MAC, junk, oversized."""
-    n = 10_000
+    """A rank's answer key forged by someone who reaches the store: wrong MAC, junk, oversized, replayed."""
+    n, nonce = 10_000, answer.new_nonce()
     known = [SECRET]
     dump = answer.take()
-    forged = answer.answer(c10d.dump_key(RUN, n, 0), 0, n, dump, "not-the-secret-0123456789abcdef")
-    moved = answer.answer(c10d.dump_key(RUN, n, 5), 5, n, dump, SECRET)  # rank 5's, under rank 1's key
-    big = json.dumps({"rank": 2, "n": n, "text": "x" * (answer.MAX_TEXT + 1), "main_id": "0x1", "pid": 1})
+
+    def key(r: int) -> str:
+        return c10d.answer_key(RUN, n, nonce, r)
+
+    forged = answer.answer(key(0), 0, n, nonce, dump, "not-the-secret-0123456789abcdef")
+    moved = answer.answer(key(5), 5, n, nonce, dump, SECRET)  # rank 5's, under rank 1's key
+    big = json.dumps({"rank": 2, "n": n, "nonce": nonce, "text": "x" * (answer.MAX_TEXT + 1), "main_id": "0x1"})
+    earlier = answer.answer(key(6), 6, n, answer.new_nonce(), dump, SECRET)  # a genuine answer to another request
     raws = {
-        0: (c10d.dump_key(RUN, n, 0), forged),
-        1: (c10d.dump_key(RUN, n, 1), moved),
-        2: (c10d.dump_key(RUN, n, 2), big.encode()),
-        3: (c10d.dump_key(RUN, n, 3), b"\xff junk"),
-        4: (c10d.dump_key(RUN, n, 4), b" " * (answer.MAX_ANSWER + 1)),
-        5: (c10d.dump_key(RUN, n, 5), b"[" * 200_000),  # deeper than the JSON parser goes: RecursionError
+        0: (key(0), forged),
+        1: (key(1), moved),
+        2: (key(2), big.encode()),
+        3: (key(3), b"\xff junk"),
+        4: (key(4), b" " * (answer.MAX_ANSWER + 1)),
+        5: (key(5), b"[" * 200_000),  # deeper than the JSON parser goes: RecursionError
+        6: (key(6), earlier),
     }
     why: dict[int, str] = {}
-    dumps = jobwide._take(raws, n, known, why)
+    dumps = {}
+    for r, (k, raw) in raws.items():
+        d, w = answer.parse(k, raw, r, n, nonce, known)
+        if d is None:
+            why[r] = w
+        else:
+            dumps[r] = d
     assert list(dumps) == [0] and dumps[0]["verified"] is False
     assert why == {
-        1: "its answer is not valid: it names another rank or request than its key",
-        2: "its answer is not valid: its dump text is missing or too long",
-        3: "its answer is not valid: its answer is not JSON",
-        4: f"its answer is not valid: its answer is {answer.MAX_ANSWER + 1} bytes (more than {answer.MAX_ANSWER})",
-        5: "its answer is not valid: its answer is not JSON",
+        1: "it names another rank than its key",
+        2: "its dump text is missing or too long",
+        3: "its answer is not JSON",
+        4: f"its answer is {answer.MAX_ANSWER + 1} bytes (more than {answer.MAX_ANSWER})",
+        5: "its answer is not JSON",
+        6: "it answers another request (its number or nonce is not this one's)",
     }
-    snap = jobwide.snapshot(session(), "store x", dumps, why, [], time.monotonic())
+    snap = jobwide.snapshot(session(), "store x", dumps, {}, [], time.monotonic())
     assert snap["unverified"] == [0]
-    assert "answer not signed with a job secret known here" in jobwide.notes(snap)[1]
+    assert "answer not signed with a job secret known here (unverified: shown, not counted" in jobwide.notes(snap)[1]
 
 
-def test_request_checks():
+def test_request_checks(monkeypatch):
     key = c10d.dump_key(RUN, 4)
-    raw = answer.request(key, 4, ["a" * 20, SECRET])
-    assert answer.request_ok(key, raw, SECRET, 3) == 4
-    assert answer.request_ok(key, raw, SECRET, 4) is None  # replayed
-    assert answer.request_ok(c10d.dump_key(RUN, 5), raw, SECRET, 0) is None  # moved to another key
-    assert answer.request_ok(key, raw, "b" * 20, 0) is None  # not our secret
-    assert answer.request_ok(key, b"[1]", None, 0) is None
-    assert answer.request_ok(key, b"[" * 200_000, None, 0) is None  # nested past the parser: no traceback
-    assert signing.MAC not in json.loads(raw)
+    nonce = answer.new_nonce()
+    raw = answer.request(key, 4, nonce, ["a" * 20, SECRET])
+    assert len(raw) < 300 and answer.request_ok(key, raw, SECRET) == (4, nonce)
+    assert answer.request_ok(c10d.dump_key(RUN, 5), raw, SECRET) is None  # moved to another key
+    assert answer.request_ok(key, raw, "b" * 20) is None  # not our secret
+    body = raw.split(b"\n", 1)[1]
+    assert answer.request_ok(key, raw.replace(body, body.replace(b"4", b"5")), SECRET) is None  # edited
+    # nothing of a value that is oversized, not a request, or not signed with our secret is parsed
+    parsed: list[bytes] = []
+    real_loads = json.loads
+    monkeypatch.setattr(answer.json, "loads", lambda v, *a, **k: parsed.append(v) or real_loads(v, *a, **k))
+    sig = raw.split(b"\n", 1)[0]
+    for junk in (
+        b"x" * (8 << 20),
+        sig + b"\n" + b" " * answer.MAX_REQUEST,
+        b"[" * 200_000,
+        b"[1]",
+        raw.replace(b"rtdq1 ", b"rtdq2 "),
+        answer.request(key, 4, nonce, ["b" * 20]),
+        answer.request(key, 4, nonce, []),
+    ):
+        assert answer.request_ok(key, junk, SECRET) is None
+    assert parsed == []
+    # signed, but not a request rtdebug makes: parsed (it is ours), refused
+    for value in ([1], {"n": 4}, {"n": 4, "nonce": "../x"}, {"n": True, "nonce": nonce}, {"n": -1, "nonce": nonce}):
+        b = json.dumps(value).encode()
+        forged = raw.split(b"\n", 1)[0].split(b" ")[0] + b" " + answer._mac(key, b, SECRET) + b"\n" + b
+        assert answer.request_ok(key, forged, SECRET) is None
+    # a rank without a secret (none was given to its job) takes an unsigned request
+    assert answer.request_ok(key, answer.request(key, 4, nonce, []), None) == (4, nonce)
+    assert answer.request_ok(key, b"[" * 4000, None) is None  # no traceback
 
 
 def test_a_publishing_rank_answers_and_ps_never_reads_the_answers(store):
@@ -234,20 +288,23 @@ class MemoryKV(ray_kv._KV):
 
 def test_a_ray_answer_is_read_once_while_the_requester_waits_for_the_rest(monkeypatch):
     """Rank 0's worker answers; rank 1's never does: the requester polls until its timeout, and parses
-    rank 0's answer once, not on every poll."""
+    rank 0's answer once, not on every poll. An answer left from an earlier request is not taken."""
     kv = MemoryKV()
+    kv.data[ray_kv.dump_answer_key("rayjob", 1)] = answer.answer(
+        ray_kv.dump_answer_key("rayjob", 1), 1, 1, answer.new_nonce(), answer.take(), SECRET
+    )
     watch = dumpwatch.KVWatch(kv, "rayjob", 0, SECRET, {"hostname": "h"}).start()
-    seen: list[bytes] = []
-    real_parse = ray_kv.parse
-    monkeypatch.setattr(ray_kv, "parse", lambda v: seen.append(v) or real_parse(v))
+    seen: list[int] = []
+    real_parse = answer.parse
+    monkeypatch.setattr(answer, "parse", lambda key, raw, rank, *a: seen.append(rank) or real_parse(key, raw, rank, *a))
     sess = dict(session(2), session_id="rayjob")
     try:
         snap = jobwide.from_kv(kv, sess, [SECRET], None, timeout=2.0)
     finally:
         watch.close()
     assert [g["ranks"] for g in snap["groups"]] == [[0]] and list(snap["unresponsive"]) == [1]
-    answers = [v for v in seen if v != b"null"]
-    assert len(answers) == 1, f"rank 0's answer parsed {len(answers)} times"
+    assert snap["unresponsive_detail"][0]["reason"] == "no answer within 2 s"  # the earlier answer: not this one
+    assert seen.count(0) == 1, f"rank 0's answer parsed {seen.count(0)} times"
 
 
 @pytest.mark.parametrize(
@@ -271,61 +328,180 @@ def test_stacks_without_a_session_here_asks_the_job_ps_is_set_up_for(tmp_path, v
     assert f"; through ${var} (127.0.0.1:1): {unreachable}" in r.stderr
 
 
+def _parsed(raws: dict[int, tuple[str, bytes]], n: int, nonce: str) -> dict[int, dict]:
+    out = {}
+    for r, (key, raw) in raws.items():
+        dump, why = answer.parse(key, raw, r, n, nonce, [SECRET])
+        assert why is None, why
+        out[r] = dump
+    return out
+
+
+REAL = 'Thread 0x1 (most recent call first):\n  File "/j/hang.py", line 22 in train_step\n'
+
+
 def test_a_forged_answer_never_steers_the_verdict_nor_the_terminal():
     """Someone who reaches the store writes rank 1's answer before it does, unsigned: its record says it
-    waits with the others (hiding the culprit) and its function name carries terminal escapes. Once an
-    answer is signed with a known secret, unsigned ones give no verdict; control characters print as '?'."""
-    n = 10_001
+    waits with the others (hiding the culprit) and its function name carries terminal escapes. Only signed
+    answers are counted: the verdict speaks of rank 0 alone, and its warning comes first; control
+    characters print as '?'."""
+    n, nonce = 10_001, answer.new_nonce()
     rec = {"op": "ALLREDUCE", "seq": 4, "state": "entered", "file": "/j/hang.py", "line": 22, "pg": "0"}
-    real = dict(
-        answer.take(), text='Thread 0x1 (most recent call first):\n  File "/j/hang.py", line 22 in train_step\n'
-    )
+    real = dict(answer.take(), text=REAL)
     evil = dict(real, text=real["text"].replace("train_step", "x\x1b[2K\x9bhealthy"))
+    k0, k1 = c10d.answer_key(RUN, n, nonce, 0), c10d.answer_key(RUN, n, nonce, 1)
     raws = {
-        0: (c10d.dump_key(RUN, n, 0), answer.answer(c10d.dump_key(RUN, n, 0), 0, n, real, SECRET, collective=rec)),
-        1: (c10d.dump_key(RUN, n, 1), answer.answer(c10d.dump_key(RUN, n, 1), 1, n, evil, None, collective=rec)),
+        0: (k0, answer.answer(k0, 0, n, nonce, real, SECRET, collective=rec)),
+        1: (k1, answer.answer(k1, 1, n, nonce, evil, None, collective=rec)),
     }
-    why: dict[int, str] = {}
-    dumps = jobwide._take(raws, n, [SECRET], why)
-    assert why == {} and [dumps[r]["verified"] for r in (0, 1)] == [True, False]
-    snap = jobwide.snapshot(session(2), "store x", dumps, why, [], time.monotonic())
-    assert snap["verdict"] is None and snap["culprit"] is None and snap["unverified"] == [1]
+    dumps = _parsed(raws, n, nonce)
+    assert [dumps[r]["verified"] for r in (0, 1)] == [True, False]
+    snap = jobwide.snapshot(session(2), "store x", dumps, {}, [], time.monotonic())
+    assert snap["verdict"] == "rank 0 is in ALLREDUCE #4 (hang.py:22)" and snap["culprit"] is None
+    assert snap["unverified"] == [1]
+    assert [g["collectives"] for g in snap["groups"] if 1 in g["ranks"]] == [[]]  # rank 1's record: not counted
     from rtdebug.stacks.format import render
 
-    text = render(snap)
+    text = jobwide.with_notes(render(snap), snap)
     assert "x?[2K?healthy" in text and "\x1b" not in text and "\x9b" not in text
+    assert text.splitlines()[:2] == [jobwide.warnings(snap)[0], snap["verdict"]]
     alone = jobwide.snapshot(session(2), "store x", {0: dumps[0]}, {1: "no answer"}, [], time.monotonic())
     assert alone["culprit"] is None  # rank 1 unanswered: said unresponsive, never named from nothing
 
 
-class _GivesUp(TCPStoreClient):
+def test_warnings_come_before_the_verdict_and_another_secret_is_one_line():
+    """Rank 1's answer is unsigned; ranks 3 and 4 publish entries signed with another secret (their node has
+    its own) and do not answer: both are said before the verdict, the other secret once, with its fix."""
+    n, nonce = 10_002, answer.new_nonce()
+    entered = {"op": "ALLREDUCE", "seq": 4, "state": "entered", "file": "/j/hang.py", "line": 22, "pg": "0"}
+    behind = dict(entered, seq=3, state="returned")
+    real = dict(answer.take(), text=REAL)
+    raws = {}
+    for r, rec, secret in ((0, entered, SECRET), (1, entered, None), (2, behind, SECRET)):
+        key = c10d.answer_key(RUN, n, nonce, r)
+        raws[r] = (key, answer.answer(key, r, n, nonce, real, secret, collective=rec))
+    dumps = _parsed(raws, n, nonce)
+    job = session(5)
+    for r in (3, 4):
+        job["ranks"][r]["verified"] = False
+    why: dict[int, str] = {}
+    jobwide._silent(job, [0, 1, 2, 3, 4], dumps, {}, 3.0, why)
+    snap = jobwide.snapshot(job, "store x", dumps, why, [], time.monotonic())
+    assert snap["culprit"] == 2 and snap["verdict"].startswith("rank 2 never entered ALLREDUCE #4 (hang.py:22)")
+    from rtdebug.stacks.format import render
+
+    lines = jobwide.with_notes(render(snap), snap).splitlines()
+    shared = signing.shown(signing.config_dir())
+    assert lines[:3] == [
+        "warning: rank 1: answer not signed with a job secret known here (unverified: shown, not counted in the "
+        "verdict; set RTDEBUG_JOB_SECRET as the job did)",
+        "warning: ranks 3-4 use another job secret than this machine (so they ignore its request): set "
+        f"RTDEBUG_JOB_SECRET to the same value on every node, or share {shared} (the default secret) between them",
+        snap["verdict"],
+    ]
+    assert len([ln for ln in lines if "another job secret" in ln]) == 1
+    assert jobwide.other_secret(snap) == [3, 4]
+    assert "(every rank of the job, through the store x)" in lines[lines.index(snap["verdict"]) + 2]
+
+
+def _answers(c: TCPStoreClient, n: int) -> dict[int, tuple[str, bytes]]:
+    keys = [k for k in c.list_keys() if k.startswith(f"rtdebug/{RUN}/dump/{n}/") and not k.endswith("/done")]
+    return {int(k.rsplit("/", 1)[1]): (k, v) for k, v in zip(keys, c.multi_get(keys), strict=True)}
+
+
+def test_planted_answers_and_done_counts_for_future_requests_change_nothing(store, ranks):
+    """Someone who reaches the store but holds no secret plants, at each of the next request numbers, a
+    done count saying every rank answered, and answers that make rank 0 the culprit: unsigned ones, and
+    the ranks' genuine signed answers to the last request, replayed. They sit where the old layout and
+    guessed nonces put them. The true hang's verdict stands; every answer counted is the ranks' own."""
+    with TCPStoreClient("127.0.0.1", store.port) as c:
+        clean = jobwide.from_store(c, session(), [SECRET], timeout=5)
+        assert clean["culprit"] == 1 and grouped(clean) == WANT, clean["verdict"]
+        last = c.add(c10d.dump_seq_key(RUN), 0)
+        replay = _answers(c, last)
+        old_nonce = next(iter(replay.values()))[0].split("/")[-2]
+        fake = {r: dict(answer.take(), text=REAL.replace("train_step", f"elsewhere_{r}")) for r in range(3)}
+        ahead = {"op": "ALLREDUCE", "seq": 9, "state": "entered", "file": "/j/hang.py", "line": 22, "pg": "0"}
+        recs = {0: dict(ahead, seq=8, state="returned"), 1: ahead, 2: ahead}
+        planted = []
+        for m in range(last + 1, last + 9):
+            for nonce in ("0" * 32, old_nonce, None):
+                done = f"rtdebug/{RUN}/dump/{m}/done" if nonce is None else c10d.dump_done_key(RUN, m, nonce)
+                c.add(done, 3)
+                planted.append(done)
+                for r in range(3):
+                    key = f"rtdebug/{RUN}/dump/{m}/{r}" if nonce is None else c10d.answer_key(RUN, m, nonce, r)
+                    forged = answer.answer(key, r, m, nonce or old_nonce, fake[r], None, collective=recs[r])
+                    c.set(key, replay[r][1] if nonce == old_nonce else forged)
+                    planted.append(key)
+        try:
+            snap = jobwide.from_store(c, session(), [SECRET], timeout=5)
+            assert grouped(snap) == WANT and snap["verdict"] == clean["verdict"] and snap["culprit"] == 1
+            assert snap["unverified"] == [] and snap["unresponsive"] == []
+            assert "elsewhere" not in json.dumps(snap)
+        finally:
+            for key in planted:
+                c.delete_key(key)
+
+
+class _Racer(TCPStoreClient):
+    """The requester's connection, with a store writer who saw the request's nonce (it is not secret) at
+    once: before any rank can, they raise its done count past every rank and write an unsigned answer
+    that puts rank 1 with the others."""
+
+    def set(self, key: str, value: bytes | str) -> None:
+        if isinstance(value, bytes) and value.startswith(answer.MAGIC):
+            n, nonce = int(key.rsplit("/", 1)[1]), json.loads(value.split(b"\n", 1)[1])["nonce"]
+            self.add(c10d.dump_done_key(RUN, n, nonce), 99)
+            key1 = c10d.answer_key(RUN, n, nonce, 1)
+            rec = {"op": "ALLREDUCE", "seq": 2, "state": "entered", "file": "/j/x.py", "line": 1, "pg": "0"}
+            super().set(key1, answer.answer(key1, 1, n, nonce, dict(answer.take(), text=REAL), None, collective=rec))
+        super().set(key, value)
+
+
+def test_a_done_count_raised_by_a_racer_does_not_end_the_wait(store, ranks):
+    """The count only says when to look: the requester reads on until each rank's signed answer is there
+    (rank 1's own overwrites the forged one), so the answer is the true one, all of it verified."""
+    with _Racer("127.0.0.1", store.port) as c:
+        snap = jobwide.from_store(c, session(), [SECRET], timeout=5)
+    assert grouped(snap) == WANT and snap["culprit"] == 1, snap["verdict"]
+    assert snap["unverified"] == [] and snap["unresponsive"] == []
+
+
+class _GivesUp(dumpwatch.WatchClient):
     """A rank's client on which the requester gives up (deletes its request, then the done count, as
     ``jobwide.from_store`` does) at one chosen moment: each narrow race of a late answer, made certain."""
 
     moment = ""
+    done = ""
 
-    def set(self, key: str, value: bytes) -> None:
+    def set(self, key: str, value: bytes | str) -> None:
         super().set(key, value)
         self._maybe("answer")
 
-    def check(self, keys: list[str]) -> bool:
+    def check(self, keys) -> bool:
         there = super().check(keys)
         self._maybe("check")  # after the rank saw the request still there
         return there
 
     def _maybe(self, now: str) -> None:
         if now == self.moment:
-            for key in (c10d.dump_key("late", 1), c10d.dump_done_key("late", 1)):
+            for key in (c10d.dump_key("late", 1), self.done):
                 super().delete_key(key)
 
 
 @pytest.mark.parametrize("moment", ["", "answer", "check"])
 def test_a_late_answer_leaves_no_done_count_behind(store, moment):
     watch = dumpwatch.StoreWatch("127.0.0.1", store.port, "late", 4, SECRET, {"hostname": "h"})
-    req, done, out = c10d.dump_key("late", 1), c10d.dump_done_key("late", 1), c10d.dump_key("late", 1, 4)
+    nonce = answer.new_nonce()
+    req, done, out = (
+        c10d.dump_key("late", 1),
+        c10d.dump_done_key("late", 1, nonce),
+        c10d.answer_key("late", 1, nonce, 4),
+    )
     with TCPStoreClient("127.0.0.1", store.port) as requester, _GivesUp("127.0.0.1", store.port) as rank:
-        rank.moment = moment
-        requester.set(req, answer.request(req, 1, [SECRET]))
+        rank.moment, rank.done = moment, done
+        requester.set(req, answer.request(req, 1, nonce, [SECRET]))
         watch.handle(rank, 1)
         assert requester.check([out])  # answered either way
         # counted while the requester waits; after it gave up, nothing of the request is left

@@ -4,9 +4,15 @@ Why a thread that waits in the store, not a signal or a poll: a requester on ano
 reach the store, not the rank's process; and a server-side ``WAIT`` on the next request's key parks
 the thread in a ``recv`` without the GIL, so a 1024-rank job costs the store one idle connection per
 rank and no traffic until someone asks (a bounded wait re-reads the counter now and then, in case a
-requester took a number and died before writing its request). The dump comes from this thread with
-``faulthandler.dump_traceback`` while the main thread runs, sits at a breakpoint or blocks in a C++
-collective (GIL released); it is the same text a local ``rtdebug stacks`` parses.
+requester took a number and died before writing its request). The dump is taken by this thread, as
+Python with the GIL (``rtdebug.stacks.answer.take``), while the main thread runs, sits at a breakpoint
+or blocks in a C++ collective; it is the same text a local ``rtdebug stacks`` parses.
+
+Anyone who reaches the store can write the key a rank waits on, so a request costs the rank almost
+nothing until it is known genuine: checks come at most every ``MIN_GAP_S``; a value longer than
+``answer.MAX_REQUEST`` is refused from its length alone (the connection is dropped before the value is
+read: its bytes never reach Python, and the small receive buffer bounds what the store sends before the
+reset); a short one is parsed only after its MAC matched (``rtdebug.stacks.answer.request_ok``).
 
 Torchrun ranks wait through the torch-free TCPStore client (``rtdebug.registry.tcpstore``); Ray
 workers have no blocking wait in the GCS KV, so they poll one key, slowly (``KVWatch``).
@@ -14,15 +20,18 @@ workers have no blocking wait in the GCS KV, so they poll one key, slowly (``KVW
 
 from __future__ import annotations
 
+import socket
 import time
 from typing import Any
 
 from rtdebug.common.threads import hidden_thread
 from rtdebug.registry import c10d
+from rtdebug.registry.tcpstore import GET, StoreError, TCPStoreClient, _key
 from rtdebug.stacks import answer
 
 WAIT_S = 30.0  # a bounded wait, then re-read the request counter
-MIN_GAP_S = 0.2  # at most one dump per this long, however many requests come
+MIN_GAP_S = 0.2  # at most one request checked per this long, however many come (genuine or not)
+RCVBUF = 16 << 10  # what the store can push at a rank before a refused value's reset stops it
 
 
 def collective() -> dict[str, Any]:
@@ -36,6 +45,27 @@ def collective() -> dict[str, Any]:
         return {}
 
 
+class Oversized(StoreError):
+    """A value longer than the caller takes: the connection is closed unread (reconnect to go on)."""
+
+
+class WatchClient(TCPStoreClient):
+    """The rank's store client: a small receive buffer, and a ``get`` that reads only a small value."""
+
+    def __init__(self, host: str, port: int, timeout: float = 5.0) -> None:
+        super().__init__(host, port, timeout)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)  # after the SYN: ~70 KB get through
+
+    def get_small(self, key: str, limit: int) -> bytes:
+        """The value (b"" when absent); ``Oversized`` from its length alone when it is longer than ``limit``."""
+        self._ask(bytes([GET]) + _key(key))
+        n = self._u64()
+        if n > limit:
+            self.close()  # unread: the rest is reset, never copied
+            raise Oversized(f"a {n}-byte value at {key}")
+        return self._recv(n)
+
+
 class StoreWatch:
     """Answers ``rtdebug/<run>/dump/<n>`` requests in a torchrun job's c10d store."""
 
@@ -44,7 +74,7 @@ class StoreWatch:
         self.where = where  # hostname, node_ip: shown next to the rank
         self.last_n = 0
         self._last_answer: str | None = None
-        self._at = -MIN_GAP_S  # monotonic time of the last dump
+        self._at = -MIN_GAP_S  # monotonic time of the last check
         self._closed = False
         self._client: Any = None
         self.thread = hidden_thread(self._loop, f"rtdebug-dumpwatch-{rank}", start=False)
@@ -60,16 +90,14 @@ class StoreWatch:
             client.close()  # ends a wait in progress
 
     def _loop(self) -> None:
-        from rtdebug.registry.tcpstore import TCPStoreClient
-
         delay = 0.5
         while not self._closed:
             try:
-                self._client = TCPStoreClient(self.host, self.port, timeout=10.0)
+                self._client = WatchClient(self.host, self.port, timeout=10.0)
                 self.last_n = max(self.last_n, self._client.add(c10d.dump_seq_key(self.run_id), 0))
                 delay = 0.5
                 self._serve(self._client)
-            except Exception:  # the store is not up yet, or gone with the job: retry, quietly
+            except Exception:  # the store is not up yet, gone with the job, or sent an oversized request
                 if self._client is not None:
                     self._client.close()
                 time.sleep(delay)
@@ -81,27 +109,32 @@ class StoreWatch:
             got = client.wait([c10d.dump_key(self.run_id, n)], WAIT_S)
             newest = client.add(c10d.dump_seq_key(self.run_id), 0)
             if got:
-                self.handle(client, n)
-                self.last_n = max(self.last_n, n)  # a forged request n is passed over, not waited on again
+                self.handle(client, n)  # a forged request n is passed over, not waited on again
             if newest > self.last_n + 1 or (not got and newest >= n):
                 # requests queued meanwhile: only the newest is answered; one that was numbered but
                 # never written (its requester died) is given up after one bounded wait
                 self.last_n = max(self.last_n, newest - 1)
 
-    def handle(self, client: Any, n: int) -> None:
-        key = c10d.dump_key(self.run_id, n)
-        if answer.request_ok(key, client.get(key), self.secret, self.last_n) is None:
-            return
-        self.last_n = n
+    def _pace(self) -> None:
+        """The rate limit, before anything of a request is read: junk at every number costs a check per gap."""
         time.sleep(max(0.0, MIN_GAP_S - (time.monotonic() - self._at)))
         self._at = time.monotonic()
-        out = c10d.dump_key(self.run_id, n, self.rank)
-        value = answer.answer(out, self.rank, n, answer.take(), self.secret, **collective(), **self.where)
+
+    def handle(self, client: WatchClient, n: int) -> None:
+        self.last_n = max(self.last_n, n)  # first: junk that ends the connection is not read again
+        self._pace()
+        key = c10d.dump_key(self.run_id, n)
+        got = answer.request_ok(key, client.get_small(key, answer.MAX_REQUEST), self.secret)
+        if got is None or got[0] != n:
+            return
+        nonce = got[1]
+        out = c10d.answer_key(self.run_id, n, nonce, self.rank)
+        value = answer.answer(out, self.rank, n, nonce, answer.take(), self.secret, **collective(), **self.where)
         client.set(out, value)
         if self._last_answer is not None:
             client.delete_key(self._last_answer)  # one answer per rank in the store, at most
         self._last_answer = out
-        done = c10d.dump_done_key(self.run_id, n)
+        done = c10d.dump_done_key(self.run_id, n, nonce)
         client.add(done, 1)
         if not client.check([key]):  # the requester gave up: it deletes the request, then the count, so a
             client.delete_key(done)  # count made after that is this rank's to delete (none is left behind)
@@ -132,15 +165,15 @@ class KVWatch:
         key = dump_request_key(self.sid)
         while not self._closed:
             time.sleep(self.POLL_S)
-            try:
-                raw = self.kv.get_raw(key)
-                n = answer.request_ok(key, raw, self.secret, self.last_n) if raw else None
-                if n is None:
+            try:  # the poll is the rate limit; the size, then the MAC, are checked before any parse
+                got = answer.request_ok(key, self.kv.get_raw(key), self.secret)
+                if got is None or got[0] <= self.last_n:  # junk, forged, or answered already (a replay)
                     continue
+                n, nonce = got
                 self.last_n = n
                 out = dump_answer_key(self.sid, self.rank)
                 dump = answer.take(self.main_ident)
-                value = answer.answer(out, self.rank, n, dump, self.secret, **collective(), **self.where)
+                value = answer.answer(out, self.rank, n, nonce, dump, self.secret, **collective(), **self.where)
                 self.kv.put_raw(out, value)
             except Exception:  # the cluster is going away with the run
                 continue

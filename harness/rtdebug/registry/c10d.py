@@ -3,7 +3,7 @@
 Ranks (``rtdebug.rank.publish``) write, the store view (``rtdebug.views.store``) reads, the launcher
 (``rtdebug.launcher.multinode``) names the store: all three agree here on the keys under
 ``rtdebug/<run id>/`` (``rank/<N>``, ``node/<group rank>``, ``tick``, ``stop``,
-``dumpseq``, ``dump/<n>[/<rank>|/done]``), on how heartbeats turn
+``dumpseq``, ``dump/<n>[/<nonce>/<rank>|/<nonce>/done]``), on how heartbeats turn
 into "lost", and on how to reach the store without filling a log with c10d's retries.
 """
 
@@ -43,14 +43,21 @@ def dump_seq_key(run_id: str) -> str:
     return f"{PREFIX}/{run_id}/dumpseq"
 
 
-def dump_key(run_id: str, n: int, rank: int | None = None) -> str:
-    """Request ``n`` (rank None), or rank ``rank``'s answer to it (``rtdebug.rank.dumpwatch``)."""
-    return f"{PREFIX}/{run_id}/dump/{n}" + ("" if rank is None else f"/{rank}")
+def dump_key(run_id: str, n: int) -> str:
+    """Request ``n`` (``rtdebug.stacks.jobwide``), which the ranks wait on (``rtdebug.rank.dumpwatch``)."""
+    return f"{PREFIX}/{run_id}/dump/{n}"
 
 
-def dump_done_key(run_id: str, n: int) -> str:
-    """Counts the answers to request ``n``: the requester waits on one number, not on every key."""
-    return f"{PREFIX}/{run_id}/dump/{n}/done"
+def answer_key(run_id: str, n: int, nonce: str, rank: int) -> str:
+    """Rank ``rank``'s answer to request ``n``. Under the request's nonce (fresh, random, known once the request
+    is written): an answer planted ahead for a future request number lands where nobody reads."""
+    return f"{PREFIX}/{run_id}/dump/{n}/{nonce}/{rank}"
+
+
+def dump_done_key(run_id: str, n: int, nonce: str) -> str:
+    """Counts the answers to request ``n``: the requester waits on one number, not on every key. Under the
+    nonce too, so a count planted ahead cannot end the wait before the ranks answer."""
+    return f"{PREFIX}/{run_id}/dump/{n}/{nonce}/done"
 
 
 def rounds_behind(ranks: list[dict[str, Any]], tick: int = 0) -> dict[int, float]:

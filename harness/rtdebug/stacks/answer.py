@@ -4,19 +4,27 @@ Both ends in one place so they cannot drift: the rank side (``rtdebug.rank.dumpw
 request and builds its answer here; the requester (``rtdebug.stacks.jobwide``) builds requests and
 checks answers here. Stdlib only: every rank imports it.
 
-Trust: anyone who reaches the store can write a request or an answer. A request carries one MAC per
-secret the requester knows (it cannot tell which one the job uses); a rank that has a secret answers
-only a request whose MAC matches it, and only a request newer than the last it answered (a replayed
-one is ignored). An answer is signed with the rank's secret under its own key (so it cannot be moved
-to another rank or request); the requester bounds its size and fields and marks it unverified when
-no secret it knows signed it.
+Trust: anyone who reaches the store can write a request or an answer, at any key, ahead of time.
+
+- A request is ``rtdq1 <mac>,<mac>...\\n<body>``: one MAC per secret the requester knows (it cannot tell
+  which one the job uses), each over the store key and the body's *bytes*. A rank reads at most
+  ``MAX_REQUEST`` bytes of it (``rtdebug.rank.dumpwatch`` refuses a longer value before it is sent), finds
+  its MAC with ``hmac.compare_digest`` and only then parses the body: junk costs a rank one HMAC over 4 KiB
+  at most, never a JSON parse of whatever size someone wrote.
+- The body carries a fresh random ``nonce``. A rank puts it, signed, in its answer (and c10d's answer and
+  done-count keys are under it), so answers and counts planted for a future request number are never
+  read, and a planted answer cannot pass for one to this request.
+- An answer is signed with the rank's secret under its own key (so it cannot be moved to another rank
+  or request); the requester bounds its size and fields, and counts only answers a secret it knows
+  signed (an unsigned one is shown, marked, never counted in the verdict).
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
-import time
+import secrets
 from typing import Any
 
 from rtdebug.registry import signing
@@ -26,33 +34,58 @@ from rtdebug.stacks import take as taker
 from rtdebug.stacks.take import MAX_TEXT
 
 MAX_ANSWER = MAX_TEXT + flightrec.MAX_JSON + (16 << 10)
+MAX_REQUEST = 4096  # bytes: a genuine request is ~100 plus 65 per MAC
 MAX_MACS = 8
+MAGIC = b"rtdq1 "
+NONCE_LEN = 32
 HEX_RE_CHARS = frozenset("0123456789abcdefx")
+_HEX = frozenset("0123456789abcdef")
+_DOMAIN = b"rtdebug-request-v1\0"
+OTHER_REQUEST = "it answers another request (its number or nonce is not this one's)"  # stale, or planted ahead
 
 
-def request(key: str, n: int, secrets: list[str]) -> bytes:
-    """Request ``n`` at ``key``, with one MAC per known secret."""
-    body = {"n": n, "at": time.time()}
-    macs = [signing.mac(key, body, s) for s in secrets[:MAX_MACS]]
-    return json.dumps(dict(body, macs=macs)).encode()
+def new_nonce() -> str:
+    return secrets.token_hex(NONCE_LEN // 2)
 
 
-def request_ok(key: str, raw: bytes, secret: str | None, last_n: int) -> int | None:
-    """The request's number if this rank should answer it, else None (junk, forged, replayed)."""
-    try:
-        value = json.loads(raw)
-    except (ValueError, RecursionError):  # forged: junk, or nested deeper than the parser goes
+def nonce_ok(nonce: Any) -> bool:
+    """A nonce as ``new_nonce`` makes them (it becomes part of a store key)."""
+    return isinstance(nonce, str) and len(nonce) == NONCE_LEN and set(nonce) <= _HEX
+
+
+def _mac(key: str, body: bytes, secret: str) -> bytes:
+    return hmac.new(secret.encode(), _DOMAIN + key.encode() + b"\0" + body, hashlib.sha256).hexdigest().encode()
+
+
+def request(key: str, n: int, nonce: str, secrets_known: list[str]) -> bytes:
+    """Request ``n`` at ``key``, bound to ``nonce``, with one MAC per known secret."""
+    body = json.dumps({"n": n, "nonce": nonce}, separators=(",", ":")).encode()
+    return MAGIC + b",".join(_mac(key, body, s) for s in secrets_known[:MAX_MACS]) + b"\n" + body
+
+
+def request_ok(key: str, raw: bytes | None, secret: str | None) -> tuple[int, str] | None:
+    """(number, nonce) of a request this rank should answer, else None (junk, oversized, forged). Size, then
+    MAC, then parse: nothing of an unsigned value is parsed. A rank without a secret (none was given to its
+    job) takes an unsigned request: it has nothing to check one with."""
+    if not raw or len(raw) > MAX_REQUEST or not raw.startswith(MAGIC):
         return None
-    if not isinstance(value, dict) or not isinstance(value.get("n"), int) or value["n"] <= last_n:
+    head, sep, body = raw.partition(b"\n")
+    if not sep:
         return None
-    macs = value.get("macs")
     if secret:
-        if not isinstance(macs, list) or not all(isinstance(m, str) for m in macs[:MAX_MACS]):
+        want = _mac(key, body, secret)
+        if not any(hmac.compare_digest(m, want) for m in head[len(MAGIC) :].split(b",")[:MAX_MACS]):
             return None
-        want = signing.mac(key, {k: v for k, v in value.items() if k != "macs"}, secret)
-        if not any(hmac.compare_digest(m, want) for m in macs[:MAX_MACS]):
-            return None
-    return int(value["n"])
+    try:
+        value = json.loads(body)
+    except (ValueError, RecursionError):  # unsigned junk, or nested deeper than the parser goes
+        return None
+    if not isinstance(value, dict) or not nonce_ok(value.get("nonce")):
+        return None
+    n = value.get("n")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        return None
+    return n, value["nonce"]
 
 
 def take(main_ident: int | None = None) -> dict[str, Any]:
@@ -61,19 +94,21 @@ def take(main_ident: int | None = None) -> dict[str, Any]:
     return dict(taker.take(main_ident), flight=flightrec.read())
 
 
-def answer(key: str, rank: int, n: int, dump: dict[str, Any], secret: str | None, **extra: Any) -> bytes:
-    """Rank ``rank``'s signed answer to request ``n``."""
-    entry = dict(extra, rank=rank, n=n, text=dump["text"], main_id=dump["main_id"], pid=dump["pid"])
+def answer(key: str, rank: int, n: int, nonce: str, dump: dict[str, Any], secret: str | None, **extra: Any) -> bytes:
+    """Rank ``rank``'s signed answer to request ``n`` (``nonce``)."""
+    entry = dict(extra, rank=rank, n=n, nonce=nonce, text=dump["text"], main_id=dump["main_id"], pid=dump["pid"])
     if dump.get("flight") is not None:
         entry["flight"] = dump["flight"]
     return json.dumps(signing.sign(key, entry, secret)).encode()
 
 
-def _fields_problem(value: Any, rank: int, n: int) -> str | None:
+def _fields_problem(value: Any, rank: int, n: int, nonce: str) -> str | None:
     if not isinstance(value, dict):
         return "not a JSON object"
-    if value.get("rank") != rank or value.get("n") != n:
-        return "it names another rank or request than its key"
+    if value.get("rank") != rank:
+        return "it names another rank than its key"
+    if value.get("n") != n or value.get("nonce") != nonce:
+        return OTHER_REQUEST
     if not isinstance(value.get("text"), str) or len(value["text"]) > MAX_TEXT:
         return "its dump text is missing or too long"
     main = value.get("main_id")
@@ -90,7 +125,9 @@ def _fields_problem(value: Any, rank: int, n: int) -> str | None:
     return None
 
 
-def parse(key: str, raw: bytes, rank: int, n: int, known: list[str]) -> tuple[dict[str, Any] | None, str | None]:
+def parse(
+    key: str, raw: bytes, rank: int, n: int, nonce: str, known: list[str]
+) -> tuple[dict[str, Any] | None, str | None]:
     """(the dump as ``rtdebug.stacks.group.group`` takes it, None) or (None, why the answer is not valid)."""
     if len(raw) > MAX_ANSWER:
         return None, f"its answer is {len(raw)} bytes (more than {MAX_ANSWER})"
@@ -98,7 +135,7 @@ def parse(key: str, raw: bytes, rank: int, n: int, known: list[str]) -> tuple[di
         value = json.loads(raw)
     except (ValueError, RecursionError):  # forged: junk, or nested deeper than the parser goes
         return None, "its answer is not JSON"
-    why = _fields_problem(value, rank, n)
+    why = _fields_problem(value, rank, n, nonce)
     if why is not None:
         return None, why
     dump = {

@@ -1,13 +1,19 @@
 """Requester side of job-wide ``stacks``: every rank of a job, through its store, from anywhere.
 
 A multi-node torchrun job's ranks watch its c10d store for dump requests (``rtdebug.rank.dumpwatch``);
-a Ray run's workers watch the GCS KV. This module numbers a request, writes it, waits (bounded) for
-the answers of the ranks that are alive, and groups them exactly as a local ``stacks`` does
-(``rtdebug.stacks.group``), so the text and ``--json`` are the same. Ranks whose node lost its
-heartbeat are listed, never waited on. Every answer is checked (``rtdebug.stacks.answer.parse``);
-one that no known secret signed is kept but marked (``unverified``); junk is listed with why.
-The request is deleted once answered, and each rank deletes its previous answer when it writes the
-next, so a store holds at most one answer per rank: it is not a log.
+a Ray run's workers watch the GCS KV. This module numbers a request, binds it to a fresh nonce
+(``rtdebug.stacks.answer``), writes it, waits (bounded) for the answers of the ranks that are alive, and
+groups them exactly as a local ``stacks`` does (``rtdebug.stacks.group``), so the text and ``--json``
+are the same. Ranks whose node lost its heartbeat are listed, never waited on.
+
+Anyone who reaches the store can write there, so nothing in it is taken on its word: answers and done
+counts live under the request's nonce (planted ones for future numbers are never read); the done count
+only says when to look, and the wait goes on until every asked rank's answer is signed with a secret
+known here (or the timeout); only signed answers are counted in the verdict. An unsigned answer is
+shown, marked ``unverified``, junk is listed with why, and both are said before the verdict line.
+Ranks whose entries carry another job secret (nodes that do not share one) are said in one line, with
+the fix. The request is deleted once answered, and each rank deletes its previous answer when it writes
+the next, so a store holds at most one answer per rank: it is not a log.
 """
 
 from __future__ import annotations
@@ -16,13 +22,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rtdebug.registry import c10d
+from rtdebug.registry import c10d, signing
 from rtdebug.registry.record import LIVE_RANK_STATES
 from rtdebug.stacks import answer, verdict
 from rtdebug.stacks import group as stackgroup
 
 POLL_S = 0.01
+REREAD_S = 0.05  # answers re-read while some are missing though the count says done (a count is a hint)
 Entry = dict[str, Any]
+Fetch = Callable[[list[str]], list[bytes | None]]
 
 
 def split_ranks(session: Entry, ranks: frozenset[int] | None) -> tuple[list[int], dict[int, str], list[Entry]]:
@@ -45,16 +53,23 @@ def split_ranks(session: Entry, ranks: frozenset[int] | None) -> tuple[list[int]
 def snapshot(
     session: Entry, source: str, dumps: dict[int, Entry], unresponsive: dict[int, str], ended: list[Entry], start: float
 ) -> dict[str, Any]:
-    """The ``--json`` object of a local ``stacks``, plus where it came from and which answers are unverified."""
+    """The ``--json`` object of a local ``stacks``, plus where it came from and which answers are unverified.
+    The verdict is made from the signed answers alone (an unsigned one may be anybody's): on a snapshot of
+    those, then carried over, so an unsigned rank is never even a blank in it."""
     pids = {r["rank"]: r.get("pid") for r in session.get("ranks", [])}
     taken_at = time.time() - (time.monotonic() - start)
     snap = stackgroup.snapshot(session["session_id"], taken_at, start, dumps, unresponsive, pids, ended)
     snap["source"] = source
     snap["unverified"] = sorted(r for r, d in dumps.items() if not d["verified"])
-    # a forged answer must not steer the verdict: once any answer is signed with a secret known here,
-    # unsigned ones count as missing (so no verdict), though their stacks are shown, marked
     signed = {r: d for r, d in dumps.items() if d["verified"]}
-    annotate(snap, signed if signed else dumps, session.get("mode") == "adopted")
+    counted = snap if len(signed) == len(dumps) else {"groups": stackgroup.group(signed)}
+    annotate(counted, signed, session.get("mode") == "adopted")
+    if counted is not snap:
+        for name in ("verdict", "culprit", "collectives_from", "flight_note", "_flights"):
+            snap[name] = counted[name]
+        entries = {e["rank"]: e for g in counted["groups"] for e in g["collectives"]}
+        for g in snap["groups"]:
+            g["collectives"] = [entries[r] for r in g["ranks"] if r in entries]
     return snap
 
 
@@ -63,17 +78,45 @@ def annotate(snap: dict[str, Any], dumps: dict[int, Entry], by_site: bool = Fals
     verdict.annotate(snap, dumps, by_site)
 
 
-def _take(
-    raws: dict[int, tuple[str, bytes]], n: int, known: list[str], unresponsive: dict[int, str]
-) -> dict[int, Entry]:
+def _gather(
+    fetch: Fetch, keys: dict[int, str], n: int, nonce: str, known: list[str], deadline: float
+) -> tuple[dict[int, Entry], dict[int, str]]:
+    """Each asked rank's answer, read through ``fetch`` until all are signed by a known secret (or none is
+    known) or the deadline; a value is parsed once. (dumps, rank -> why its answer is not valid)."""
     dumps: dict[int, Entry] = {}
-    for rank, (key, raw) in raws.items():
-        dump, why = answer.parse(key, raw, rank, n, known)
-        if dump is None:
-            unresponsive[rank] = f"its answer is not valid: {why}"
-        else:
-            dumps[rank] = dump
-    return dumps
+    unsigned: dict[int, Entry] = {}
+    invalid: dict[int, str] = {}
+    seen: dict[int, bytes] = {}
+    while True:
+        missing = [r for r in keys if r not in dumps]
+        for r, raw in zip(missing, fetch([keys[r] for r in missing]), strict=True):
+            if not raw or seen.get(r) == raw:
+                continue
+            seen[r] = raw
+            dump, why = answer.parse(keys[r], raw, r, n, nonce, known)
+            if why == answer.OTHER_REQUEST:  # the rank's answer to an earlier request (Ray: one key per rank)
+                continue
+            if dump is None:
+                invalid[r] = why or "?"
+            elif dump["verified"] or not known:
+                dumps[r] = dump
+            else:  # taken only if nothing signed comes: the rank's own answer may still overwrite it
+                unsigned[r] = dump
+        if len(dumps) == len(keys) or time.monotonic() >= deadline:
+            break
+        time.sleep(REREAD_S)
+    for r, dump in unsigned.items():
+        dumps.setdefault(r, dump)
+    return dumps, {r: why for r, why in invalid.items() if r not in dumps}
+
+
+def _number(client: Any, run_id: str) -> int:
+    n = client.add(c10d.dump_seq_key(run_id), 1)
+    for _ in range(8):  # a key already at n was planted (junk the ranks pass over): take the next number
+        if not client.check([c10d.dump_key(run_id, n)]):
+            break
+        n = client.add(c10d.dump_seq_key(run_id), 1)
+    return n
 
 
 def from_store(
@@ -83,35 +126,33 @@ def from_store(
     start = time.monotonic()
     run_id = str(session.get("rdzv_id"))
     ask, unresponsive, ended = split_ranks(session, ranks)
-    n = client.add(c10d.dump_seq_key(run_id), 1)
-    for _ in range(8):  # a key already at n was planted (junk the ranks pass over): take the next number
-        if not client.check([c10d.dump_key(run_id, n)]):
-            break
-        n = client.add(c10d.dump_seq_key(run_id), 1)
-    req = c10d.dump_key(run_id, n)
-    client.set(req, answer.request(req, n, known))
+    n, nonce = _number(client, run_id), answer.new_nonce()
+    req, done = c10d.dump_key(run_id, n), c10d.dump_done_key(run_id, n, nonce)
+    client.set(req, answer.request(req, n, nonce, known))
     try:
-        _wait_count(lambda: client.add(c10d.dump_done_key(run_id, n), 0), len(ask), start + timeout)
-        keys = [c10d.dump_key(run_id, n, r) for r in ask]
-        values = client.multi_get(keys) if keys else []
-        raws = {r: (k, v) for r, k, v in zip(ask, keys, values, strict=True) if v}
+        _wait_count(lambda: client.add(done, 0), len(ask), start + timeout)
+        keys = {r: c10d.answer_key(run_id, n, nonce, r) for r in ask}
+        dumps, invalid = _gather(lambda k: client.multi_get(k) if k else [], keys, n, nonce, known, start + timeout)
     finally:
         # the request before the count: a rank that counts after this finds no request and deletes its count
-        for key in (req, c10d.dump_done_key(run_id, n)):
+        for key in (req, done):
             client.delete_key(key)  # each rank deletes its own answer when it writes its next one
-    _silent(session, ask, raws, timeout, unresponsive)
-    dumps = _take(raws, n, known, unresponsive)
+    _silent(session, ask, dumps, invalid, timeout, unresponsive)
     return snapshot(session, f"store {session.get('store', '?')}", dumps, unresponsive, ended, start)
 
 
-def _silent(session: Entry, ask: list[int], raws: dict, timeout: float, unresponsive: dict[int, str]) -> None:
+def _silent(
+    session: Entry, ask: list[int], dumps: dict, invalid: dict[int, str], timeout: float, unresponsive: dict[int, str]
+) -> None:
     """Why each asked rank is missing; one whose entry is unverified most likely has another secret."""
     unverified = {r["rank"] for r in session.get("ranks", []) if r.get("verified") is False}
     for r in ask:
-        if r not in raws:
+        if r in invalid:
+            unresponsive[r] = f"its answer is not valid: {invalid[r]}"
+        elif r not in dumps:
             unresponsive[r] = f"no answer within {timeout:g} s" + (
                 " (its entry is not signed with a secret known here: it answers only requests signed with its "
-                "job's secret; set RTDEBUG_JOB_SECRET as the job did)"
+                "job's secret)"
                 if r in unverified
                 else ""
             )
@@ -124,47 +165,64 @@ def _wait_count(count: Callable[[], int], want: int, deadline: float) -> None:
 
 def from_kv(kv: Any, session: Entry, known: list[str], ranks: frozenset[int] | None = None, timeout: float = 3.0):
     """Ask every live worker of a Ray run (``session``, as ``rtdebug.views.ray`` gives it) for its stacks."""
-    from rtdebug.registry.ray_kv import dump_answer_key, dump_request_key, parse
+    from rtdebug.registry.ray_kv import dump_answer_key, dump_request_key
 
     start = time.monotonic()
     sid = session["session_id"]
     ask, unresponsive, ended = split_ranks(session, ranks)
-    n = time.time_ns() // 1000  # the KV has no counter; workers answer only a number newer than their last
+    n, nonce = time.time_ns() // 1000, answer.new_nonce()  # the KV has no counter: workers take a newer number
     req = dump_request_key(sid)
-    kv.put_raw(req, answer.request(req, n, known))
-    raws: dict[int, tuple[str, bytes]] = {}
+    kv.put_raw(req, answer.request(req, n, nonce, known))
+
+    def fetch(keys: list[str]) -> list[bytes | None]:  # one listing of every answer, not one call per rank
+        got = kv.raw(dump_answer_key(sid, None)) if keys else {}
+        return [got.get(k) for k in keys]
+
     try:
-        while time.monotonic() < start + timeout and len(raws) < len(ask):
-            got = kv.raw(dump_answer_key(sid, None))
-            for r in (r for r in ask if r not in raws):  # an answer taken is not parsed again
-                key = dump_answer_key(sid, r)
-                value = parse(got.get(key, b"null"))
-                if isinstance(value, dict) and value.get("n") == n:
-                    raws[r] = (key, got[key])
-            time.sleep(0.05)
+        keys = {r: dump_answer_key(sid, r) for r in ask}
+        dumps, invalid = _gather(fetch, keys, n, nonce, known, start + timeout)
     finally:
         kv.delete_key(req)
-    _silent(session, ask, raws, timeout, unresponsive)
-    dumps = _take(raws, n, known, unresponsive)
+    _silent(session, ask, dumps, invalid, timeout, unresponsive)
     return snapshot(session, f"ray {getattr(kv, 'address', '?')}", dumps, unresponsive, ended, start)
 
 
-def notes(snap: dict[str, Any]) -> list[str]:
-    """Lines the text output adds for a job-wide snapshot: where it came from, unverified answers."""
-    out = [f"(every rank of the job, through the {snap['source']})"]
+def other_secret(snap: dict[str, Any]) -> list[int]:
+    """Ranks that did not answer because their entries carry another job secret than this machine's."""
+    return [u["rank"] for u in snap.get("unresponsive_detail", []) if "(its entry is not signed" in u["reason"]]
+
+
+def warnings(snap: dict[str, Any]) -> list[str]:
+    """What must be read before the verdict: ranks not counted in it, and why."""
+    out = []
     if snap.get("unverified"):
         out.append(
             f"warning: {stackgroup.ranks_word(snap['unverified'])}: answer not signed with a job secret known here "
-            f"(unverified; set RTDEBUG_JOB_SECRET as the job did)"
+            f"(unverified: shown, not counted in the verdict; set RTDEBUG_JOB_SECRET as the job did)"
+        )
+    other = other_secret(snap)
+    if other:
+        shared = signing.shown(signing.config_dir())
+        out.append(
+            f"warning: {stackgroup.ranks_word(other)} {'uses' if len(other) == 1 else 'use'} another job secret "
+            f"than this machine (so {'it ignores' if len(other) == 1 else 'they ignore'} its request): set "
+            f"RTDEBUG_JOB_SECRET to the same value on every node, or share {shared} (the default secret) between them"
         )
     return out
 
 
+def notes(snap: dict[str, Any]) -> list[str]:
+    """Lines the text output adds for a job-wide snapshot: where it came from, then the warnings."""
+    return [f"(every rank of the job, through the {snap['source']})", *warnings(snap)]
+
+
 def with_notes(text: str, snap: dict[str, Any]) -> str:
-    """``text`` (``rtdebug.stacks.format.render``) with the notes under its ``session ...`` header line."""
+    """``text`` (``rtdebug.stacks.format.render``) with the warnings first, before the verdict line (which is
+    made from signed answers only; a reader must know what it leaves out before reading it), and where the
+    answers came from under the ``session ...`` header line."""
     if "source" not in snap:
         return text
     lines = text.split("\n")
     at = next((i + 1 for i, ln in enumerate(lines) if ln.startswith("session ")), 0)
-    lines[at:at] = notes(snap)
-    return "\n".join(lines)
+    lines[at:at] = [f"(every rank of the job, through the {snap['source']})"]
+    return "\n".join([*warnings(snap), *lines])
