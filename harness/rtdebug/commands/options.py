@@ -59,6 +59,14 @@ def debug_options(
         "so peers of a paused rank do not time out",
     )
     g.add_argument(
+        "--stop-on",
+        default="",
+        metavar="COND[,COND]",
+        help="stop every rank in the debugger when training goes wrong: nonfinite (a NaN/Inf in the loss or a "
+        "DDP gradient bucket; nonfinite:deep also names the first module), disagree[:N] (replicas' parameters "
+        "differ, checked every N optimizer steps, default 100), step=N (before optimizer step N)",
+    )
+    g.add_argument(
         "--force-local",
         action="store_true",
         help="run the script's Ray Train trainer in local mode (num_workers=0) whatever it asks for",
@@ -113,6 +121,7 @@ OUR_FLAGS = {
     "--pg-timeout": 1,
     "--wait": 1,
     "--force-local": 0,
+    "--stop-on": 1,
     "--check-collectives": 0,
     "--hang-report": 1,
 }

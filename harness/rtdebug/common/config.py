@@ -11,6 +11,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from rtdebug.common import stopon
 from rtdebug.common.addresses import LOOPBACK, parse_allow
 from rtdebug.common.errors import usage
 from rtdebug.common.ports import DEFAULT_PORT_BASE, MAX_PORT, parse_rank_list
@@ -45,6 +46,7 @@ class RankConfig:
     force_local: bool = False
     check_collectives: bool = False  # TORCH_DISTRIBUTED_DEBUG=DETAIL for the ranks
     hang_report_s: float | None = None  # launcher only; None = rtdebug.launcher.hangwatch.default_hang_s
+    stop_on: str = ""  # --stop-on conditions (rtdebug.common.stopon), "" = off
     wait_ranks: frozenset[int] | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -61,6 +63,7 @@ class RankConfig:
         except ValueError as exc:
             raise usage(f"--debug-allow/--allow: {exc}") from None
         self.wait_ranks = parse_rank_list(self.wait)
+        self.stop_on = stopon.parse(self.stop_on).text()  # a bad condition fails here, before anything starts
 
     def waits(self, rank: int) -> bool:
         return self.wait_ranks is None or rank in self.wait_ranks
@@ -86,6 +89,8 @@ class RankConfig:
             env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"  # torch checks every collective's op/shape across ranks
         if self.hang_report_s is not None:
             env["RTDEBUG_HANG_REPORT"] = repr(self.hang_report_s)
+        if self.stop_on:
+            env[stopon.ENV] = self.stop_on
         return env
 
     @classmethod
@@ -108,6 +113,7 @@ class RankConfig:
                 force_local=env.get("RTDEBUG_FORCE_LOCAL") == "1",
                 check_collectives=env.get("RTDEBUG_CHECK_COLLECTIVES") == "1",
                 hang_report_s=float(env["RTDEBUG_HANG_REPORT"]) if env.get("RTDEBUG_HANG_REPORT") else None,
+                stop_on=env.get(stopon.ENV, ""),
             )
         except ValueError as exc:
             raise usage(f"bad RTDEBUG_* setting: {exc}") from None

@@ -48,6 +48,7 @@ def config(args: Any) -> tuple[Target, RankConfig]:
         post_mortem_wait_s=args.post_mortem_wait,
         pg_timeout_s=args.pg_timeout,
         force_local=args.force_local,
+        stop_on=args.stop_on,
     )
     return Target(args.target, list(args.args), module=args.module), cfg
 

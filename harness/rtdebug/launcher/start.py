@@ -36,6 +36,7 @@ def run_torchrun(parsed: argparse.Namespace, tokens: list[str]) -> int:
         force_local=parsed.force_local,
         check_collectives=parsed.check_collectives,
         hang_report_s=parsed.hang_report,
+        stop_on=parsed.stop_on,
     )
     parse_rank_list(cfg.wait, plan.max_world_size)
     return Launcher(plan, cfg, Registry()).run()

@@ -32,6 +32,10 @@ SAFEPATH_VAR = "RTDEBUG_SET_SAFEPATH"  # "1": the launcher set PYTHONSAFEPATH, n
 def arm_fixes(cfg: RankConfig) -> None:
     """The local-mode fixes, armed before the script runs (they apply when torch / Ray are imported)."""
     localmode.install(cfg.pg_timeout_s)
+    if cfg.stop_on:
+        from rtdebug.rank.stopon import arm
+
+        arm.install(cfg.stop_on)
     if cfg.force_local:
         from rtdebug.rank import forcelocal
 
@@ -57,7 +61,7 @@ def serve_and_run(target: Target, record: RankRecord, endpoint: Endpoint, cfg: R
     if wait:  # the client attaches before the script runs, so its imports would be traced; an eager
         preimport(target)  # rank without --wait stays untraced until a client comes (rtdebug.rank.tracing)
     endpoint.start(eager=cfg.eager or wait, warm_after=warmup.delay_s())
-    runtime.endpoint = endpoint
+    runtime.endpoint, runtime.record = endpoint, record
     record.ready(endpoint)
     if wait:
         print(f"rtdebug: rank {rank} waiting for a debugger on {endpoint.host}:{endpoint.port}", file=sys.stderr)

@@ -84,6 +84,7 @@ class RtdebugCallback(WorkerCallback, ControllerCallback):
         self.post_mortem_wait_s = float(env.get("RTDEBUG_POST_MORTEM_WAIT", DEFAULT_POST_MORTEM_WAIT_S))
         self.pg_timeout_s = float(env.get("RTDEBUG_PG_TIMEOUT", DEFAULT_PG_TIMEOUT_S))
         self.script = env.get("RTDEBUG_SCRIPT") or (sys.argv[0] if sys.argv else "?")
+        self.stop_on = env.get("RTDEBUG_STOP_ON", "")
         self.cwd = os.getcwd()
         self.registry_dir = str(Registry().root)
         self.driver_pid = os.getpid()
@@ -171,6 +172,10 @@ def _start_worker(cb: RtdebugCallback) -> None:
     os.environ.setdefault("RANK", str(rank))  # rtdebug.breakpoint(rank=...) before Ray's torch setup sets it
     localmode.install(cb.pg_timeout_s)
     collrec.arm(None, rank)  # in memory: the publisher answers job-wide stacks with collrec.snapshot()
+    if getattr(cb, "stop_on", ""):
+        from rtdebug.rank.stopon import arm
+
+        arm.install(cb.stop_on)
     _raise_ray_pg_timeout(cb.pg_timeout_s)
     # the actor's RPC methods (health check, poll_status) run on this thread: never suspend it
     threading.current_thread().pydev_do_not_trace = True  # type: ignore[attr-defined]
@@ -208,6 +213,7 @@ def _start_worker(cb: RtdebugCallback) -> None:
         print(f"rtdebug: rank {rank}: {message}", file=sys.stderr, flush=True)
         raise
     runtime.endpoint = _Worker.endpoint = endpoint
+    runtime.record = record
     record.ready(endpoint, debugpy_imported="debugpy" in sys.modules)
     runner = get_train_context().execution_context.training_thread_runner
     runner.run = _wrap_run(runner.run, cb, rank, wait, record, endpoint)

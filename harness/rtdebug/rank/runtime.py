@@ -6,5 +6,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rtdebug.rank.endpoint import Endpoint
+    from rtdebug.rank.record import RankRecord
 
 endpoint: Endpoint | None = None
+record: RankRecord | None = None  # this rank's registry entry (its --stop-on reason goes there)

@@ -17,6 +17,11 @@ def world_size(session: dict[str, Any]) -> int:
 
 def rank_state(r: dict[str, Any]) -> str:
     s = r["state"]
+    stop = r.get("stop")
+    if s in ("ready", "attached") and isinstance(stop, dict) and isinstance(stop.get("reason"), str):
+        kind = "".join(c for c in str(stop.get("kind"))[:12] if c.isalnum())
+        reason = "".join(c if c.isprintable() else "?" for c in stop["reason"][:120])
+        return f"stopped ({kind}: {reason})"
     if s == "ready" and r.get("wait") and r.get("attach_count", 0) == 0:
         return "ready (waiting)"
     if s == "ready" and r.get("attach_count", 0) > 0:

@@ -31,7 +31,7 @@ from rtdebug.registry import collseq
 from rtdebug.registry.files import Registry
 from rtdebug.stacks import dump as rankdump
 from rtdebug.stacks import group as stackgroup
-from rtdebug.stacks import verdict
+from rtdebug.stacks import stops, verdict
 from rtdebug.stacks.dump import SIGNAL, dump_file
 from rtdebug.stacks.native import native_dumps
 
@@ -301,4 +301,5 @@ def collect(
     # "incomplete": dumps that stopped short of the main thread's bottom
     snap = stackgroup.snapshot(sid, taken_at, start, dumps, unresponsive, pids, ended)
     snap["fallback"] = fallback
+    snap["stopped"] = stops.line(live)  # --stop-on: why the ranks stand still, said before anything else
     return verdict.annotate(snap, dumps, by_site=session.get("mode") == "adopted")

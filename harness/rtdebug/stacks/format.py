@@ -74,7 +74,8 @@ def render(snap: dict[str, Any], threads: bool = False, native: bool = False) ->
     """The full text: header, summary, then per-group frames (and other threads / native frames)."""
     n = sum(len(g["ranks"]) for g in snap["groups"]) + len(snap.get("unresponsive", []))
     taken = time.strftime("%H:%M:%S", time.localtime(snap["taken_at"]))
-    out = [snap["verdict"]] if snap.get("verdict") else []  # who the others wait for, before anything else
+    out = [snap["stopped"]] if snap.get("stopped") else []  # --stop-on: why they all stand still
+    out += [snap["verdict"]] if snap.get("verdict") else []  # who the others wait for, before anything else
     if snap.get("flight_note"):
         out.append(snap["flight_note"])
     out += [

@@ -1,0 +1,112 @@
+"""Arm ``--stop-on`` in a rank: hooks on what the job already does, installed once torch is imported.
+
+- ``Tensor.backward`` (``nonfinite``): before it, one reduction of the loss (``isfinite(loss).all()``, no
+  sync); after it -- DDP's buckets have been all-reduced and checked by then (``ddp``) -- one small vote:
+  an all-reduce of a world-size vector in which each rank marks whether it was an origin (a non-finite
+  loss, or a bucket non-finite before its all-reduce) and whether a bucket was non-finite after it. So
+  every rank learns the same event at the same step, with the origin ranks, and stops in the user's frame
+  that called ``backward()``, before ``optimizer.step()`` changes the weights. The vote is the only sync
+  this adds, and it comes where DDP's backward already waited for its all-reduces.
+- torch's global optimizer step hooks: the step clock (the first optimizer that steps), ``step=N``
+  (before step N, counting the steps taken) and ``disagree:N`` (``disagree``), in the frame that called
+  ``optimizer.step()``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from typing import Any
+
+from rtdebug.common import stopon
+from rtdebug.common.imports import when_imported
+from rtdebug.rank.stopon import ddp, halt
+
+_TORCH_DIR: list[str] = []
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+_state: dict[str, Any] = {"cond": stopon.StopOn(), "steps": 0, "clock": None, "loss_ok": None}
+
+
+def install(spec: str) -> stopon.StopOn:
+    """Arm the conditions in ``spec`` (``rtdebug.common.stopon``); off installs nothing."""
+    cond = stopon.parse(spec)
+    if cond.any:
+        _state["cond"] = cond
+        when_imported("torch", _on_torch)
+    return cond
+
+
+def steps() -> int:
+    """Optimizer steps this rank has taken (the step clock)."""
+    return int(_state["steps"])
+
+
+def user_frame(depth: int = 2) -> Any:
+    """The first frame outside torch and rtdebug above the caller: where the user called backward/step."""
+    f: Any = sys._getframe(depth)
+    while f is not None and f.f_code.co_filename.startswith((*_TORCH_DIR, _OWN_DIR)):
+        f = f.f_back
+    return f or sys._getframe(depth)
+
+
+def _on_torch(torch: Any) -> None:
+    _TORCH_DIR.append(os.path.dirname(torch.__file__) + os.sep)
+    cond: stopon.StopOn = _state["cond"]
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    register_optimizer_step_pre_hook(_before_step)
+    register_optimizer_step_post_hook(_after_step)
+    if cond.nonfinite:
+        _wrap_backward(torch)
+    if cond.nonfinite or cond.disagree_every is not None:  # disagree needs DDP's group and names only
+        ddp.patch(torch, check=cond.nonfinite, deep=cond.deep)
+
+
+def _wrap_backward(torch: Any) -> None:
+    original = torch.Tensor.backward
+
+    @functools.wraps(original)
+    def backward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            ok = torch.isfinite(self.detach()).all()
+        except Exception:  # not a float tensor: nothing to check
+            ok = None
+        ddp.begin_backward()
+        out = original(self, *args, **kwargs)
+        _after_backward(ok)
+        return out
+
+    torch.Tensor.backward = backward
+
+
+def _after_backward(loss_ok: Any) -> None:
+    local = ddp.end_backward(loss_ok is not None and not bool(loss_ok))
+    event = ddp.vote(local)
+    if event is None:
+        return
+    reason, origin = ddp.describe(event, local, steps())
+    halt.stop("nonfinite", reason, user_frame(1), origin, steps())
+
+
+def _before_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+    if _state["clock"] is None:
+        _state["clock"] = id(optimizer)  # the first optimizer that steps is the clock
+    if _state["clock"] != id(optimizer):
+        return
+    cond: stopon.StopOn = _state["cond"]
+    n = steps()
+    if cond.step is not None and n == cond.step:
+        halt.stop("step", f"before optimizer step {n}", user_frame(1), None, n)
+    if cond.disagree_every is not None and n > 0 and n % cond.disagree_every == 0:
+        from rtdebug.rank.stopon import disagree
+
+        found = disagree.check(optimizer, ddp.names(), ddp.replica_group())
+        if found is not None:
+            reason, odd = found
+            halt.stop("disagree", f"{reason} at step {n}", user_frame(1), odd, n)
+
+
+def _after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+    if _state["clock"] == id(optimizer):
+        _state["steps"] += 1
