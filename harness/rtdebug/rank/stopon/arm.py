@@ -25,16 +25,36 @@ from rtdebug.rank.stopon import ddp, halt
 
 _TORCH_DIR: list[str] = []
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
-_state: dict[str, Any] = {"cond": stopon.StopOn(), "steps": 0, "clock": None, "loss_ok": None}
+_state: dict[str, Any] = {"cond": stopon.StopOn(), "steps": 0, "clock": None, "installed": set()}
 
 
 def install(spec: str) -> stopon.StopOn:
-    """Arm the conditions in ``spec`` (``rtdebug.common.stopon``); off installs nothing."""
+    """Arm the conditions in ``spec`` (``rtdebug.common.stopon``), replacing any armed before; off installs
+    nothing. Also on a running rank (``configure``): hooks go in once, and read the conditions each time."""
     cond = stopon.parse(spec)
+    _state["cond"] = cond
     if cond.any:
-        _state["cond"] = cond
         when_imported("torch", _on_torch)
     return cond
+
+
+def configure(spec: str) -> str:
+    """``--stop-on`` set on a running rank (the VS Code command evaluates this through DAP; ``rtdebug adopt``
+    calls it): one line saying what this rank now stops on. DDP models made before it are checked too."""
+    from rtdebug.common.errors import HarnessError
+
+    try:
+        cond = install(spec)
+    except HarnessError as exc:
+        return f"rtdebug: {exc.message}"
+    rank = os.environ.get("RANK", "0")
+    if cond.any and "torch" in sys.modules:
+        ddp.adopt_existing(check=cond.nonfinite)
+    return f"rtdebug: rank {rank} stops on {cond.text()}" if cond.any else f"rtdebug: rank {rank}: --stop-on is off"
+
+
+def armed_nonfinite() -> bool:
+    return bool(_state["cond"].nonfinite)
 
 
 def steps() -> int:
@@ -51,16 +71,21 @@ def user_frame(depth: int = 2) -> Any:
 
 
 def _on_torch(torch: Any) -> None:
-    _TORCH_DIR.append(os.path.dirname(torch.__file__) + os.sep)
+    done: set[str] = _state["installed"]
+    if not _TORCH_DIR:
+        _TORCH_DIR.append(os.path.dirname(torch.__file__) + os.sep)
     cond: stopon.StopOn = _state["cond"]
-    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+    if "steps" not in done:
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-    register_optimizer_step_pre_hook(_before_step)
-    register_optimizer_step_post_hook(_after_step)
-    if cond.nonfinite:
+        register_optimizer_step_pre_hook(_before_step)
+        register_optimizer_step_post_hook(_after_step)
+        done.add("steps")
+    if cond.nonfinite and "backward" not in done:
         _wrap_backward(torch)
+        done.add("backward")
     if cond.nonfinite or cond.disagree_every is not None:  # disagree needs DDP's group and names only
-        ddp.patch(torch, check=cond.nonfinite, deep=cond.deep)
+        ddp.patch(torch, deep=cond.deep)
 
 
 def _wrap_backward(torch: Any) -> None:
@@ -68,6 +93,8 @@ def _wrap_backward(torch: Any) -> None:
 
     @functools.wraps(original)
     def backward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not _state["cond"].nonfinite:
+            return original(self, *args, **kwargs)
         try:
             ok = torch.isfinite(self.detach()).all()
         except Exception:  # not a float tensor: nothing to check

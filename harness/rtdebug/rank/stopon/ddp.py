@@ -23,6 +23,7 @@ _order: dict[int, int] = {}  # id(parameter) -> its place in the module's own or
 _modules: dict[int, str] = {}  # id(module) -> its qualified name (for nonfinite:deep)
 _step: dict[str, Any] = {"origin": None, "post": None, "deep": None}
 _group: dict[str, Any] = {"pg": None}
+_patched: dict[str, Any] = {}
 
 
 def names() -> dict[int, str]:
@@ -34,36 +35,27 @@ def replica_group() -> Any:
     return _group["pg"]
 
 
-def patch(torch: Any, check: bool = True, deep: bool = False) -> None:
-    """Learn every DDP module's parameter names and group; with ``check``, put our comm hook on it."""
+def patch(torch: Any, deep: bool = False) -> None:
+    """Every DDP module made from now on gets our comm hook (it checks buckets only while ``nonfinite`` is
+    armed) and tells us its parameter names and group."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    if deep and "deep" not in _patched:
+        from torch.nn.modules.module import register_module_forward_hook
+
+        register_module_forward_hook(_forward)
+        _patched["deep"] = True
     if getattr(DDP, "_rtdebug_stopon", False):
         return
     init, register, builtin = DDP.__init__, DDP.register_comm_hook, DDP._register_builtin_comm_hook
+    _patched["register"] = register
 
     @functools.wraps(init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **kwargs)
-        _group["pg"] = self.process_group
-        for i, (name, p) in enumerate(self.module.named_parameters()):
-            _names[id(p)], _order[id(p)] = name, i
-        for name, m in self.module.named_modules():
-            _modules[id(m)] = name or type(m).__name__
-        if not check:
-            return
-        try:
-            import torch.distributed as dist
+        from rtdebug.rank.stopon import arm
 
-            # DDP checks a hook's annotations as objects (this module's are strings: __future__)
-            _checked.__annotations__ = {"bucket": dist.GradBucket, "return": torch.futures.Future[torch.Tensor]}
-            hook = Hook(self.process_group)
-            register(self, hook, _checked)
-            self._rtdebug_hook = hook
-        except Exception as exc:  # never the job's failure: it trains on, unchecked, and says so once
-            print(
-                f"rtdebug: --stop-on nonfinite cannot check this DDP model's gradient buckets: {exc}", file=sys.stderr
-            )
+        setup(self, hook=arm.armed_nonfinite())  # disagree alone keeps DDP's own C++ all-reduce
 
     @functools.wraps(register)
     def register_comm_hook(self: Any, state: Any, hook: Any) -> None:
@@ -85,10 +77,40 @@ def patch(torch: Any, check: bool = True, deep: bool = False) -> None:
     DDP.__init__, DDP.register_comm_hook = __init__, register_comm_hook
     DDP._register_builtin_comm_hook = _register_builtin_comm_hook
     DDP._rtdebug_stopon = True
-    if deep:
-        from torch.nn.modules.module import register_module_forward_hook
 
-        register_module_forward_hook(_forward)
+
+def setup(model: Any, hook: bool = True) -> None:
+    """Learn ``model``'s parameter names and group, and (``hook``) put our comm hook on it."""
+    _group["pg"] = model.process_group
+    for i, (name, p) in enumerate(model.module.named_parameters()):
+        _names[id(p)], _order[id(p)] = name, i
+    for name, m in model.module.named_modules():
+        _modules[id(m)] = name or type(m).__name__
+    if not hook:
+        return
+    try:
+        import torch
+        import torch.distributed as dist
+
+        # DDP checks a hook's annotations as objects (this module's are strings: __future__)
+        _checked.__annotations__ = {"bucket": dist.GradBucket, "return": torch.futures.Future[torch.Tensor]}
+        state = Hook(model.process_group)
+        _patched["register"](model, state, _checked)
+        model._rtdebug_hook = state
+    except Exception as exc:  # never the job's failure (a user hook set before us, say): it trains on, unchecked
+        print(f"rtdebug: --stop-on nonfinite cannot check this DDP model's buckets: {exc}", file=sys.stderr)
+
+
+def adopt_existing(check: bool = True) -> int:
+    """DDP models made before ``--stop-on`` was set on a running rank: found once (``gc``), set up."""
+    import gc
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    found = [o for o in gc.get_objects() if isinstance(o, DDP) and not hasattr(o, "_rtdebug_hook")]
+    for model in found:
+        setup(model, hook=check)
+    return len(found)
 
 
 class Hook:
@@ -103,6 +125,10 @@ class Hook:
 def _checked(state: Hook, bucket: Any) -> Any:
     import torch
 
+    from rtdebug.rank.stopon import arm
+
+    if not arm.armed_nonfinite():
+        return state.inner[1](state.inner[0], bucket)
     mask = torch.isfinite(bucket.buffer())
     pre_ok = mask.all()
     inner_state, inner = state.inner
