@@ -160,3 +160,20 @@ def test_a_bad_condition_is_one_line_and_nothing_starts(spec, message, registry_
         r = rtdebug(*cmd, str(TRAIN))
         assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].startswith(message), r.stderr
     assert not any(registry_dir.iterdir()) if registry_dir.exists() else True
+
+
+PROBE = """
+import torch, torch.optim.optimizer as o
+from torch.nn.parallel import DistributedDataParallel as DDP
+print("PROBE", hasattr(torch.Tensor.backward, "__wrapped__"), len(o._global_optimizer_pre_hooks),
+      getattr(DDP, "_rtdebug_stopon", False))
+"""
+
+
+@pytest.mark.parametrize("stop_on,want", [(None, "PROBE False 0 False"), ("nonfinite", "PROBE True 1 True")])
+def test_off_installs_nothing(job, registry_dir, port_base, tmp_path, stop_on, want):
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE)
+    j = job("run", "--port", str(port_base), *(["--stop-on", stop_on] if stop_on else []), str(script))
+    assert j.wait(120) == 0, j.output()[-2000:]
+    assert want in j.output()
