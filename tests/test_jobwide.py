@@ -444,6 +444,29 @@ def test_planted_answers_and_done_counts_for_future_requests_change_nothing(stor
                 c.delete_key(key)
 
 
+def test_answers_are_taken_as_counted_while_a_silent_rank_is_waited_for(store, ranks):
+    """Rank 3 never answers, so this request waits its whole timeout; meanwhile another request comes and
+    every rank, answering it, deletes its answer to this one (a store keeps one per rank). The answers
+    were taken when they were counted, so this request still has ranks 0-2."""
+    import threading
+
+    with TCPStoreClient("127.0.0.1", store.port) as c:
+        n = c.add(c10d.dump_seq_key(RUN), 0) + 1
+        got: dict = {}
+        slow = threading.Thread(target=lambda: got.update(jobwide.from_store(c, session(4), [SECRET], timeout=4)))
+        slow.start()
+        with TCPStoreClient("127.0.0.1", store.port) as other:
+            deadline = time.monotonic() + 10
+            while len([k for k in other.list_keys() if k.startswith(f"rtdebug/{RUN}/dump/{n}/")]) < 4:
+                assert time.monotonic() < deadline  # three answers and the count, under request n's nonce
+                time.sleep(0.01)
+            assert grouped(jobwide.from_store(other, session(), [SECRET], timeout=5)) == WANT
+            left = [k for k in other.list_keys() if k.startswith(f"rtdebug/{RUN}/dump/{n}/")]
+            assert [k.rsplit("/", 1)[1] for k in left] == ["done"], left  # the answers to n are gone
+        slow.join()
+    assert grouped(got) == WANT and got["unresponsive"] == [3], got["unresponsive_detail"]
+
+
 class _Racer(TCPStoreClient):
     """The requester's connection, with a store writer who saw the request's nonce (it is not secret) at
     once: before any rank can, they raise its done count past every rank and write an unsigned answer

@@ -79,32 +79,48 @@ def annotate(snap: dict[str, Any], dumps: dict[int, Entry], by_site: bool = Fals
 
 
 def _gather(
-    fetch: Fetch, keys: dict[int, str], n: int, nonce: str, known: list[str], deadline: float
+    fetch: Fetch,
+    keys: dict[int, str],
+    n: int,
+    nonce: str,
+    known: list[str],
+    deadline: float,
+    count: Callable[[], int] | None = None,
 ) -> tuple[dict[int, Entry], dict[int, str]]:
     """Each asked rank's answer, read through ``fetch`` until all are signed by a known secret (or none is
-    known) or the deadline; a value is parsed once. (dumps, rank -> why its answer is not valid)."""
+    known) or the deadline; a value is parsed once. (dumps, rank -> why its answer is not valid).
+
+    ``count`` (c10d's done count): answers are read each time it moves, so one is taken as soon as it is
+    counted (its rank deletes it when it answers the next request, maybe another requester's), and every
+    ``REREAD_S`` once it says all are in (it is a hint: anyone may have raised it). Without one, every
+    ``REREAD_S``."""
     dumps: dict[int, Entry] = {}
     unsigned: dict[int, Entry] = {}
     invalid: dict[int, str] = {}
     seen: dict[int, bytes] = {}
+    counted, next_read = 0, 0.0
     while True:
-        missing = [r for r in keys if r not in dumps]
-        for r, raw in zip(missing, fetch([keys[r] for r in missing]), strict=True):
-            if not raw or seen.get(r) == raw:
-                continue
-            seen[r] = raw
-            dump, why = answer.parse(keys[r], raw, r, n, nonce, known)
-            if why == answer.OTHER_REQUEST:  # the rank's answer to an earlier request (Ray: one key per rank)
-                continue
-            if dump is None:
-                invalid[r] = why or "?"
-            elif dump["verified"] or not known:
-                dumps[r] = dump
-            else:  # taken only if nothing signed comes: the rank's own answer may still overwrite it
-                unsigned[r] = dump
-        if len(dumps) == len(keys) or time.monotonic() >= deadline:
+        now = time.monotonic()
+        got = count() if count is not None else len(keys)
+        if got != counted or (got >= len(keys) and now >= next_read) or now >= deadline:
+            counted, next_read = got, now + REREAD_S
+            missing = [r for r in keys if r not in dumps]
+            for r, raw in zip(missing, fetch([keys[r] for r in missing]), strict=True):
+                if not raw or seen.get(r) == raw:
+                    continue
+                seen[r] = raw
+                dump, why = answer.parse(keys[r], raw, r, n, nonce, known)
+                if why == answer.OTHER_REQUEST:  # the rank's answer to an earlier request (Ray: one key per rank)
+                    continue
+                if dump is None:
+                    invalid[r] = why or "?"
+                elif dump["verified"] or not known:
+                    dumps[r] = dump
+                else:  # taken only if nothing signed comes: the rank's own answer may still overwrite it
+                    unsigned[r] = dump
+        if len(dumps) == len(keys) or now >= deadline:
             break
-        time.sleep(REREAD_S)
+        time.sleep(POLL_S)
     for r, dump in unsigned.items():
         dumps.setdefault(r, dump)
     return dumps, {r: why for r, why in invalid.items() if r not in dumps}
@@ -129,10 +145,13 @@ def from_store(
     n, nonce = _number(client, run_id), answer.new_nonce()
     req, done = c10d.dump_key(run_id, n), c10d.dump_done_key(run_id, n, nonce)
     client.set(req, answer.request(req, n, nonce, known))
+
+    def fetch(keys: list[str]) -> list[bytes | None]:
+        return client.multi_get(keys) if keys else []
+
     try:
-        _wait_count(lambda: client.add(done, 0), len(ask), start + timeout)
         keys = {r: c10d.answer_key(run_id, n, nonce, r) for r in ask}
-        dumps, invalid = _gather(lambda k: client.multi_get(k) if k else [], keys, n, nonce, known, start + timeout)
+        dumps, invalid = _gather(fetch, keys, n, nonce, known, start + timeout, lambda: client.add(done, 0))
     finally:
         # the request before the count: a rank that counts after this finds no request and deletes its count
         for key in (req, done):
@@ -156,11 +175,6 @@ def _silent(
                 if r in unverified
                 else ""
             )
-
-
-def _wait_count(count: Callable[[], int], want: int, deadline: float) -> None:
-    while want and count() < want and time.monotonic() < deadline:
-        time.sleep(POLL_S)
 
 
 def from_kv(kv: Any, session: Entry, known: list[str], ranks: frozenset[int] | None = None, timeout: float = 3.0):
