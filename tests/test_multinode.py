@@ -364,9 +364,9 @@ def test_hang_one_grouped_answer_for_every_rank_of_two_nodes(hosts, tmp_path):
         time.sleep(1)
     assert grouped(snap) == want, (snap, hosts.trouble())
     assert snap["source"] == f"store {store}" and snap["unverified"] == [] and snap["unresponsive"] == []
-    # each rank's answer carries its collective record: the verdict names rank 1, elsewhere than ALLREDUCE #4
+    # each rank's answer carries its collective position: the verdict names rank 1, elsewhere than ALLREDUCE #4
     assert snap["culprit"] == 1, snap["verdict"]
-    assert snap["verdict"].startswith("rank 1 never entered ALLREDUCE #4 (hang.py:"), snap["verdict"]
+    assert snap["verdict"].startswith("rank 1 is in BARRIER #4 (hang.py:"), snap["verdict"]  # Flight Recorder's
     text = hosts.rtdebug("lap", "stacks", "--store", store)
     assert text.returncode == 0, text.stderr
     assert group_line(text.stdout, "ranks 0,2-3", reduce_at) and group_line(text.stdout, "rank 1", barrier_at)
@@ -398,4 +398,102 @@ def test_hang_one_grouped_answer_for_every_rank_of_two_nodes(hosts, tmp_path):
     report = hosts.log("n0", tail=1 << 30).split("rtdebug: no rank's stack has changed for ", 1)[1]
     report = report.split("\n\n", 1)[0].replace("\n  ", "\n")  # the report's summary lines
     assert group_line(report, "ranks 0,2-3", reduce_at) and group_line(report, "rank 1", barrier_at), report
-    assert "where every rank is:\nrank 1 never entered ALLREDUCE #4 (hang.py:" in report, report  # the culprit
+    assert "where every rank is:\nrank 1 is in BARRIER #4 (hang.py:" in report, report  # the culprit
+
+
+# -- the default secret: no RTDEBUG_JOB_SECRET anywhere ------------------------------------------------------
+@pytest.fixture
+def bare_hosts(tmp_path, monkeypatch):
+    """Hosts with no job secret set anywhere: each node signs with its user's default secret file."""
+    for var in ("RTDEBUG_JOB_SECRET", "RTDEBUG_JOB_SECRET_FILE"):
+        monkeypatch.delenv(var, raising=False)
+    yield from hosts_up(tmp_path)
+
+
+def home_env(home: Path) -> dict[str, str]:
+    """A node whose user's home is ``home`` (its default secret: ``home``/.config/rtdebug/job.secret)."""
+    return {"HOME": str(home), "XDG_CONFIG_HOME": ""}
+
+
+def start_hang(hosts: Hosts, homes: dict[str, Path]) -> tuple[str, str]:
+    """examples/hang.py on 2 nodes x 1 rank (rank 1 waits in barrier, rank 0 in all_reduce), each node with
+    its own home; (where rank 0 waits, where rank 1 waits) as ``grouped`` names them."""
+    for node in ("n0", "n1"):
+        args = ["torchrun", "--hang-report", "6", "--pg-timeout", "300", *node_args(hosts, node, [str(HANG)])]
+        hosts.start(node, args, **home_env(homes[node]))
+    wait_view(hosts, "n0", 2)
+    return (
+        f"train_step (hang.py:{marker_line(HANG, 'hang all_reduce')})",
+        f"evaluate (hang.py:{marker_line(HANG, 'hang barrier')})",
+    )
+
+
+def hang_report(hosts: Hosts, node: str) -> str:
+    """The node's first automatic no-progress report, unindented, up to its first blank line."""
+    deadline = time.monotonic() + 90
+    while "rtdebug: no rank's stack has changed for " not in hosts.log(node, tail=1 << 30):
+        assert time.monotonic() < deadline, hosts.trouble()
+        time.sleep(1)
+    time.sleep(1)  # the rest of the report is written with its first line
+    report = hosts.log(node, tail=1 << 30).split("rtdebug: no rank's stack has changed for ", 1)[1]
+    return report.split("\n\n", 1)[0].replace("\n  ", "\n")
+
+
+def test_no_secret_set_anywhere_a_shared_home_answers_for_every_rank(bare_hosts, tmp_path):
+    """Both nodes share one home and nobody set a secret: the first launcher makes the default secret file
+    there, both sign with it, so `stacks` on either node gets every rank's answer, verified, and node 0's
+    automatic hang report covers both nodes."""
+    hosts = bare_hosts
+    home = tmp_path / "home"
+    reduce_at, barrier_at = start_hang(hosts, {"n0": home, "n1": home})
+    want = {(0,): reduce_at, (1,): barrier_at}
+    env = tuple(f"{k}={v}" for k, v in home_env(home).items())
+    # a verdict made of both ranks' signed answers (only those count)
+    lines = (marker_line(HANG, "hang all_reduce"), marker_line(HANG, "hang barrier"))
+    verdict = (
+        f"ranks are blocked in different collectives: rank 0 in ALLREDUCE #4 (hang.py:{lines[0]}); "
+        f"rank 1 in BARRIER #4 (hang.py:{lines[1]})"
+    )
+    for node in ("n0", "n1"):
+        deadline = time.monotonic() + 120
+        while grouped(snap := stacks_json(hosts, node, env=env)) != want:
+            assert time.monotonic() < deadline, (snap, hosts.trouble())
+            time.sleep(1)
+        assert snap["unverified"] == [] and snap["unresponsive"] == [], snap
+        assert (snap["verdict"] or "").startswith(verdict), snap["verdict"]
+    secret = home / ".config" / "rtdebug" / "job.secret"
+    assert secret.stat().st_mode & 0o777 == 0o600 and secret.parent.stat().st_mode & 0o777 == 0o700
+    report = hang_report(hosts, "n0")
+    assert group_line(report, "rank 0", reduce_at) and group_line(report, "rank 1", barrier_at), report
+    assert "another job secret" not in report
+
+
+def test_nodes_with_different_default_secrets_are_said_in_one_line(bare_hosts, tmp_path):
+    """Each node has a home of its own, so a default secret of its own: `stacks` on node 0 shows its rank,
+    and says in one line, before the verdict, that rank 1 uses another secret and how to fix it; so does
+    node 0's hang report."""
+    hosts = bare_hosts
+    homes = {"n0": tmp_path / "home0", "n1": tmp_path / "home1"}
+    reduce_at, _ = start_hang(hosts, homes)
+    line = (
+        "warning: rank 1 uses another job secret than this machine (so it ignores its request): set "
+        "RTDEBUG_JOB_SECRET to the same value on every node, or share ~/.config/rtdebug (the default secret) "
+        "between them"
+    )
+    env = tuple(f"{k}={v}" for k, v in home_env(homes["n0"]).items())
+    deadline = time.monotonic() + 120
+    while True:
+        r = hosts.run("n0", "env", *env, PY, "-m", "rtdebug", "stacks")
+        assert r.returncode == 0, r.stderr
+        if group_line(r.stdout, "rank 0", reduce_at) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    lines = r.stdout.splitlines()
+    assert group_line(r.stdout, "rank 0", reduce_at) and lines[0] == line, r.stdout
+    assert [ln for ln in lines if "another job secret" in ln] == [line]
+    assert (tmp_path / "home0" / ".config" / "rtdebug" / "job.secret").read_text() != (
+        tmp_path / "home1" / ".config" / "rtdebug" / "job.secret"
+    ).read_text()
+    report = hang_report(hosts, "n0")
+    assert report.split("\n", 1)[1].startswith(line + "\n"), report  # after "... where every rank is:"
+    assert [ln for ln in report.splitlines() if "another job secret" in ln] == [line]
