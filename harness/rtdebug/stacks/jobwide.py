@@ -31,6 +31,10 @@ POLL_S = 0.01
 REREAD_S = 0.05  # answers re-read while some are missing though the count says done (a count is a hint)
 Entry = dict[str, Any]
 Fetch = Callable[[list[str]], list[bytes | None]]
+# why a silent rank whose entry no secret here verifies did not answer (its node has another secret)
+OTHER_SECRET = (
+    " (its entry is not signed with a secret known here: it answers only requests signed with its job's secret)"
+)
 
 
 def split_ranks(session: Entry, ranks: frozenset[int] | None) -> tuple[list[int], dict[int, str], list[Entry]]:
@@ -169,12 +173,7 @@ def _silent(
         if r in invalid:
             unresponsive[r] = f"its answer is not valid: {invalid[r]}"
         elif r not in dumps:
-            unresponsive[r] = f"no answer within {timeout:g} s" + (
-                " (its entry is not signed with a secret known here: it answers only requests signed with its "
-                "job's secret)"
-                if r in unverified
-                else ""
-            )
+            unresponsive[r] = f"no answer within {timeout:g} s" + (OTHER_SECRET if r in unverified else "")
 
 
 def from_kv(kv: Any, session: Entry, known: list[str], ranks: frozenset[int] | None = None, timeout: float = 3.0):
@@ -203,7 +202,7 @@ def from_kv(kv: Any, session: Entry, known: list[str], ranks: frozenset[int] | N
 
 def other_secret(snap: dict[str, Any]) -> list[int]:
     """Ranks that did not answer because their entries carry another job secret than this machine's."""
-    return [u["rank"] for u in snap.get("unresponsive_detail", []) if "(its entry is not signed" in u["reason"]]
+    return [u["rank"] for u in snap.get("unresponsive_detail", []) if u["reason"].endswith(OTHER_SECRET)]
 
 
 def warnings(snap: dict[str, Any]) -> list[str]:
