@@ -120,7 +120,9 @@ def _add_attach(sub) -> None:
         help="wait for rank N and print what a client needs to attach",
         description="Wait until a rank is ready, then print host:port and a debugpy attach config.",
     )
-    p.add_argument("--rank", type=int, required=True)
+    p.add_argument(
+        "--rank", required=True, metavar="N|SEL", help="a rank, or mesh coordinates: tp=1, dp=0,tp=*, pp=1:3, dp=(0,2)"
+    )
     p.add_argument("--session", type=_session_id, help="session id (default: the newest live session)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="seconds to wait (default 60)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -206,7 +208,9 @@ def _add_stacks(sub) -> None:
         "With no session here: the job $RTDEBUG_STORE or $RAY_ADDRESS names (as for ps).",
     )
     p.add_argument("--session", type=_session_id, help="session id (default: the newest live session)")
-    p.add_argument("--rank", metavar="RANKS", help="ranks to dump, e.g. 0 or 0,2-3 (default: all)")
+    p.add_argument(
+        "--rank", metavar="RANKS", help="ranks to dump: 0 or 0,2-3, or mesh coordinates: dp=0,tp=* (default: all)"
+    )
     p.add_argument("--json", action="store_true", help="one JSON object (what the VS Code extension reads)")
     p.add_argument("--native", action="store_true", help="add native frames with py-spy (needs ptrace rights)")
     p.add_argument("--threads", action="store_true", help="also print every rank's other threads")

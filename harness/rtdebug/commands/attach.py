@@ -1,4 +1,5 @@
-"""``rtdebug attach --rank N``: wait until rank N can be attached, then print what a client needs.
+"""``rtdebug attach --rank N`` (or ``--rank tp=1``: mesh coordinates, every rank they choose): wait until the
+rank can be attached, then print what a client needs.
 
 A rank entry no job secret here verifies (a remote store or Ray KV entry anyone on that network could
 have written) is never handed out by default: only when the user names its session with ``--session``,
@@ -14,6 +15,7 @@ import time
 from typing import Any
 
 from rtdebug.commands import vsconfigs
+from rtdebug.common import selector
 from rtdebug.common.addresses import is_own
 from rtdebug.common.errors import HarnessError, usage
 from rtdebug.common.procinfo import is_alive
@@ -87,19 +89,69 @@ def _check_trust(entry: Entry, session: Entry, rank: int, explicit: bool) -> boo
     return local
 
 
+def _chosen(views: Views, session: Entry, spec: str, timeout: float) -> list[int]:
+    """The ranks a mesh selector chooses, once the session's verified entries name their meshes (a rank
+    publishes a mesh when the job makes it: wait for that as for readiness)."""
+    sid = session["session_id"]
+    deadline = time.monotonic() + timeout
+    while True:
+        current = views.session(sid) or session
+        known = [e for e in current.get("ranks", []) if e.get("verified") is not False]
+        if selector.dims_of(known) or time.monotonic() > deadline:
+            ranks = sorted(selector.resolve(spec, known))
+            if not ranks:
+                raise usage(f"--rank {spec} selects no rank")
+            return ranks
+        time.sleep(0.1)
+
+
 def command(
-    rank: int, session_id: str | None, timeout: float, as_json: bool, to_vscode: bool, opts: ViewOptions | None = None
+    rank: int | str,
+    session_id: str | None,
+    timeout: float,
+    as_json: bool,
+    to_vscode: bool,
+    opts: ViewOptions | None = None,
 ) -> int:
+    """``rank``: a rank number, or a mesh selector (``tp=1``): then every rank it chooses, one after another."""
     reg = Registry()
     prune(reg)
     views = Views.open(opts, reg)
     session = views.find_session(session_id)
     sid = session["session_id"]
     world = world_size(session)
-    if not 0 <= rank < world:
-        raise usage(f"rank {rank} is out of range: session {sid} has world size {world}")
+    if isinstance(rank, str) and selector.is_mesh(rank):
+        ranks = _chosen(views, session, rank, timeout)
+    else:
+        try:
+            ranks = [int(rank)]
+        except ValueError:
+            raise usage(f"--rank {rank!r}: a rank number or mesh coordinates such as tp=1 or dp=0,tp=*") from None
+    for r in ranks:
+        if not 0 <= r < world:
+            raise usage(f"rank {r} is out of range: session {sid} has world size {world}")
+    answers = [_attach_one(views, reg, session, r, timeout, session_id is not None) for r in ranks]
+    if as_json:
+        print(json.dumps(answers[0] if len(answers) == 1 else answers, indent=1))
+    else:
+        for a in answers:
+            print(f"{a['host']}:{a['port']}")
+            print(json.dumps(a["configuration"], indent=2))
+    if to_vscode:
+        for r in ranks:
+            uri = URI.format(sid=sid, rank=r)
+            code = shutil.which("code")
+            if code is None:
+                print(f"rtdebug: `code` is not on PATH; open this URI in VS Code: {uri}", file=sys.stderr)
+            else:
+                subprocess.run([code, "--open-url", uri], check=False)
+    return 0
+
+
+def _attach_one(views: Views, reg: Registry, session: Entry, rank: int, timeout: float, explicit: bool) -> Entry:
+    sid = session["session_id"]
     entry = _rank_ready(views, reg, sid, rank, timeout)
-    local = _check_trust(entry, session, rank, explicit=session_id is not None)
+    local = _check_trust(entry, session, rank, explicit=explicit)
     if entry.get("node_ip"):  # a rank on another node (store view): loopback there needs a tunnel
         from rtdebug.views.store import connect_host
 
@@ -112,30 +164,17 @@ def command(
         entry["port"],
         entry.get("cwd", "${workspaceFolder}"),
     )
-    if as_json:
-        print(
-            json.dumps(
-                {
-                    "session_id": sid,
-                    "rank": rank,
-                    "host": entry["host"],
-                    "port": entry["port"],
-                    "state": entry["state"],
-                    "verified": entry.get("verified") is not False,
-                    "local": local,
-                    "configuration": config,
-                },
-                indent=1,
-            )
-        )
-    else:
-        print(f"{entry['host']}:{entry['port']}")
-        print(json.dumps(config, indent=2))
-    if to_vscode:
-        uri = URI.format(sid=sid, rank=rank)
-        code = shutil.which("code")
-        if code is None:
-            print(f"rtdebug: `code` is not on PATH; open this URI in VS Code: {uri}", file=sys.stderr)
-        else:
-            subprocess.run([code, "--open-url", uri], check=False)
-    return 0
+    out = {
+        "session_id": sid,
+        "rank": rank,
+        "host": entry["host"],
+        "port": entry["port"],
+        "state": entry["state"],
+        "verified": entry.get("verified") is not False,
+        "local": local,
+        "configuration": config,
+    }
+    coords = selector.label(entry)
+    if coords:
+        out["coords"] = coords
+    return out

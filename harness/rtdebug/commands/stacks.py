@@ -12,6 +12,7 @@ import json
 import os
 from typing import Any
 
+from rtdebug.common import selector
 from rtdebug.common.errors import HarnessError, usage
 from rtdebug.common.ports import parse_rank_list
 from rtdebug.registry.files import Registry
@@ -29,9 +30,19 @@ from rtdebug.views.local import LocalView
 HISTORY_MAX = 64  # what each rank sends (rtdebug.stacks.flight.KEEP)
 
 
-def _ranks(session: dict[str, Any], rank_spec: str | None) -> frozenset[int] | None:
+def _ranks(session: dict[str, Any], rank_spec: str | None, entries: list[dict] | None = None) -> frozenset[int] | None:
+    """The ranks ``--rank`` chooses: rank numbers, or mesh coordinates (``dp=0,tp=*``) resolved against the
+    session's verified rank entries (``entries``, else the session's own ``ranks``)."""
     if rank_spec is None:
         return None
+    if selector.is_mesh(rank_spec):
+        known = [
+            e for e in (entries if entries is not None else session.get("ranks", [])) if e.get("verified") is not False
+        ]
+        chosen = selector.resolve(rank_spec, known)
+        if not chosen:
+            raise usage(f"--rank {rank_spec} selects no rank")
+        return chosen
     try:
         ranks = parse_rank_list(rank_spec, world_size(session))  # None = all
     except HarnessError as exc:
@@ -106,7 +117,7 @@ def _local_snapshot(session_id: str | None, rank_spec: str | None, native: bool,
             return _store_snapshot(session["store"], session["session_id"], rank_spec, timeout)
         except HarnessError:
             pass  # the store is not answering: this node's ranks at least
-    ranks = _ranks(session, rank_spec)
+    ranks = _ranks(session, rank_spec, reg.ranks(session["session_id"]))
     live, _ = select_ranks(reg, session, ranks)
     if not live:
         raise HarnessError(

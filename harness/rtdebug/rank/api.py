@@ -38,14 +38,37 @@ def _connected() -> bool:
     return False
 
 
-def breakpoint(rank: int | Iterable[int] | None = None, *, timeout: float = 0.0) -> bool:  # noqa: A001
-    """Stop in the caller's frame if this is one of ``rank`` and a client is attached.
+def _chosen(selector_text: str, me: int) -> bool:
+    """Whether this rank's mesh coordinates match ``selector_text`` (``tp=1``); a bad selector is one line."""
+    from rtdebug.common import selector
+    from rtdebug.common.errors import HarnessError
+    from rtdebug.rank import meshes
+
+    mine = meshes.coords()
+    try:
+        terms = selector.parse(selector_text, "rtdebug.breakpoint(rank=...)")
+        sizes = {d: s for m in meshes.published() for d, s in zip(m["dims"], m["shape"], strict=False)}
+        selector.check(terms, sizes, "rtdebug.breakpoint(rank=...)")
+    except HarnessError as exc:
+        print(f"rtdebug: rank {me}: {exc.message}", file=sys.stderr)
+        return False
+    return selector.matches(terms, mine)
+
+
+def breakpoint(rank: int | Iterable[int] | str | None = None, *, timeout: float = 0.0) -> bool:  # noqa: A001
+    """Stop in the caller's frame if this is one of ``rank`` (a rank, ranks, or mesh coordinates such as
+    ``"tp=1"`` or ``"dp=0,tp=*"``) and a client is attached.
 
     Returns True if the debugger stopped here, False if this rank was skipped or
     no client attached within ``timeout`` seconds.
     """
-    wanted = _wanted(rank)
     me = current_rank()
+    if isinstance(rank, str):
+        if not _chosen(rank, me):
+            return False
+        wanted = None
+    else:
+        wanted = _wanted(rank)
     if wanted is not None and me not in wanted:
         return False
     if not _connected() and timeout > 0 and runtime.endpoint is not None:

@@ -20,7 +20,7 @@ from rtdebug.common import lifetime, rankenv
 from rtdebug.common.config import RankConfig, Target
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.ports import port_for_rank
-from rtdebug.rank import collrec, localmode, postmortem, publish, runtime, warmup
+from rtdebug.rank import collrec, localmode, meshes, postmortem, publish, runtime, warmup
 from rtdebug.rank.endpoint import Endpoint, debugger_active
 from rtdebug.rank.execute import execute, preimport, print_failure
 from rtdebug.rank.record import RankRecord
@@ -32,6 +32,7 @@ SAFEPATH_VAR = "RTDEBUG_SET_SAFEPATH"  # "1": the launcher set PYTHONSAFEPATH, n
 def arm_fixes(cfg: RankConfig) -> None:
     """The local-mode fixes, armed before the script runs (they apply when torch / Ray are imported)."""
     localmode.install(cfg.pg_timeout_s)
+    meshes.arm()  # each DeviceMesh the job makes goes into the rank's entry (mesh selectors: dp=0,tp=*)
     if cfg.stop_on:
         from rtdebug.rank.stopon import arm
 

@@ -172,6 +172,9 @@ def _start_worker(cb: RtdebugCallback) -> None:
     os.environ.setdefault("RANK", str(rank))  # rtdebug.breakpoint(rank=...) before Ray's torch setup sets it
     localmode.install(cb.pg_timeout_s)
     collrec.arm(None, rank)  # in memory: the publisher answers job-wide stacks with collrec.snapshot()
+    from rtdebug.rank import meshes
+
+    meshes.arm()
     if getattr(cb, "stop_on", ""):
         from rtdebug.rank.stopon import arm
 

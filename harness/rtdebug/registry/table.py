@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from rtdebug.common import selector
 from rtdebug.registry import collseq
 
 
@@ -52,7 +53,9 @@ def collective(r: dict[str, Any], now: float | None = None) -> str:
 
 def format_table(ranks: list[dict[str, Any]], session_id: str) -> str:
     colls = {r["rank"]: collective(r) for r in ranks}  # a column only once some rank has entered one
-    rows = [("RANK", "LOCAL", "PID", "ENDPOINT", "STATE", "ATTACH") + (("COLLECTIVE",) if any(colls.values()) else ())]
+    coords = {r["rank"]: selector.label(r) for r in ranks}  # a column once the job has made a DeviceMesh
+    extra = (("COORDS",) if any(coords.values()) else ()) + (("COLLECTIVE",) if any(colls.values()) else ())
+    rows = [("RANK", "LOCAL", "PID", "ENDPOINT", "STATE", "ATTACH") + extra]
     for r in sorted(ranks, key=lambda r: r["rank"]):
         rows.append(
             (
@@ -63,6 +66,7 @@ def format_table(ranks: list[dict[str, Any]], session_id: str) -> str:
                 rank_state(r),
                 f"rtdebug attach --session {session_id} --rank {r['rank']}",
             )
+            + ((coords[r["rank"]],) if any(coords.values()) else ())
             + ((colls[r["rank"]],) if any(colls.values()) else ())
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

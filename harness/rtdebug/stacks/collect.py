@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rtdebug.common import selector
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.filelocks import locked
 from rtdebug.registry import collseq
@@ -300,6 +301,7 @@ def collect(
                 dumps[e["rank"]]["collective"] = rec
     # "incomplete": dumps that stopped short of the main thread's bottom
     snap = stackgroup.snapshot(sid, taken_at, start, dumps, unresponsive, pids, ended)
+    snap["coords"] = {e["rank"]: c for e in live if (c := selector.label(e))}  # mesh coordinates, if any
     snap["fallback"] = fallback
     snap["stopped"] = stops.line(live)  # --stop-on: why the ranks stand still, said before anything else
     return verdict.annotate(snap, dumps, by_site=session.get("mode") == "adopted")

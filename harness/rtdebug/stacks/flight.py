@@ -191,7 +191,7 @@ def last(flight: dict[str, Any]) -> dict[str, Any] | None:
         return None
     e = entries[-1]
     return {"op": e["op"], "seq": e["seq"], "state": e["state"], "pg": e["pg"], "shapes": e["sizes"],
-            "dtype": e["dtypes"], "file": None, "line": None, "source": "flight"}  # fmt: skip
+            "dtype": e["dtypes"], "file": None, "line": None, "source": "flight", "desc": e["desc"]}  # fmt: skip
 
 
 def count(flight: dict[str, Any], pg: Any, op: str) -> int | None:

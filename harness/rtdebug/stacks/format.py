@@ -11,6 +11,7 @@ import os
 import time
 from typing import Any
 
+from rtdebug.common.selector import group_label
 from rtdebug.stacks.group import STDLIB_RE, ranks_word, where
 
 
@@ -32,8 +33,10 @@ def short_path(path: str) -> str:
 def summary_lines(snap: dict[str, Any]) -> list[str]:
     groups = snap["groups"]
     lines = []
+    coords = snap.get("coords") or {}
     for i, g in enumerate(groups):
-        line = f"{ranks_word(g['ranks'])}: {g['label']}"
+        mesh = group_label([_coords(coords.get(r) or coords.get(str(r)) or "") for r in g["ranks"]])
+        line = f"{ranks_word(g['ranks'])}{f' [{mesh}]' if mesh else ''}: {g['label']}"
         d = g.get("departs_at")
         if i > 0 and d is not None and d < len(g["frames"]):
             f = g["frames"][d]
@@ -53,6 +56,16 @@ def summary_lines(snap: dict[str, Any]) -> list[str]:
     for e in snap.get("exited", []):
         lines.append(f"rank {e['rank']}: {e['state']} (exit code {e.get('exit_code')})")
     return lines
+
+
+def _coords(label: str) -> dict[str, int]:
+    """``dp=0, tp=1`` back into a dict (the snapshot keeps the label: JSON readers show it as it is)."""
+    out = {}
+    for part in filter(None, label.split(", ")):
+        k, _, v = part.partition("=")
+        if v.isdigit():
+            out[k] = int(v)
+    return out
 
 
 def frame_lines(frames: list[dict[str, Any]], mark: int | None, indent: str = "    ") -> list[str]:

@@ -18,6 +18,7 @@ at all, rather than a wrong one.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from typing import Any
 
@@ -45,10 +46,18 @@ def _entry(rank: int, rec: Rec) -> Rec:
     return out
 
 
+def _mesh(rec: Rec) -> str:
+    """``mesh_tp`` when the record's group is a DeviceMesh dimension's (torch's description), else ""."""
+    desc = str(rec.get("desc") or "")
+    return desc if desc.startswith("mesh_") else ""
+
+
 def describe(rec: Rec) -> str:
     """``ALLREDUCE #12 (train.py:22) issued by DDP during backward()``: a collective and who issued it
     when it was not the user's own call (the collective record did not see it)."""
     text = collseq.where(rec)
+    if _mesh(rec):  # a DeviceMesh's group: torch names it after its dimension
+        text += f" on {_mesh(rec)}"
     if rec.get("issued") == "torch":
         text += f" issued by {rec.get('by') or 'torch'}" + (f" during {rec['during']}" if rec.get("during") else "")
     return text
@@ -161,7 +170,7 @@ def _stalemate(
     """Where every side stands when the records name nobody: a tie at the top, or the only ranks outside
     the collective waited on are inside another group's (they may be waiting for its culprit)."""
     first = entered[inside[0]]
-    parts = [f"{ranks_word(inside)} in {collseq.where(first)}"]
+    parts = [f"{ranks_word(inside)} in {describe(first)}"]
     by_key: dict[tuple, list[int]] = {}
     for r in others:
         by_key.setdefault(kf(entered[r]) if r in entered else ("not inside", r), []).append(r)
@@ -170,8 +179,8 @@ def _stalemate(
         if rec is None:
             parts.append(f"{ranks_word(ranks)} {_position(recs[ranks[0]], first.get('pg'))}")
         else:
-            group = f" of group {rec.get('pg')}" if rec.get("pg") != first.get("pg") else ""
-            parts.append(f"{ranks_word(ranks)} in {collseq.where(rec)}{group}")
+            group = f" of group {rec.get('pg')}" if rec.get("pg") != first.get("pg") and not _mesh(rec) else ""
+            parts.append(f"{ranks_word(ranks)} in {describe(rec)}{group}")
     head = "ranks are blocked in different collectives" if set(others) <= set(entered) else "no rank named"
     return f"{head}: " + "; ".join(parts) + _cycle(entered, inside, others, kf)
 
@@ -190,12 +199,13 @@ def _cycle(entered: dict[int, Rec], inside: list[int], others: list[int], kf: An
         missing = sorted(members - with_me)
         if not missing or not set(missing) <= set(inside):
             continue
-        group = f"{collseq.where(rec)} of group {rec.get('pg')} ({ranks_word(sorted(members))})"
+        name = _mesh(rec) or f"group {rec.get('pg')}"
+        group = f"{collseq.where(rec)} of {name} ({ranks_word(sorted(members))})"
         said.append(
             f". {ranks_word(sorted(with_me))} {'waits' if len(with_me) == 1 else 'wait'} in {group} for "
             f"{ranks_word(missing)}, which {'waits' if len(missing) == 1 else 'wait'} for "
             f"{ranks_word(sorted(with_me))} in {collseq.where(entered[inside[0]])}: {ranks_word(missing)} "
-            f"skipped {collseq.where(rec).split(' (')[0]} of group {rec.get('pg')}, or "
+            f"skipped {collseq.where(rec).split(' (')[0]} of {name}, or "
             f"{ranks_word(sorted(with_me))} entered it out of turn"
         )
     return "".join(said[:1])
@@ -226,6 +236,14 @@ def positions(dumps: dict[int, dict[str, Any]], frames: dict[int, list]) -> tupl
     return out, None
 
 
+def _with_coords(text: str, coords: dict[Any, str]) -> str:
+    """Each rank named alone, by its mesh coordinates too, at its first mention: ``rank 5 (pp=1, tp=1)``."""
+    for r, c in coords.items():
+        label = f"rank {int(r)} ({c})".replace("\\", "")
+        text = re.sub(rf"\brank {int(r)}\b(?! \()", label, text, count=1)
+    return text
+
+
 def annotate(snap: dict[str, Any], dumps: dict[int, dict[str, Any]], by_site: bool = False) -> dict[str, Any]:
     """Add each group's ``collectives``, and the top-level ``verdict``, ``culprit`` and ``flight_note`` (in
     place; returned); ``by_site`` for an adopted job (``verdict_line``)."""
@@ -253,6 +271,8 @@ def annotate(snap: dict[str, Any], dumps: dict[int, dict[str, Any]], by_site: bo
             if rec is not None:
                 g["collectives"].append(_entry(rank, rec))
     text, culprit = (None, None) if missing or not recs else verdict_line(recs, labels, by_site and not flight_pos)
+    if text is not None:
+        text = _with_coords(text, snap.get("coords") or {})
     snap["verdict"], snap["culprit"] = text, culprit
     snap["collectives_from"] = "flight recorder" if flight_pos else "record"
     snap["flight_note"] = note
