@@ -126,9 +126,26 @@ def _listening(port: int) -> bool:
     return any(c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in psutil.net_connections("tcp"))
 
 
+def _fds(pid: int) -> list[str]:
+    """What each of ``pid``'s file descriptors is open on (a path, ``socket:[inode]``, ...)."""
+    out = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:  # closed meanwhile
+            pass
+    return out
+
+
+def _left_open(pid: int, before: list[str], registry_dir: Path) -> list[str]:
+    """fds ``pid`` has now that rtdebug opened: new sockets, anything in the registry (coll-N.bin, dirs)."""
+    return [f for f in _fds(pid) if (f.startswith("socket:") and f not in before) or f.startswith(str(registry_dir))]
+
+
 def test_adopt_stop_in_each_rank_twice_is_noop_then_detach(plain, registry_dir, port_base):
     job = plain()
     pids = job.wait_running()
+    fds_before = {p: _fds(p) for p in pids}
     t0 = time.monotonic()
     r = adopt(str(job.agent().pid), "--debug-port-base", str(port_base))
     assert r.returncode == 0, r.stderr
@@ -167,10 +184,26 @@ def test_adopt_stop_in_each_rank_twice_is_noop_then_detach(plain, registry_dir, 
     while (left := _foreign_threads(job.agent().pid)) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not left, left  # no accept loop, no relay, no pydevd thread: nothing of rtdebug runs in the ranks
+    # nothing left open either: no socket (endpoint, relay, pydevd's end, netlink), no fd on coll-N.bin
+    assert {p: _left_open(p, fds_before[p], registry_dir) for p in pids} == {p: [] for p in pids}
+    _ps_shows_detached(sid, "detached")
+    refused = rtdebug("attach", "--session", sid, "--rank", "0", "--timeout", "1")
+    assert refused.returncode == 1 and f"rtdebug: error: no live session '{sid}'" in refused.stderr, refused.stderr
     assert job.finish() == 0, job.output()
+    _ps_shows_detached(sid, "exited")  # once its process has ended
     assert "detached; nothing of rtdebug runs here now" in job.output()
     # torch's own collectives are back: the record's wrapper does no per-call work after a detach
     assert job.output().count("(collectives wrapped: False)") == 2, job.output()
+
+
+def _ps_shows_detached(sid: str, state: str) -> None:
+    """A detached session is not live (plain `ps` leaves it out); `ps --all` shows its ranks' ``state``."""
+    ps = json.loads(rtdebug("ps", "--all", "--json").stdout)
+    assert sid not in [s["session_id"] for s in ps["sessions"]]
+    ended = next(s for s in ps["ended"] if s["session_id"] == sid)
+    assert ended["state"] == "stopped" and {r["state"] for r in ended["ranks"]} == {state}, ended
+    rows = [line.split() for line in rtdebug("ps", "--all").stdout.splitlines() if "127.0.0.1:" in line]
+    assert len(rows) == 2 and all(row[4] == state for row in rows), rows
 
 
 def _ps_shows_pg_timeout(sid: str, seconds: float, source: str) -> None:

@@ -112,10 +112,10 @@ def test_adopted_nodes_publish_into_the_job_store(hosts, tmp_path, monkeypatch, 
     bare = store_view(hosts, store, secret=False)  # without the secret nothing is verified
     assert bare is not None and not any(r["verified"] for r in bare["ranks"]), bare
 
-    for h in ("n0", "n1"):  # detach: each rank publishes its end, then stops publishing
+    for h in ("n0", "n1"):  # detach: each rank publishes that it runs on without rtdebug, then stops publishing
         d = hosts.rtdebug(h, "adopt", "--detach", sids[h])
         assert d.returncode == 0 and "the job runs on" in d.stdout, d.stdout + d.stderr
-    wait_ranks(hosts, store, {"exited"})
+    wait_ranks(hosts, store, {"detached"})
     control.touch()
     for h, p in nodes.items():
         assert p.wait(120) == 0, hosts.log(h)

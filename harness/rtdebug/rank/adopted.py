@@ -10,6 +10,11 @@ A second ``main`` changes nothing. ``detach`` undoes it all: the endpoint is shu
 ever came) stops tracing, the dump signal goes back to its default, ``sys.path`` loses what was added.
 
 Each call writes its answer (one JSON object) to the file ``spec["result"]`` names, for the shell.
+
+``detach`` leaves nothing behind (``rtdebug.rank.unadopt``): no listening or relayed socket, none of
+pydevd's, no netlink socket of the access check, no fd on the record's ``coll-<rank>.bin``, no dump thread
+or FIFO; the entry says ``detached`` (the rank runs on, without rtdebug: ``ps --all`` shows it, ``attach``
+refuses it).
 """
 
 from __future__ import annotations
@@ -116,10 +121,11 @@ def adopt(spec: dict[str, Any]) -> dict[str, Any]:
         _publish(record, spec)
         collectives = collrec.arm(reg.session_dir(sid), rank)
     except BaseException as exc:
+        from rtdebug.rank import unadopt
+
         _state.clear()
-        _shut(endpoint)
-        _disarm(stacks)
-        collrec.disarm()
+        unadopt.shut(endpoint)
+        unadopt.release(stacks)
         record.failed(str(exc), exit_code=None)
         raise
     record.ready(endpoint, stacks=stacks, collectives=collectives)
@@ -192,34 +198,6 @@ def _at_exit() -> None:
         pass
 
 
-def _disarm(stacks: dict[str, Any] | None) -> None:
-    """Stop the dump thread, give the dump signal back (default action), close what ``arm`` opened."""
-    from rtdebug.stacks import dump
-
-    if stacks is not None:
-        dump.disarm()
-
-
-def _stop_debugger(endpoint: Any) -> None:
-    """If a client ever attached, debugpy runs here: stop its tracing and its threads."""
-    if endpoint.lazy:
-        return
-    pydevd = sys.modules.get("pydevd")
-    py_db = pydevd.get_global_debugger() if pydevd is not None else None
-    waiting = getattr(py_db, "_waiting_for_connection_thread", None)
-    try:
-        if waiting is not None:
-            waiting.do_kill_pydev_thread()  # pydevd's accept loop on our handoff: closed, it ends
-        endpoint._inner.close()
-        if pydevd is not None:
-            pydevd.stoptrace()  # tracing off in every thread, pydevd's reader/writer threads end
-        api = sys.modules.get("debugpy.server.api")
-        if api is not None:  # or a later adoption's first client finds debugpy.listen "already called"
-            api.listen.called = False
-    except Exception:
-        pass
-
-
 def detach(result_path: str) -> None:
     """Undo ``adopt``; never raises into the rank (the answer says what happened)."""
     try:
@@ -229,33 +207,16 @@ def detach(result_path: str) -> None:
     _answer(result_path, dict(result, pid=os.getpid()))
 
 
-def _shut(endpoint: Any) -> None:
-    """Close the endpoint's listening socket; its accept thread ends."""
-    sock = endpoint._sock
-    if sock is not None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)  # wakes the accept thread (close alone would not, on Linux)
-        except OSError:
-            pass
-        sock.close()
-
-
 def _detach() -> dict[str, Any]:
-    """Shut the endpoint (its accept thread ends), stop debugpy, disarm the dump, restore ``sys.path``."""
-    from rtdebug.rank import runtime
+    """Shut the endpoint and every client's relay, stop debugpy, release the dump and the record, restore
+    ``sys.path``; the entry says ``detached``."""
+    from rtdebug.rank import runtime, unadopt
 
     endpoint, record = _state["endpoint"], _state["record"]
-    _shut(endpoint)
-    for s in _state.get("upstreams", []):  # a client still attached: its relay ends, its connection closes
-        try:
-            s.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-    _stop_debugger(endpoint)
-    _disarm(_state["stacks"])
-    from rtdebug.rank import collrec
-
-    collrec.disarm()  # torch's own collectives back: the wrapper's per-call work ends with the adoption
+    unadopt.shut(endpoint)
+    unadopt.end_clients(endpoint, _state.get("upstreams", []))
+    unadopt.stop_debugger(endpoint)
+    unadopt.release(_state["stacks"])  # torch's own collectives back: no per-call work after the adoption
     runtime.endpoint = _state["prior"]
     import atexit
 
@@ -263,7 +224,7 @@ def _detach() -> dict[str, Any]:
     for p in _state.get("paths", []):
         if p in sys.path:
             sys.path.remove(p)
-    record.set(state="exited", exit_code=None)
+    record.set(state="detached", exit_code=None)  # final: a multi-node rank's publisher ends too
     _state.clear()
     print(f"rtdebug: rank {record.entry['rank']} detached; nothing of rtdebug runs here now", file=sys.stderr)
     return {"status": "detached"}

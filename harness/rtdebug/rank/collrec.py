@@ -87,8 +87,11 @@ def arm(session_dir: str | os.PathLike[str] | None, rank: int) -> dict[str, str]
 
 def disarm() -> None:
     """Undo ``arm``: torch's own collectives back in place of the wrapper, no hook left (an adopted rank's
-    detach, after which nothing of rtdebug runs there). The record stays mapped: a collective in flight
-    still flips its byte when it returns, and nothing writes it after."""
+    detach, after which nothing of rtdebug runs there). The record moves to anonymous memory: a collective
+    in flight still flips its byte when it returns, and the file's mapping (and the fd it holds on
+    ``coll-<rank>.bin``) goes with its last reference, never under a wrapper that is using it."""
+    if _rec["mm"] is not None:
+        _rec["mm"] = mmap.mmap(-1, collseq.SIZE)
     cancel("torch.distributed", _patch)
     c10d = sys.modules.get("torch.distributed.distributed_c10d")
     if c10d is None or not getattr(c10d, "_rtdebug_collrec", False):

@@ -1,6 +1,7 @@
 """A rank's registry entry and its state machine: one object for torchrun ranks, ``rtdebug run`` and Ray workers.
 
-States: ``starting`` -> ``ready`` <-> ``attached`` -> ``exited`` | ``failed``. The endpoint reports
+States: ``starting`` -> ``ready`` <-> ``attached`` -> ``exited`` | ``failed`` | ``detached`` (an adopted rank
+that rtdebug has left: it runs on, without rtdebug, ``rtdebug.rank.adopted``). The endpoint reports
 clients coming and going (``ready``/``attached``) through ``connect``; the rank's own ending
 (``exited``/``failed``) is final: a post-mortem client that attaches to a failed rank and leaves
 again changes its attach count, never its state back to ``ready``. Every transition is written
@@ -18,7 +19,7 @@ from typing import Any, Protocol
 from rtdebug.common.procinfo import process_create_time
 from rtdebug.registry.record import SCHEMA_VERSION, RankWriter
 
-FINAL = ("exited", "failed")
+FINAL = ("exited", "failed", "detached")
 
 
 class EndpointLike(Protocol):

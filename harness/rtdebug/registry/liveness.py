@@ -66,7 +66,11 @@ def judge(s: Entry, ranks: list[Entry], now: float) -> Verdict:
     """Decide one session from its entries and its processes (reads /proc, writes nothing)."""
     if s.get("mode") == "adopted" and s["state"] == "stopped":  # detached: the job runs on, no longer ours
         ended = s.get("ended_at") or now
-        return Verdict(dict(s, ranks=ranks), False, expired=now - ended > RETENTION_S)
+        left = [dict(r, state="exited", updated_at=now) for r in ranks  # a detached rank that has ended since
+                if r["state"] == "detached" and not is_alive(r["pid"], r["create_time"])]  # fmt: skip
+        by_rank = {r["rank"]: r for r in left}
+        decided = dict(s, ranks=[by_rank.get(r["rank"], r) for r in ranks])
+        return Verdict(decided, False, rank_updates=left, expired=now - ended > RETENTION_S)
     alive = {r["rank"] for r in ranks if is_alive(r["pid"], r["create_time"])}
     marks: list[tuple[Entry, dict[str, Any]]] = []
     gone = dict(state="failed", error="process gone")
