@@ -181,8 +181,12 @@ async function verdictFlow({ page, ws, art, python, check, step, traceLines }) {
     const verdict = page.locator('.pane-body .monaco-list-row[aria-label^="verdict: "][aria-label*="hang.py"]').first();
     await verdict.waitFor({ state: 'visible', timeout: 60000 });
     const label = await verdict.getAttribute('aria-label');
+    // the harness names rank 1 by its Flight Recorder position ("rank 1 is in BARRIER #3 …, which ranks 0,2
+    // never entered"), or, with the recorder off, by the record ("rank 1 never entered ALLREDUCE #3 …")
     check(
-      /^verdict: rank 1 never entered ALLREDUCE #3 \(hang\.py:\d+\)/.test(label),
+      /^verdict: rank 1 (is in BARRIER #3 \(hang\.py:\d+\), which ranks 0,2 never entered|never entered ALLREDUCE #3 \(hang\.py:\d+\))/.test(
+        label,
+      ),
       `the Rank Stacks view leads with the verdict (${label})`,
     );
     const rows = await page
@@ -201,9 +205,36 @@ async function verdictFlow({ page, ws, art, python, check, step, traceLines }) {
       60000,
     );
     check(s.rank === 1, `one click on "Attach to rank 1" attached the culprit (${s.name})`);
+    await historyRows(page, check, step, art);
   } finally {
     hang.kill();
   }
+}
+
+/** The "Collective history" node at the end of the Rank Stacks view (`stacks --history 16`). The pane is a
+ * few rows high and the list renders only what it shows, so the tree is focused and walked with the keys
+ * (End, then Up): its last row marks where the ranks part (or says which ranks have no Flight Recorder
+ * history), and above it the node names the group. */
+async function historyRows(page, check, step, art) {
+  await page.locator('.pane-body .monaco-list-row[aria-label^="verdict: "]').first().click();
+  await page.keyboard.press('End');
+  const last = page.locator('.pane-body .monaco-list-row.focused').first();
+  await last.waitFor({ state: 'visible', timeout: 30000 });
+  const row = await last.getAttribute('aria-label');
+  step(`Rank Stacks, last row: ${row}`);
+  const parted = /^sequence \d+, first divergence: /.test(row);
+  check(
+    (parted && /BARRIER/.test(row)) || /^no Flight Recorder history from /.test(row),
+    `the history's last row marks where rank 1 went to the barrier, or says there is no recorder (${row})`,
+  );
+  const node = page.locator('.pane-body .monaco-list-row[aria-label^="collective history, "]').first();
+  for (let i = 0; i < 40 && !(await node.isVisible()); i++) await page.keyboard.press('ArrowUp');
+  const label = await node.getAttribute('aria-label', { timeout: 5000 });
+  check(
+    parted ? /^collective history, ranks part in group /.test(label) : /^collective history, no Flight Recorder history/.test(label),
+    `the Collective history node says so too (${label})`,
+  );
+  await page.screenshot({ path: path.join(art, 'vscode-e2e-stacks-history.png') });
 }
 
 module.exports = { collectivesFlow };
