@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rtdebug.common import inject, jobs
+from rtdebug.common import inject, inject_gdb, jobs
 from rtdebug.common.errors import HarnessError
 
 from conftest import PY, ROOT, SCRIPTS, kill_tree, marker_line, read_ranks, rtdebug
@@ -308,9 +308,10 @@ def test_choose_and_refusal_lines():
     assert "ptrace_scope = 1" in (inject.ptrace_denied(1, scope=1, cap=False) or "")
     assert inject.ptrace_denied(1, scope=1, cap=True) is None
     assert "= 3" in (inject.ptrace_denied(1, scope=3, cap=True) or "")
-    assert inject.c_string('a"b\\c\nd') == '"a\\"b\\\\c\\nd"'
-    script = inject.gdb_script('print("x")')
-    assert script.count('"print(\\"x\\")"') == 2 and [line.strip() for line in script.splitlines()].count("end") == 2
+    assert inject_gdb.c_string('a"b\\c\nd') == '"a\\"b\\\\c\\nd"'
+    script = inject_gdb.gdb_script('print("x")')  # a pending call only: gdb never waits on the GIL
+    assert script.count('"print(\\"x\\")"') == 1 and [line.strip() for line in script.splitlines()].count("end") == 1
+    assert "PyGILState_Ensure" not in script and "Py_AddPendingCall" in script
     if shutil.which("gdb"):  # the whole if/else block parses (gdb reads it before running any of it)
         probe = script.replace("set $init = (int)Py_IsInitialized()", "set $init = 0")
         path = Path(tempfile.mkdtemp()) / "probe.gdb"
@@ -325,10 +326,10 @@ def test_one_rank_failing_undoes_the_others(plain, registry_dir, port_base, monk
     pids = job.wait_running()
     real = inject.run
 
-    def run(pid: int, code: str, method: str) -> None:
-        if pid == pids[1] and "adopted.main" not in code and "m.main(" in code:
+    def run(pid: int, code: str, method: str, guard, box) -> None:
+        if pid == pids[1] and "m.main(" in code:
             raise HarnessError(f"pid {pid}: simulated injection failure")
-        real(pid, code, method)
+        real(pid, code, method, guard, box)
 
     monkeypatch.setattr(inject, "run", run)
     from rtdebug import cli
@@ -379,7 +380,7 @@ def test_refusal_lines_for_old_or_stripped_pythons(monkeypatch):
     monkeypatch.setattr(inject, "python_version", lambda pid: (3, 9))
     assert inject.refusal(me, "ptrace") == f"pid {me} runs Python 3.9; adopting needs Python 3.10 or newer"
     monkeypatch.setattr(inject, "python_version", lambda pid: (3, 11))
-    monkeypatch.setattr(inject.elfsyms, "resolve", lambda pid, names: {"Py_IsInitialized": 1})
+    monkeypatch.setattr(inject.elfsyms, "resolve", lambda pid, names, image=None: {"Py_IsInitialized": 1})
     why = inject.refusal(me, "ptrace") or ""
     assert "exports no PyGILState_Check, PyGILState_Ensure" in why and "without symbols" in why
     sleeper = subprocess.Popen(["sleep", "60"])

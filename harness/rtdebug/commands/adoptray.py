@@ -3,46 +3,33 @@
 Ray sets a worker's rank in the process (``ray.train.get_context()``), never in its environment, so the
 shell cannot place its endpoint (base + world rank) from ``/proc``. A few self-contained lines are run in
 the worker first (``rtdebug.common.inject``, as the adoption itself is): they read the train context and
-write the ranks as JSON; rtdebug is not imported there, so a worker that cannot be adopted keeps nothing.
+answer with the ranks; rtdebug is not imported there, so a worker that cannot be adopted keeps nothing.
 The answer is the worker's own (same uid), still checked: four small non-negative integers or a refusal.
 """
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from pathlib import Path
-
 from rtdebug.common import inject, jobs
 from rtdebug.common.errors import HarnessError
+from rtdebug.registry.files import Registry
 
 PROBE = """
-import json, os
 try:
     import ray.train
     c = ray.train.get_context()
-    r = {"RANK": c.get_world_rank(), "LOCAL_RANK": c.get_local_rank(), "GROUP_RANK": c.get_node_rank(),
-         "WORLD_SIZE": c.get_world_size()}
+    result = {"RANK": c.get_world_rank(), "LOCAL_RANK": c.get_local_rank(), "GROUP_RANK": c.get_node_rank(),
+              "WORLD_SIZE": c.get_world_size()}
 except Exception as e:
-    r = {"error": f"{type(e).__name__}: {e}"}
-with open(PATH + ".tmp", "w") as f:
-    json.dump(r, f)
-os.replace(PATH + ".tmp", PATH)
+    result = {"error": f"{type(e).__name__}: {e}"}
 """
 FIELDS = ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE")
 
 
-def probe(job: jobs.Job, method: str) -> None:
+def probe(job: jobs.Job, method: str, reg: Registry) -> None:
     """Fill each worker's RANK, LOCAL_RANK, GROUP_RANK and WORLD_SIZE from its train context; one line if
     it has none (not training yet, or not a Ray Train worker)."""
-    tmp = Path(tempfile.mkdtemp(prefix="rtdebug-probe-"))
-    try:
-        pids = [r.pid for r in job.ranks]
-        answer_for = {p: tmp / f"{p}.json" for p in pids}
-        code = {p: inject.wrap(f"PATH = {str(answer_for[p])!r}\n" + PROBE) for p in pids}
-        answers = inject.run_all(pids, code, method, answer_for)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    pids = [r.pid for r in job.ranks]
+    answers = inject.run_all(pids, dict.fromkeys(pids, PROBE), method, reg.ensure())
     for r in job.ranks:
         a = answers[r.pid]
         values = [a.get(k) for k in FIELDS]

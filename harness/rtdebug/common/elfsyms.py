@@ -6,6 +6,8 @@ Enough for the C API that every Python exports to its extension modules (``PyGIL
 
 from __future__ import annotations
 
+import functools
+import os
 import struct
 from pathlib import Path
 
@@ -62,10 +64,27 @@ def python_image(pid: int) -> str | None:
     return None
 
 
-def resolve_libc(pid: int, name: str) -> int | None:
-    """The address in ``pid`` of the C library function ``name``."""
-    image = next((p for _, _, p in mappings(pid) if "/libc.so" in p or "/libc-" in p or "ld-musl" in p), None)
-    return None if image is None else resolve(pid, {name}, image).get(name)
+def resolve_c(pid: int, names: set[str]) -> dict[str, int]:
+    """Addresses in ``pid`` of the C library functions ``names`` (those found): its libc, then (glibc before
+    2.34 keeps ``pthread_create`` there) its libpthread."""
+    found: dict[str, int] = {}
+    for marks in (("/libc.so", "/libc-", "ld-musl"), ("/libpthread",)):
+        image = next((p for _, _, p in mappings(pid) if any(m in p for m in marks)), None)
+        if image is not None and names - set(found):
+            found.update(resolve(pid, names - set(found), image))
+    return found
+
+
+def _cached(path: str, names: frozenset[str]) -> tuple[int, dict[str, int]]:
+    """``dynsyms``, parsed once per file (the ranks of a job share their images; parsing libpython's
+    table takes ~10 ms): keyed by the file's identity, so a replaced file is read again."""
+    st = os.stat(path)
+    return _parsed(path, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns), names)
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed(path: str, _identity: tuple[int, ...], names: frozenset[str]) -> tuple[int, dict[str, int]]:
+    return dynsyms(path, set(names))
 
 
 def resolve(pid: int, names: set[str], image: str | None = None) -> dict[str, int]:
@@ -75,9 +94,9 @@ def resolve(pid: int, names: set[str], image: str | None = None) -> dict[str, in
     if image is None:
         return {}
     try:  # the file as the process sees it (another mount namespace), else as we do
-        e_type, syms = dynsyms(f"/proc/{pid}/root{image}", names)
+        e_type, syms = _cached(f"/proc/{pid}/root{image}", frozenset(names))
     except OSError:  # no access to its root without ptrace rights, or no such file
-        e_type, syms = dynsyms(image, names)
+        e_type, syms = _cached(image, frozenset(names))
     base = 0
     if e_type == ET_DYN:
         base = min((start - off for start, off, path in mappings(pid) if path == image), default=0)

@@ -1,59 +1,57 @@
-"""Run a small piece of Python in running processes, each with the GIL held: ``rtdebug adopt`` and its detach.
+"""Run a small piece of Python in running processes and collect each one's answer: ``rtdebug adopt``, its
+detach, and the Ray worker probe.
 
-How the GIL is taken (``ptrace`` and ``gdb``, Python 3.10-3.13): the process's main thread is stopped
-wherever it is, its other threads keep running (gdb's ``scheduler-locking off``), and it is made to call
-``PyGILState_Check()``, which says whether this thread holds the GIL:
+How the code gets in (``choose``): ``ptrace`` (``rtdebug.common.inject_ptrace``, x86_64: needs no debugger
+and works where gdb 13 cannot restore a thread's registers), ``gdb`` elsewhere, as ``debugpy --pid`` does
+it, ``sys.remote_exec`` (3.14) when neither can run (``rtdebug.common.inject_gdb``). ``RTDEBUG_INJECT``
+forces one.
 
-- it does not, and it was blocked in a system call (a C++ collective, ``time.sleep``, I/O, waiting for
-  the GIL; not half-way through C code that might hold a lock the code needs, e.g. malloc's): it calls
-  ``PyGILState_Ensure()``, which takes the GIL back for the thread's own state (``PyEval_RestoreThread``;
-  if another thread holds it, that thread runs on and lets go at its next switch), then
-  ``PyRun_SimpleString(code)`` and ``PyGILState_Release()``; the code has run when the call returns;
-- it does (it runs Python, or C code), or it runs C code without the GIL: running Python there could
-  break the interpreter (an exception being raised, an allocation half done: seen on 3.13 as a
-  ``SystemError``), so ``Py_AddPendingCall(PyRun_SimpleString, code)`` queues it instead, with the code in
-  a page of its own, and the interpreter runs it between two bytecodes, at once in a busy rank, or as
-  soon as the thread is back in Python.
-
-Either way the thread's registers are then put back and the system call it was in, if any, is restarted
-by the kernel as after a signal. The code writes its own answer file; ``run_all`` waits for it.
-
-Methods (``choose``): ``ptrace`` (``rtdebug.common.ptrace``, x86_64: needs no debugger and works where
-gdb 13 cannot restore a thread's registers, see there); ``gdb`` elsewhere, as ``debugpy --pid`` does it;
-``sys.remote_exec`` (3.14) when neither can run: it needs no debugger but runs the code only when the
-main thread next runs Python, so it cannot adopt a rank blocked in C++. ``RTDEBUG_INJECT`` forces one.
+Every wait is bounded, and none holds a thread of the job: the code is queued as a pending call, or (ptrace,
+a rank waiting in a system call without the GIL) run by a thread of the rank's own; a held thread only
+ever makes short calls that never wait on the GIL. The shell then waits for the answer (up to
+``answer_s()``), watching each process: one that ends is said in one line at once. On time out, a signal,
+or a rank's death, it gives up on what has not answered through ``rtdebug.common.injectdir``: code that has
+not started yet will find its request gone and do nothing; code that has started undoes its work when it
+ends. Requests and answers live in a private 0700 directory in the owner's registry, never in ``/tmp``.
+SIGINT, SIGHUP and SIGTERM are held back for the whole run (``rtdebug.common.sigdefer``): each held thread
+is put back and detached first, then ``Interrupted`` is raised with the answers so far.
 """
 
 from __future__ import annotations
 
 import errno
-import json
 import os
 import re
 import shutil
-import subprocess
+import signal
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from rtdebug.common import elfsyms, ptrace
+from rtdebug.common import elfsyms, inject_gdb, inject_ptrace, ptrace, sigdefer
 from rtdebug.common.errors import HarnessError
+from rtdebug.common.injectdir import Box
+from rtdebug.common.procinfo import is_alive, process_create_time
 
-API = ("Py_IsInitialized", "PyGILState_Ensure", "PyRun_SimpleString", "PyGILState_Release", "PyGILState_Check",
-       "Py_AddPendingCall")  # fmt: skip
-PAGE = 4096
-MAX_CODE = 1 << 16
 MIN_PYTHON = (3, 10)
-ANSWER_S = 10.0  # how long a rank's code may take to answer (a queued one runs when its main thread runs Python)
+ANSWER_ENV = "RTDEBUG_INJECT_ANSWER_S"
+ANSWER_S = 10.0  # how long a process's code may take to answer (a queued one runs when its main thread runs Python)
+NOTE_S = 1.0  # then one line says who is being waited for
 CAP_SYS_PTRACE = 19
 NOT_TRACEABLE = (
     "tracing it needs CAP_SYS_PTRACE, which this process lacks (the target is not dumpable, or a container "
     "or seccomp policy forbids ptrace: docker run --cap-add SYS_PTRACE)"
 )
 YAMA = Path("/proc/sys/kernel/yama/ptrace_scope")
+
+
+def answer_s() -> float:
+    try:
+        return max(0.1, float(os.environ.get(ANSWER_ENV, ANSWER_S)))
+    except ValueError:
+        return ANSWER_S
 
 
 def python_version(pid: int) -> tuple[int, int] | None:
@@ -113,6 +111,13 @@ def traced_or_stopped(pid: int) -> str | None:
 def refusal(pid: int, method: str) -> str | None:
     """Why code cannot be injected into ``pid`` with ``method``, in one line (checked before any rank is
     touched, so that a refusal leaves nothing half-done), or None."""
+    try:
+        return _refusal(pid, method)
+    except (FileNotFoundError, ProcessLookupError):
+        return f"pid {pid} has ended"
+
+
+def _refusal(pid: int, method: str) -> str | None:
     uid = os.stat(f"/proc/{pid}").st_uid
     if uid != os.geteuid():
         return f"pid {pid} belongs to uid {uid}, not to you (uid {os.geteuid()})"
@@ -128,170 +133,133 @@ def refusal(pid: int, method: str) -> str | None:
     if version is not None and version < MIN_PYTHON:
         return f"pid {pid} runs Python {version[0]}.{version[1]}; adopting needs Python 3.10 or newer"
     if method in ("ptrace", "gdb"):
-        missing = sorted(set(API) - set(elfsyms.resolve(pid, set(API))))
+        needed = set(inject_ptrace.C_API)
+        missing = (
+            inject_ptrace.missing(pid) if method == "ptrace" else sorted(needed - set(elfsyms.resolve(pid, needed)))
+        )
         if missing:
             image = elfsyms.python_image(pid) or "its executable"
             return f"pid {pid}'s Python ({image}) exports no {', '.join(missing)} (a Python without symbols?)"
     return None
 
 
-def c_string(text: str) -> str:
-    """``text`` as a C string literal (gdb's ``call``)."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-
-
-def _via_ptrace(pid: int, code: str) -> bool:
-    """Run ``code`` in ``pid``; True if it was queued as a pending call (it runs when the main thread next
-    runs Python), False if it ran before this returned."""
-    addr = elfsyms.resolve(pid, set(API))
-    data = code.encode() + b"\0"
-    if len(data) > MAX_CODE:
-        raise HarnessError(f"pid {pid}: the code to inject is too long ({len(data)} bytes)")
-    t = ptrace.Tracee(pid)
+def run(pid: int, code: str, method: str, guard: sigdefer.Guard, box: Box) -> None:
+    """Have ``pid`` run ``code`` (see the module docstring); it answers through ``box``."""
     try:
-        if ptrace.as_int(t.call(addr["Py_IsInitialized"])) == 0:
-            raise HarnessError(f"pid {pid}: its Python is not initialized (yet)")
-        if ptrace.as_int(t.call(addr["PyGILState_Check"])) == 1 or not t.blocked_in_syscall:
-            return _pending(t, addr, data)
-        # Blocked in a system call with the GIL released (a C++ collective, sleep, I/O): take it and run.
-        state = t.call(addr["PyGILState_Ensure"])
-        where = t.stack_below(len(data))
-        t.write(where, data)
-        t.call(addr["PyRun_SimpleString"], where, below=where)
-        t.call(addr["PyGILState_Release"], ptrace.as_int(state))
-        return False
-    finally:
-        t.release()
-
-
-def _pending(t: ptrace.Tracee, addr: dict[str, int], data: bytes) -> bool:
-    """The thread holds the GIL, so it may be anywhere in the interpreter (mid-allocation, an exception
-    being raised): running Python nested there could corrupt it. Queue ``PyRun_SimpleString(code)`` as a
-    pending call instead (``Py_AddPendingCall``: the interpreter runs it between two bytecodes), with the
-    code in a page of its own (``mmap``, a bare system call wrapper, is safe to call from anywhere)."""
-    mmap = elfsyms.resolve_libc(t.pid, "mmap")
-    if mmap is None:
-        raise HarnessError(f"pid {t.pid}: no mmap in its C library")
-    size = -(-len(data) // PAGE) * PAGE  # left mapped: it must outlive this call (a page or so per injection)
-    page = t.call(mmap, 0, size, 3, 0x22, -1, 0)  # PROT_READ|WRITE, MAP_PRIVATE|ANONYMOUS
-    if page >= 1 << 63:
-        raise HarnessError(f"pid {t.pid}: mmap failed in it (errno {-(page - (1 << 64))})")
-    t.write(page, data)
-    if ptrace.as_int(t.call(addr["Py_AddPendingCall"], addr["PyRun_SimpleString"], page)) != 0:
-        raise HarnessError(f"pid {t.pid}: its pending-call queue is full; try again")
-    return True
-
-
-def gdb_script(code: str) -> str:
-    """The gdb commands (see the module docstring): queued as a pending call when the thread holds the GIL,
-    run under ``PyGILState_Ensure`` when it has released it. gdb copies each string literal into the
-    process (with its ``malloc``), where a queued one stays until it has run."""
-    c = c_string(code)
-    return (
-        "set $init = (int)Py_IsInitialized()\nif $init\n  if (int)PyGILState_Check()\n"
-        f"    set $r = (int)Py_AddPendingCall((void*)PyRun_SimpleString, {c})\n"
-        '    printf "RTDEBUG_QUEUED %d\\n", $r\n  else\n    set $g = (int)PyGILState_Ensure()\n'
-        f"    set $r = (int)PyRun_SimpleString({c})\n    call (void)PyGILState_Release($g)\n"
-        '    printf "RTDEBUG_RESULT %d\\n", $r\n  end\nelse\n  printf "RTDEBUG_NOT_INITIALIZED\\n"\nend\n'
-    )
-
-
-def _via_gdb(pid: int, code: str) -> bool:
-    """Untested on this project's machines: their gdb 13 cannot restore registers there (``ptrace`` module)."""
-    with tempfile.NamedTemporaryFile("w", suffix=".gdb", delete=False) as f:
-        f.write(gdb_script(code))
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONIOENCODING")}
-    opts = ["-iex", "set debuginfod enabled off", "-ex", "set scheduler-locking off"]
-    try:
-        out = subprocess.run(
-            ["gdb", "-nx", "-nh", "--batch", *opts, "-p", str(pid), "-x", f.name],
-            capture_output=True, text=True, env=env, timeout=120,
-        )  # fmt: skip
-    finally:
-        os.unlink(f.name)
-    if "RTDEBUG_QUEUED 0" in out.stdout:
-        return True
-    if "RTDEBUG_RESULT" not in out.stdout:
-        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
-        raise HarnessError(f"pid {pid}: gdb could not run code in it: {last}")
-    return False
-
-
-def _via_remote_exec(pid: int, code: str) -> bool:
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-        f.write(code)
-    os.chmod(f.name, 0o600)
-    sys.remote_exec(pid, f.name)  # type: ignore[attr-defined]  # 3.14+; the file is read at the next eval break
-    return True
-
-
-def run(pid: int, code: str, method: str) -> bool:
-    """Run ``code`` in ``pid``'s main thread with the GIL held (see the module docstring); True if it was
-    queued and runs when that thread next runs Python (the caller waits for the code's own answer)."""
-    try:
-        return {"ptrace": _via_ptrace, "gdb": _via_gdb, "remote_exec": _via_remote_exec}[method](pid, code)
+        if method == "ptrace":
+            inject_ptrace.inject(pid, code, guard)
+        elif method == "gdb":
+            inject_gdb.via_gdb(pid, code, box)
+        else:
+            inject_gdb.via_remote_exec(pid, code, box)
     except ptrace.PtraceError as exc:
         if exc.errno not in (errno.EPERM, errno.EACCES):
             raise HarnessError(str(exc.strerror)) from None  # e.g. the process ended meanwhile
         why = ptrace_denied(pid) or NOT_TRACEABLE
         raise HarnessError(f"ptrace of pid {pid} was refused ({os.strerror(exc.errno)}): {why}") from None
+    except (FileNotFoundError, ProcessLookupError):
+        raise HarnessError(f"pid {pid} has ended") from None
 
 
-def run_all(
-    pids: list[int], code_for: dict[int, str], method: str, answer_for: dict[int, Path], timeout: float = ANSWER_S
-) -> dict[int, dict[str, Any]]:
-    """``run`` in every pid at once, then wait (up to ``timeout``) for each one's code to write its answer
-    (a JSON object) to ``answer_for[pid]``. An injection that failed answers ``{"status": "error", ...}``."""
-
-    def one(pid: int) -> str | None:
-        try:
-            run(pid, code_for[pid], method)
-        except (HarnessError, OSError) as exc:
-            return str(exc)
-        return None
-
-    with ThreadPoolExecutor(max_workers=max(1, min(16, len(pids)))) as ex:
-        errors = dict(zip(pids, ex.map(one, pids), strict=True))
-    answers: dict[int, dict[str, Any]] = {p: {"status": "error", "error": e} for p, e in errors.items() if e}
-    deadline = time.monotonic() + timeout
-    while True:
+def run_all(pids: list[int], body_for: dict[int, str], method: str, where: Path, unasked: bool = False,
+            guard: sigdefer.Guard | None = None) -> dict[int, dict[str, Any]]:  # fmt: skip
+    """Run each pid's ``body`` (Python that sets ``result``, a JSON object, and may set ``undo``) in it, all
+    at once; {pid: its result}, or {"status": "error", "error": why} for one that failed, ended or did not
+    answer in time. ``where``: the owner's checked registry root (for the private directory). ``unasked``:
+    code that runs late still runs (a detach), answering no one. A held-back signal (``sigdefer``) stops
+    the run and raises ``Interrupted`` with the answers; ``guard`` replaces the active one (an undo that
+    must run to its end while the shell is already interrupted)."""
+    try:
+        box = Box(where)
+    except OSError as exc:
+        raise HarnessError(f"cannot make rtdebug's private directory in {where}: {exc}") from None
+    with sigdefer.deferred() as active, box:
+        guard = guard or active
+        born = {p: process_create_time(p) for p in pids}
+        answers: dict[int, dict[str, Any]] = {}
         for pid in pids:
-            if pid not in answers and answer_for[pid].exists():
-                try:
-                    answers[pid] = json.loads(answer_for[pid].read_text())
-                except (OSError, ValueError):
-                    pass
-        if len(answers) == len(pids) or time.monotonic() > deadline:
+            box.request(pid)
+
+        def one(pid: int) -> None:
+            try:
+                if guard.stop.is_set():
+                    raise sigdefer.Interrupted(guard.signum or signal.SIGINT)
+                run(pid, box.code(pid, body_for[pid], unasked), method, guard, box)
+            except (HarnessError, OSError) as exc:  # if its code got in all the same, it does nothing
+                how, answer = box.give_up(pid)
+                answers[pid] = answer if how == "answered" and answer else _failed(str(exc), how)
+
+        with ThreadPoolExecutor(max_workers=max(1, min(16, len(pids)))) as ex:
+            list(ex.map(one, pids))
+        _wait(box, pids, born, answers, guard)
+        if guard.stop.is_set():
+            raise sigdefer.Interrupted(guard.signum or signal.SIGINT, answers)
+        return answers
+
+
+def _wait(box: Box, pids: list[int], born: dict[int, float | None], answers: dict[int, Any], guard: Any) -> None:
+    """Collect answers until all are in, the time is up, or the guard stops it; then give up on the rest."""
+    start, noted, limit = time.monotonic(), False, answer_s()
+    while (waiting := [p for p in pids if p not in answers]) and not guard.stop.is_set():
+        for pid in waiting:
+            if (a := box.answer(pid)) is not None:
+                answers[pid] = a
+            elif born[pid] is None or not is_alive(pid, born[pid] or 0.0):
+                answers[pid] = {"status": "error", "error": f"pid {pid} has ended"}
+        waited = time.monotonic() - start
+        if waited > limit:
             break
-        time.sleep(0.01)
-    why = f"no answer within {timeout:g} s (its main thread has not run Python since)"
-    return {p: answers.get(p, {"status": "error", "error": why}) for p in pids}
+        if waited > NOTE_S and not noted and len(answers) < len(pids):
+            noted = _note([p for p in pids if p not in answers])
+        guard.stop.wait(0.01)
+    for pid in [p for p in pids if p not in answers]:
+        how, answer = box.give_up(pid)
+        why = "interrupted" if guard.stop.is_set() else f"no answer within {limit:g} s"
+        if how == "answered" and answer is not None:
+            answers[pid] = answer
+        elif how == "taken":
+            answers[pid] = _failed(why, how)
+        else:
+            since = "" if guard.stop.is_set() else " (its main thread has not run Python since)"
+            answers[pid] = _failed(f"{why}{since}; nothing ran there", how)
 
 
-# Undo ``rtdebug adopt`` in a rank (``rtdebug.rank.adopted.detach``); a rank never adopted is left alone.
-_DETACH = "import sys\nm = sys.modules.get('rtdebug.rank.adopted')\nif m is not None:\n m.detach({result!r})\n"
+def _failed(why: str, how: str) -> dict[str, Any]:
+    """The answer for a process given up on (``Box.give_up``'s ``how``): whether its code had started."""
+    if how == "taken":
+        return {"status": "error", "error": f"{why}; its code had started and undoes itself when done", "taken": True}
+    return {"status": "error", "error": why}
 
 
-def wrap(code: str) -> str:
-    """``code`` run by ``exec`` in a fresh namespace: the process's ``__main__`` gets no new names."""
-    return f"exec({code!r}, {{}})"
+def _note(pids: list[int]) -> bool:
+    more = f" (and {len(pids) - 1} more)" if len(pids) > 1 else ""
+    line = (f"rtdebug: waiting for pid {pids[0]}{more}: it has not run Python since (a C call holds its GIL?); "
+            f"giving up after {answer_s():g} s, Ctrl-C leaves it as it was")  # fmt: skip
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:  # the terminal is gone
+        pass
+    return True
+
+
+# Undo ``rtdebug adopt`` in a process (``rtdebug.rank.adopted.detach``); one never adopted is left alone.
+_DETACH = "import os, sys\nm = sys.modules.get('rtdebug.rank.adopted')\n"
+_DETACH += "result = m.detach() if m is not None else {'status': 'not adopted', 'pid': os.getpid()}\n"
 
 
 def method_for(pid: int) -> str:
     """How this machine enters ``pid``'s Python: ptrace, gdb or sys.remote_exec (see ``choose``)."""
     import platform
 
-    python = python_version(pid)
+    try:
+        python = python_version(pid)
+    except OSError:  # ended, or its map unreadable: the refusal says which
+        python = None
     return choose(python, platform.machine(), shutil.which("gdb") is not None, hasattr(sys, "remote_exec"))
 
 
-def detach_pids(pids: list[int], method: str) -> dict[int, dict[str, Any]]:
+def detach_pids(pids: list[int], method: str, where: Path, guard: sigdefer.Guard | None = None) -> dict[int, Any]:
     """Detach the adopted ranks ``pids`` (endpoint shut, dump disarmed, debugger stopped); the stop path of
     an adopted session calls this instead of ending its processes. {pid: its answer; status "detached",
-    "not adopted" or "error"}."""
-    tmp = Path(tempfile.mkdtemp(prefix="rtdebug-detach-"))
-    try:
-        answer_for = {p: tmp / f"{p}.json" for p in pids}
-        return run_all(pids, {p: wrap(_DETACH.format(result=str(answer_for[p]))) for p in pids}, method, answer_for)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    "not adopted" or "error"}. A detach that runs late still detaches (``unasked``)."""
+    return run_all(pids, dict.fromkeys(pids, _DETACH), method, where, unasked=True, guard=guard)

@@ -192,7 +192,7 @@ def find_job(pid: int, ray: bool = False) -> Job:
                 raise HarnessError(f"pid {pid} is neither {what} (no RANK in its environment)")
             p = parent
         job = job_of(p)
-    except psutil.NoSuchProcess:
+    except (psutil.NoSuchProcess, FileNotFoundError, ProcessLookupError):  # or it ended while being read
         raise HarnessError(f"no process {pid}") from None
     except psutil.Error as exc:
         raise HarnessError(f"cannot read pid {pid}: {exc}") from None

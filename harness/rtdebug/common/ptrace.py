@@ -10,7 +10,9 @@ How one call goes: seize the thread (``PTRACE_SEIZE`` + ``PTRACE_INTERRUPT``: no
 its registers and extended state, point ``rip`` at the function with its argument in ``rdi`` and a return
 address of 0 pushed on a stack below the red zone, continue, and wait for the SIGSEGV at address 0 that
 the return causes: ``rax`` holds the result. Signals that arrive meanwhile are passed on. Other threads run
-throughout (a GIL holder can release it). Finally the saved state is written back, including ``orig_rax``,
+throughout. A call never waits on the GIL (``rtdebug.common.inject_ptrace`` chooses only short ones), so
+a signal to the shell waits for at most one such call before the thread is put back
+(``rtdebug.common.sigdefer``). Finally the saved state is written back, including ``orig_rax``,
 so a system call the thread was blocked in (a C++ collective's futex or poll) is restarted by the kernel as
 after any signal, and the thread is detached.
 """
@@ -18,6 +20,7 @@ after any signal, and the thread is detached.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import platform
 import signal
@@ -58,6 +61,8 @@ def _ptrace(req: int, pid: int, addr: int | None = 0, data: Any = None) -> int:
     r = _libc.ptrace(req, pid, addr, data)
     err = ctypes.get_errno()
     if r == -1 and err:
+        if err == errno.ESRCH and not os.path.exists(f"/proc/{pid}"):
+            raise PtraceError(err, f"pid {pid} has ended")
         raise PtraceError(err, f"ptrace({req}) on pid {pid}: {os.strerror(err)}")
     return int(r)
 
@@ -100,7 +105,7 @@ class Tracee:
         while True:
             _, status = os.waitpid(self.pid, WALL)
             if os.WIFEXITED(status) or os.WIFSIGNALED(status):
-                raise PtraceError(0, f"pid {self.pid} ended while traced")
+                raise PtraceError(errno.ESRCH, f"pid {self.pid} has ended")
             if os.WIFSTOPPED(status):
                 return os.WSTOPSIG(status), status >> 16
 
@@ -112,9 +117,16 @@ class Tracee:
         return ctypes.c_long(self.regs[ORIG_RAX]).value >= 0 and rax in RESTART
 
     def write(self, addr: int, data: bytes) -> None:
-        fd = os.open(f"/proc/{self.pid}/mem", os.O_RDWR)
+        fd = os.open(f"/proc/{self.pid}/mem", os.O_RDWR | os.O_CLOEXEC)
         try:
             os.pwrite(fd, data, addr)
+        finally:
+            os.close(fd)
+
+    def read(self, addr: int, size: int) -> bytes:
+        fd = os.open(f"/proc/{self.pid}/mem", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return os.pread(fd, size, addr)
         finally:
             os.close(fd)
 
@@ -148,10 +160,14 @@ class Tracee:
             deliver = sig  # someone else's signal: pass it on
 
     def release(self) -> None:
-        """Put the thread back exactly as it was (registers, FP/vector state) and detach."""
+        """Put the thread back exactly as it was (registers, FP/vector state) and detach; a process that has
+        ended meanwhile has nothing to put back."""
         try:
             _ptrace(PTRACE_SETREGS, self.pid, 0, ctypes.byref(self.regs))
             self._restore_fp()
+        except PtraceError as exc:
+            if exc.errno != errno.ESRCH:
+                raise
         finally:
             self._detach()
 

@@ -9,35 +9,64 @@ rank keeps its own lifetime (no guards).
 A second ``main`` changes nothing. ``detach`` undoes it all: the endpoint is shut, debugpy (if a client
 ever came) stops tracing, the dump signal goes back to its default, ``sys.path`` loses what was added.
 
-Each call writes its answer (one JSON object) to the file ``spec["result"]`` names, for the shell.
+The lines run from a pending call in the main thread, or from a thread of the rank's own when the main
+thread waits in a system call (``rtdebug.common.inject_ptrace``): ``main`` and ``detach`` take one lock, so
+that a detach that arrives while an adoption is still running waits for it and then undoes it. Each returns
+its answer (a JSON object); ``rtdebug.common.injectdir`` delivers it, or, if the shell gave up meanwhile,
+has ``detach`` undo the adoption at once.
 
-``detach`` leaves nothing behind (``rtdebug.rank.unadopt``): no listening or relayed socket, none of
-pydevd's, no netlink socket of the access check, no fd on the record's ``coll-<rank>.bin``, no dump thread
-or FIFO; the entry says ``detached`` (the rank runs on, without rtdebug: ``ps --all`` shows it, ``attach``
-refuses it).
+``detach`` leaves nothing behind: no listening or relayed socket, none of pydevd's, no netlink socket of
+the access check, no fd on the record's ``coll-<rank>.bin``, no dump thread or FIFO; the entry says
+``detached`` (the rank runs on, without rtdebug: ``ps --all`` shows it, ``attach`` refuses it). The entry is
+written relative to the session directory's fd, opened and checked at adoption (``_EntryFile``): a detach
+that runs late, after someone who can write a parent of the registry swapped its path, still writes only
+into the owner's own directory, never through a path or a symlink someone else made.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import sys
-import time
+import threading
 from typing import Any
 
 _state: dict[str, Any] = {}
+_lock = threading.RLock()  # main and detach may run in two threads of the rank (see the module docstring)
 
 
-def _answer(path: str, result: dict[str, Any]) -> None:
-    """Write the answer whole (the shell polls for the file); a shell that gave up has removed its dir."""
-    try:
-        fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(result, f)
-        os.replace(path + ".tmp", path)
-    except OSError:
-        pass
+class _EntryFile:
+    """This rank's entry file (``RankRecord``'s writer): relative to its session directory's fd, checked once
+    (the rank's uid's, 0700), created ``O_EXCL|O_NOFOLLOW`` under a fresh name and renamed into place."""
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        st = os.fstat(self.fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            os.close(self.fd)
+            raise OSError(f"{path} is not a directory of yours alone (0700)")
+
+    def write_rank(self, entry: dict[str, Any]) -> None:
+        if self.fd < 0:
+            raise OSError("the session directory was let go (detached)")
+        data = json.dumps(entry, indent=1, sort_keys=True).encode()
+        tmp = f".tmp-{os.urandom(6).hex()}.json"
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=self.fd)
+        try:
+            with os.fdopen(out, "wb") as f:
+                f.write(data)
+            os.rename(tmp, f"rank-{int(entry['rank'])}.json", src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=self.fd)
+            raise
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 def _path(spec: dict[str, Any], added: str | None) -> list[str]:
@@ -52,22 +81,21 @@ def _path(spec: dict[str, Any], added: str | None) -> list[str]:
     return paths
 
 
-def main(spec_json: str, added: str | None = None) -> None:
-    """Adopt this rank as ``spec_json`` says; never raises into the rank (the answer says what happened)."""
+def main(spec_json: str, added: str | None = None) -> dict[str, Any]:
+    """Adopt this rank as ``spec_json`` says; its answer. Never raises into the rank."""
     spec = json.loads(spec_json)
-    if time.time() > spec.get("deadline", float("inf")):  # queued, and run after the shell gave up on it
-        if added and added in sys.path:
-            sys.path.remove(added)
-        return _answer(spec["result"], {"status": "too late"})
-    try:
-        result = adopt(spec)
-        if result["status"] == "adopted":
-            _state["paths"] = _path(spec, added)
-        elif added and added in sys.path:
-            sys.path.remove(added)
-    except BaseException as exc:  # the rank must go on whatever happened here
-        result = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
-    _answer(spec["result"], result)
+    with _lock:
+        try:
+            result = adopt(spec)
+            if result["status"] == "adopted":
+                _state["paths"] = _path(spec, added)
+            elif added and added in sys.path:
+                sys.path.remove(added)
+        except BaseException as exc:  # the rank must go on whatever happened here
+            if added and added in sys.path:
+                sys.path.remove(added)
+            result = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
+    return result
 
 
 def pg_timeout() -> tuple[float | None, str]:
@@ -107,18 +135,23 @@ def adopt(spec: dict[str, Any]) -> dict[str, Any]:
     from rtdebug.stacks import dump
 
     reg, sid, rank = Registry(spec["registry_dir"]), spec["session_id"], int(spec["rank"])
-    record = RankRecord(
-        reg, sid, rank, spec["host"], int(spec["port"]), False, spec["script"],
-        local_rank=int(spec["local_rank"]), node_rank=int(spec["node_rank"]), world_size=int(spec["world_size"]),
-    )  # fmt: skip
+    entry_file = _EntryFile(str(reg.session_dir(sid)))
+    try:
+        record = RankRecord(
+            entry_file, sid, rank, spec["host"], int(spec["port"]), False, spec["script"],
+            local_rank=int(spec["local_rank"]), node_rank=int(spec["node_rank"]), world_size=int(spec["world_size"]),
+        )  # fmt: skip
+    except BaseException:
+        entry_file.close()
+        raise
     endpoint = Endpoint(spec["host"], int(spec["port"]), allow=spec.get("allow", ""))
     _track_clients(endpoint)
-    stacks = dump.arm(reg.session_dir(sid), rank)
+    stacks = _main_bottom(dump.arm(reg.session_dir(sid), rank))
     record.connect(endpoint)
     try:  # all or nothing: a failure leaves no listener, handler, wrapper or publisher behind
         endpoint.start()
         timeout, source = pg_timeout()
-        _publish(record, spec)
+        _publish(record, spec, reg)
         collectives = collrec.arm(reg.session_dir(sid), rank)
     except BaseException as exc:
         from rtdebug.rank import unadopt
@@ -127,11 +160,13 @@ def adopt(spec: dict[str, Any]) -> dict[str, Any]:
         unadopt.shut(endpoint)
         unadopt.release(stacks)
         record.failed(str(exc), exit_code=None)
+        entry_file.close()
         raise
     record.ready(endpoint, stacks=stacks, collectives=collectives)
     import atexit
 
-    _state.update(session_id=sid, endpoint=endpoint, record=record, stacks=stacks, prior=runtime.endpoint)
+    _state.update(session_id=sid, endpoint=endpoint, record=record, stacks=stacks, prior=runtime.endpoint,
+                  registry=reg, entry_file=entry_file)  # fmt: skip
     atexit.register(_at_exit)
     runtime.endpoint = endpoint  # rtdebug.breakpoint() in the script now reaches this endpoint
     print(
@@ -140,7 +175,21 @@ def adopt(spec: dict[str, Any]) -> dict[str, Any]:
     return {"status": "adopted", "pid": os.getpid(), "pg_timeout_s": timeout, "pg_timeout_source": source}
 
 
-def _publish(record: Any, spec: dict[str, Any]) -> None:
+def _main_bottom(stacks: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``arm`` records the bottom frame of the thread it runs in, maybe a thread of our own here (see the
+    module docstring); the fallback dump's completeness check needs the main thread's."""
+    main = threading.main_thread()
+    if stacks is None or threading.current_thread() is main:
+        return stacks
+    frame = sys._current_frames().get(main.ident or 0)
+    while frame is not None and frame.f_back is not None:
+        frame = frame.f_back
+    if frame is not None:
+        stacks["bottom"] = [frame.f_code.co_filename, frame.f_code.co_name]
+    return stacks
+
+
+def _publish(record: Any, spec: dict[str, Any], reg: Any) -> None:
     """A multi-node job: keep this rank's entry (local rank 0: its node's session too) in the job's store, as
     a launched rank does (``rtdebug.rank.publish``); the record's final ``exited`` (detach) stops it. It never
     watches peers nor ends anything: the job is not rtdebug's."""
@@ -153,7 +202,7 @@ def _publish(record: Any, spec: dict[str, Any]) -> None:
     pub = Publisher(host, port, str(spec["run_id"]), int(spec["rank"]), int(spec["node_rank"]),
                     secret=spec.get("secret") or None)  # fmt: skip
     if int(spec["local_rank"]) == 0:
-        node = record.registry.read_session(spec["session_id"])
+        node = reg.read_session(spec["session_id"])
         pub.node = dict(node) if node else None
     record.publisher = pub
     pub.update(record.entry)
@@ -190,7 +239,7 @@ def _at_exit() -> None:
     from rtdebug.rank.record import FINAL
 
     record.set(state="exited", exit_code=None)
-    reg, sid = record.registry, _state["session_id"]
+    reg, sid = _state["registry"], _state["session_id"]
     try:
         if all(r["state"] in FINAL for r in reg.ranks(sid)):
             reg.update_session(sid, state="exited", ended_at=record.entry["updated_at"])
@@ -198,13 +247,14 @@ def _at_exit() -> None:
         pass
 
 
-def detach(result_path: str) -> None:
-    """Undo ``adopt``; never raises into the rank (the answer says what happened)."""
-    try:
-        result = _detach() if "session_id" in _state else {"status": "not adopted"}
-    except BaseException as exc:  # the rank must go on whatever happened here
-        result = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
-    _answer(result_path, dict(result, pid=os.getpid()))
+def detach() -> dict[str, Any]:
+    """Undo ``adopt``; its answer. Never raises into the rank."""
+    with _lock:
+        try:
+            result = _detach() if "session_id" in _state else {"status": "not adopted"}
+        except BaseException as exc:  # the rank must go on whatever happened here
+            result = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
+    return dict(result, pid=os.getpid())
 
 
 def _detach() -> dict[str, Any]:
@@ -225,6 +275,7 @@ def _detach() -> dict[str, Any]:
         if p in sys.path:
             sys.path.remove(p)
     record.set(state="detached", exit_code=None)  # final: a multi-node rank's publisher ends too
+    _state["entry_file"].close()
     _state.clear()
     print(f"rtdebug: rank {record.entry['rank']} detached; nothing of rtdebug runs here now", file=sys.stderr)
     return {"status": "detached"}

@@ -85,7 +85,7 @@ def detach_adopted(reg: Registry, session: Entry) -> str:
     sid = session["session_id"]
     live = [r for r in reg.ranks(sid) if reg.live_rank(r) and r["state"] in ATTACHABLE_STATES]
     method = inject.method_for(live[0]["pid"]) if live else "ptrace"
-    answers = inject.detach_pids([r["pid"] for r in live], method)
+    answers = inject.detach_pids([r["pid"] for r in live], method, reg.ensure())  # answers in the registry
     now = time.time()
     reg.update_session(sid, state="stopped", ended_at=now)
     for r in reg.ranks(sid):
