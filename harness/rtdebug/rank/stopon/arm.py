@@ -1,12 +1,8 @@
 """Arm ``--stop-on`` in a rank: hooks on what the job already does, installed once torch is imported.
 
-- ``Tensor.backward`` (``nonfinite``): before it, one reduction of the loss (``isfinite(loss).all()``, no
-  sync); after it -- DDP's buckets have been all-reduced and checked by then (``ddp``) -- one small vote:
-  an all-reduce of a world-size vector in which each rank marks whether it was an origin (a non-finite
-  loss, or a bucket non-finite before its all-reduce) and whether a bucket was non-finite after it. So
-  every rank learns the same event at the same step, with the origin ranks, and stops in the user's frame
-  that called ``backward()``, before ``optimizer.step()`` changes the weights. The vote is the only sync
-  this adds, and it comes where DDP's backward already waited for its all-reduces.
+- ``Tensor.backward`` (``nonfinite``): the loss's flag before it, the gradients' after it (``ddp``: how
+  every rank learns the same event at the same step, with the origin ranks); then the rank stops in the
+  user's frame that called ``backward()``, before ``optimizer.step()`` changes the weights.
 - torch's global optimizer step hooks: the step clock (the first optimizer that steps), ``step=N``
   (before step N, counting the steps taken) and ``disagree:N`` (``disagree``), in the frame that called
   ``optimizer.step()``.
@@ -49,7 +45,7 @@ def configure(spec: str) -> str:
         return f"rtdebug: {exc.message}"
     rank = os.environ.get("RANK", "0")
     if cond.any and "torch" in sys.modules:
-        ddp.adopt_existing(check=cond.nonfinite)
+        ddp.adopt_existing()
     return f"rtdebug: rank {rank} stops on {cond.text()}" if cond.any else f"rtdebug: rank {rank}: --stop-on is off"
 
 
@@ -96,29 +92,28 @@ def _wrap_backward(torch: Any) -> None:
         if not _state["cond"].nonfinite:
             return original(self, *args, **kwargs)
         try:
-            ok = torch.isfinite(self.detach()).all()
+            bad = self.detach().float().mul(0).sum().isnan()  # NaN iff a NaN or Inf: exact, no sync
         except Exception:  # not a float tensor: nothing to check
-            ok = None
-        ddp.begin_backward()
+            bad = None
+        ddp.begin_backward(bad)
         out = original(self, *args, **kwargs)
-        _after_backward(ok)
+        event = ddp.end_backward(bad is not None and bool(bad))
+        if event is not None:
+            reason, origin = ddp.describe(event, steps())
+            halt.stop("nonfinite", reason, user_frame(1), origin, steps())
         return out
 
     torch.Tensor.backward = backward
 
 
-def _after_backward(loss_ok: Any) -> None:
-    local = ddp.end_backward(loss_ok is not None and not bool(loss_ok))
-    event = ddp.vote(local)
-    if event is None:
-        return
-    reason, origin = ddp.describe(event, local, steps())
-    halt.stop("nonfinite", reason, user_frame(1), origin, steps())
-
-
 def _before_step(optimizer: Any, args: Any, kwargs: Any) -> None:
     if _state["clock"] is None:
         _state["clock"] = id(optimizer)  # the first optimizer that steps is the clock
+    if _state["cond"].nonfinite and id(optimizer) not in _state["installed"]:
+        _state["installed"].add(id(optimizer))  # a job without DDP: its gradients are watched from now on
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                ddp.hook(p)
     if _state["clock"] != id(optimizer):
         return
     cond: stopon.StopOn = _state["cond"]

@@ -1,15 +1,23 @@
-"""``nonfinite`` in DDP's gradient buckets, and the per-step vote that tells every rank the same event.
+"""``nonfinite`` around DDP's gradient all-reduce, with no comm hook and no per-bucket callback.
 
-A comm hook is the one place DDP lets code see a bucket before and after its all-reduce. ``patch`` makes
-every ``DistributedDataParallel`` register ours at construction; a user's own ``register_comm_hook`` (or
-builtin hook) then becomes the inner hook ours wraps, so both run. Per bucket: ``isfinite`` of the flat
-buffer (one fused reduction; its mask is kept only until the all-reduce is done) before the all-reduce,
-and once more on the result in the future's callback. No value is read before the all-reduce has
-completed, so on a GPU the check's sync is where the all-reduce already waits.
+Why not a DDP comm hook: a Python hook replaces DDP's C++ all-reduce and runs its completion callback on
+the communication thread, which must take the GIL from the thread running backward: on CPU that alone
+cost ~18 % of a DDP step (bench/STOPON_RESULTS.md). Instead:
 
-The origin's parameter is named from the kept mask (the first non-finite element's bucket offset), with
-the names DDP's module gives its parameters. ``nonfinite:deep`` adds one global forward hook that names
-the first module whose output went non-finite this step (one sync per module: opt-in).
+- **before the all-reduce** (origin): a post-accumulate-grad hook on each parameter, registered before
+  DDP's own (so it runs before DDP copies the gradient into its bucket), keeps ``grad.mul(0).sum()``:
+  0 for a finite gradient, NaN as soon as one element is NaN or Inf (exact, no overflow, one vectorised
+  pass; ``isfinite(...).all()`` is ~25x slower on CPU);
+- **after it** (every rank the same: DDP's sum spreads a NaN or Inf to every replica), the same per
+  gradient once backward has returned;
+- **the loss**: one small all-reduce per step, launched before backward and overlapped with it, of a
+  world-size vector in which a rank marks a non-finite loss (a loss can be non-finite while the gradients
+  are not: only this tells the other ranks);
+- **on an event** (seen alike by every rank: a non-finite result, or a marked loss) one more small
+  all-reduce of each rank's "before" flag names the origin ranks -- or none: an overflow in the reduction.
+
+The names come from DDP's module (``named_parameters``, ``named_modules``); ``nonfinite:deep`` adds one
+global forward hook that names the first module whose output went non-finite (one sync per module).
 """
 
 from __future__ import annotations
@@ -21,7 +29,8 @@ from typing import Any
 _names: dict[int, str] = {}  # id(parameter) -> its name in a DDP module
 _order: dict[int, int] = {}  # id(parameter) -> its place in the module's own order
 _modules: dict[int, str] = {}  # id(module) -> its qualified name (for nonfinite:deep)
-_step: dict[str, Any] = {"origin": None, "post": None, "deep": None}
+_params: dict[int, Any] = {}  # id(parameter) -> parameter, for the check after the all-reduce
+_step: dict[str, Any] = {"pre": [], "deep": None, "vote": None}
 _group: dict[str, Any] = {"pg": None}
 _patched: dict[str, Any] = {}
 
@@ -36,8 +45,7 @@ def replica_group() -> Any:
 
 
 def patch(torch: Any, deep: bool = False) -> None:
-    """Every DDP module made from now on gets our comm hook (it checks buckets only while ``nonfinite`` is
-    armed) and tells us its parameter names and group."""
+    """Every DDP module made from now on tells us its names and group, and gets the "before" hooks."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     if deep and "deep" not in _patched:
@@ -47,122 +55,56 @@ def patch(torch: Any, deep: bool = False) -> None:
         _patched["deep"] = True
     if getattr(DDP, "_rtdebug_stopon", False):
         return
-    init, register, builtin = DDP.__init__, DDP.register_comm_hook, DDP._register_builtin_comm_hook
-    _patched["register"] = register
+    init = DDP.__init__
 
     @functools.wraps(init)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        init(self, *args, **kwargs)
-        from rtdebug.rank.stopon import arm
+    def __init__(self: Any, module: Any, *args: Any, **kwargs: Any) -> None:
+        watch(module)  # before DDP's init: our hooks run before DDP's own, on the local gradient
+        init(self, module, *args, **kwargs)
+        _group["pg"] = self.process_group
 
-        setup(self, hook=arm.armed_nonfinite())  # disagree alone keeps DDP's own C++ all-reduce
-
-    @functools.wraps(register)
-    def register_comm_hook(self: Any, state: Any, hook: Any) -> None:
-        mine = getattr(self, "_rtdebug_hook", None)
-        if mine is None:
-            return register(self, state, hook)
-        mine.inner = (state, hook)  # the user's hook runs inside ours
-
-    @functools.wraps(builtin)
-    def _register_builtin_comm_hook(self: Any, comm_hook_type: Any) -> None:
-        mine = getattr(self, "_rtdebug_hook", None)
-        if mine is None:
-            return builtin(self, comm_hook_type)
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-        hook = default_hooks.fp16_compress_hook if "FP16" in str(comm_hook_type) else default_hooks.allreduce_hook
-        mine.inner = (self.process_group, hook)
-
-    DDP.__init__, DDP.register_comm_hook = __init__, register_comm_hook
-    DDP._register_builtin_comm_hook = _register_builtin_comm_hook
+    DDP.__init__ = __init__
     DDP._rtdebug_stopon = True
 
 
-def setup(model: Any, hook: bool = True) -> None:
-    """Learn ``model``'s parameter names and group, and (``hook``) put our comm hook on it."""
-    _group["pg"] = model.process_group
-    for i, (name, p) in enumerate(model.module.named_parameters()):
+def watch(module: Any) -> None:
+    """Learn ``module``'s names and hook its parameters' gradients (once each)."""
+    for i, (name, p) in enumerate(module.named_parameters()):
         _names[id(p)], _order[id(p)] = name, i
-    for name, m in model.module.named_modules():
+        hook(p)
+    for name, m in module.named_modules():
         _modules[id(m)] = name or type(m).__name__
-    if not hook:
+
+
+def hook(p: Any) -> None:
+    if id(p) in _params or not getattr(p, "requires_grad", False):
         return
     try:
-        import torch
-        import torch.distributed as dist
-
-        # DDP checks a hook's annotations as objects (this module's are strings: __future__)
-        _checked.__annotations__ = {"bucket": dist.GradBucket, "return": torch.futures.Future[torch.Tensor]}
-        state = Hook(model.process_group)
-        _patched["register"](model, state, _checked)
-        model._rtdebug_hook = state
-    except Exception as exc:  # never the job's failure (a user hook set before us, say): it trains on, unchecked
-        print(f"rtdebug: --stop-on nonfinite cannot check this DDP model's buckets: {exc}", file=sys.stderr)
+        p.register_post_accumulate_grad_hook(_before)
+    except Exception as exc:  # never the job's failure: this parameter goes unchecked, said once
+        print(f"rtdebug: --stop-on nonfinite cannot watch a parameter's gradient: {exc}", file=sys.stderr)
+        return
+    _params[id(p)] = p
 
 
-def adopt_existing(check: bool = True) -> int:
-    """DDP models made before ``--stop-on`` was set on a running rank: found once (``gc``), set up."""
+def adopt_existing() -> int:
+    """DDP models made before ``--stop-on`` was set on a running rank: found once (``gc``) and watched."""
     import gc
 
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    found = [o for o in gc.get_objects() if isinstance(o, DDP) and not hasattr(o, "_rtdebug_hook")]
+    found = [o for o in gc.get_objects() if isinstance(o, DDP)]
     for model in found:
-        setup(model, hook=check)
+        watch(model.module)
+        _group["pg"] = model.process_group
     return len(found)
 
 
-class Hook:
-    """The comm hook's state: the group, and the inner hook (DDP's own all-reduce unless the user set one)."""
-
-    def __init__(self, pg: Any) -> None:
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-        self.inner: tuple[Any, Any] = (pg, default_hooks.allreduce_hook)
-
-
-def _checked(state: Hook, bucket: Any) -> Any:
-    import torch
-
+def _before(p: Any) -> None:
     from rtdebug.rank.stopon import arm
 
-    if not arm.armed_nonfinite():
-        return state.inner[1](state.inner[0], bucket)
-    mask = torch.isfinite(bucket.buffer())
-    pre_ok = mask.all()
-    inner_state, inner = state.inner
-    fut = inner(inner_state, bucket)
-
-    def after(f: Any) -> Any:
-        out = f.value()
-        t = out[0] if isinstance(out, list) else out
-        try:
-            if not bool(pre_ok) and _step["origin"] is None:
-                _step["origin"] = _first_bad(bucket, mask)
-            if not bool(torch.isfinite(t).all()) and _step["post"] is None:
-                _step["post"] = bucket.index()
-        except Exception:  # the check never breaks the job's all-reduce
-            pass
-        return out
-
-    return fut.then(after)
-
-
-def _first_bad(bucket: Any, mask: Any) -> str:
-    """The non-finite parameters of the bucket, first in the module's own order (DDP fills buckets in
-    reverse): ``fc1.weight`` or ``fc1.weight (+3 more)``. Runs only when a bucket was non-finite."""
-    bad, offset = [], 0
-    for p, g in zip(bucket.parameters(), bucket.gradients(), strict=False):
-        n = g.numel()
-        if not bool(mask[offset : offset + n].all()):
-            bad.append(p)
-        offset += n
-    if not bad:
-        return "a parameter"
-    bad.sort(key=lambda p: _order.get(id(p), 1 << 30))
-    more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
-    return _names.get(id(bad[0]), "a parameter") + more
+    if arm.armed_nonfinite() and p.grad is not None:
+        _step["pre"].append((p, p.grad.detach().mul(0).sum()))
 
 
 def _forward(module: Any, args: Any, output: Any) -> None:
@@ -172,47 +114,77 @@ def _forward(module: Any, args: Any, output: Any) -> None:
     import torch
 
     t = output[0] if isinstance(output, (tuple, list)) and output else output
-    if isinstance(t, torch.Tensor) and t.is_floating_point() and not bool(torch.isfinite(t).all()):
+    if isinstance(t, torch.Tensor) and t.is_floating_point() and bool(t.detach().mul(0).sum().isnan()):
         _step["deep"] = _modules.get(id(module), type(module).__name__)
 
 
-def begin_backward() -> None:
-    _step["origin"] = _step["post"] = None
-
-
-def end_backward(loss_bad: bool) -> dict[str, Any]:
-    """This rank's findings for the backward that just ended (and the forward before it)."""
-    found = {"loss": loss_bad, "origin": _step["origin"], "post": _step["post"], "deep": _step["deep"]}
-    _step["origin"] = _step["post"] = _step["deep"] = None
-    return found
-
-
-def vote(local: dict[str, Any]) -> dict[str, Any] | None:
-    """Every rank's findings, the same on every rank: one all-reduce of a world-size vector (each rank marks
-    itself an origin; one slot says a bucket was non-finite after its all-reduce). None: nothing found."""
-    origin = bool(local["loss"] or local["origin"])
-    post = local["post"] is not None
+def _dist() -> tuple[Any, Any, list[int]] | None:
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
-        return {"origins": [0] if origin else [], "post": post} if origin or post else None
-    import torch
-
+        return None
     pg = _group["pg"]
     members = dist.get_process_group_ranks(pg) if pg is not None else list(range(dist.get_world_size()))
-    v = torch.zeros(len(members) + 1)
-    me = members.index(dist.get_rank())
-    v[me], v[-1] = float(origin), float(post)
-    reduce = dist.distributed_c10d.all_reduce
-    reduce = getattr(reduce, "__wrapped__", reduce) if getattr(reduce, "__rtdebug_collrec__", False) else reduce
-    reduce(v, group=pg)  # not through the collective record: it keeps the user's own collectives
-    if not v.any():
+    return dist, pg, members
+
+
+def _reduce(dist: Any) -> Any:
+    """torch's own all_reduce: not through the collective record, which keeps the user's collectives."""
+    fn = dist.distributed_c10d.all_reduce
+    return getattr(fn, "__wrapped__", fn) if getattr(fn, "__rtdebug_collrec__", False) else fn
+
+
+def begin_backward(loss_bad: Any) -> None:
+    """Before backward: the loss's flag goes to every rank, overlapped with backward."""
+    _step["pre"] = []
+    d = _dist()
+    if d is None or loss_bad is None:
+        _step["vote"] = None
+        return
+    import torch
+
+    dist, pg, members = d
+    v = torch.zeros(len(members), device=loss_bad.device)
+    v[members.index(dist.get_rank())] = loss_bad.float()
+    _step["vote"] = (v, _reduce(dist)(v, group=pg, async_op=True))
+
+
+def end_backward(loss_bad: bool) -> dict[str, Any] | None:
+    """After backward: this rank's findings, and the event every rank agrees on (None: nothing found)."""
+    import torch
+
+    pre = _step["pre"]
+    _step["pre"] = []
+    origin = None
+    if pre and bool(torch.stack([s for _, s in pre]).isnan().any()):
+        bad = sorted((p for p, s in pre if bool(s.isnan())), key=lambda p: _order.get(id(p), 1 << 30))
+        origin = _names.get(id(bad[0]), "a parameter") + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else "")
+    grads = [p.grad for p in _params.values() if p.grad is not None]
+    post = bool(torch.stack([g.detach().mul(0).sum() for g in grads]).isnan().any()) if grads else False
+    local = {"loss": loss_bad, "origin": origin, "post": post, "deep": _step["deep"]}
+    _step["deep"] = None
+    d, vote = _dist(), _step["vote"]
+    _step["vote"] = None
+    lossy: list[int] = []
+    if d is not None and vote is not None:
+        dist, pg, members = d
+        v, work = vote
+        work.wait()
+        lossy = [members[i] for i in range(len(members)) if float(v[i]) > 0]
+    if not (loss_bad or origin or post or lossy):
         return None
-    return {"origins": [members[i] for i in range(len(members)) if v[i] > 0], "post": bool(v[-1] > 0)}
+    origins = [0] if loss_bad or origin else []
+    if d is not None and (post or lossy):  # every rank is here alike: name the origins
+        dist, pg, members = d
+        flags = torch.zeros(len(members))
+        flags[members.index(dist.get_rank())] = float(bool(loss_bad or origin))
+        _reduce(dist)(flags, group=pg)
+        origins = [members[i] for i in range(len(members)) if float(flags[i]) > 0]
+    return {"local": local, "origins": origins, "post": post}
 
 
-def describe(event: dict[str, Any], local: dict[str, Any], step: int) -> tuple[str, bool]:
+def describe(event: dict[str, Any], step: int) -> tuple[str, bool]:
     """(this rank's stop reason, is it an origin)."""
-    origins = event["origins"]
+    local, origins = event["local"], event["origins"]
     deep = f"; first non-finite output: {local['deep']}" if local.get("deep") else ""
     if local["loss"]:
         grad = f" and grad of {local['origin']}" if local["origin"] else ""
