@@ -172,3 +172,41 @@ def test_init_is_a_docstring_and_modules_stay_small(path):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             n = (node.end_lineno or node.lineno) - node.lineno + 1
             assert n <= 60, f"{path}:{node.lineno} {node.name} is {n} lines (limit 60)"
+
+
+STORE_SEAMS = {  # the one place each process opens a store connection (all the torch-free client)
+    "rtdebug.views.store",  # the shell and the launcher: StoreView.client, one per command
+    "rtdebug.rank.publish",  # a rank's publisher
+    "rtdebug.rank.dumpwatch",  # a rank's dump watcher (its size-bounded subclass)
+}
+
+
+def test_store_clients_are_opened_at_their_seams_only():
+    """No module but the seams constructs a store client, and none uses torch's TCPStore (its failed
+    connects fill a rank's log with C++ retries; imported from a thread it once aborted a rank)."""
+    opened = {}
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                f = node.func
+                called = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+                if called in ("TCPStoreClient", "TCPStore") or (called == "__init__" and "TCPStore" in ast.dump(f)):
+                    opened.setdefault(name, set()).add(called)
+    assert set(opened) <= STORE_SEAMS, opened
+    assert all("TCPStore" not in calls for calls in opened.values()), opened
+
+
+RANK_STARTS = ("dump.arm", "collrec.arm", "meshes.arm")
+
+
+def test_one_rank_start_up():
+    """A rank's runtime is armed in one module (rtdebug.rank.startup): the torchrun rank, `rtdebug run`,
+    a Ray worker and an adopted rank pass only what differs (their identity, where they publish)."""
+    starts = {}
+    for name, path in MODULES.items():
+        src = path.read_text()
+        found = [s for s in RANK_STARTS if f"{s}(" in src]
+        if found:
+            starts[name] = found
+    assert set(starts) <= {"rtdebug.rank.startup"}, starts

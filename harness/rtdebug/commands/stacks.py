@@ -53,16 +53,16 @@ def _ranks(session: dict[str, Any], rank_spec: str | None, entries: list[dict] |
 
 
 def _store_snapshot(endpoint: str, session_id: str | None, rank_spec: str | None, timeout: float) -> dict:
-    from rtdebug.registry.tcpstore import TCPStoreClient
     from rtdebug.views import store
 
     view = store.StoreView(*_endpoint(endpoint), explicit=True)
     session = _remote_session(view, session_id, f"the job store at {endpoint}")
     try:
-        with TCPStoreClient(view.host, view.port, store.READ_TIMEOUT_S) as client:
-            return jobwide.from_store(client, session, view.known, _ranks(session, rank_spec), timeout)
+        return jobwide.from_store(view.client(), session, view.known, _ranks(session, rank_spec), timeout)
     except OSError as exc:
         raise HarnessError(f"the job store at {endpoint} stopped answering: {exc}") from None
+    finally:
+        view.close()
 
 
 def _remote_session(view: Any, session_id: str | None, where: str) -> dict[str, Any]:

@@ -71,8 +71,7 @@ def report(
 
 def job_snapshot(session: dict[str, Any], timeout: float) -> dict[str, Any] | None:
     """Every live rank of the job through its store, on the node hosting it; else (or on failure) None."""
-    from rtdebug.registry.tcpstore import TCPStoreClient
-    from rtdebug.views.store import READ_TIMEOUT_S, StoreView
+    from rtdebug.views.store import StoreView
 
     try:
         host, port = c10d.split_endpoint(str(session.get("store") or ""))
@@ -82,11 +81,13 @@ def job_snapshot(session: dict[str, Any], timeout: float) -> dict[str, Any] | No
         return None
     try:
         view = StoreView(host, port, explicit=True, local_ids=frozenset({session["session_id"]}))
-        job = view.session(session["session_id"])
-        if job is None:
-            return None
-        with TCPStoreClient(host, port, READ_TIMEOUT_S) as client:
-            return jobwide.from_store(client, job, view.known, None, timeout)
+        try:
+            job = view.session(session["session_id"])
+            if job is None:
+                return None
+            return jobwide.from_store(view.client(), job, view.known, None, timeout)
+        finally:
+            view.close()
     except (HarnessError, OSError):
         return None
 

@@ -128,11 +128,10 @@ def adopt(spec: dict[str, Any]) -> dict[str, Any]:
         return {"status": "already", "session_id": _state["session_id"], "pid": os.getpid()}
     if runtime.endpoint is not None:  # started by `rtdebug torchrun` / `run`: it has its own endpoint
         return {"status": "launched", "port": runtime.endpoint.port, "pid": os.getpid()}
-    from rtdebug.rank import collrec
+    from rtdebug.rank import startup
     from rtdebug.rank.endpoint import Endpoint
     from rtdebug.rank.record import RankRecord
     from rtdebug.registry.files import Registry
-    from rtdebug.stacks import dump
 
     reg, sid, rank = Registry(spec["registry_dir"]), spec["session_id"], int(spec["rank"])
     entry_file = _EntryFile(str(reg.session_dir(sid)))
@@ -146,13 +145,13 @@ def adopt(spec: dict[str, Any]) -> dict[str, Any]:
         raise
     endpoint = Endpoint(spec["host"], int(spec["port"]), allow=spec.get("allow", ""))
     _track_clients(endpoint)
-    stacks = _main_bottom(dump.arm(reg.session_dir(sid), rank))
+    stacks = _main_bottom(startup.dumps(reg.session_dir(sid), rank))
     record.connect(endpoint)
     try:  # all or nothing: a failure leaves no listener, handler, wrapper or publisher behind
         endpoint.start()
         timeout, source = pg_timeout()
         _publish(record, spec, reg)
-        collectives = collrec.arm(reg.session_dir(sid), rank)
+        collectives = startup.record(reg.session_dir(sid), rank)
     except BaseException as exc:
         from rtdebug.rank import unadopt
 

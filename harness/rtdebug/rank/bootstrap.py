@@ -20,7 +20,7 @@ from rtdebug.common import lifetime, rankenv
 from rtdebug.common.config import RankConfig, Target
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.ports import port_for_rank
-from rtdebug.rank import collrec, localmode, meshes, postmortem, publish, runtime, warmup
+from rtdebug.rank import localmode, postmortem, publish, startup, warmup
 from rtdebug.rank.endpoint import Endpoint, debugger_active
 from rtdebug.rank.execute import execute, preimport, print_failure
 from rtdebug.rank.record import RankRecord
@@ -31,16 +31,7 @@ SAFEPATH_VAR = "RTDEBUG_SET_SAFEPATH"  # "1": the launcher set PYTHONSAFEPATH, n
 
 def arm_fixes(cfg: RankConfig) -> None:
     """The local-mode fixes, armed before the script runs (they apply when torch / Ray are imported)."""
-    localmode.install(cfg.pg_timeout_s)
-    meshes.arm()  # each DeviceMesh the job makes goes into the rank's entry (mesh selectors: dp=0,tp=*)
-    if cfg.stop_on:
-        from rtdebug.rank.stopon import arm
-
-        arm.install(cfg.stop_on)
-    if cfg.force_local:
-        from rtdebug.rank import forcelocal
-
-        forcelocal.install()
+    startup.fixes(cfg.pg_timeout_s, cfg.stop_on, cfg.force_local)
 
 
 def under_debugger() -> bool:
@@ -50,19 +41,15 @@ def under_debugger() -> bool:
 
 def serve_and_run(target: Target, record: RankRecord, endpoint: Endpoint, cfg: RankConfig) -> int:
     """Open the endpoint, maybe wait for a client, run the script, record how it ended."""
-    from rtdebug.stacks import dump  # `rtdebug stacks` answers by signal, even from a rank blocked in C++
-
     rank = int(record.entry["rank"])
     wait = cfg.waits(rank)
     # written at once: a rank stuck before `ready` (pre-imports, the endpoint) can be dumped too
     assert isinstance(record.registry, Registry)  # ranks of torchrun and `rtdebug run` write local files
     sdir = record.registry.session_dir(str(record.entry["session_id"]))
-    record.set(stacks=dump.arm(sdir, rank), collectives=collrec.arm(sdir, rank))
-    record.connect(endpoint)
+    record.set(stacks=startup.dumps(sdir, rank), collectives=startup.record(sdir, rank))
     if wait:  # the client attaches before the script runs, so its imports would be traced; an eager
         preimport(target)  # rank without --wait stays untraced until a client comes (rtdebug.rank.tracing)
-    endpoint.start(eager=cfg.eager or wait, warm_after=warmup.delay_s())
-    runtime.endpoint, runtime.record = endpoint, record
+    startup.serve(record, endpoint, eager=cfg.eager or wait, warm_after=warmup.delay_s())
     record.ready(endpoint)
     if wait:
         print(f"rtdebug: rank {rank} waiting for a debugger on {endpoint.host}:{endpoint.port}", file=sys.stderr)

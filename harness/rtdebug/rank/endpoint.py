@@ -1,12 +1,10 @@
 """A rank's debug endpoint: ready to attach on ``host:port`` at near-zero cost.
 
-Plain ``debugpy.listen()`` in every rank slows a Python-heavy loop (~0.72x) and
-doubles ``import ray.train`` time even with no client attached. So the rank owns
-its port with a plain socket; debugpy is started only when the first client connects
-(or at once with ``eager``; imported a minute in, in the background: ``rtdebug.rank.warmup``),
-with pydevd's in-process adapter, and
-bytes are relayed both ways. The client sees an
-ordinary DAP server, so stock ``"type": "debugpy"`` attach configs work.
+Plain ``debugpy.listen()`` in every rank slows a Python-heavy loop (~0.72x) and doubles ``import ray.train``
+time even with no client attached. So the rank owns its port with a plain socket; debugpy is started only
+when the first client connects (or at once with ``eager``; imported a minute in, in the background:
+``rtdebug.rank.warmup``), with pydevd's in-process adapter, and bytes are relayed both ways. The client
+sees an ordinary DAP server, so stock ``"type": "debugpy"`` attach configs work.
 
 Why the in-process adapter: no adapter process can outlive the rank and keep a
 port bound, and there is one hop fewer. Its cost: no automatic debugging of the
@@ -34,12 +32,10 @@ for one returning it, and its ``accept()`` yields one end of a fresh
 ``socketpair()`` each time an admitted client arrives; the relay holds the other
 end. So the rank has no listening socket but the checked one, with or without
 ``eager``/``wait``, and pydevd's accept loop still serves detach and re-attach.
-If a debugpy release stops calling that hook, starting debugpy fails (closed),
-never falls back to an open port.
+If a debugpy release stops calling that hook, starting debugpy fails (closed), never falls back to an open port.
 
-The accept and relay threads are marked ``pydev_do_not_trace`` and
-``is_pydev_daemon_thread`` before they start, or a breakpoint that suspends the
-process would freeze the relay that carries the client's ``continue``.
+The accept and relay threads are marked ``pydev_do_not_trace`` and ``is_pydev_daemon_thread`` before they
+start, or a breakpoint that suspends the process would freeze the relay that carries the client's ``continue``.
 
 Speed: debugpy traces only while a client is connected -- an eager rank runs
 untraced until one comes, and when the last one leaves the rank is resumed and

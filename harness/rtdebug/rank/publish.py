@@ -42,27 +42,26 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from rtdebug.common.imports import when_imported
 from rtdebug.common.procinfo import is_alive
 from rtdebug.common.threads import hidden_thread
 from rtdebug.rank.dumpwatch import StoreWatch
 from rtdebug.registry import signing
 from rtdebug.registry.c10d import (
+    CONNECT_TIMEOUT_S,
     ENV_STORE,
     ENV_WATCH,
     HEARTBEAT_S,
     PEER_LOST_ROUNDS,
     PREFIX,
-    connect,
     node_key,
     rank_key,
-    reachable,
     rounds_behind,
     split_endpoint,
     stop_key,
     tick_key,
 )
 from rtdebug.registry.record import problem
+from rtdebug.registry.tcpstore import TCPStoreClient
 
 PRIVATE = ("command", "args")  # never published: a command line may hold secrets
 
@@ -108,6 +107,7 @@ class Publisher:
         self._connected = False  # flush() waits only while the store answers
         self._thread: threading.Thread | None = None
         self.dumps: StoreWatch | None = None  # answers job-wide stacks requests (rtdebug.rank.dumpwatch)
+        self._lists: bool | None = None  # does the server know LIST_KEYS (None: not asked yet)
 
     def update(self, entry: dict[str, Any], final: bool = False) -> None:
         """Record the newest entry and wake the thread (started on first use). ``final``: the rank
@@ -117,12 +117,10 @@ class Publisher:
             self._version += 1
             self._cv.notify_all()
         if self._thread is None:
-            self._thread = hidden_thread(self._loop, f"rtdebug-publish-{self.rank}", start=False)
-            # Start only once the rank's own code has imported torch.distributed: importing torch from this
-            # thread while the main thread imports it too aborted a rank ("terminate called after throwing
-            # an instance of 'python_error'", SIGABRT) in a clean-clone CI run.
-            when_imported("torch.distributed", lambda _m, t=self._thread: t.start())
-            # torch-free, so it may start at once: a rank stuck before its first step still answers
+            # torch-free (rtdebug.registry.tcpstore), so both start at once: a rank stuck before its first
+            # step is published and answers; torch's client, imported from this thread while the main
+            # thread imported torch, once aborted a rank (SIGABRT) in a clean-clone CI run
+            self._thread = hidden_thread(self._loop, f"rtdebug-publish-{self.rank}")
             self.dumps = StoreWatch(self.host, self.port, self.run_id, self.rank, self.secret, self.where).start()
         if final:
             self.flush()
@@ -174,12 +172,9 @@ class Publisher:
                     return
                 entry, node, version = self._entry, self.node, self._version
             try:
-                if store is None:
-                    node_ip = reachable(self.host, self.port)
-                    if node_ip is None:
-                        raise OSError("store not reachable yet")
-                    store = connect(self.host, self.port)
-                    self.where["node_ip"] = node_ip
+                if store is None:  # the torch-free client: a store not up yet fails at once, quietly
+                    store = TCPStoreClient(self.host, self.port, timeout=CONNECT_TIMEOUT_S)
+                    self.where["node_ip"] = str(store.sock.getsockname()[0])
                 timed = time.monotonic() >= next_beat or not beat
                 if timed:
                     beat = {"heartbeat": time.time(), "tick": store.add(tick_key(self.run_id), 1)}
@@ -193,6 +188,8 @@ class Publisher:
                 if timed:
                     self._after_beat(store, beat["tick"])
             except Exception:  # the store is not up yet, or gone with the job: retry, quietly
+                if store is not None:
+                    store.close()
                 store = None
                 with self._cv:
                     self._connected = False
@@ -207,8 +204,7 @@ class Publisher:
             self._watch(store, tick)
 
     def _watch(self, store: Any, tick: int) -> None:
-        prefix = f"{PREFIX}/{self.run_id}/rank/"
-        keys = [k for k in store.list_keys() if k.startswith(prefix) and k[len(prefix) :].isdigit()]
+        keys = self._rank_keys(store)
         ranks = []
         for value in store.multi_get(keys) if keys else []:
             try:
@@ -228,6 +224,23 @@ class Publisher:
                 flush=True,
             )
             self._stop_launcher()
+
+    def _rank_keys(self, store: Any) -> list[str]:
+        """Every rank's key: listed where the server can list keys (LIST_KEYS came in a later torch than
+        rtdebug supports), else named from the world size. The server is asked once: an old one closes
+        the connection on a query it does not know, and the loop reconnects."""
+        prefix = f"{PREFIX}/{self.run_id}/rank/"
+        if self._lists is not False:
+            try:
+                keys = [k for k in store.list_keys() if k.startswith(prefix) and k[len(prefix) :].isdigit()]
+                self._lists = True
+                return keys
+            except Exception:
+                if self._lists is None:
+                    self._lists = False
+                raise
+        world = (self._entry or {}).get("world_size")
+        return [rank_key(self.run_id, r) for r in range(world if isinstance(world, int) else 0)]
 
     def _stop_launcher(self) -> None:
         """``rtdebug stop`` from another machine: end this node the way a local ``stop`` would."""

@@ -43,7 +43,7 @@ from rtdebug.common.imports import when_imported
 from rtdebug.common.ports import DEFAULT_PORT_BASE, port_for_rank
 from rtdebug.common.procinfo import process_create_time
 from rtdebug.common.rankenv import DEFAULT_PG_TIMEOUT_S
-from rtdebug.rank import localmode, postmortem, runtime
+from rtdebug.rank import postmortem, runtime
 from rtdebug.registry import ray_kv, signing
 from rtdebug.registry.files import Registry
 from rtdebug.registry.record import new_session_id, session_entry
@@ -156,7 +156,7 @@ def _start_worker(cb: RtdebugCallback) -> None:
     import ray
     from ray.train.v2._internal.execution.context import get_train_context
 
-    from rtdebug.rank import collrec
+    from rtdebug.rank import startup
     from rtdebug.rank.endpoint import Endpoint
     from rtdebug.rank.record import RankRecord
 
@@ -170,15 +170,8 @@ def _start_worker(cb: RtdebugCallback) -> None:
     host = cb.host if (loopback and same_machine) or (not loopback and cb.host != "auto") else node_ip
     port = port_for_rank(cb.port_base, rank)
     os.environ.setdefault("RANK", str(rank))  # rtdebug.breakpoint(rank=...) before Ray's torch setup sets it
-    localmode.install(cb.pg_timeout_s)
-    collrec.arm(None, rank)  # in memory: the publisher answers job-wide stacks with collrec.snapshot()
-    from rtdebug.rank import meshes
-
-    meshes.arm()
-    if getattr(cb, "stop_on", ""):
-        from rtdebug.rank.stopon import arm
-
-        arm.install(cb.stop_on)
+    startup.fixes(cb.pg_timeout_s, getattr(cb, "stop_on", ""))
+    startup.record(None, rank)  # in memory: the publisher answers job-wide stacks with collrec.snapshot()
     _raise_ray_pg_timeout(cb.pg_timeout_s)
     # the actor's RPC methods (health check, poll_status) run on this thread: never suspend it
     threading.current_thread().pydev_do_not_trace = True  # type: ignore[attr-defined]
@@ -186,17 +179,9 @@ def _start_worker(cb: RtdebugCallback) -> None:
     os.environ["PYTHONBREAKPOINT"] = "rtdebug.rank.ray_worker.breakpointhook"
     wait = _waits(cb.wait, rank)
     record = RankRecord(
-        ray_kv.connected(cb.secret),
-        cb.session_id,
-        rank,
-        host,
-        port,
-        wait,
-        cb.script,
-        local_rank=ctx.get_local_rank(),
-        node_rank=ctx.get_node_rank(),
-        world_size=world,
-    )
+        ray_kv.connected(cb.secret), cb.session_id, rank, host, port, wait, cb.script,
+        local_rank=ctx.get_local_rank(), node_rank=ctx.get_node_rank(), world_size=world,
+    )  # fmt: skip
     record.set(
         cwd=cb.cwd,
         node_id=rc.get_node_id(),

@@ -4,15 +4,12 @@ Ranks (``rtdebug.rank.publish``) write, the store view (``rtdebug.views.store``)
 (``rtdebug.launcher.multinode``) names the store: all three agree here on the keys under
 ``rtdebug/<run id>/`` (``rank/<N>``, ``node/<group rank>``, ``tick``, ``stop``,
 ``dumpseq``, ``dump/<n>[/<nonce>/<rank>|/<nonce>/done]``), on how heartbeats turn
-into "lost", and on how to reach the store without filling a log with c10d's retries.
+into "lost". Every store connection rtdebug opens is the torch-free client (``rtdebug.registry.tcpstore``):
+one per shell command (``StoreView.client``), and a rank's publisher and dump watcher.
 """
 
 from __future__ import annotations
 
-import os
-import socket
-import sys
-from datetime import timedelta
 from typing import Any
 
 from rtdebug.registry.record import LIVE_RANK_STATES
@@ -83,25 +80,3 @@ def split_endpoint(endpoint: str, default_port: int = 29400) -> tuple[str, int]:
     if not sep or ":" in host:  # no port, or a bare IPv6 address
         return endpoint, default_port
     return host, int(port)
-
-
-def reachable(host: str, port: int, timeout: float = 2.0) -> str | None:
-    """This machine's address toward the store if a plain TCP connect works, else None.
-
-    Tried first because a TCPStore client that cannot connect retries for its whole
-    timeout and prints C++ stack traces, which a rank's log must not fill up with."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout) as s:
-            return str(s.getsockname()[0])
-    except OSError:
-        return None
-
-
-def connect(host: str, port: int, timeout_s: float = CONNECT_TIMEOUT_S, quiet: bool = False):
-    """A TCPStore client (never a server: torchrun's agent owns the store). ``quiet``: a CLI
-    process that has not imported torch yet keeps c10d's C++ warnings out of its output."""
-    if quiet and "torch" not in sys.modules:
-        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-    from torch.distributed import TCPStore
-
-    return TCPStore(host, port, is_master=False, timeout=timedelta(seconds=timeout_s))

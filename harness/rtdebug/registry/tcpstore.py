@@ -2,7 +2,9 @@
 
 Why not torch's own client: importing torch costs a requester (``rtdebug ps --store``, ``rtdebug stacks
 --store``) about a second and a half before the first byte goes out, and a laptop that only wants to
-see a job should not need torch at all. The ranks keep torch's client for publishing.
+see a job should not need torch at all. The ranks publish through it too: torch's client, imported from a
+publisher thread while the main thread imported torch, once aborted a rank, and its failed connects
+print C++ retries into the rank's log; this one fails at once, quietly.
 
 Why a rank's dump watcher uses it too: a server-side ``WAIT`` on one key parks the thread in a plain
 ``recv`` (no polling traffic, no GIL held), and a timeout is a Python exception, not a C++ one that

@@ -15,9 +15,7 @@ regular file, and only pids whose create time matches are signalled.
 
 from __future__ import annotations
 
-import json
 import os
-import secrets
 import stat
 import time
 from contextlib import ExitStack
@@ -30,14 +28,12 @@ from rtdebug.common.errors import HarnessError
 from rtdebug.common.filelocks import locked
 from rtdebug.registry import collseq
 from rtdebug.registry.files import Registry
-from rtdebug.stacks import dump as rankdump
 from rtdebug.stacks import group as stackgroup
 from rtdebug.stacks import stops, verdict
+from rtdebug.stacks.ask import Asked, ask, fallback_after
 from rtdebug.stacks.dump import SIGNAL, dump_file
 from rtdebug.stacks.native import native_dumps
 
-FALLBACK_S = 1.5  # see fallback_after
-MAX_ANSWER = 512 << 10  # a dump thread's answer: the text (take.MAX_TEXT) and the recorder's summary
 STABLE_S = 0.3  # a dump that stops growing without reaching its bottom frame is taken as it is
 POLL_S = 0.005
 Entry = dict[str, Any]
@@ -138,85 +134,6 @@ def signal_ranks(sdir: Path, live: list[Entry], unresponsive: dict[int, str]) ->
             Pending(e["rank"], e["pid"], path, str(info.get("main_thread")), bottom, changed=time.monotonic())
         )
     return pending
-
-
-@dataclass
-class Asked:
-    """A rank whose dump thread was asked (a nonce in its FIFO) and whose answer is awaited."""
-
-    entry: Entry
-    path: Path
-    nonce: str
-
-    def read(self) -> dict[str, Any] | None:
-        """The answer to this nonce, as a dump ``group`` takes, or None (not yet, or not a valid answer)."""
-        raw = _read_regular(self.path, MAX_ANSWER)
-        try:
-            value = json.loads(raw) if raw else None
-        except (ValueError, RecursionError):
-            return None
-        if not isinstance(value, dict) or value.get("nonce") != self.nonce or not isinstance(value.get("text"), str):
-            return None
-        dump: dict[str, Any] = {
-            "threads": stackgroup.parse_dump(value["text"]),
-            "main_id": str(self.entry["stacks"].get("main_thread")),
-            "pid": self.entry["pid"],
-            "complete": True,
-            "how": "thread",
-        }
-        if value.get("flight") is not None:
-            dump["flight"] = value["flight"]
-        return dump
-
-
-def _read_regular(path: Path, limit: int) -> bytes | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return os.read(fd, limit + 1)[:limit]
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
-def ask(sdir: Path, e: Entry) -> Asked | None:
-    """Write a fresh nonce into rank ``e``'s dump FIFO; None when it has no dump thread to ask."""
-    info = e.get("stacks")
-    rank = e["rank"]
-    if not isinstance(info, dict) or info.get("request") != rankdump.request_file(rank):
-        return None
-    if info.get("answer") != rankdump.answer_file(rank):
-        return None
-    nonce = secrets.token_hex(16)
-    try:  # O_NONBLOCK: ENXIO at once when no thread reads it (the rank's thread is gone), never a hang
-        fd = os.open(sdir / rankdump.request_file(rank), os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
-            return None
-        os.write(fd, nonce.encode() + b"\n")
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return Asked(e, sdir / rankdump.answer_file(rank), nonce)
-
-
-def fallback_after(timeout: float) -> float:
-    """How long a rank's dump thread gets before the signal fallback: ``FALLBACK_S``, or half the timeout.
-
-    A thread waiting for the GIL gets it within one switch interval (5 ms) of the holder reaching a
-    bytecode boundary, and the dump takes milliseconds; 1.5 s is 300 switch intervals, time enough for
-    a rank on a loaded machine, so the only ranks left are those in one long C call that holds the GIL
-    (then nothing in the process starts or ends Python threads, which is what makes the fallback safe
-    enough to try). Half the timeout leaves the fallback time to be read."""
-    return min(FALLBACK_S, timeout / 2)
 
 
 def read_answers(asked: list[Asked], pending: list[Pending], until: float) -> dict[int, dict[str, Any]]:

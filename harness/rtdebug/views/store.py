@@ -121,23 +121,38 @@ class StoreView:
         self.skipped: dict[str, str] = {}  # key -> why its value is not a valid record
 
     # -- reading ------------------------------------------------------------
-    def _raw(self) -> dict[str, Any]:
-        if self._store is None and not c10d.reachable(self.host, self.port, timeout=READ_TIMEOUT_S):
-            if self.explicit:
+    def client(self) -> Any:
+        """The view's one store connection (``ps``, ``attach``'s polls and job-wide ``stacks`` share it);
+        connecting is the reachability probe: the torch-free client fails at once and quietly."""
+        if self._store is None:
+            try:
+                self._store = TCPStoreClient(self.host, self.port, READ_TIMEOUT_S)
+            except OSError:
                 raise HarnessError(
                     f"cannot reach the job store at {self.host}:{self.port}: the job has ended "
                     f"(torchrun's agent hosts its store) or the address is wrong"
-                )
+                ) from None
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    def _raw(self, retry: bool = True) -> dict[str, Any]:
+        try:
+            store = self.client()
+        except HarnessError:
+            if self.explicit:
+                raise
             return {}
         try:
-            if self._store is None:
-                self._store = TCPStoreClient(self.host, self.port, READ_TIMEOUT_S)
-            keys = [k for k in self._store.list_keys() if _entry_key(k)]  # never the (big) dump answers
-            values = self._store.multi_get(keys) if keys else []
+            keys = [k for k in store.list_keys() if _entry_key(k)]  # never the (big) dump answers
+            values = store.multi_get(keys) if keys else []
         except Exception as exc:  # the store went away (the job ended) since the last read
-            self._store = None
-            if not c10d.reachable(self.host, self.port, timeout=READ_TIMEOUT_S):
-                return self._raw()  # says so the usual way
+            self.close()
+            if retry:
+                return self._raw(retry=False)  # a new connection says why the usual way
             if self.explicit:
                 raise HarnessError(
                     f"the job store at {self.host}:{self.port} stopped answering: "
@@ -223,8 +238,7 @@ class StoreView:
         if not isinstance(run_id, str):
             raise HarnessError(f"session {session['session_id']} records no rendezvous id to stop it by")
         try:
-            with TCPStoreClient(self.host, self.port, READ_TIMEOUT_S) as store:
-                store.set(c10d.stop_key(run_id), b"1")
+            self.client().set(c10d.stop_key(run_id), b"1")
         except Exception as exc:
             raise HarnessError(f"cannot reach the job store at {self.host}:{self.port}: {exc}") from None
         deadline = time.monotonic() + 60

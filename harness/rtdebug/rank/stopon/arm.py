@@ -29,6 +29,7 @@ def install(spec: str) -> stopon.StopOn:
     nothing. Also on a running rank (``configure``): hooks go in once, and read the conditions each time."""
     cond = stopon.parse(spec)
     _state["cond"] = cond
+    ddp.enable(cond.nonfinite)
     if cond.any:
         when_imported("torch", _on_torch)
     return cond
@@ -47,10 +48,6 @@ def configure(spec: str) -> str:
     if cond.any and "torch" in sys.modules:
         ddp.adopt_existing()
     return f"rtdebug: rank {rank} stops on {cond.text()}" if cond.any else f"rtdebug: rank {rank}: --stop-on is off"
-
-
-def armed_nonfinite() -> bool:
-    return bool(_state["cond"].nonfinite)
 
 
 def steps() -> int:

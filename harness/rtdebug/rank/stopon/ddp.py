@@ -100,10 +100,13 @@ def adopt_existing() -> int:
     return len(found)
 
 
-def _before(p: Any) -> None:
-    from rtdebug.rank.stopon import arm
+def enable(on: bool) -> None:
+    """Whether ``nonfinite`` is armed (``arm`` says so each time the conditions change): hooks stay, idle."""
+    _patched["on"] = on
 
-    if arm.armed_nonfinite() and p.grad is not None:
+
+def _before(p: Any) -> None:
+    if _patched.get("on") and p.grad is not None:
         _step["pre"].append((p, p.grad.detach().mul(0).sum()))
 
 
