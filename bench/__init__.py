@@ -9,6 +9,6 @@ import sys
 from pathlib import Path
 
 _ROOT = Path(__file__).resolve().parent.parent
-for _p in (str(_ROOT / "tests"), str(_ROOT)):  # the tests' real DAP client (dap.py); the harness
+for _p in (str(_ROOT / "tests"), str(_ROOT)):  # the tests' real DAP client (support/dap.py); the harness
     if _p not in sys.path:
         sys.path.insert(0, _p)

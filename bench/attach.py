@@ -10,7 +10,7 @@ from typing import Any
 from bench.common import HOST, LOOP, log, summary, touch
 from bench.jobs import Run, disconnect_all, guarded, wait_files
 
-from dap import DAPClient
+from support.dap import DAPClient
 
 
 def breakpoint_line() -> int:

@@ -84,7 +84,7 @@ def measure(r, n: int, line: int) -> dict[str, float]:
     """Connect to every rank at once; connect -> all attached, connect -> all stopped (seconds)."""
     from bench.common import HOST, touch
 
-    from dap import DAPClient
+    from support.dap import DAPClient
 
     bp = {str(Path(__file__).resolve()): [line]}
     attached: list = [None] * n

@@ -23,7 +23,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT / "tests"))
-from dap import DAPClient, DAPError  # noqa: E402
+from support.dap import DAPClient, DAPError  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 from bench.common import free_range  # noqa: E402

@@ -20,7 +20,7 @@ import psutil
 
 from bench.common import BENCH, HOST, LOOP, PY, READY, RECIPE, WORK, base_env, free_range, log, touch
 
-from dap import DAPClient
+from support.dap import DAPClient
 
 
 # -- processes -------------------------------------------------------------------

@@ -19,7 +19,7 @@ from typing import Any
 from bench.common import LOOP, METRICS, PY, ROOT, WORK, base_env, free_range, log, summary, touch
 from bench.jobs import Job, attach_all, disconnect_all, guarded, read_phase, wait_files
 
-from dap import DAPClient
+from support.dap import DAPClient
 
 VERSIONS = ("3.12", "3.13")  # compared with this venv's Python (3.11)
 PROBE = (

@@ -48,7 +48,7 @@ def _line(mark: str) -> int:
 
 def _attach_all(ports: list[int]) -> float:
     sys.path.insert(0, str(ROOT / "tests"))
-    from dap import DAPClient
+    from support.dap import DAPClient
 
     line, path, out = _line("# BENCH-HOLD"), str(JOB), {}
     t0 = time.monotonic()

@@ -8,7 +8,7 @@ import time
 from bench.common import METRICS, log, summary, touch
 from bench.jobs import Run, attach_all, disconnect_all, guarded, read_phase, wait_files
 
-from dap import DAPClient
+from support.dap import DAPClient
 
 STEADY_KINDS = ("plain", "lazy", "eager", "plain2", "recipe")
 STEADY_KEYS = ("plain", "plain2", "lazy", "attached", "detached", "eager", "recipe")

@@ -112,9 +112,8 @@ def bench_ps(rounds: int) -> dict:
 
 
 def bench_stacks(rounds: int) -> dict | None:
-    from netns import Hosts, sweep
-
-    from conftest import EXAMPLES
+    from support.netns import Hosts, sweep
+    from support.paths import EXAMPLES
 
     os.environ["RTDEBUG_JOB_SECRET"] = SECRET
     sweep()

@@ -7,7 +7,6 @@ import contextlib
 import ipaddress
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -24,16 +23,13 @@ from rtdebug.common.errors import HarnessError
 from rtdebug.rank import access
 from rtdebug.rank.access import AllowList, check, peer_uid, proc_peer_uid, tcp_rows
 
-from conftest import EXAMPLES, marker_line, read_ranks, rtdebug, wait_ranks
-from dap import DAPClient
+from support.dap import DAPClient
+from support.jobs import read_ranks, rtdebug, wait_ranks
+from support.paths import EXAMPLES, marker_line
+from support.users import NOBODY, SETPRIV, needs_setpriv
 
-NOBODY = 65534
-SETPRIV = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
 # A stdlib-only python the unprivileged uid can run (the venv may live under an unreadable home).
 FOREIGN_PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-needs_setpriv = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv to act as another uid"
-)
 
 
 def _pair(family: int = socket.AF_INET, host: str = "127.0.0.1"):

@@ -25,8 +25,10 @@ import pytest
 from rtdebug.common import inject, inject_gdb, jobs
 from rtdebug.common.errors import HarnessError
 
-from conftest import PY, ROOT, SCRIPTS, kill_tree, marker_line, read_ranks, rtdebug
-from dap import DAPClient, stop_in_each_rank
+from support.dap import DAPClient, stop_in_each_rank
+from support.jobs import read_ranks, rtdebug
+from support.paths import PY, ROOT, SCRIPTS, marker_line
+from support.procs import kill_tree
 
 pytestmark = pytest.mark.e2e
 JOB = SCRIPTS / "adopt_job.py"

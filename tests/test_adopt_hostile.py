@@ -22,11 +22,12 @@ import pytest
 
 from rtdebug.common import inject, sigdefer
 
-from conftest import PY, ROOT, SCRIPTS, kill_tree
+from support.paths import PY, ROOT, SCRIPTS
+from support.procs import kill_tree
+from support.users import NOBODY
 
 pytestmark = pytest.mark.e2e
 GIL = SCRIPTS / "adopt_gil.py"
-NOBODY = 65534
 
 
 def _wait(what, timeout: float = 60.0, why: str = ""):

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import psutil
 import pytest
-from netns import Hosts, hosts_up
 
 from rtdebug.common import inject, jobs
 
-from conftest import PY, ROOT, SCRIPTS
+from support.netns import Hosts, hosts_up
+from support.paths import PY, ROOT, SCRIPTS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.netns]
 

@@ -21,8 +21,10 @@ import pytest
 
 from rtdebug.common import inject
 
-from conftest import PY, SCRIPTS, kill_tree, marker_line, read_ranks, rtdebug
-from dap import DAPClient
+from support.dap import DAPClient
+from support.jobs import read_ranks, rtdebug
+from support.paths import PY, SCRIPTS, marker_line
+from support.procs import kill_tree
 
 sys.path.insert(0, str(SCRIPTS))
 from ray_cluster import AUTH_MODE, RayCluster  # noqa: E402

@@ -12,7 +12,8 @@ import pytest
 
 from rtdebug.launcher.agent import Agent, cuda_loaded
 
-from conftest import ROOT, wait_ranks
+from support.jobs import wait_ranks
+from support.paths import ROOT
 
 SCRIPT = ROOT / "tests" / "scripts" / "fault_job.py"
 

@@ -10,7 +10,9 @@ import subprocess
 
 import pytest
 
-from conftest import EXAMPLES, PY, ROOT, SCRIPTS, port_free, rtdebug, wait_ranks
+from support.jobs import rtdebug, wait_ranks
+from support.paths import EXAMPLES, PY, ROOT, SCRIPTS
+from support.ports import port_free
 
 pytestmark = pytest.mark.e2e
 

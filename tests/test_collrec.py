@@ -13,8 +13,9 @@ import pytest
 
 from rtdebug.registry import collseq
 
-from conftest import EXAMPLES, PY, SCRIPTS, marker_line, rtdebug, wait_ranks
-from dap import DAPClient
+from support.dap import DAPClient
+from support.jobs import rtdebug, wait_ranks
+from support.paths import EXAMPLES, PY, SCRIPTS, marker_line
 
 HANG = EXAMPLES / "hang.py"
 STOP_EXPR = "__import__('rtdebug.rank.collrec', fromlist=['_']).stop_at_next()"

@@ -14,7 +14,7 @@ import pytest
 from rtdebug.common.errors import HarnessError
 from rtdebug.registry import signing
 
-from conftest import PY
+from support.paths import PY
 
 
 def test_made_once_owner_only_where_xdg_or_home_says(tmp_path, monkeypatch, own_config_dir):

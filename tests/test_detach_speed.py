@@ -17,8 +17,8 @@ import time
 
 import pytest
 
-from conftest import port_free
-from dap import DAPClient
+from support.dap import DAPClient
+from support.ports import port_free
 
 pytestmark = pytest.mark.e2e
 

@@ -19,9 +19,9 @@ import subprocess
 import sys
 
 import pytest
-from venvjobs import require_venv
 
-from conftest import ROOT, SCRIPTS
+from support.paths import ROOT, SCRIPTS
+from support.venvjobs import require_venv
 
 pytestmark = [pytest.mark.pythons]
 DUMPS = int(os.environ.get("RTDEBUG_CHURN_DUMPS", "5000"))

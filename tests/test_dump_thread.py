@@ -19,7 +19,7 @@ import pytest
 
 from rtdebug.stacks import collect, dump
 
-from conftest import ROOT
+from support.paths import ROOT
 
 CHILD = textwrap.dedent("""
     import json, sys, threading, time

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SCRIPTS, read_ranks, rtdebug
+from support.jobs import read_ranks, rtdebug
+from support.paths import SCRIPTS
 
 pytestmark = pytest.mark.e2e
 TRAIN = textwrap.dedent("""

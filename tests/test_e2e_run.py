@@ -9,8 +9,11 @@ import time
 
 import pytest
 
-from conftest import EXAMPLES, SCRIPTS, alive, marker_line, port_free, read_ranks, rtdebug, wait_ranks
-from dap import DAPClient
+from support.dap import DAPClient
+from support.jobs import read_ranks, rtdebug, wait_ranks
+from support.paths import EXAMPLES, SCRIPTS, marker_line
+from support.ports import port_free
+from support.procs import alive
 
 pytestmark = pytest.mark.e2e
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import EXAMPLES, alive, marker_line, port_free, wait_ranks
-from dap import DAPClient, stop_in_each_rank
+from support.dap import DAPClient, stop_in_each_rank
+from support.jobs import wait_ranks
+from support.paths import EXAMPLES, marker_line
+from support.ports import port_free
+from support.procs import alive
 
 pytestmark = pytest.mark.e2e
 

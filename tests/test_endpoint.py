@@ -14,8 +14,10 @@ import time
 import psutil
 import pytest
 
-from conftest import EXAMPLES, ROOT, marker_line, port_free, read_ranks, wait_ranks
-from dap import DAPClient, DAPError
+from support.dap import DAPClient, DAPError
+from support.jobs import read_ranks, wait_ranks
+from support.paths import EXAMPLES, ROOT, marker_line
+from support.ports import port_free
 
 pytestmark = pytest.mark.e2e
 
@@ -169,7 +171,7 @@ CLIENT = textwrap.dedent('''
     """Run in the other namespace: raw `initialize` from given source addresses, then one real DAP session."""
     import json, socket, sys
     sys.path.insert(0, sys.argv[1])
-    from dap import DAPClient
+    from support.dap import DAPClient
     job = json.loads(sys.argv[2])
     host = job["host"]
     body = json.dumps({"seq": 1, "type": "request", "command": "initialize", "arguments": {}}).encode()

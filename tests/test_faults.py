@@ -18,8 +18,11 @@ import time
 import psutil
 import pytest
 
-from conftest import ROOT, alive, marker_line, port_free, rtdebug, wait_ranks
-from dap import DAPClient
+from support.dap import DAPClient
+from support.jobs import rtdebug, wait_ranks
+from support.paths import ROOT, marker_line
+from support.ports import port_free
+from support.procs import alive
 
 pytestmark = pytest.mark.e2e
 

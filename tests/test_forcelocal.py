@@ -9,8 +9,10 @@ import pytest
 
 from rtdebug.rank import forcelocal
 
-from conftest import SCRIPTS, marker_line, port_free, wait_ranks
-from dap import DAPClient
+from support.dap import DAPClient
+from support.jobs import wait_ranks
+from support.paths import SCRIPTS, marker_line
+from support.ports import port_free
 
 SCRIPT = SCRIPTS / "force_local_4gpu.py"
 

@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from conftest import EXAMPLES, SCRIPTS, rtdebug, wait_ranks
+from support.jobs import rtdebug, wait_ranks
+from support.paths import EXAMPLES, SCRIPTS
 
 pytestmark = pytest.mark.e2e
 

@@ -19,16 +19,18 @@ import threading
 import time
 
 import pytest
-from test_access import NOBODY, SETPRIV, needs_setpriv
-from venvjobs import debugpy_loaded, stop_in
 
 from bench.refusal_bench import cpu_seconds, flood
 from rtdebug.rank import dapgate
 from rtdebug.rank.dapgate import MAX_MESSAGE, NotDAP, message_end, read_first
 from rtdebug.rank.refusals import RefusalLog
 
-from conftest import SCRIPTS, marker_line, read_ranks, wait_ranks
-from dap import DAPClient
+from support.dap import DAPClient
+from support.hostile import browser_post, send
+from support.jobs import read_ranks, wait_ranks
+from support.paths import SCRIPTS, marker_line
+from support.users import NOBODY, SETPRIV, needs_setpriv
+from support.venvjobs import debugpy_loaded, stop_in
 
 SCRIPT = SCRIPTS / "torch_free.py"
 INIT = json.dumps({"seq": 1, "type": "request", "command": "initialize", "arguments": {"adapterID": "x"}}).encode()
@@ -36,30 +38,6 @@ INIT = json.dumps({"seq": 1, "type": "request", "command": "initialize", "argume
 
 def dap(body: bytes) -> bytes:
     return b"Content-Length: %d\r\n\r\n" % len(body) + body
-
-
-def browser_post(port: int, marker: str) -> bytes:
-    """Firefox's bytes for ``fetch('http://127.0.0.1:PORT/', {method: 'POST', mode: 'no-cors', body})`` from a
-    page on https://evil.example, the body a DAP ``evaluate`` that writes ``marker`` (pydevd ran exactly
-    this before the gate: it skips to the Content-Length header and runs the body)."""
-    body = json.dumps(
-        {
-            "seq": 1,
-            "type": "request",
-            "command": "evaluate",
-            "arguments": {"expression": f"open({marker!r}, 'w').write('pwned')", "context": "repl"},
-        },
-        separators=(",", ":"),
-    ).encode()
-    head = (
-        f"POST / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-        "User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0\r\n"
-        "Accept: */*\r\nAccept-Language: en-US,en;q=0.5\r\nAccept-Encoding: gzip, deflate, br, zstd\r\n"
-        f"Content-Type: text/plain;charset=UTF-8\r\nContent-Length: {len(body)}\r\n"
-        "Origin: https://evil.example\r\nConnection: keep-alive\r\nReferer: https://evil.example/\r\n"
-        "Sec-Fetch-Dest: empty\r\nSec-Fetch-Mode: no-cors\r\nSec-Fetch-Site: cross-site\r\nPriority: u=4\r\n\r\n"
-    )
-    return head.encode() + body
 
 
 def websocket_upgrade(port: int) -> bytes:
@@ -189,19 +167,6 @@ def test_refusal_log_timer_reports_the_rest_by_itself():
 # -- a real rank --------------------------------------------------------------------------------------
 
 
-def _send(port: int, data: bytes) -> bytes:
-    """``data`` to the port, then whatever comes back until the rank closes (b"" if it resets)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(data)
-        got = b""
-        try:
-            while chunk := s.recv(65536):
-                got += chunk
-        except OSError:
-            pass
-        return got
-
-
 def _start(job, registry_dir, port: int, tmp_path, *extra: str) -> dict:
     ctl = tmp_path / "ctl"
     ctl.mkdir(exist_ok=True)
@@ -248,7 +213,7 @@ def test_browser_post_tls_websocket_and_garbage_reach_nothing(
     rank = _start(job, registry_dir, port_base, tmp_path, *(["--eager"] if mode == "eager" else []))
     marker = tmp_path / "marker"
     hostile = [browser_post(port_base, str(marker)), tls_hello(), websocket_upgrade(port_base), GARBAGE]
-    assert [_send(port_base, data) for data in hostile] == [b""] * 4  # reset, never an answer
+    assert [send(port_base, data) for data in hostile] == [b""] * 4  # reset, never an answer
     assert _wait_refused(registry_dir, rank["sid"], 4) == 4
     assert debugpy_loaded(rank["pid"]) == (mode == "eager")  # a lazy rank did not even start debugpy
     time.sleep(0.5)

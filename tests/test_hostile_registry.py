@@ -16,7 +16,9 @@ from rtdebug import cli
 from rtdebug.common.errors import HarnessError
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import prune, reserve_session
-from tests.test_registry import dead_pid, rank, session
+
+from support.entries import rank, session
+from support.procs import dead_pid
 
 
 def test_a_session_id_that_walks_out_of_the_registry_deletes_nothing(tmp_path, monkeypatch, capsys):

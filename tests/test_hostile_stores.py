@@ -17,8 +17,6 @@ import time
 
 import psutil
 import pytest
-from test_registry import rank, session
-from test_store_view import node_entry, rank_entry
 
 from rtdebug import cli
 from rtdebug.rank import publish
@@ -27,7 +25,9 @@ from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import reserve_session
 from rtdebug.views.store import StoreView
 
-from conftest import SCRIPTS, port_free
+from support.entries import node_entry, rank, rank_entry, session
+from support.paths import SCRIPTS
+from support.ports import port_free
 
 sys.path.insert(0, str(SCRIPTS))
 from ray_cluster import AUTH_MODE, RayCluster  # noqa: E402

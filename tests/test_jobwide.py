@@ -17,7 +17,7 @@ from rtdebug.registry import c10d, ray_kv, signing
 from rtdebug.registry.tcpstore import TCPStoreClient
 from rtdebug.stacks import answer, jobwide
 
-from conftest import PY
+from support.paths import PY
 
 SECRET = "jobwide-test-secret-0123456789abcdef"
 RUN = "jw"
@@ -213,10 +213,10 @@ def test_request_checks(monkeypatch):
 
 def test_a_publishing_rank_answers_and_ps_never_reads_the_answers(store):
     """The rank's own publisher starts the watcher; ``ps --store`` skips dump keys (no junk warning, no bytes)."""
-    from test_store_view import rank_entry
-
     from rtdebug.rank import publish
     from rtdebug.views.store import StoreView
+
+    from support.entries import rank_entry
 
     pub = publish.Publisher("127.0.0.1", store.port, "pubjob", 0, secret=SECRET)
     pub.update(rank_entry(0))

@@ -22,7 +22,7 @@ from rtdebug.registry import c10d
 from rtdebug.registry.tcpstore import TCPStoreClient
 from rtdebug.stacks import jobwide
 
-from conftest import PY
+from support.paths import PY
 
 SECRET = "junk-test-secret-0123456789abcdef"
 RUN = "junk"

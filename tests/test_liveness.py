@@ -7,12 +7,15 @@ import sys
 
 import jsonschema
 import pytest
-from test_registry import dead_pid, rank, session
 
 from rtdebug import cli
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import prune, reserve_session
 from rtdebug.registry.record import SCHEMA_PATH
+
+from support.entries import rank, session
+from support.paths import ROOT
+from support.procs import dead_pid
 
 SCHEMA = json.loads(SCHEMA_PATH.read_text())
 
@@ -93,7 +96,7 @@ from rtdebug.common.errors import HarnessError
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import reserve_session
 sys.path.insert(0, {root!r})
-from tests.test_registry import session
+from support.entries import session
 base = int(sys.argv[1])
 entry = session("s%d" % os.getpid(), pid=os.getpid(), ports=(base, base + 1))
 try:
@@ -106,8 +109,7 @@ sys.stdin.read()  # stay alive (a live launcher) until the test has checked the 
 
 
 def test_fifty_sessions_at_once_never_double_book(tmp_path):
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    code = RACER.format(root=root, reg=str(tmp_path / "reg"))
+    code = RACER.format(root=str(ROOT / "tests"), reg=str(tmp_path / "reg"))
     n = int(os.environ.get("RTDEBUG_RACERS", "50"))
     # 50 launchers asking for 10 overlapping ranges: (base, base+1) with bases 8000..8009 overlap pairwise
     procs = [

@@ -11,8 +11,9 @@ import pytest
 from rtdebug.common import selector
 from rtdebug.common.errors import HarnessError
 
-from conftest import SCRIPTS, rtdebug, wait_ranks
-from dap import DAPClient
+from support.dap import DAPClient
+from support.jobs import rtdebug, wait_ranks
+from support.paths import SCRIPTS
 
 JOB = SCRIPTS / "mesh_job.py"
 

@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 
 import pytest
-from netns import Hosts, hosts_up
 
-from conftest import EXAMPLES, PY, SCRIPTS, marker_line
+from support.netns import Hosts, hosts_up
+from support.paths import EXAMPLES, PY, SCRIPTS, marker_line
 
 pytestmark = [pytest.mark.e2e, pytest.mark.netns]
 

@@ -15,9 +15,9 @@ import sys
 
 import pytest
 from packaging.requirements import Requirement
-from venvjobs import require_venv, venv_bin
 
-from conftest import ROOT
+from support.paths import ROOT
+from support.venvjobs import require_venv, venv_bin
 
 try:
     import tomllib

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from conftest import SCRIPTS, rtdebug
+from support.jobs import rtdebug
+from support.paths import SCRIPTS
 
 pytestmark = pytest.mark.e2e
 

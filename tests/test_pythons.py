@@ -22,7 +22,14 @@ import time
 from collections.abc import Callable
 
 import pytest
-from venvjobs import (
+
+from support.dap import DAPClient
+from support.jobs import read_ranks
+from support.paths import ROOT, SCRIPTS, marker_line
+from support.ports import port_free
+from support.procs import alive
+from support.users import NOBODY
+from support.venvjobs import (
     SCRIPT,
     Runner,
     VenvJob,
@@ -32,9 +39,6 @@ from venvjobs import (
     stop_in,
     venv_bin,
 )
-
-from conftest import ROOT, SCRIPTS, alive, marker_line, port_free, read_ranks
-from dap import DAPClient
 
 pytestmark = [pytest.mark.e2e, pytest.mark.pythons]
 
@@ -106,7 +110,6 @@ def scenario_wait(rt: Runner) -> None:
     assert alive([rank["pid"]]) == [] and port_free(rt.port)
 
 
-NOBODY = 65534
 INTRUDER = """if 1:
     import json, os, socket, sys
     body = json.dumps({"seq": 1, "type": "request", "command": "initialize", "arguments": {}}).encode()

@@ -16,12 +16,15 @@ import time
 
 import psutil
 import pytest
-from test_hostile_port import _send, browser_post
 
 from rtdebug.common.rankenv import DEFAULT_PG_TIMEOUT_S
 
-from conftest import SCRIPTS, alive, marker_line, port_free, rtdebug
-from dap import DAPClient
+from support.dap import DAPClient
+from support.hostile import browser_post, send
+from support.jobs import rtdebug
+from support.paths import SCRIPTS, marker_line
+from support.ports import port_free
+from support.procs import alive
 
 sys.path.insert(0, str(SCRIPTS))
 from ray_cluster import AUTH_MODE, RayCluster  # noqa: E402
@@ -119,7 +122,7 @@ def test_workers_attach_on_two_nodes_and_a_paused_worker_kills_nothing(cluster, 
     assert local["ray_address"] == cluster.address and local["ports"] == [port_base]
     marker = tmp_path / "marker"
     for r in ranks.values():  # a web page's POST to a Ray worker's port reaches nothing (issue 19)
-        assert _send(r["port"], browser_post(r["port"], str(marker))) == b""
+        assert send(r["port"], browser_post(r["port"], str(marker))) == b""
 
     clients = {}
     for n, r in ranks.items():

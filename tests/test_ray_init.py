@@ -16,8 +16,10 @@ import time
 
 import pytest
 
-from conftest import SCRIPTS, marker_line, port_free, rtdebug
-from dap import DAPClient, stop_in_each_rank
+from support.dap import DAPClient, stop_in_each_rank
+from support.jobs import rtdebug
+from support.paths import SCRIPTS, marker_line
+from support.ports import port_free
 
 sys.path.insert(0, str(SCRIPTS))
 from ray_cluster import AUTH_MODE, RayCluster  # noqa: E402

@@ -1,7 +1,5 @@
 import json
 import os
-import subprocess
-import sys
 import time
 
 import jsonschema
@@ -13,63 +11,10 @@ from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import prune, reserve_session
 from rtdebug.registry.record import SCHEMA_PATH
 
+from support.entries import rank, session
+from support.procs import dead_pid
+
 SCHEMA = json.loads(SCHEMA_PATH.read_text())
-
-
-def session(sid="s1", pid=None, ports=(6000, 6001), host="127.0.0.1"):
-    pid = pid or os.getpid()
-    now = time.time()
-    return {
-        "schema_version": 1,
-        "kind": "session",
-        "session_id": sid,
-        "mode": "torchrun",
-        "launcher_pid": pid,
-        "launcher_create_time": process_create_time(pid) or 1.0,
-        "command": ["rtdebug"],
-        "cwd": "/",
-        "script": "t.py",
-        "nnodes": "1",
-        "nproc_per_node": 2,
-        "node_rank": 0,
-        "host": host,
-        "port_base": ports[0],
-        "ports": list(ports),
-        "wait": "none",
-        "started_at": now,
-        "updated_at": now,
-        "ended_at": None,
-        "exit_code": None,
-        "state": "running",
-    }
-
-
-def rank(sid="s1", r=0, pid=None, state="ready"):
-    pid = pid or os.getpid()
-    now = time.time()
-    return {
-        "schema_version": 1,
-        "kind": "rank",
-        "session_id": sid,
-        "rank": r,
-        "local_rank": r,
-        "node_rank": 0,
-        "world_size": 2,
-        "host": "127.0.0.1",
-        "port": 6000 + r,
-        "pid": pid,
-        "create_time": process_create_time(pid) or 1.0,
-        "state": state,
-        "lazy": True,
-        "wait": False,
-        "attach_count": 0,
-        "script": "t.py",
-        "cwd": "/",
-        "started_at": now,
-        "updated_at": now,
-        "exit_code": None,
-        "error": None,
-    }
 
 
 def test_entries_validate_against_schema(tmp_path):
@@ -100,12 +45,6 @@ def test_overlapping_ports_refused(tmp_path):
     assert "debug port 6001 is reserved by session a" in str(e.value)
     reserve_session(reg, session("c", ports=(6002, 6003)))  # disjoint is fine
     assert [s["session_id"] for s in prune(reg)] == ["a", "c"]
-
-
-def dead_pid():
-    p = subprocess.Popen([sys.executable, "-c", "pass"])
-    p.wait()
-    return p.pid
 
 
 def test_stale_session_marked_failed_then_removed_after_retention(tmp_path, monkeypatch):

@@ -18,7 +18,7 @@ from rtdebug.stacks import dump as stacks
 from rtdebug.stacks import format as stackformat
 from rtdebug.stacks import group as stackgroup
 
-from conftest import ROOT
+from support.paths import ROOT
 
 DUMPER = textwrap.dedent("""
     import json, os, signal, sys, threading, time

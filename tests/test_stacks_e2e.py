@@ -14,8 +14,9 @@ from rtdebug.registry.record import SCHEMA_PATH
 from rtdebug.stacks.dump import SIGNAL
 from rtdebug.stacks.native import find_py_spy
 
-from conftest import EXAMPLES, SCRIPTS, marker_line, rtdebug, wait_ranks
-from dap import DAPClient
+from support.dap import DAPClient
+from support.jobs import rtdebug, wait_ranks
+from support.paths import EXAMPLES, SCRIPTS, marker_line
 
 pytestmark = pytest.mark.e2e
 

@@ -12,8 +12,9 @@ import time
 
 import pytest
 
-from conftest import EXAMPLES, SCRIPTS, rtdebug, wait_ranks
-from dap import DAPClient
+from support.dap import DAPClient
+from support.jobs import rtdebug, wait_ranks
+from support.paths import EXAMPLES, SCRIPTS
 
 pytestmark = pytest.mark.e2e
 

@@ -24,6 +24,9 @@ from rtdebug.registry.record import SCHEMA_PATH
 from rtdebug.views.api import _merge
 from rtdebug.views.store import StoreView, connect_host
 
+from support.entries import node_entry, rank_entry
+from support.wait import until
+
 SCHEMA = json.loads(SCHEMA_PATH.read_text())
 
 
@@ -35,69 +38,6 @@ def store():
     server = TCPStore("127.0.0.1", 0, is_master=True, multi_tenant=True)
     yield server
     del server
-
-
-def rank_entry(rank: int, state: str = "ready", host: str = "127.0.0.1") -> dict:
-    now = time.time()
-    return {
-        "schema_version": 1,
-        "kind": "rank",
-        "session_id": "job-abc123",
-        "rank": rank,
-        "local_rank": 0,
-        "node_rank": rank,
-        "world_size": 2,
-        "host": host,
-        "port": 5678 + rank,
-        "pid": 4242 + rank,
-        "create_time": now,
-        "state": state,
-        "lazy": True,
-        "wait": False,
-        "attach_count": 0,
-        "script": "t.py",
-        "cwd": "/w",
-        "started_at": now,
-        "updated_at": now,
-        "exit_code": None,
-        "error": None,
-    }
-
-
-def node_entry(group: int) -> dict:
-    now = time.time()
-    return {
-        "schema_version": 1,
-        "kind": "session",
-        "session_id": f"node{group}-session",
-        "mode": "torchrun",
-        "launcher_pid": 100 + group,
-        "launcher_create_time": now,
-        "command": ["rtdebug"],
-        "cwd": "/w",
-        "script": "t.py",
-        "nnodes": "2",
-        "nproc_per_node": 1,
-        "node_rank": None,
-        "host": "127.0.0.1",
-        "port_base": 5678,
-        "ports": [5678, 5679],
-        "started_at": now,
-        "updated_at": now,
-        "state": "running",
-        "store": "x:1",
-        "rdzv_id": "job",
-    }
-
-
-def wait_for(pred, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("condition not met")
 
 
 def test_published_ranks_read_back_as_one_schema_valid_session(store):
@@ -166,7 +106,9 @@ def test_a_node_ends_itself_when_a_peer_is_lost(store, capfd, peer_state, ends):
                 in capfd.readouterr().err
             )
         else:
-            wait_for(lambda: int(store.add(publish.tick_key("job"), 0)) > 100)  # well past the threshold
+            until(
+                lambda: int(store.add(publish.tick_key("job"), 0)) > 100, 20, "the job's tick well past the threshold"
+            )
             assert launcher.poll() is None
     finally:
         p.close()
@@ -267,7 +209,7 @@ def test_vscode_multinode_configs_are_resolved_never_guessed():
 def test_debug_host_auto_is_for_torchrun_only(capsys):
     from rtdebug import cli
 
-    from conftest import EXAMPLES
+    from support.paths import EXAMPLES
 
     assert cli.main(["run", "--host", "auto", str(EXAMPLES / "local_linear.py")]) == 2
     assert capsys.readouterr().err == (

@@ -13,7 +13,7 @@ import pytest
 
 from rtdebug.registry.tcpstore import StoreError, TCPStoreClient
 
-from conftest import PY
+from support.paths import PY
 
 
 @pytest.fixture(scope="module")

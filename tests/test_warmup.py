@@ -89,7 +89,7 @@ def _run(tmp_path, port: int, warm: float, run: float, finish: bool = False) -> 
 
 @pytest.mark.e2e
 def test_imports_after_the_delay_and_changes_nothing_else_then_attach_works(tmp_path, port_base):
-    from dap import DAPClient
+    from support.dap import DAPClient
 
     p, lines = _run(tmp_path, port_base, 0.3, 3.0, finish=True)
     try:

@@ -23,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, marker_line, wait_ranks
-from dap import DAPClient
+from support.dap import DAPClient
+from support.jobs import wait_ranks
+from support.paths import ROOT, marker_line
 
 pytestmark = pytest.mark.e2e
 SCRIPT = textwrap.dedent("""

@@ -12,8 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from dap import DAPClient  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/
+from support.dap import DAPClient  # noqa: E402
 
 host, port, script, line, expr = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5]
 c = DAPClient(host, port, timeout=120)

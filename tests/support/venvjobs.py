@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SCRIPTS, Job, read_ranks
-from dap import DAPClient
+from support.dap import DAPClient
+from support.jobs import Job, read_ranks
+from support.paths import ROOT, SCRIPTS
 
 SCRIPT = SCRIPTS / "torch_free.py"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from conftest import PY, ROOT
+from support.paths import PY, ROOT
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:

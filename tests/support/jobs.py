@@ -1,0 +1,110 @@
+"""Real ``rtdebug ...`` processes (the ``job`` fixture's machinery) and their ranks' registry entries."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+
+from support.paths import PY, ROOT
+from support.procs import kill_tree
+
+
+class Job:
+    """A real `rtdebug ...` process; output goes to a file so a full pipe can never block it."""
+
+    def __init__(self, args: list[str], cwd: Path, env: dict[str, str], log: Path) -> None:
+        self.log = log
+        self._f = open(log, "wb")
+        self.proc = subprocess.Popen(
+            [PY, "-m", "rtdebug", *args], cwd=cwd, env=env, stdout=self._f, stderr=subprocess.STDOUT
+        )
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_output(self, text: str, timeout: float = 120) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            out = self.output()
+            if text in out:
+                return out
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise AssertionError(f"{text!r} not printed (exit {self.proc.poll()}):\n{self.output()[-4000:]}")
+
+    def session_id(self, timeout: float = 120) -> str:
+        out = self.wait_output("rtdebug: session ", timeout)
+        return out.split("rtdebug: session ", 1)[1].split()[0].rstrip(":")
+
+    def wait(self, timeout: float = 180) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"job still running after {timeout}s:\n{self.output()[-4000:]}") from None
+
+    def descendants(self) -> list[psutil.Process]:
+        try:
+            return psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.Error:
+            return []
+
+    def kill(self) -> None:
+        kill_tree(self.proc)
+        self._f.close()
+
+
+class Jobs:
+    """The ``job`` fixture: starts real jobs against one registry, logs under ``tmp``; ``kill_all`` ends every one
+    (with its tree)."""
+
+    def __init__(self, tmp: Path, registry_dir: Path) -> None:
+        self.tmp, self.registry_dir = tmp, registry_dir
+        self.jobs: list[Job] = []
+
+    def start(self, *args: str, env: dict[str, str] | None = None, cwd: Path = ROOT) -> Job:
+        e = dict(os.environ, RTDEBUG_REGISTRY_DIR=str(self.registry_dir), PYTHONUNBUFFERED="1")
+        e.update(env or {})
+        j = Job(list(args), cwd, e, self.tmp / f"job{len(self.jobs)}.log")
+        self.jobs.append(j)
+        return j
+
+    def kill_all(self) -> None:
+        for j in self.jobs:
+            j.kill()
+
+
+def read_ranks(registry_dir: Path, session_id: str) -> dict[int, dict]:
+    out = {}
+    for p in (registry_dir / session_id).glob("rank-*.json"):
+        try:
+            e = json.loads(p.read_text())
+        except ValueError:
+            continue
+        out[e["rank"]] = e
+    return out
+
+
+def wait_ranks(
+    registry_dir: Path, session_id: str, n: int, states=("ready", "attached"), timeout: float = 120
+) -> dict[int, dict]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ranks = read_ranks(registry_dir, session_id)
+        if len([r for r in ranks.values() if r["state"] in states]) >= n:
+            return ranks
+        time.sleep(0.1)
+    raise AssertionError(f"ranks not {states}: {read_ranks(registry_dir, session_id)}")
+
+
+def rtdebug(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run(
+        [PY, "-m", "rtdebug", *args], cwd=ROOT, env=e, capture_output=True, text=True, timeout=timeout
+    )
