@@ -12,7 +12,6 @@ changes the weights, both are the same number.
 """
 
 import argparse
-import os
 
 import torch
 import torch.distributed as dist
