@@ -32,6 +32,8 @@ import sys
 import time
 from collections.abc import Callable
 
+from rtdebug.common import log
+
 PR_SET_PDEATHSIG = 1
 ENV_PID = "RTDEBUG_LAUNCHER_PID"
 ENV_CT = "RTDEBUG_LAUNCHER_CT"
@@ -105,7 +107,7 @@ def guard_rank(on_launcher_gone: Callable[[], None] | None = None) -> bool:
             try:
                 on_launcher_gone()
             except Exception:
-                pass
+                log.swallowed("common.lifetime: guard_rank: going on")
         os.kill(os.getpid(), signal.SIGKILL)
 
     from rtdebug.common.threads import hidden_thread

@@ -31,7 +31,7 @@ import time
 import traceback
 from typing import NoReturn
 
-from rtdebug.common import lifetime
+from rtdebug.common import lifetime, log
 
 ENV_NAME = "RTDEBUG_ENTRYPOINT_NAME"  # the exec'd agent (below) learns the job's name from its environment
 
@@ -179,6 +179,7 @@ def _child(argv: list[str], env: dict[str, str], parent: int, name: str | None) 
         else:
             print(exc.code, file=sys.stderr)
     except BaseException:  # what ``python -m`` would print: torchrun's ChildFailedError report
+        log.swallowed("launcher.agent: what ``python -m`` would print: torchrun's ChildFailedError report")
         traceback.print_exc()
     finally:
         try:

@@ -27,6 +27,7 @@ import threading
 import time
 from typing import Any, Protocol, TextIO
 
+from rtdebug.common import log
 from rtdebug.common.addresses import is_own
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.threads import hidden_thread
@@ -145,6 +146,7 @@ class HangWatch:
             try:
                 self.tick()
             except Exception as exc:  # the watch must never take the launcher down
+                log.swallowed("launcher.hangwatch: the watch must never take the launcher down")
                 if not warned:
                     print(f"rtdebug: hang report failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
                 warned = True

@@ -33,6 +33,8 @@ import sys
 import threading
 from typing import Any
 
+from rtdebug.common import log
+
 _state: dict[str, Any] = {}
 _lock = threading.RLock()  # main and detach may run in two threads of the rank (see the module docstring)
 
@@ -92,6 +94,7 @@ def main(spec_json: str, added: str | None = None) -> dict[str, Any]:
             elif added and added in sys.path:
                 sys.path.remove(added)
         except BaseException as exc:  # the rank must go on whatever happened here
+            log.swallowed("rank.adopted: the rank must go on whatever happened here")
             if added and added in sys.path:
                 sys.path.remove(added)
             result = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
@@ -110,11 +113,13 @@ def pg_timeout() -> tuple[float | None, str]:
         c10d = dist.distributed_c10d
         group = c10d._get_default_group()
     except Exception:
+        log.swallowed("rank.adopted: pg_timeout: going on")
         return None, "unknown: torch's group could not be read"
     for device, name, default in (("cpu", "gloo", "default_pg_timeout"), ("cuda", "NCCL", "default_pg_nccl_timeout")):
         try:
             timeout = group._get_backend(torch.device(device)).options._timeout
         except Exception:
+            log.swallowed("rank.adopted: pg_timeout: going on")
             continue
         own = timeout != getattr(c10d, default, None)
         return float(timeout.total_seconds()), f"{name}, set by the job" if own else f"{name} default"
@@ -252,6 +257,7 @@ def detach() -> dict[str, Any]:
         try:
             result = _detach() if "session_id" in _state else {"status": "not adopted"}
         except BaseException as exc:  # the rank must go on whatever happened here
+            log.swallowed("rank.adopted: the rank must go on whatever happened here")
             result = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
     return dict(result, pid=os.getpid())
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 
-from rtdebug.common import lifetime, rankenv
+from rtdebug.common import lifetime, log, rankenv
 from rtdebug.common.config import RankConfig, Target
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.ports import port_for_rank
@@ -58,6 +58,7 @@ def serve_and_run(target: Target, record: RankRecord, endpoint: Endpoint, cfg: R
     try:
         code = execute(target)
     except BaseException as exc:  # the user's program failed: report it as python would
+        log.swallowed("rank.bootstrap: the user's program failed: report it as python would")
         return failed(exc, record, endpoint, cfg)
     record.exited(code)
     return code

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rtdebug.common import log
 from rtdebug.common.imports import cancel, when_imported
 from rtdebug.common.paths import PACKAGE_DIR
 from rtdebug.registry import collseq
@@ -177,6 +178,7 @@ def _wrap(fn: Any, fn_name: str) -> Any:
         try:
             gen = _enter(op, gpos, first, args, kwargs)
         except Exception:  # the record never breaks the user's call (a group torch will refuse, say)
+            log.swallowed("rank.collrec: the record never breaks the user's call (a group torch will refuse, say)")
             gen = -1
         if _rec["stop"]:
             _stop_here()
@@ -263,6 +265,7 @@ def _static_entry(key: tuple, code: Any, frame: Any) -> tuple[Any, list[int], in
     try:
         name = str(group.group_name)
     except Exception:  # no group yet, or one torch cannot name: still counted, as "?"
+        log.swallowed("rank.collrec: no group yet, or one torch cannot name: still counted, as '?'")
         name = "?"
     if shape is None:
         shapes = ""

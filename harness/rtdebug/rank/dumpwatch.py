@@ -24,6 +24,7 @@ import socket
 import time
 from typing import Any
 
+from rtdebug.common import log
 from rtdebug.common.threads import hidden_thread
 from rtdebug.registry import c10d
 from rtdebug.registry.tcpstore import GET, StoreError, TCPStoreClient, _key
@@ -42,6 +43,7 @@ def collective() -> dict[str, Any]:
     try:
         return {"collective": collrec.snapshot()} if collrec.recording() else {}
     except Exception:
+        log.swallowed("rank.dumpwatch: collective: going on")
         return {}
 
 
@@ -98,6 +100,9 @@ class StoreWatch:
                 delay = 0.5
                 self._serve(self._client)
             except Exception:  # the store is not up yet, gone with the job, or sent an oversized request
+                log.swallowed(
+                    "rank.dumpwatch: the store is not up yet, gone with the job, or sent an oversized request"
+                )
                 if self._client is not None:
                     self._client.close()
                 time.sleep(delay)
@@ -176,4 +181,5 @@ class KVWatch:
                 value = answer.answer(out, self.rank, n, nonce, dump, self.secret, **collective(), **self.where)
                 self.kv.put_raw(out, value)
             except Exception:  # the cluster is going away with the run
+                log.swallowed("rank.dumpwatch: the cluster is going away with the run")
                 continue

@@ -3,12 +3,10 @@
 Plain ``debugpy.listen()`` in every rank slows a Python-heavy loop (~0.72x) and doubles ``import ray.train``
 time even with no client attached. So the rank owns its port with a plain socket; debugpy is started only
 when the first client connects (or at once with ``eager``; imported a minute in, in the background:
-``rtdebug.rank.warmup``), with pydevd's in-process adapter, and bytes are relayed both ways. The client
-sees an ordinary DAP server, so stock ``"type": "debugpy"`` attach configs work.
+``rtdebug.rank.warmup``), with pydevd's in-process adapter; bytes are relayed both ways (stock attach configs work).
 
-Why the in-process adapter: no adapter process can outlive the rank and keep a
-port bound, and there is one hop fewer. Its cost: no automatic debugging of the
-rank's own subprocesses (e.g. DataLoader workers), which ranks rarely need.
+Why the in-process adapter: no adapter process can outlive the rank and keep a port bound, and there is one
+hop fewer. Its cost: no automatic debugging of the rank's subprocesses (DataLoader workers), rarely needed.
 
 Who gets in (``rtdebug.rank.access``): the accept thread checks every connection
 before debugpy sees a byte -- on this host only sockets of the rank's own uid,
@@ -54,6 +52,7 @@ import sys
 import threading
 from collections.abc import Callable
 
+from rtdebug.common import log
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.ports import port_holder
 from rtdebug.common.threads import hidden_thread
@@ -163,6 +162,7 @@ class Endpoint:
             try:
                 peer = judge(client, self.allow, owner)  # zero cost while nobody connects
             except Exception as exc:  # fail closed
+                log.swallowed("rank.endpoint: fail closed")
                 peer = Refusal("?", None, f"could not check the peer: {exc}")
             if not peer.reason:
                 self._make_room()
@@ -178,9 +178,8 @@ class Endpoint:
             self._refuse(client, peer)
 
     def _make_room(self) -> None:
-        """At ``MAX_PENDING`` half-open connections, drop the oldest for the new one: connections that never
-        finish their first message (the owner's own stuck tools, a flood as the owner) must not keep a
-        real client out. Its thread then refuses it, with this reason."""
+        """At ``MAX_PENDING`` half-open connections, drop the oldest for the new one (its thread refuses it):
+        connections that never finish their first message must not keep a real client out."""
         with self._lock:
             if len(self._pending) < MAX_PENDING:
                 return
@@ -207,7 +206,7 @@ class Endpoint:
         try:
             self.on_refused()
         except Exception:  # recording the count must never stop the accept loop
-            pass
+            log.swallowed("rank.endpoint: recording the count must never stop the accept loop")
 
     def _serve(self, client: socket.socket, peer: Refusal) -> None:
         """An admitted client, in its own thread: a DAP ``initialize`` first (``dapgate``), then debugpy."""
@@ -231,6 +230,7 @@ class Endpoint:
         try:
             upstream = self.start_debugpy().connect()  # pydevd reads nothing before the relay sends
         except Exception as exc:  # debugpy failed to start: tell the client by closing
+            log.swallowed("rank.endpoint: debugpy failed to start: tell the client by closing")
             print(f"rtdebug: could not start debugpy on port {self.port}: {exc}", file=sys.stderr)
             client.close()
             return None

@@ -14,6 +14,7 @@ import sys
 import traceback
 from types import TracebackType
 
+from rtdebug.common import log
 from rtdebug.common.config import Target
 from rtdebug.common.paths import PACKAGE_DIR
 
@@ -81,5 +82,6 @@ def preimport(target: Target) -> list[str]:
             __import__(name)
             done.append(name)
         except Exception:  # the script will hit (and report) the same error itself
+            log.swallowed("rank.execute: the script will hit (and report) the same error itself")
             break
     return done

@@ -15,6 +15,7 @@ import functools
 import sys
 from typing import Any
 
+from rtdebug.common import log
 from rtdebug.common.imports import when_imported
 
 MAX_MESHES = 16
@@ -50,6 +51,7 @@ def _patch(module: Any) -> None:
         try:
             _add(self)
         except Exception as exc:  # never the job's failure: the mesh stays unpublished, said once
+            log.swallowed("rank.meshes: never the job's failure: the mesh stays unpublished, said once")
             print(f"rtdebug: could not read a DeviceMesh for rtdebug's selectors: {exc}", file=sys.stderr)
 
     cls.__init__ = __init__
@@ -68,6 +70,7 @@ def _add(mesh: Any) -> None:
             groups.append(str(g.group_name))
             descs.append(str(getattr(g, "group_desc", "")))
         except Exception:
+            log.swallowed("rank.meshes: _add: going on")
             groups.append("")
             descs.append("")
     entry = {"dims": dims, "shape": [int(s) for s in mesh.mesh.shape], "coord": [int(c) for c in coord],

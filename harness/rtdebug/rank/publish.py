@@ -42,6 +42,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from rtdebug.common import log
 from rtdebug.common.procinfo import is_alive
 from rtdebug.common.threads import hidden_thread
 from rtdebug.rank.dumpwatch import StoreWatch
@@ -188,6 +189,7 @@ class Publisher:
                 if timed:
                     self._after_beat(store, beat["tick"])
             except Exception:  # the store is not up yet, or gone with the job: retry, quietly
+                log.swallowed("rank.publish: the store is not up yet, or gone with the job: retry, quietly")
                 if store is not None:
                     store.close()
                 store = None

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from ray.train.v2._internal.execution.callback import ControllerCallback, WorkerCallback
 
+from rtdebug.common import log
 from rtdebug.common.config import DEFAULT_POST_MORTEM_WAIT_S, WORKER_PORT_BASE_VAR
 from rtdebug.common.imports import when_imported
 from rtdebug.common.ports import DEFAULT_PORT_BASE, port_for_rank
@@ -148,6 +149,7 @@ def _secret(registry_dir: str, parent: str | None) -> str | None:
         supplied = signing.supplied_secret()
         return signing.ensure_secret(Registry(registry_dir).session_dir(parent), supplied) if parent else supplied
     except Exception as exc:  # a bad secret file, a session dir we cannot write: unsigned (shown unverified)
+        log.swallowed("rank.ray_worker: a bad secret file, a session dir we cannot write: unsigned (shown unverified)")
         print(f"rtdebug: warning: Ray KV entries go unsigned: {exc}", file=sys.stderr, flush=True)
         return None
 

@@ -31,6 +31,8 @@ import threading
 from types import FrameType
 from typing import Any
 
+from rtdebug.common import log
+
 _off = False
 DETACHED_POLL_S = 2.0  # pydevd's command / check-alive threads poll at 0.2 s: slower while nobody is attached
 _poll_s: float | None = None
@@ -141,6 +143,7 @@ def client_gone() -> None:
 
         PyDevdAPI().request_disconnect(py_db, resume_threads=True)
     except Exception as exc:  # never let the relay thread die on pydevd internals
+        log.swallowed("rank.tracing: never let the relay thread die on pydevd internals")
         print(f"rtdebug: could not resume after the client left: {exc}", file=sys.stderr)
     off_quietly()
 
@@ -150,4 +153,5 @@ def off_quietly() -> None:
     try:
         off()
     except Exception as exc:  # a pydevd change must cost speed, never the rank or the relay thread
+        log.swallowed("rank.tracing: a pydevd change must cost speed, never the rank or the relay thread")
         print(f"rtdebug: could not switch debugger tracing off: {exc}", file=sys.stderr)

@@ -16,6 +16,8 @@ import threading
 import time
 from typing import Any
 
+from rtdebug.common import log
+
 RELAY_END_S = 2.0  # how long detach waits for a client's relay to end once its sockets are shut
 PYDEVD_END_S = 1.0  # and for each of pydevd's reader and writer threads
 
@@ -60,7 +62,7 @@ def stop_debugger(endpoint: Any) -> None:
         if api is not None:  # or a later adoption's first client finds debugpy.listen "already called"
             api.listen.called = False
     except Exception:
-        pass
+        log.swallowed("rank.unadopt: stop_debugger: going on")
 
 
 def _close_pydevd_sockets(py_db: Any) -> None:

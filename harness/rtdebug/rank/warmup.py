@@ -23,6 +23,7 @@ import sys
 import threading
 from collections.abc import Callable
 
+from rtdebug.common import log
 from rtdebug.common.threads import hidden_thread
 
 DEFAULT_DELAY_S = 60.0
@@ -62,4 +63,5 @@ def _later(delay: float, wanted: Callable[[], bool]) -> None:
     try:
         __import__(MODULE)
     except Exception as exc:  # debugpy broken or missing: the first attach will say so, not a background thread
+        log.swallowed("rank.warmup: debugpy broken or missing: the first attach will say so, not a background thread")
         print(f"rtdebug: could not import debugpy ahead of an attach: {exc}", file=sys.stderr)

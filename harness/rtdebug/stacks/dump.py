@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rtdebug.common import log
 from rtdebug.common.threads import hidden_thread
 from rtdebug.stacks import take
 
@@ -115,6 +116,7 @@ class DumpThread:
             try:
                 self.answer(nonce.decode())
             except Exception:  # the rank must go on whatever happens here
+                log.swallowed("stacks.dump: the rank must go on whatever happens here")
                 continue
 
     def answer(self, nonce: str) -> None:

@@ -20,6 +20,8 @@ import os
 import sys
 from typing import Any
 
+from rtdebug.common import log
+
 MAX_GROUPS = 64  # process groups described per rank
 KEEP = 64  # newest entries sent per rank: the position, the history and the counts' window
 MAX_JSON = 24 << 10  # bytes of summary a requester accepts from one rank
@@ -50,6 +52,7 @@ def read() -> dict[str, Any] | None:
         if dist is None or not dist.is_initialized():
             return None
     except Exception:
+        log.swallowed("stacks.flight: read: going on")
         return None
     why = _off_by_env()
     if why is not None:
@@ -62,6 +65,7 @@ def read() -> dict[str, Any] | None:
         raw = dump(includeCollectives=True, onlyActive=False)
         return dict(summarize(json.loads(raw)), groups=groups(dist.distributed_c10d))
     except Exception as exc:
+        log.swallowed("stacks.flight: read: going on")
         return {"off": f"reading it failed: {type(exc).__name__}"}
 
 
@@ -90,6 +94,7 @@ def groups(c10d: Any) -> dict[str, dict[str, str]]:
             members = rank_list(list(ranks.get(pg, {}).keys()))
             desc = str(getattr(pg, "group_desc", ""))[:48]
         except Exception:
+            log.swallowed("stacks.flight: groups: going on")
             continue
         out[str(name)[:32]] = {"desc": desc, "ranks": members[:256]}
     return out

@@ -24,6 +24,7 @@ from __future__ import annotations
 import socket
 from typing import Any
 
+from rtdebug.common import log
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.procinfo import is_alive
 from rtdebug.registry import signing
@@ -189,6 +190,7 @@ class RayView:
         try:
             self.kv.delete_session(sid)
         except Exception:
+            log.swallowed("views.ray: stop: going on")
             pass  # the cluster may have gone with the driver (a cluster the script started)
         if busy:
             raise HarnessError(f"session {sid} stopped, but port {busy[0]} is still held")

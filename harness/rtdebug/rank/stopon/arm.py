@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Any
 
-from rtdebug.common import stopon
+from rtdebug.common import log, stopon
 from rtdebug.common.imports import when_imported
 from rtdebug.rank.stopon import ddp, halt
 
@@ -91,6 +91,7 @@ def _wrap_backward(torch: Any) -> None:
         try:
             bad = self.detach().float().mul(0).sum().isnan()  # NaN iff a NaN or Inf: exact, no sync
         except Exception:  # not a float tensor: nothing to check
+            log.swallowed("rank.stopon.arm: not a float tensor: nothing to check")
             bad = None
         ddp.begin_backward(bad)
         out = original(self, *args, **kwargs)

@@ -26,6 +26,8 @@ import functools
 import sys
 from typing import Any
 
+from rtdebug.common import log
+
 _names: dict[int, str] = {}  # id(parameter) -> its name in a DDP module
 _order: dict[int, int] = {}  # id(parameter) -> its place in the module's own order
 _modules: dict[int, str] = {}  # id(module) -> its qualified name (for nonfinite:deep)
@@ -82,6 +84,7 @@ def hook(p: Any) -> None:
     try:
         p.register_post_accumulate_grad_hook(_before)
     except Exception as exc:  # never the job's failure: this parameter goes unchecked, said once
+        log.swallowed("rank.stopon.ddp: never the job's failure: this parameter goes unchecked, said once")
         print(f"rtdebug: --stop-on nonfinite cannot watch a parameter's gradient: {exc}", file=sys.stderr)
         return
     _params[id(p)] = p
