@@ -25,6 +25,7 @@ from support.jobs import rtdebug
 from support.paths import SCRIPTS, marker_line
 from support.ports import port_free
 from support.procs import alive
+from support.wait import stays
 
 sys.path.insert(0, str(SCRIPTS))
 from ray_cluster import AUTH_MODE, RayCluster  # noqa: E402
@@ -165,12 +166,14 @@ def test_workers_attach_on_two_nodes_and_a_paused_worker_kills_nothing(cluster, 
     assert snap["source"] == f"ray {cluster.address}" and snap["unverified"] == [] and snap["unresponsive"] == []
     text = rtdebug("stacks", "--ray-address", cluster.address, env=env)
     assert text.returncode == 0 and f"(every rank of the job, through the ray {cluster.address})" in text.stdout
+    # part of the test, not a wait: rank 0 stays paused 30 s in all, 3x Ray's health-check timeout
     time.sleep(max(0.0, 30 - (time.monotonic() - paused_at)))
     clients[0].request("setBreakpoints", source={"path": str(SCRIPT)}, breakpoints=[])
     clients[0].continue_(stopped[0])
     for c in clients.values():
         c.disconnect()
-    time.sleep(2)
+    for n, r in ranks.items():  # both workers step on after the pause, in the same processes
+        j.wait_output(f"worker rank {n} step 0 pid {r['pid']}", 120)
     until.write_text("done")
     assert j.wait(240) == 0, j.output()[-6000:]
     out = j.output()
@@ -213,6 +216,37 @@ def test_uneven_ddp_hang_in_ray_workers_names_the_ddp_allreduce(cluster, job, re
     stop = rtdebug("stop", "--session", j.session_id(), env=renv)
     assert stop.returncode == 0, stop.stderr
     j.wait(120)
+
+
+def test_stop_on_step_n_stops_every_ray_worker_before_that_optimizer_step(
+    cluster, job, registry_dir, port_base, tmp_path
+):
+    """--stop-on reaches the workers inside the pickled callback: each stops before optimizer step 2, its KV
+    entry says so (ps --ray-address from another process), and a DAP client finds it there."""
+    j = _start(job, cluster, port_base, tmp_path, "--until-file", str(tmp_path / "never"), "--optimizer",
+               run_args=("--stop-on", "step=2"))  # fmt: skip
+    env = {"RTDEBUG_REGISTRY_DIR": str(registry_dir)}
+    deadline, got = time.monotonic() + 240, {}
+    while time.monotonic() < deadline:
+        ray_sessions = [x for x in _ps(cluster, registry_dir) if x["mode"] == "ray"]
+        got = {r["rank"]: r.get("stop") for s in ray_sessions for r in s["ranks"] if r.get("stop")}
+        if len(got) == 2:
+            break
+        assert j.proc.poll() is None, j.output()[-4000:]
+        time.sleep(1)
+    assert got == {n: {"kind": "step", "reason": "before optimizer step 2", "origin": None, "step": 2} for n in (0, 1)}
+    s = ray_sessions[0]
+    r1 = next(r for r in s["ranks"] if r["rank"] == 1)
+    c = DAPClient(r1["host"], r1["port"])
+    c.attach()
+    ev = c.wait_stopped(60)
+    assert ev["description"] == "rtdebug --stop-on step: before optimizer step 2"
+    frame = c.top_frame(ev["threadId"])
+    assert c.evaluate("step", frame["id"]) == "2" and c.evaluate(RANK_EXPR, frame["id"]) == "1"
+    c.close()
+    r = rtdebug("stop", "--ray-address", cluster.address, "--session", s["session_id"], env=env, timeout=180)
+    assert r.returncode == 0, r.stderr
+    j.proc.wait(60)
 
 
 @full
@@ -343,8 +377,8 @@ def test_wait_blocks_each_worker_until_a_client_attaches(cluster, job, registry_
     assert all(r["wait"] is True and r["lazy"] is False for r in s["ranks"])  # debugpy started at once
     for n in (0, 1):
         j.wait_output(f"rtdebug: rank {n} waiting for a debugger on 127.0.0.1:{port_base + 1 + n}", 240)
-    time.sleep(3)
-    assert "worker rank 0 step 0" not in j.output()  # nobody steps before both workers have a client
+    # nobody steps before both workers have a client (a window in which a step would show)
+    stays(lambda: "worker rank 0 step 0" not in j.output(), 3, "no worker steps before both have a client")
     clients = [DAPClient("127.0.0.1", port_base + 1 + n) for n in (0, 1)]
     for c in clients:
         c.attach()

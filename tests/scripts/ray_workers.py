@@ -30,6 +30,7 @@ p.add_argument("--gate-file", default=None, help="start stepping only once this 
 p.add_argument("--fail-once", default=None, help="rank 1 raises at step 1 unless this file exists (creates it)")
 p.add_argument("--start-ray", metavar="DIR", default=None, help="ray.init() starts a local cluster in DIR")
 p.add_argument("--max-failures", type=int, default=0, help="FailureConfig(max_failures): group restarts")
+p.add_argument("--optimizer", action="store_true", help="each step also takes an SGD step (for --stop-on step=N)")
 args = p.parse_args()
 
 
@@ -40,6 +41,8 @@ def train_fn(config):
     while config["gate"] and not os.path.exists(config["gate"]):
         time.sleep(0.1)
     step = 0
+    weight = torch.zeros(1, requires_grad=True)
+    opt = torch.optim.SGD([weight], lr=0.1) if config.get("optimizer") else None
     while True:
         done = step >= config["steps"] and not (config["until"] and not os.path.exists(config["until"]))
         flag = torch.tensor([1.0 if done else 0.0])
@@ -49,6 +52,10 @@ def train_fn(config):
         t = torch.ones(1) * (rank + 1)
         dist.all_reduce(t)
         total += t  # BREAKPOINT: step
+        if opt is not None:
+            (weight * t).sum().backward()
+            opt.step()  # OPTIMIZER STEP
+            opt.zero_grad()
         print(f"worker rank {rank} step {step} pid {os.getpid()}", flush=True)
         time.sleep(config["step_sleep"])
         if rank == 1 and step == 1 and config["fail_once"] and not os.path.exists(config["fail_once"]):
@@ -81,6 +88,7 @@ trainer = ray.train.torch.TorchTrainer(
         "until": args.until_file,
         "gate": args.gate_file,
         "fail_once": args.fail_once,
+        "optimizer": args.optimizer,
     },
     scaling_config=ScalingConfig(num_workers=args.workers, resources_per_worker=resources),
     run_config=ray.train.RunConfig(

@@ -193,8 +193,8 @@ def _cycle(entered: dict[int, Rec], inside: list[int], others: list[int], kf: An
     for r in others:
         rec = entered.get(r)
         members = rec.get("members") if rec is not None else None
-        if rec is None or not isinstance(members, set):
-            continue
+        if rec is None or not isinstance(members, set) or rec.get("pg") == entered[inside[0]].get("pg"):
+            continue  # only a rank inside another group's collective waits on that group's members
         with_me = {o for o, e in entered.items() if kf(e) == kf(rec)}
         missing = sorted(members - with_me)
         if not missing or not set(missing) <= set(inside):
