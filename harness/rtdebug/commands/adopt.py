@@ -3,53 +3,33 @@
 Find the job (``rtdebug.common.jobs``), check that every rank can be injected into before touching any
 (``rtdebug.common.inject.refusal``), register a session of mode ``adopted`` whose launcher is the job's
 torchrun agent (so ``ps`` keeps it live exactly while the job runs), run the adopted rank runtime in
-every rank at once, and print the rank table. A rank that fails undoes the others: nothing half-done.
+every rank at once (``adoptranks``: all or nothing, undone on a signal), and print the rank table.
 ``detach`` (and ``rtdebug stop`` of an adopted session) undoes an adoption in every rank and leaves the job
 running. In a multi-node job the ranks also publish into the job's store (``rtdebug.common.jobs.Job.store``)
 as launched ranks do, so ``ps --store`` on any machine sees every node that was adopted; the entries are
 signed only if ``RTDEBUG_JOB_SECRET`` (or ``_FILE``) is set for ``adopt``, else shown unverified. ``--list``:
 ``adoptlist``.
-
-Interrupted (Ctrl-C, a closed terminal, SIGTERM) from the session's creation to the table: every thread
-held is put back first (``rtdebug.common.sigdefer``), the ranks adopted so far are detached, a rank whose
-code had not started finds its request gone and does nothing, and the session is removed; one line, exit
-128 + the signal. A rank whose code had started and could not answer in time undoes itself when it ends;
-its session is then kept, stopped, so that its last word (``detached``) has somewhere to go.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import sys
-import time
-from pathlib import Path
 from typing import Any
 
-from rtdebug.common import inject, jobs, sigdefer
+from rtdebug.commands import adoptranks
+from rtdebug.common import inject, jobs
 from rtdebug.common.errors import HarnessError, usage
 from rtdebug.common.ports import check_ports_free, ports_for_ranks
 from rtdebug.registry import signing
 from rtdebug.registry.files import Registry
-from rtdebug.registry.liveness import prune, reserve_session
+from rtdebug.registry.liveness import prune
 from rtdebug.registry.record import new_session_id, session_entry
 from rtdebug.registry.table import format_table
 from rtdebug.views.teardown import detach_adopted
 
-# The few lines run in a rank (``rtdebug.common.inject``, which runs them only if the request is still
-# there): import our rank runtime (from this installation's path if the job's Python lacks it) and call it;
-# if its answer cannot be delivered (the shell gave up meanwhile), ``undo`` detaches again.
-_ADOPT = "import sys\ntry:\n import rtdebug.rank.adopted as m\n added = None\nexcept ImportError:\n"
-_ADOPT += " sys.path.append({path!r})\n added = {path!r}\n import rtdebug.rank.adopted as m\n"
-_ADOPT += "result = m.main({spec!r}, added)\nundo = m.detach if result.get('status') == 'adopted' else None\n"
-
-
 # the session's pg_timeout_source until a rank has read its group's timeout
 UNREAD = "unknown: not read in a rank (no process group yet?)"
-
-
-def adopt_code(spec: dict[str, Any]) -> str:
-    return _ADOPT.format(path=str(Path(__file__).resolve().parents[2]), spec=json.dumps(spec))
 
 
 def _pick(pid: int | None) -> jobs.Job:
@@ -83,20 +63,6 @@ def _session(sid: str, job: jobs.Job, host: str, base: int, ports: list[int], me
     # the job's agent stands for the launcher: liveness keeps the session live exactly while the job runs
     e.update(launcher_pid=job.agent_pid, launcher_create_time=job.agent_create_time)
     return e
-
-
-def _spec(r: jobs.RankProc, sid: str, reg: Registry, host: str, port: int, allow: str, job: jobs.Job):
-    import importlib.util
-
-    debugpy = importlib.util.find_spec("debugpy")
-    return {
-        "debugpy_path": str(Path(debugpy.origin).parents[1]) if debugpy and debugpy.origin else None,
-        "session_id": sid, "registry_dir": str(reg.root), "rank": r.rank, "local_rank": r.num("LOCAL_RANK"),
-        "node_rank": r.num("GROUP_RANK"), "world_size": r.num("WORLD_SIZE", len(job.ranks)), "host": host,
-        "port": port, "allow": allow, "script": job.script,
-        # a multi-node job: its ranks publish into its store as launched ranks do (signed if you gave a secret)
-        "store": job.store(), "run_id": job.run_id, "secret": signing.supplied_secret(),
-    }  # fmt: skip
 
 
 def _method(pid: int) -> str:
@@ -137,76 +103,9 @@ def adopt(pid: int | None, base: int, host: str, allow: str, as_json: bool) -> i
     if already is None:
         sid = new_session_id()
         fresh = _session(sid, job, host, base, ports, method)
-    took = _guarded(reg, sid, job, ports, host, allow, method, fresh)
+    took = adoptranks.guarded(adoptranks.Adoption(reg, sid, job, ports, host, allow, method), fresh)
     note = None if already is None else f"session {sid}: adopted its {len(job.ranks)} ranks started (or detached) since"
     return _print(reg.read_session(sid) or {}, reg, as_json, note, took)
-
-
-def _guarded(reg: Registry, sid: str, job: jobs.Job, ports: list[int], host: str, allow: str, method: str,
-             fresh: dict[str, Any] | None) -> float:  # fmt: skip
-    """Create the session (``fresh``: its entry, for a new one) and adopt the ranks; from the session's
-    creation on, a signal undoes it all (the module docstring). Returns how long the injection took."""
-    with sigdefer.deferred() as guard:
-        if fresh is not None:
-            reserve_session(reg, fresh)
-            secret = signing.supplied_secret()
-            if secret and job.store():  # so that `ps` here verifies the store's entries of this job
-                signing.ensure_secret(reg.session_dir(sid), secret)
-        answers: dict[int, dict[str, Any]] = {}
-        try:
-            start = time.monotonic()
-            answers = _inject_ranks(reg, sid, job, ports, host, allow, method, remove=fresh is not None)
-            took = time.monotonic() - start
-            _record_limits(reg, sid, answers)
-            guard.check()  # a signal that came after the injection undoes it too
-        except sigdefer.Interrupted as exc:
-            _undo(reg, sid, method, exc.answers or answers, remove=fresh is not None)
-            why = f"{exc.message}; the job was left as it was (nothing was changed)"
-            raise HarnessError(why, exc.exit_code) from None
-    return took
-
-
-def _record_limits(reg: Registry, sid: str, answers: dict[int, dict[str, Any]]) -> None:
-    timeouts = [(float(a["pg_timeout_s"]), str(a.get("pg_timeout_source"))) for a in answers.values() if _seconds(a)]
-    if timeouts:  # the shortest one ends the job first
-        timeout, source = min(timeouts)
-        reg.update_session(sid, pg_timeout_s=timeout, pg_timeout_source=source)
-    reg.update_session(sid, state="running")
-
-
-def _seconds(answer: dict[str, Any]) -> bool:
-    value = answer.get("pg_timeout_s")
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
-
-
-def _inject_ranks(reg: Registry, sid: str, job: jobs.Job, ports: list[int], host: str, allow: str, method: str,
-                  remove: bool) -> dict[int, dict[str, Any]]:  # fmt: skip
-    """Adopt every rank of ``job``; if one fails, detach the others (and ``remove`` the session): one line.
-    A signal raises ``sigdefer.Interrupted`` with the answers so far (the caller undoes them)."""
-    code = {r.pid: adopt_code(_spec(r, sid, reg, host, p, allow, job)) for r, p in zip(job.ranks, ports, strict=True)}
-    answers = inject.run_all([r.pid for r in job.ranks], code, method, reg.ensure())
-    bad = {pid: a for pid, a in answers.items() if a.get("status") != "adopted"}
-    if bad:
-        _undo(reg, sid, method, answers, remove)
-        pid0, a = next(iter(bad.items()))
-        why = a.get("error") or a.get("status")
-        if a.get("status") == "already":  # adopted through another registry ($RTDEBUG_REGISTRY_DIR)
-            why = f"it was adopted already, as session {a.get('session_id')} of another registry"
-        raise HarnessError(f"cannot adopt pid {pid0}: {why}; nothing was changed")
-    return answers
-
-
-def _undo(reg: Registry, sid: str, method: str, answers: dict[int, dict[str, Any]], remove: bool) -> None:
-    """Detach the ranks ``answers`` says were adopted and remove the (new) session: a failed or interrupted
-    adoption leaves nothing behind. Runs to its end even after a signal (a fresh guard); a rank whose code
-    had started but not answered undoes itself, and the session is kept, stopped, for its last entry."""
-    done = [p for p, a in answers.items() if a.get("status") == "adopted"]
-    if done:
-        inject.detach_pids(done, method, reg.ensure(), guard=sigdefer.Guard())
-    if remove and any(a.get("taken") for a in answers.values()):
-        reg.update_session(sid, state="stopped", ended_at=time.time(), error="adopt gave up on a rank mid-way")
-    elif remove:
-        shutil.rmtree(reg.session_dir(sid), ignore_errors=True)
 
 
 def _print(session: dict[str, Any], reg: Registry, as_json: bool, note: str | None, took: float = 0.0) -> int:
