@@ -1,14 +1,63 @@
-"""rtdebug's own options: the debug group shared by ``run`` and ``torchrun``, and how they sit in
-front of torchrun's options (``torchrun`` reuses torchrun's own parser so its errors read exactly as
-torchrun's)."""
+"""The options more than one command shares, and how a command's options become one checked object.
+
+``Options``: each command's dataclass, built from its argparse namespace in one place (``from_args``) and
+checked in its ``__post_init__``, so a command's ``run`` never sees a combination the user got wrong.
+``session_arg`` and ``view_options``: the ``--session`` type and the cluster views of ``ps``, ``attach``,
+``stop`` and ``vscode``. ``debug_options``: the debug group shared by ``run`` and ``torchrun``, and how
+they sit in front of torchrun's options (``torchrun`` reuses torchrun's own parser so its errors read
+exactly as torchrun's).
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from typing import Any, TypeVar
 
 from rtdebug.common.config import DEFAULT_POST_MORTEM_WAIT_S
 from rtdebug.common.ports import DEFAULT_PORT_BASE
 from rtdebug.common.rankenv import DEFAULT_PG_TIMEOUT_S
+from rtdebug.registry.record import valid_session_id
+from rtdebug.views.api import ViewOptions
+
+OptionsT = TypeVar("OptionsT", bound="Options")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """A command's options: its fields are the argparse destinations it reads (same names), plus ``views``
+    (``ViewOptions``: flags, else ``$RAY_ADDRESS`` / ``$RTDEBUG_STORE``) for the commands that have one."""
+
+    @classmethod
+    def from_args(cls: type[OptionsT], ns: argparse.Namespace) -> OptionsT:
+        """The one place a namespace becomes options; the subclass's ``__post_init__`` then checks them."""
+        names = [f.name for f in dataclasses.fields(cls) if f.init]
+        values: dict[str, Any] = {n: getattr(ns, n) for n in names if n != "views"}
+        if "views" in names:
+            values["views"] = ViewOptions.from_args(ns)
+        return cls(**values)
+
+
+def session_arg(text: str) -> str:
+    """``--session``: one pattern for every session id (never a path)."""
+    if not valid_session_id(text):
+        raise argparse.ArgumentTypeError(f"invalid session id {text[:80]!r}; see `rtdebug ps`")
+    return text
+
+
+def view_options(p: argparse.ArgumentParser) -> None:
+    """Where to find sessions besides this machine's registry (see rtdebug.views.api)."""
+    g = p.add_argument_group("cluster views")
+    g.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="also list ranks of Ray Train workers on this Ray cluster (default: $RAY_ADDRESS)",
+    )
+    g.add_argument(
+        "--store",
+        metavar="HOST:PORT",
+        help="also list every rank of a multi-node torchrun job through its rendezvous store (default: $RTDEBUG_STORE)",
+    )
 
 
 def debug_options(
