@@ -3,13 +3,13 @@ import json
 import pytest
 
 from rtdebug import cli
-from rtdebug.commands.options import split_our_options
+from rtdebug.commands.options import split_our_options, torchrun_parser
 from rtdebug.launcher.torchrun import local_global_ranks, plan_torchrun
 
 
 def parse(tokens):
     ours, rest = split_our_options(tokens)
-    return cli.torchrun_parser().parse_args(ours + rest), rest
+    return torchrun_parser().parse_args(ours + rest), rest
 
 
 def test_split_our_options_keeps_torchrun_flags_untouched():
@@ -103,10 +103,123 @@ def test_generated_configs_run_the_rtdebug_module_only(mode, capsys):
     assert '"rtdebug"' in out
 
 
-@pytest.mark.parametrize("cmd", ["run", "torchrun", "ps", "attach", "stop", "vscode"])
+@pytest.mark.parametrize("cmd", sorted(cli.COMMANDS))
 def test_every_command_has_help(cmd, capsys):
     assert cli.main([cmd, "--help"]) == 0
     assert "usage:" in capsys.readouterr().out
+
+
+def test_the_listing_names_every_command_with_its_summary(capsys):
+    assert cli.main(["--help"]) == 0
+    words = " ".join(capsys.readouterr().out.split())  # however argparse wraps the lines
+    for name, (_, summary) in cli.COMMANDS.items():
+        assert f" {name} {summary}" in words
+
+
+@pytest.mark.parametrize("name", sorted(cli.COMMANDS))
+def test_each_command_module_owns_its_parser_options_and_run(name):
+    import argparse
+    import dataclasses
+    import importlib
+
+    from rtdebug.commands.options import Options
+
+    module = importlib.import_module(cli.COMMANDS[name][0])
+    assert issubclass(module.OPTIONS, Options) and dataclasses.is_dataclass(module.OPTIONS)
+    assert callable(module.run)
+    sub = argparse.ArgumentParser().add_subparsers(dest="command")
+    module.add_parser(sub, "the summary")
+    assert list(sub.choices) == [name]  # the module adds its own command, under the table's name
+
+
+def _modules_after(argv: list[str]) -> list[str]:
+    """The rtdebug.commands / launcher modules and torch a fresh interpreter has loaded after ``rtdebug argv``."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from rtdebug import cli; cli.main(sys.argv[1:]); "
+        "print(sorted(m for m in sys.modules if m.startswith(('rtdebug.commands.', 'rtdebug.launcher', 'torch'))))"
+    )
+    r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=60)
+    return eval(r.stdout.strip().splitlines()[-1])
+
+
+def test_only_the_command_that_runs_is_imported(tmp_path, monkeypatch):
+    monkeypatch.setenv("RTDEBUG_REGISTRY_DIR", str(tmp_path))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("RTDEBUG_STORE", raising=False)
+    assert _modules_after(["--help"]) == []
+    assert _modules_after(["ps"]) == ["rtdebug.commands.options", "rtdebug.commands.ps"]
+    assert _modules_after(["stacks", "--timeout", "0"]) == ["rtdebug.commands.options", "rtdebug.commands.stacks"]
+
+
+@pytest.mark.parametrize(
+    "command, values, message",
+    [
+        ("stacks", {"timeout": 0}, "--timeout must be > 0 seconds, got 0"),
+        ("stacks", {"history": 65}, "--history takes 1 to 64 collectives, got 65"),
+        (
+            "stacks",
+            {"store": "a:1", "ray_address": "b:2"},
+            "--store and --ray-address name two different jobs: give one",
+        ),
+        (
+            "stacks",
+            {"native": True, "store": "a:1"},
+            "--native reads this machine's ranks with py-spy: not with --store",
+        ),
+        (
+            "stacks",
+            {"pid": 1, "ray_address": "b:2"},
+            "--pid reads one process tree on this machine with py-spy: not with --ray-address",
+        ),
+        ("attach", {"rank": "0,1"}, "--rank '0,1': a rank number or mesh coordinates such as tp=1 or dp=0,tp=*"),
+        ("adopt", {"list": True, "detach": "abc"}, "adopt --list takes no PID and no --detach"),
+        ("vscode", {"script": "t.py", "nnodes": 0}, "--nproc-per-node and --nnodes must be >= 1"),
+        ("vscode", {"script": "t.py", "nnodes": 2, "hosts": "a"}, "--hosts lists 1 hosts for --nnodes 2"),
+    ],
+)
+def test_options_refuse_user_mistakes_in_one_usage_line(command, values, message):
+    import importlib
+
+    from rtdebug.common.errors import HarnessError
+
+    with pytest.raises(HarnessError) as e:
+        importlib.import_module(cli.COMMANDS[command][0]).OPTIONS(**values)
+    assert e.value.message.startswith(message) and e.value.exit_code == 2
+
+
+def test_options_come_from_the_namespace_in_one_place(monkeypatch):
+    from rtdebug.commands.attach import AttachOptions
+    from rtdebug.commands.stacks import StacksOptions
+    from rtdebug.views.api import ViewOptions
+
+    monkeypatch.setenv("RTDEBUG_STORE", "h:1")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    ns = cli.build_parser("attach").parse_args(["attach", "--rank", "tp=1", "--timeout", "5"])
+    assert AttachOptions.from_args(ns) == AttachOptions(rank="tp=1", timeout=5.0, views=ViewOptions(store="h:1"))
+    ns = cli.build_parser("stacks").parse_args(["stacks", "--rank", "dp=0,tp=*", "--history"])
+    assert StacksOptions.from_args(ns) == StacksOptions(rank="dp=0,tp=*", history=16)  # --store: only if given
+
+
+def test_main_turns_errors_into_one_line_and_exit_codes(monkeypatch, capsys):
+    from rtdebug.commands import ps
+    from rtdebug.common.errors import HarnessError
+
+    def fail(exc):
+        def run(opts):
+            raise exc
+
+        return run
+
+    monkeypatch.setattr(ps, "run", fail(HarnessError("it broke", 3)))
+    assert cli.main(["ps"]) == 3
+    assert capsys.readouterr().err == "rtdebug: error: it broke\n"
+    monkeypatch.setattr(ps, "run", fail(KeyboardInterrupt()))
+    assert cli.main(["ps"]) == 130
+    assert cli.main(["bogus"]) == 2
+    assert "invalid choice: 'bogus'" in capsys.readouterr().err
 
 
 def test_usage_error_exit_code(capsys):

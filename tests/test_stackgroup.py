@@ -269,7 +269,7 @@ def test_native_without_py_spy_is_one_line(tmp_path, monkeypatch, registry_dir):
     monkeypatch.setenv("PATH", str(tmp_path))
     assert find_py_spy() is None
     with pytest.raises(HarnessError, match=r"^--native needs py-spy: pip install 'rtdebug\[stacks\]'") as e:
-        stacks.command(None, None, False, True, 3.0, False)
+        stacks.run(stacks.StacksOptions(native=True))
     assert e.value.exit_code == 1
 
 

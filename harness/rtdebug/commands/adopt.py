@@ -4,8 +4,8 @@ Find the job (``rtdebug.common.jobs``), check that every rank can be injected in
 (``rtdebug.common.inject.refusal``), register a session of mode ``adopted`` whose launcher is the job's
 torchrun agent (so ``ps`` keeps it live exactly while the job runs), run the adopted rank runtime in
 every rank at once (``adoptranks``: all or nothing, undone on a signal), and print the rank table.
-``detach`` (and ``rtdebug stop`` of an adopted session) undoes an adoption in every rank and leaves the job
-running. In a multi-node job the ranks also publish into the job's store (``rtdebug.common.jobs.Job.store``)
+``--detach`` (and ``rtdebug stop`` of an adopted session) undoes an adoption in every rank and leaves the
+job running. In a multi-node job the ranks also publish into the job's store (``rtdebug.common.jobs.Job.store``)
 as launched ranks do, so ``ps --store`` on any machine sees every node that was adopted; the entries are
 signed only if ``RTDEBUG_JOB_SECRET`` (or ``_FILE``) is set for ``adopt``, else shown unverified. ``--list``:
 ``adoptlist``.
@@ -13,20 +13,79 @@ signed only if ``RTDEBUG_JOB_SECRET`` (or ``_FILE``) is set for ``adopt``, else 
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import sys
 from typing import Any
 
 from rtdebug.commands import adoptranks
+from rtdebug.commands.options import Options, session_arg
 from rtdebug.common import inject, jobs
 from rtdebug.common.errors import HarnessError, usage
-from rtdebug.common.ports import check_ports_free, ports_for_ranks
+from rtdebug.common.ports import DEFAULT_PORT_BASE, check_ports_free, ports_for_ranks
 from rtdebug.registry import signing
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import prune
 from rtdebug.registry.record import new_session_id, session_entry
 from rtdebug.registry.table import format_table
 from rtdebug.views.teardown import detach_adopted
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AdoptOptions(Options):
+    """One of three: ``list`` the jobs here, ``detach`` a session, or adopt the job of ``pid`` (None: the
+    only one here)."""
+
+    pid: int | None = None
+    debug_port_base: int = DEFAULT_PORT_BASE
+    debug_host: str = "127.0.0.1"
+    debug_allow: str = ""
+    json: bool = False
+    detach: str | None = None
+    list: bool = False
+
+    def __post_init__(self) -> None:
+        if self.list and (self.detach or self.pid is not None):
+            raise usage("adopt --list takes no PID and no --detach")
+
+
+OPTIONS = AdoptOptions
+
+
+def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
+    p = sub.add_parser(
+        "adopt",
+        help=summary,
+        description="Adopt a running torchrun job or Ray Train worker: inject rtdebug's lazy debug endpoint "
+        "(base + RANK), the stacks handler and a registry entry into each of its ranks. PID: the torchrun "
+        "agent, any rank, or a Ray Train worker (default: the only torchrun job of yours on this machine; "
+        "--list shows the candidates). Multi-node: adopt on each node; the ranks "
+        "publish into the job's store (rtdebug ps --store), signed with RTDEBUG_JOB_SECRET (or _FILE) if set "
+        "here, else listed as unverified.",
+    )
+    p.add_argument("pid", nargs="?", type=int, help="torchrun agent, rank or Ray Train worker pid")
+    p.add_argument("--debug-port-base", type=int, default=DEFAULT_PORT_BASE, metavar="P", help="rank N on P + N")
+    p.add_argument("--debug-host", default="127.0.0.1", metavar="H", help="address the endpoints bind")
+    p.add_argument("--debug-allow", default="", metavar="ADDR|CIDR,...", help="other machines allowed in")
+    p.add_argument("--json", action="store_true", help="print the session and its ranks as JSON")
+    p.add_argument("--detach", type=session_arg, metavar="SESSION", help="undo an adoption; the job runs on")
+    p.add_argument("--list", action="store_true", help="the jobs here you can adopt (--json: as JSON)")
+
+
+def run(opts: AdoptOptions) -> int:
+    """``rtdebug adopt``'s dispatch: --list, --detach, or adopt."""
+    from rtdebug.common.config import check_host
+
+    if opts.list:
+        from rtdebug.commands import adoptlist
+
+        return adoptlist.show(opts.json)
+    if opts.detach:
+        return detach(opts.detach)
+    check_host(opts.debug_host)
+    return adopt(opts)
+
 
 # the session's pg_timeout_source until a rank has read its group's timeout
 UNREAD = "unknown: not read in a rank (no process group yet?)"
@@ -77,19 +136,20 @@ def refuse_any(job: jobs.Job, method: str) -> None:
             raise HarnessError(f"cannot adopt rank {r.rank}: {why}; the job was not touched")
 
 
-def adopt(pid: int | None, base: int, host: str, allow: str, as_json: bool) -> int:
+def adopt(opts: AdoptOptions) -> int:
     reg = Registry()
-    job = _pick(pid)
+    job = _pick(opts.pid)
     if job.under_rtdebug:
         raise HarnessError(f"the job of {job.kind} pid {job.agent_pid} runs under rtdebug already: see rtdebug ps")
     method = _method(job.ranks[0].pid)
+    base, host = opts.debug_port_base, opts.debug_host
     already = _existing(reg, job)
     if already is not None:  # adopted: only ranks torchrun has started since (an elastic restart) are new
         sid = already["session_id"]
         covered = {r["pid"] for r in reg.ranks(sid) if reg.live_rank(r) and r["state"] in ("ready", "attached")}
         job.ranks = [r for r in job.ranks if r.pid not in covered]
         if not job.ranks:
-            return _print(already, reg, as_json, f"already adopted (session {sid}); nothing changed")
+            return _print(already, reg, opts.json, f"already adopted (session {sid}); nothing changed")
         base, host = int(already["port_base"]), str(already["host"])
     refuse_any(job, method)
     if job.kind == "ray":  # its rank is known only in the process: ask it (nothing is left there)
@@ -103,9 +163,9 @@ def adopt(pid: int | None, base: int, host: str, allow: str, as_json: bool) -> i
     if already is None:
         sid = new_session_id()
         fresh = _session(sid, job, host, base, ports, method)
-    took = adoptranks.guarded(adoptranks.Adoption(reg, sid, job, ports, host, allow, method), fresh)
+    took = adoptranks.guarded(adoptranks.Adoption(reg, sid, job, ports, host, opts.debug_allow, method), fresh)
     note = None if already is None else f"session {sid}: adopted its {len(job.ranks)} ranks started (or detached) since"
-    return _print(reg.read_session(sid) or {}, reg, as_json, note, took)
+    return _print(reg.read_session(sid) or {}, reg, opts.json, note, took)
 
 
 def _print(session: dict[str, Any], reg: Registry, as_json: bool, note: str | None, took: float = 0.0) -> int:
@@ -144,22 +204,6 @@ def limits(session: dict[str, Any]) -> str:
     beat = session.get("nccl_heartbeat_s")
     beat_line = f"; NCCL's heartbeat monitor ends a rank stuck {beat:g} s" if beat else ""
     return f"{what}{beat_line}; it cannot be raised now: a rank paused longer than that ends the job"
-
-
-def command(args: Any) -> int:
-    """``rtdebug adopt``'s dispatch: --list, --detach, or adopt."""
-    from rtdebug.common.config import check_host
-
-    if args.list:
-        if args.detach or args.pid is not None:
-            raise usage("adopt --list takes no PID and no --detach")
-        from rtdebug.commands import adoptlist
-
-        return adoptlist.command(args.json)
-    if args.detach:
-        return detach(args.detach)
-    check_host(args.debug_host)
-    return adopt(args.pid, args.debug_port_base, args.debug_host, args.debug_allow, args.json)
 
 
 def detach(session_id: str) -> int:

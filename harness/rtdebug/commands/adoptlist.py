@@ -41,7 +41,7 @@ def listing() -> list[dict[str, Any]]:
     return out
 
 
-def command(as_json: bool) -> int:
+def show(as_json: bool) -> int:
     found = listing()
     if as_json:
         print(json.dumps(found, indent=1))

@@ -7,6 +7,8 @@ and then with its host shown first. A host that is not this machine is always na
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -15,6 +17,7 @@ import time
 from typing import Any
 
 from rtdebug.commands import vsconfigs
+from rtdebug.commands.options import Options, session_arg, view_options
 from rtdebug.common import selector
 from rtdebug.common.addresses import is_own
 from rtdebug.common.errors import HarnessError, usage
@@ -27,6 +30,47 @@ from rtdebug.views.api import ViewOptions, Views
 
 URI = "vscode://rtdebug.rtdebug-vscode/attach?session={sid}&rank={rank}"
 Entry = dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AttachOptions(Options):
+    """``rank``: a rank number, or a mesh selector (``tp=1``): then every rank it chooses, one after another.
+    Whether a number is in range, or a selector chooses any rank, only the session can say (``run``)."""
+
+    rank: str
+    session: str | None = None
+    timeout: float = 60.0
+    json: bool = False
+    vscode: bool = False
+    views: ViewOptions = dataclasses.field(default_factory=ViewOptions)
+
+    def __post_init__(self) -> None:
+        if not selector.is_mesh(self.rank):
+            try:
+                int(self.rank)
+            except ValueError:
+                raise usage(
+                    f"--rank {self.rank!r}: a rank number or mesh coordinates such as tp=1 or dp=0,tp=*"
+                ) from None
+
+
+OPTIONS = AttachOptions
+
+
+def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
+    p = sub.add_parser(
+        "attach",
+        help=summary,
+        description="Wait until a rank is ready, then print host:port and a debugpy attach config.",
+    )
+    p.add_argument(
+        "--rank", required=True, metavar="N|SEL", help="a rank, or mesh coordinates: tp=1, dp=0,tp=*, pp=1:3, dp=(0,2)"
+    )
+    p.add_argument("--session", type=session_arg, help="session id (default: the newest live session)")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="seconds to wait (default 60)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--vscode", action="store_true", help="hand off to VS Code (rtdebug extension) via a vscode:// URI")
+    view_options(p)
 
 
 def _rank_ready(views: Views, reg: Registry, sid: str, rank: int, timeout: float) -> Entry:
@@ -105,39 +149,25 @@ def _chosen(views: Views, session: Entry, spec: str, timeout: float) -> list[int
         time.sleep(0.1)
 
 
-def command(
-    rank: int | str,
-    session_id: str | None,
-    timeout: float,
-    as_json: bool,
-    to_vscode: bool,
-    opts: ViewOptions | None = None,
-) -> int:
-    """``rank``: a rank number, or a mesh selector (``tp=1``): then every rank it chooses, one after another."""
+def run(opts: AttachOptions) -> int:
     reg = Registry()
     prune(reg)
-    views = Views.open(opts, reg)
-    session = views.find_session(session_id)
+    views = Views.open(opts.views, reg)
+    session = views.find_session(opts.session)
     sid = session["session_id"]
     world = world_size(session)
-    if isinstance(rank, str) and selector.is_mesh(rank):
-        ranks = _chosen(views, session, rank, timeout)
-    else:
-        try:
-            ranks = [int(rank)]
-        except ValueError:
-            raise usage(f"--rank {rank!r}: a rank number or mesh coordinates such as tp=1 or dp=0,tp=*") from None
+    ranks = _chosen(views, session, opts.rank, opts.timeout) if selector.is_mesh(opts.rank) else [int(opts.rank)]
     for r in ranks:
         if not 0 <= r < world:
             raise usage(f"rank {r} is out of range: session {sid} has world size {world}")
-    answers = [_attach_one(views, reg, session, r, timeout, session_id is not None) for r in ranks]
-    if as_json:
+    answers = [_attach_one(views, reg, session, r, opts.timeout, opts.session is not None) for r in ranks]
+    if opts.json:
         print(json.dumps(answers[0] if len(answers) == 1 else answers, indent=1))
     else:
         for a in answers:
             print(f"{a['host']}:{a['port']}")
             print(json.dumps(a["configuration"], indent=2))
-    if to_vscode:
+    if opts.vscode:
         for r in ranks:
             uri = URI.format(sid=sid, rank=r)
             code = shutil.which("code")

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rtdebug.common import jobs
-from rtdebug.common.errors import HarnessError, usage
+from rtdebug.common.errors import HarnessError
 from rtdebug.stacks import format as stackformat
 from rtdebug.stacks import group as stackgroup
 from rtdebug.stacks.native import find_py_spy, py_spy_dump
@@ -63,11 +63,8 @@ def snapshot(pid: int, timeout: float) -> dict[str, Any]:
     }
 
 
-def command(pid: int, as_json: bool, threads: bool, timeout: float, others: list[str] | None = None) -> int:
-    """``others``: the other options given (dest names), each a usage error: --pid's one tree has none of them."""
-    if others:
-        flag = "--" + others[0].replace("_", "-")
-        raise usage(f"--pid reads one process tree on this machine with py-spy: not with {flag}")
+def show(pid: int, as_json: bool, threads: bool, timeout: float) -> int:
+    """``rtdebug stacks --pid``'s answer (``StacksOptions`` has refused the options it cannot take)."""
     snap = snapshot(pid, timeout)
     print(json.dumps(snap, indent=1) if as_json else stackformat.render(snap, threads=threads))
     return 0

@@ -5,15 +5,39 @@ entries no job secret here verifies are listed with ``UNVERIFIED`` (``"verified"
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import sys
 
+from rtdebug.commands.options import Options, view_options
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import ended_sessions, prune
 from rtdebug.registry.record import SCHEMA_VERSION
 from rtdebug.registry.table import format_table, pg_timeout
 from rtdebug.views.api import ViewOptions, Views
 from rtdebug.views.remote import skipped_line
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PsOptions(Options):
+    json: bool = False
+    all: bool = False  # also the ended sessions still kept
+    views: ViewOptions = dataclasses.field(default_factory=ViewOptions)
+
+
+OPTIONS = PsOptions
+
+
+def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
+    p = sub.add_parser(
+        "ps",
+        help=summary,
+        description="List live sessions (and orphaned ones: launcher gone, processes not).",
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output (the registry schema)")
+    p.add_argument("--all", action="store_true", help="also list ended sessions still kept in the registry")
+    view_options(p)
 
 
 def _unreadable_lines(reg: Registry) -> list[str]:
@@ -30,15 +54,15 @@ def _trust_note(s: dict) -> str | None:
     return None
 
 
-def command(as_json: bool, show_all: bool = False, opts: ViewOptions | None = None) -> int:
+def run(opts: PsOptions) -> int:
     reg = Registry()
     prune(reg)  # the one step that writes: entries now say what their processes are
-    views = Views.open(opts, reg)
+    views = Views.open(opts.views, reg)
     live = views.sessions()
-    ended = ended_sessions(reg) if show_all else []
+    ended = ended_sessions(reg) if opts.all else []
     skipped = views.skipped()
     unreadable = _unreadable_lines(reg) + [skipped_line(label, key, why) for label, key, why in skipped]
-    if as_json:
+    if opts.json:
         print(
             json.dumps(
                 {

@@ -8,10 +8,13 @@ a multi-node job, whose session records its store. Same text, same ``--json``.
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import json
 import os
 from typing import Any
 
+from rtdebug.commands.options import Options, session_arg
 from rtdebug.common import selector
 from rtdebug.common.errors import HarnessError, usage
 from rtdebug.common.ports import parse_rank_list
@@ -28,6 +31,82 @@ from rtdebug.views.api import Views
 from rtdebug.views.local import LocalView
 
 HISTORY_MAX = 64  # what each rank sends (rtdebug.stacks.flight.KEEP)
+TIMEOUT_S = 3.0
+# what --pid (one process tree on this machine, read by py-spy) cannot take, in this order
+NOT_WITH_PID = ("session", "rank", "native", "store", "ray_address", "history")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StacksOptions(Options):
+    """``rank``: rank numbers (``0,2-3``) or mesh coordinates (``dp=0,tp=*``), resolved against the session.
+    ``pid``: a job rtdebug did not start, read through py-spy, which takes only ``json``, ``threads`` and
+    ``timeout``. No ``views``: ``--store`` and ``--ray-address`` name the job, they do not add to a listing."""
+
+    session: str | None = None
+    rank: str | None = None
+    json: bool = False
+    native: bool = False
+    threads: bool = False
+    pid: int | None = None
+    store: str | None = None
+    ray_address: str | None = None
+    history: int | None = None
+    timeout: float = TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        if self.pid is not None:
+            given = [k for k in NOT_WITH_PID if getattr(self, k) not in (None, False)]
+            if given:
+                flag = "--" + given[0].replace("_", "-")
+                raise usage(f"--pid reads one process tree on this machine with py-spy: not with {flag}")
+            return
+        if self.timeout <= 0:
+            raise usage(f"--timeout must be > 0 seconds, got {self.timeout:g}")
+        if self.history is not None and not 1 <= self.history <= HISTORY_MAX:
+            raise usage(f"--history takes 1 to {HISTORY_MAX} collectives, got {self.history}")
+        if self.native and (self.store or self.ray_address):
+            raise usage("--native reads this machine's ranks with py-spy: not with --store or --ray-address")
+        if self.store and self.ray_address:
+            raise usage("--store and --ray-address name two different jobs: give one")
+
+
+OPTIONS = StacksOptions
+
+
+def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
+    p = sub.add_parser(
+        "stacks",
+        help=summary,
+        description="Dump every thread's Python stack of each live rank (taken by the rank's own dump thread: no "
+        "debugger, no ptrace, works while a rank is blocked in a C++ collective or stopped at a breakpoint) and "
+        "group ranks by identical main-thread stack, with the verdict from torch's Flight Recorder. "
+        "With no session here: the job $RTDEBUG_STORE or $RAY_ADDRESS names (as for ps).",
+    )
+    p.add_argument("--session", type=session_arg, help="session id (default: the newest live session)")
+    p.add_argument(
+        "--rank", metavar="RANKS", help="ranks to dump: 0 or 0,2-3, or mesh coordinates: dp=0,tp=* (default: all)"
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object (what the VS Code extension reads)")
+    p.add_argument("--native", action="store_true", help="add native frames with py-spy (needs ptrace rights)")
+    p.add_argument("--threads", action="store_true", help="also print every rank's other threads")
+    p.add_argument("--pid", type=int, help="a job rtdebug did not start: its torchrun agent or a rank (py-spy)")
+    p.add_argument("--store", metavar="HOST:PORT", help="every rank of a multi-node job, through its store")
+    p.add_argument("--ray-address", metavar="HOST:PORT", help="every worker of a Ray Train run, through its GCS")
+    p.add_argument(
+        "--history",
+        type=int,
+        nargs="?",
+        const=16,
+        metavar="N",
+        help="each rank's last N collectives (default 16), aligned per group, the first divergence marked",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=TIMEOUT_S,
+        metavar="S",
+        help="a rank that has not answered after S seconds is listed as unresponsive (default 3)",
+    )
 
 
 def _ranks(session: dict[str, Any], rank_spec: str | None, entries: list[dict] | None = None) -> frozenset[int] | None:
@@ -139,42 +218,28 @@ def _from_env(session_id: str | None, rank_spec: str | None, timeout: float, loc
     raise local
 
 
-def command(
-    session_id: str | None,
-    rank_spec: str | None,
-    as_json: bool,
-    native: bool,
-    timeout: float,
-    threads: bool,
-    store: str | None = None,
-    ray_address: str | None = None,
-    history: int | None = None,
-) -> int:
+def run(opts: StacksOptions) -> int:
     """Print the grouped snapshot of one live session (the one ``find_session`` every command uses)."""
-    if timeout <= 0:
-        raise usage(f"--timeout must be > 0 seconds, got {timeout:g}")
-    if history is not None and not 1 <= history <= HISTORY_MAX:
-        raise usage(f"--history takes 1 to {HISTORY_MAX} collectives, got {history}")
-    if native and (store or ray_address):
-        raise usage("--native reads this machine's ranks with py-spy: not with --store or --ray-address")
-    if store and ray_address:
-        raise usage("--store and --ray-address name two different jobs: give one")
-    if native and find_py_spy() is None:
+    if opts.pid is not None:  # a job rtdebug did not start (nor adopt): read-only, through py-spy
+        from rtdebug.commands import pidstacks  # (py-spy's reader, loaded only for --pid)
+
+        return pidstacks.show(opts.pid, opts.json, opts.threads, opts.timeout)
+    if opts.native and find_py_spy() is None:
         raise HarnessError("--native needs py-spy: pip install 'rtdebug[stacks]' (or pip install py-spy)")
-    if store:
-        snap = _store_snapshot(store, session_id, rank_spec, timeout)
-    elif ray_address:
-        snap = _ray_snapshot(ray_address, session_id, rank_spec, timeout)
+    if opts.store:
+        snap = _store_snapshot(opts.store, opts.session, opts.rank, opts.timeout)
+    elif opts.ray_address:
+        snap = _ray_snapshot(opts.ray_address, opts.session, opts.rank, opts.timeout)
     else:
-        snap = _local_snapshot(session_id, rank_spec, native, timeout)
+        snap = _local_snapshot(opts.session, opts.rank, opts.native, opts.timeout)
     flights = snap.pop("_flights", {})
-    if history is not None:
-        snap["history"] = stackhistory.align(flights, history)
-    if as_json:
+    if opts.history is not None:
+        snap["history"] = stackhistory.align(flights, opts.history)
+    if opts.json:
         print(json.dumps(snap, indent=1))
         return 0
-    text = jobwide.with_notes(stackformat.render(snap, threads=threads, native=native), snap)
-    if history is not None:
+    text = jobwide.with_notes(stackformat.render(snap, threads=opts.threads, native=opts.native), snap)
+    if opts.history is not None:
         text += "\n\n" + stackhistory.render(snap["history"])
     print(text)
     return 0

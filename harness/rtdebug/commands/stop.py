@@ -7,13 +7,38 @@ stopped. Unverified remote sessions are never stopped by default (named with ``-
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import sys
 
+from rtdebug.commands.options import Options, session_arg, view_options
 from rtdebug.common.errors import HarnessError, usage
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import prune
 from rtdebug.views.api import Entry, ViewOptions, Views
 from rtdebug.views.remote import skipped_line
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StopOptions(Options):
+    session: str | None = None
+    all: bool = False  # every live or orphaned session (argparse keeps it apart from --session)
+    views: ViewOptions = dataclasses.field(default_factory=ViewOptions)
+
+
+OPTIONS = StopOptions
+
+
+def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
+    p = sub.add_parser(
+        "stop",
+        help=summary,
+        description="Stop a session: launcher, torchrun, ranks; then check its ports are free.",
+    )
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--session", type=session_arg, help="session id (default: the only live session)")
+    g.add_argument("--all", action="store_true", help="stop every live or orphaned session")
+    view_options(p)
 
 
 def _pick(views: Views, live: list[Entry], session_id: str | None) -> list[Entry]:
@@ -51,17 +76,17 @@ def _stop_each(views: Views, live: list[Entry]) -> int:
     return failed
 
 
-def command(session_id: str | None, every: bool, opts: ViewOptions | None = None) -> int:
+def run(opts: StopOptions) -> int:
     reg = Registry()
     prune(reg)
-    views = Views.open(opts, reg)
+    views = Views.open(opts.views, reg)
     live = views.sessions()
     for label, key, why in views.skipped():
         print(skipped_line(label, key, why), file=sys.stderr)
-    if every:
+    if opts.all:
         if not live:
             print("rtdebug: no live sessions")
         return 1 if _stop_each(views, live) else 0
-    for s in _pick(views, live, session_id):
+    for s in _pick(views, live, opts.session):
         print(views.view_of(s).stop(s))
     return 0

@@ -1,0 +1,61 @@
+"""``rtdebug torchrun``: the real torchrun, with a debug endpoint in every rank.
+
+Its options are torch's own parser plus rtdebug's group (``options.torchrun_parser``), so every torchrun
+flag passes through and torchrun's errors read as torchrun's. Our subparser only takes the words after
+``torchrun``: rtdebug's options must come first (``options.split_our_options``), and one of ours after a
+torchrun option is a usage error, not a silent script argument. torch is an extra: without it, one line.
+The launcher (``rtdebug.launcher.start``) is imported only when the job starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+
+from rtdebug.commands.options import OUR_FLAGS, Options, split_our_options, torchrun_parser
+from rtdebug.common.errors import HarnessError
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TorchrunOptions(Options):
+    """``parsed``: torch's parser's namespace plus ours; ``rest``: torchrun's options, the script and its
+    arguments (ours, which come first, taken out). ``parsed`` is None when help was asked for (``-h``) or
+    nothing was given; ``rest`` is then the words as given."""
+
+    rest: list[str]
+    parsed: argparse.Namespace | None = None
+
+    @classmethod
+    def from_args(cls, ns: argparse.Namespace) -> TorchrunOptions:
+        if importlib.util.find_spec("torch") is None:  # torch is an extra: `rtdebug run` needs none
+            raise HarnessError("rtdebug torchrun needs PyTorch (pip install torch); `rtdebug run` works without it")
+        tokens = ns.rest
+        if not tokens or tokens[0] in ("-h", "--help"):
+            return cls(rest=tokens)
+        ours, rest = split_our_options(tokens)
+        parser = torchrun_parser()
+        parsed = parser.parse_args(ours + rest)
+        script_at = len(rest) - len(parsed.training_script_args) - 1
+        misplaced = [t for t in rest[:script_at] if t.split("=", 1)[0] in OUR_FLAGS]
+        if misplaced:
+            parser.error(f"rtdebug option {misplaced[0]} must come before torchrun options")
+        return cls(rest=rest, parsed=parsed)
+
+
+OPTIONS = TorchrunOptions
+
+
+def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
+    sub.add_parser("torchrun", add_help=False, help=summary, prefix_chars="\0").add_argument(
+        "rest", nargs=argparse.REMAINDER
+    )
+
+
+def run(opts: TorchrunOptions) -> int:
+    if opts.parsed is None:
+        torchrun_parser().print_help()
+        return 0 if opts.rest else 2
+    from rtdebug.launcher import start  # the launcher, loaded only by the commands that start a job
+
+    return start.run_torchrun(opts.parsed, opts.rest)
