@@ -5,8 +5,8 @@ else is the ``rtdebug`` command (``python -m rtdebug``). The package is laid out
 its code runs in, as debugpy's is:
 
 ==============  ==========================================================================
-``cli``,        the user's shell: parse, dispatch, print (``rtdebug ps/attach/stop/...``)
-``commands/``
+``cli``,        the user's shell: ``cli`` is the table of commands, each imported only when it runs;
+``commands/``   ``commands/<name>`` owns its options, checks them and runs (``rtdebug ps/attach/...``)
 ``launcher/``   the controller: real torchrun, its agent, multi-node, hang watch, Ray driver
 ``rank/``       inside every rank or Ray worker: bootstrap, endpoint, access, tracing, ...
 ``views/``      where sessions are found: this machine's files, a c10d store, a Ray GCS
