@@ -29,6 +29,7 @@ from support.dap import DAPClient, stop_in_each_rank
 from support.jobs import read_ranks, rtdebug
 from support.paths import PY, ROOT, SCRIPTS, marker_line
 from support.procs import kill_tree
+from support.wait import until
 
 pytestmark = pytest.mark.e2e
 JOB = SCRIPTS / "adopt_job.py"
@@ -107,9 +108,7 @@ def busy_plain(py: str, tmp_path: Path) -> Iterator[tuple[subprocess.Popen, Path
             [py, str(SCRIPTS / "adopt_plain.py"), str(control)], stdout=f, stderr=subprocess.STDOUT, cwd=tmp_path
         )
     try:
-        deadline = time.monotonic() + 60
-        while log.read_text().count("running") < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        until(lambda: log.read_text().count("running") >= 2, 60, "both ranks running", context=log.read_text)
         yield proc, control, log
     finally:
         if proc.poll() is None:
@@ -126,6 +125,13 @@ def _session(registry_dir: Path) -> str:
 
 def _listening(port: int) -> bool:
     return any(c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in psutil.net_connections("tcp"))
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return []
 
 
 def _fds(pid: int) -> list[str]:
@@ -238,9 +244,13 @@ def _two_groups(text: str) -> None:
 def test_hung_job_adopt_stacks_and_attach_rank1(plain, registry_dir, port_base):
     job = plain(env={"ADOPT_HANG": "1", "ADOPT_PG_TIMEOUT": "900"})
     job.wait_running()
-    time.sleep(2)  # rank 1 skipped step 5; rank 0 blocks in the gloo all_reduce
-    before = rtdebug("stacks", "--pid", str(job.agent().pid))
-    assert before.returncode == 0, before.stderr
+    before = until(  # rank 1 skipped step 5; rank 0 blocks in the gloo all_reduce
+        lambda: rtdebug("stacks", "--pid", str(job.agent().pid)),
+        60,
+        "rank 0 blocked in all_reduce and rank 1 in wait_quietly (rtdebug stacks --pid)",
+        ok=lambda r: r.returncode == 0 and "rank 0: all_reduce" in r.stdout and "rank 1: wait_quietly" in r.stdout,
+        every=0.5,
+    )
     _two_groups(before.stdout)
     r = adopt(str(job.agent().pid), "--debug-port-base", str(port_base))
     assert r.returncode == 0, r.stderr
@@ -273,7 +283,9 @@ def test_refusals_leave_the_job_untouched(plain, registry_dir, port_base, tmp_pa
     fake = ["/usr/bin/python3", "-c", "import time; time.sleep(120)", "torch.distributed.run"]
     other = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", *fake])
     try:
-        time.sleep(0.5)
+        until(
+            lambda: _cmdline(other.pid), 30, "setpriv exec'd the fake agent", ok=lambda c: "torch.distributed.run" in c
+        )
         r = adopt(str(other.pid), "--debug-port-base", str(port_base))
         assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert "belongs to uid" in r.stderr and not any(registry_dir.glob("*/session.json"))
@@ -388,7 +400,9 @@ def test_refusal_lines_for_old_or_stripped_pythons(monkeypatch):
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
         os.kill(sleeper.pid, signal.SIGSTOP)
-        time.sleep(0.2)
+        until(
+            lambda: psutil.Process(sleeper.pid).status(), 30, "sleep stopped", ok=lambda s: s == psutil.STATUS_STOPPED
+        )
         assert "is stopped (SIGSTOP or a debugger)" in (inject.refusal(sleeper.pid, "ptrace") or "")
     finally:
         sleeper.kill()
@@ -436,10 +450,12 @@ def test_python_too_old_is_refused(registry_dir, port_base, tmp_path):
     py = _python("3.9")
     if py is None or (why := _can_ptrace()) is not None:
         pytest.skip("no python3.9" if py is None else why)
-    proc = subprocess.Popen([py, "-c", "import time; time.sleep(60)"], env=dict(os.environ, RANK="0"))
+    up = tmp_path / "up"
+    code = f"import pathlib, time; pathlib.Path({str(up)!r}).touch(); time.sleep(60)"
+    proc = subprocess.Popen([py, "-c", code], env=dict(os.environ, RANK="0"))
     parent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # noqa: F841
     try:
-        time.sleep(0.5)
+        until(up.exists, 60, "python3.9 up (its interpreter initialised)")
         r = adopt(str(proc.pid), "--debug-port-base", str(port_base))
         assert r.returncode == 1 and f"pid {proc.pid} runs Python 3.9" in r.stderr, r.stderr
         assert len(r.stderr.strip().splitlines()) == 1 and not any(registry_dir.glob("*/session.json"))

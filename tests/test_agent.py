@@ -21,7 +21,7 @@ SCRIPT = ROOT / "tests" / "scripts" / "fault_job.py"
 def _fork_exit(code: int, after_s: float) -> int:
     pid = os.fork()
     if pid == 0:
-        time.sleep(after_s)
+        time.sleep(after_s)  # part of the test: a child that exits after_s seconds into the agent's watch
         os._exit(code)
     return pid
 

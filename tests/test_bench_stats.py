@@ -78,17 +78,24 @@ def test_rtdebug_cpu_counts_a_busy_rtdebug_thread():
 
     from bench.ray_job import rtdebug_cpu
 
+    from support.wait import until
+
     before, n0 = rtdebug_cpu()
+    stop = threading.Event()
 
     def spin():
-        end = time.thread_time() + 0.2
-        while time.thread_time() < end:
+        end = time.thread_time() + 60  # busy until read (a bound, should the test fail before stop is set)
+        while time.thread_time() < end and not stop.is_set():
             pass
 
     t = threading.Thread(target=spin, name="rtdebug-test-spin")
     t.start()
-    time.sleep(0.05)
-    during, n = rtdebug_cpu()
-    t.join()
+    try:
+        during, n = until(
+            rtdebug_cpu, 30, "the busy rtdebug thread counted with its CPU", ok=lambda v: v[0] - before > 0.01
+        )
+    finally:
+        stop.set()
+        t.join()
     assert n == n0 + 1
     assert during - before > 0.01

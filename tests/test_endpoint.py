@@ -104,7 +104,9 @@ def test_a_silent_client_holds_up_no_one_and_is_refused_at_its_deadline(tmp_path
             time.sleep(0.05)
         assert line in out, out
         assert out.count("STATE attached") == 1
-        time.sleep(1.1)  # a quiet second: the next refusal gets a line of its own
+        # part of the test, not a wait: the refusal log reports at most once a second, so a quiet second
+        # makes the next refusal (in _pending_are_bounded) a line of its own
+        time.sleep(1.1)
         _pending_are_bounded(port_base, tmp_path / "out.log")
         # and the owner still gets in, once the closed ones' reader threads have seen their EOF and freed
         # their slots (until then a new connection is the 65th and is reset, by design)

@@ -31,6 +31,7 @@ from support.jobs import read_ranks, wait_ranks
 from support.paths import SCRIPTS, marker_line
 from support.users import NOBODY, SETPRIV, needs_setpriv
 from support.venvjobs import debugpy_loaded, stop_in
+from support.wait import until
 
 SCRIPT = SCRIPTS / "torch_free.py"
 INIT = json.dumps({"seq": 1, "type": "request", "command": "initialize", "arguments": {"adapterID": "x"}}).encode()
@@ -216,10 +217,14 @@ def test_browser_post_tls_websocket_and_garbage_reach_nothing(
     assert [send(port_base, data) for data in hostile] == [b""] * 4  # reset, never an answer
     assert _wait_refused(registry_dir, rank["sid"], 4) == 4
     assert debugpy_loaded(rank["pid"]) == (mode == "eager")  # a lazy rank did not even start debugpy
-    time.sleep(0.5)
+    lines = until(
+        lambda: [line for line in rank["job"].output().splitlines() if "refused" in line],
+        30,
+        "the rank's lines account for its 4 refusals",
+        ok=lambda lines: _refusals_in(lines) == 4,
+    )
     assert not marker.exists()
-    lines = [line for line in rank["job"].output().splitlines() if "refused" in line]
-    assert _refusals_in(lines) == 4 and len(lines) <= 3, lines  # at once, then the rest held back a second
+    assert len(lines) <= 3, lines  # at once, then the rest held back a second
     assert lines[0].startswith("rtdebug: rank 0: refused debug connection from 127.0.0.1:")
     assert lines[0].endswith(f"(uid {os.geteuid()}): an HTTP request ('POST / HTTP/1.1'), not DAP")
     assert lines[-1].startswith("rtdebug: rank 0: ") and " more refused since the last line, the latest: " in lines[-1]

@@ -126,7 +126,10 @@ def test_a_planted_request_key_does_not_silence_the_next_request(store, ranks):
     with TCPStoreClient("127.0.0.1", store.port) as c:
         nxt = c.add(c10d.dump_seq_key(RUN), 0) + 1
         c.set(c10d.dump_key(RUN, nxt), b"junk")
-        time.sleep(0.5)  # the ranks see it and pass it over
+        # the ranks see it and pass it over. A window, not a wait: passing over junk writes nothing anywhere (by
+        # design), so there is no state to poll; it lets the test fail should the requester write at nxt (ranks
+        # still waiting there would answer that). Were it too short, the test would pass, never fail, wrongly.
+        time.sleep(0.5)
         snap = jobwide.from_store(c, session(), [SECRET], timeout=5.0)
         assert snap["unresponsive"] == [] and sorted(r for g in snap["groups"] for r in g["ranks"]) == [0, 1, 2]
         c.delete_key(c10d.dump_key(RUN, nxt))

@@ -17,12 +17,16 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from rtdebug.registry import c10d
+
 from support.netns import Hosts, hosts_up
 from support.paths import EXAMPLES, PY, SCRIPTS, marker_line
+from support.wait import until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.netns]
 
@@ -79,6 +83,23 @@ try:  # a refused connection is reset, which may reach us while we still connect
 except ConnectionResetError:
     print("reset")
 """
+
+
+TICK = """
+import sys
+from rtdebug.registry import c10d
+from rtdebug.registry.tcpstore import TCPStoreClient
+host, port = sys.argv[1].rsplit(":", 1)
+with TCPStoreClient(host, int(port)) as c:
+    print(c.add(c10d.tick_key("job"), 0))
+"""
+
+
+def job_tick(hosts: Hosts, store: str) -> int:
+    """The job's logical clock (every rank's heartbeat advances it by one), read from the laptop."""
+    r = hosts.run("lap", PY, "-c", TICK, store, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return int(r.stdout)
 
 
 def ps_json(hosts: Hosts, h: str, *extra: str) -> dict:
@@ -217,7 +238,10 @@ def test_two_hosts_one_view_attach_every_rank_and_lose_a_node(hosts, tmp_path):
         timeout=120,
     )
     assert flood.returncode == 0 and int(flood.stdout) > 250, flood.stdout + flood.stderr
-    time.sleep(12)  # longer than the view's LOST_ROUNDS at the heartbeat
+    # the job's own clock moves on more than LOST_ROUNDS heartbeat rounds of every rank after the flood (a rank
+    # the flood had stalled would then show lost)
+    beyond = job_tick(hosts, store) + (c10d.LOST_ROUNDS + 1) * len(ranks)
+    until(lambda: job_tick(hosts, store), 120, f"the job's tick at {beyond}", ok=lambda t: t >= beyond, every=1)
     after = ps_json(hosts, "lap", "--store", store)["sessions"][0]
     assert after["state"] == "running" and all(r["state"] in ("ready", "attached") for r in after["ranks"]), after
 
@@ -390,13 +414,9 @@ def test_hang_one_grouped_answer_for_every_rank_of_two_nodes(hosts, tmp_path):
     assert "it answers only requests signed with its job's secret" in bare["unresponsive_detail"][0]["reason"]
 
     # the automatic report, on the node that hosts the store, covers both nodes' ranks
-    deadline = time.monotonic() + 60
-    while "rtdebug: no rank's stack has changed for " not in hosts.log("n0", tail=1 << 30):
-        assert time.monotonic() < deadline, hosts.trouble()
-        time.sleep(1)
-    time.sleep(1)
-    report = hosts.log("n0", tail=1 << 30).split("rtdebug: no rank's stack has changed for ", 1)[1]
-    report = report.split("\n\n", 1)[0].replace("\n  ", "\n")  # the report's summary lines
+    report = hang_report(  # the report's summary lines
+        hosts, "n0", lambda r: group_line(r, "ranks 0,2-3", reduce_at) and group_line(r, "rank 1", barrier_at), 60
+    )
     assert group_line(report, "ranks 0,2-3", reduce_at) and group_line(report, "rank 1", barrier_at), report
     assert "where every rank is:\nrank 1 is in BARRIER #4 (hang.py:" in report, report  # the culprit
 
@@ -428,15 +448,22 @@ def start_hang(hosts: Hosts, homes: dict[str, Path]) -> tuple[str, str]:
     )
 
 
-def hang_report(hosts: Hosts, node: str) -> str:
-    """The node's first automatic no-progress report, unindented, up to its first blank line."""
-    deadline = time.monotonic() + 90
-    while "rtdebug: no rank's stack has changed for " not in hosts.log(node, tail=1 << 30):
-        assert time.monotonic() < deadline, hosts.trouble()
-        time.sleep(1)
-    time.sleep(1)  # the rest of the report is written with its first line
-    report = hosts.log(node, tail=1 << 30).split("rtdebug: no rank's stack has changed for ", 1)[1]
-    return report.split("\n\n", 1)[0].replace("\n  ", "\n")
+REPORT = "rtdebug: no rank's stack has changed for "
+
+
+def hang_report(hosts: Hosts, node: str, complete: Callable[[str], object], timeout: float = 90) -> str:
+    """The node's first automatic no-progress report, unindented, up to its first blank line, once it holds
+    what ``complete`` looks for (written in one piece, it may still be read cut short)."""
+
+    def report() -> str:
+        log = hosts.log(node, tail=1 << 30)
+        if REPORT not in log:
+            return ""
+        return log.split(REPORT, 1)[1].split("\n\n", 1)[0].replace("\n  ", "\n")
+
+    return until(
+        report, timeout, f"{node}'s hang report", ok=lambda r: bool(r) and complete(r), every=1, context=hosts.trouble
+    )
 
 
 def test_no_secret_set_anywhere_a_shared_home_answers_for_every_rank(bare_hosts, tmp_path):
@@ -463,7 +490,9 @@ def test_no_secret_set_anywhere_a_shared_home_answers_for_every_rank(bare_hosts,
         assert (snap["verdict"] or "").startswith(verdict), snap["verdict"]
     secret = home / ".config" / "rtdebug" / "job.secret"
     assert secret.stat().st_mode & 0o777 == 0o600 and secret.parent.stat().st_mode & 0o777 == 0o700
-    report = hang_report(hosts, "n0")
+    report = hang_report(
+        hosts, "n0", lambda r: group_line(r, "rank 0", reduce_at) and group_line(r, "rank 1", barrier_at)
+    )
     assert group_line(report, "rank 0", reduce_at) and group_line(report, "rank 1", barrier_at), report
     assert "another job secret" not in report
 
@@ -494,6 +523,6 @@ def test_nodes_with_different_default_secrets_are_said_in_one_line(bare_hosts, t
     assert (tmp_path / "home0" / ".config" / "rtdebug" / "job.secret").read_text() != (
         tmp_path / "home1" / ".config" / "rtdebug" / "job.secret"
     ).read_text()
-    report = hang_report(hosts, "n0")
+    report = hang_report(hosts, "n0", lambda r: group_line(r, "rank 0", reduce_at))  # the groups follow the line
     assert report.split("\n", 1)[1].startswith(line + "\n"), report  # after "... where every rank is:"
     assert [ln for ln in report.splitlines() if "another job secret" in ln] == [line]

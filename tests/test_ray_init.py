@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from support import wait
 from support.dap import DAPClient, stop_in_each_rank
 from support.jobs import rtdebug
 from support.paths import SCRIPTS, marker_line
@@ -104,8 +105,8 @@ def test_workers_of_a_cluster_the_script_started(script_cluster, job, registry_d
     assert "ray run finished: error=None" in j.output()
     for port in (port_base, port_base + 1, port_base + 2):
         assert port_free(port)
-    time.sleep(2)  # Ray's shutdown of the cluster it started runs at the driver's exit
-    assert not script_cluster.processes()
+    # Ray's shutdown of the cluster it started runs at the driver's exit
+    wait.until(lambda: not script_cluster.processes(), 60, "the cluster the script started is gone", every=0.5)
     assert _ps(registry_dir) == []  # no live session left, and the dead cluster's address is not asked
 
 

@@ -82,9 +82,9 @@ def _fake_store(answer: bytes, byte_gap: float = 0.0) -> tuple[socket.socket, in
         _drain(conn)
         with conn:
             for chunk in [answer[i : i + 1] for i in range(len(answer))] if byte_gap else [answer]:
-                time.sleep(byte_gap)
+                time.sleep(byte_gap)  # part of the fake: a server that answers slowly
                 conn.sendall(chunk)
-            time.sleep(0.5)
+            time.sleep(0.5)  # part of the fake: it closes a moment after its answer, not with it
 
     threading.Thread(target=serve, daemon=True).start()
     return srv, srv.getsockname()[1]
