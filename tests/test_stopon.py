@@ -178,3 +178,21 @@ def test_off_installs_nothing(job, registry_dir, port_base, tmp_path, stop_on, w
     j = job("run", "--port", str(port_base), *(["--stop-on", stop_on] if stop_on else []), str(script))
     assert j.wait(120) == 0, j.output()[-2000:]
     assert want in j.output()
+
+
+def test_fsdp2_nan_in_one_rank_stops_every_rank_without_a_collective_of_ours_on_dtensors(job, registry_dir, port_base):
+    """Under FSDP2 the gradients are sharded DTensors: the checks read each rank's own shard (a reduction
+    of the DTensor would be a collective); the loss's vote still tells every rank."""
+    script = SCRIPTS / "stopon_fsdp.py"
+    j = job(
+        "torchrun", "--debug-port-base", str(port_base), "--stop-on", "nonfinite", "--nproc-per-node", "3",
+        "--rdzv-endpoint", f"127.0.0.1:{port_base + 3}", str(script), "--nan-rank", "1", "--nan-step", "2",
+    )  # fmt: skip
+    sid = j.session_id()
+    wait_ranks(registry_dir, sid, 3)
+    got = stops(sid, 3)
+    assert got[1]["origin"] is True and got[1]["step"] == 2
+    why = got[1]["reason"]
+    assert why.startswith("non-finite loss and grad in FSDP's reduce-scatter input") and why.endswith("step 2 (origin)")
+    assert all(got[r]["origin"] is False and got[r]["step"] == 2 for r in (0, 2)), got
+    assert rtdebug("stop", "--session", sid).returncode == 0

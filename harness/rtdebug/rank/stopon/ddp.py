@@ -7,7 +7,8 @@ cost ~18 % of a DDP step (bench/STOPON_RESULTS.md). Instead:
 - **before the all-reduce** (origin): a post-accumulate-grad hook on each parameter, registered before
   DDP's own (so it runs before DDP copies the gradient into its bucket), keeps ``grad.mul(0).sum()``:
   0 for a finite gradient, NaN as soon as one element is NaN or Inf (exact, no overflow, one vectorised
-  pass; ``isfinite(...).all()`` is ~25x slower on CPU);
+  pass; ``isfinite(...).all()`` is ~25x slower on CPU); under FSDP2, the same of each reduce-scatter's
+  input (``dist.reduce_scatter_single``), whose sharded gradients arrive already reduced;
 - **after it** (every rank the same: DDP's sum spreads a NaN or Inf to every replica), the same per
   gradient once backward has returned;
 - **the loss**: one small all-reduce per step, launched before backward and overlapped with it, of a
@@ -57,6 +58,9 @@ def patch(torch: Any, deep: bool = False) -> None:
         _patched["deep"] = True
     if getattr(DDP, "_rtdebug_stopon", False):
         return
+    import torch.distributed as dist
+
+    _wrap_reduce_scatter(dist)
     init = DDP.__init__
 
     @functools.wraps(init)
@@ -108,9 +112,36 @@ def enable(on: bool) -> None:
     _patched["on"] = on
 
 
+def _local(t: Any) -> Any:
+    """A DTensor's own shard (FSDP2, tensor parallel): a reduction of the DTensor itself would be a
+    collective, which a check must never add; this rank's shard is what it computed."""
+    local = getattr(t, "to_local", None)
+    return local() if callable(local) else t
+
+
 def _before(p: Any) -> None:
-    if _patched.get("on") and p.grad is not None:
+    # a DTensor's gradient arrives already reduce-scattered (FSDP2): "before" is FSDP's input (below)
+    if _patched.get("on") and p.grad is not None and not hasattr(p.grad, "to_local"):
         _step["pre"].append((p, p.grad.detach().mul(0).sum()))
+
+
+def _wrap_reduce_scatter(dist: Any) -> None:
+    """FSDP2 reduce-scatters its gradients through ``dist.reduce_scatter_single``: its input, before the
+    reduction, is the "before" of a sharded job (each rank's own gradients, concatenated)."""
+    fn = getattr(dist, "reduce_scatter_single", None)
+    if fn is None or getattr(fn, "_rtdebug_stopon", False):
+        return
+
+    @functools.wraps(fn)
+    def reduce_scatter_single(*args: Any, **kwargs: Any) -> Any:
+        if _patched.get("on"):
+            inp = kwargs.get("input", args[1] if len(args) > 1 else None)
+            if inp is not None:
+                _step["pre"].append((None, inp.detach().mul(0).sum()))
+        return fn(*args, **kwargs)
+
+    reduce_scatter_single._rtdebug_stopon = True  # type: ignore[attr-defined]
+    dist.reduce_scatter_single = reduce_scatter_single
 
 
 def _forward(module: Any, args: Any, output: Any) -> None:
@@ -163,9 +194,10 @@ def end_backward(loss_bad: bool) -> dict[str, Any] | None:
     origin = None
     if pre and bool(torch.stack([s for _, s in pre]).isnan().any()):
         bad = sorted((p for p, s in pre if bool(s.isnan())), key=lambda p: _order.get(id(p), 1 << 30))
-        origin = _names.get(id(bad[0]), "a parameter") + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else "")
+        first = "FSDP's reduce-scatter input" if bad[0] is None else _names.get(id(bad[0]), "a parameter")
+        origin = first + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else "")
     grads = [p.grad for p in _params.values() if p.grad is not None]
-    post = bool(torch.stack([g.detach().mul(0).sum() for g in grads]).isnan().any()) if grads else False
+    post = bool(torch.stack([_local(g.detach()).mul(0).sum() for g in grads]).isnan().any()) if grads else False
     local = {"loss": loss_bad, "origin": origin, "post": post, "deep": _step["deep"]}
     _step["deep"] = None
     d, vote = _dist(), _step["vote"]
@@ -192,11 +224,12 @@ def describe(event: dict[str, Any], step: int) -> tuple[str, bool]:
     """(this rank's stop reason, is it an origin)."""
     local, origins = event["local"], event["origins"]
     deep = f"; first non-finite output: {local['deep']}" if local.get("deep") else ""
+    of = "in" if str(local["origin"]).startswith("FSDP") else "of"
     if local["loss"]:
-        grad = f" and grad of {local['origin']}" if local["origin"] else ""
+        grad = f" and grad {of} {local['origin']}" if local["origin"] else ""
         return f"non-finite loss{grad} at step {step} (origin){deep}", True
     if local["origin"]:
-        return f"non-finite grad of {local['origin']} at step {step} (origin){deep}", True
+        return f"non-finite grad {of} {local['origin']} at step {step} (origin){deep}", True
     who = ", ".join(str(r) for r in origins)
     if origins and event["post"]:
         return f"non-finite grad at step {step}: received in the all-reduce (origin: rank {who})", False
