@@ -124,3 +124,26 @@ def test_a_hang_in_a_tp_group_names_mesh_tp_and_the_coordinates(job, registry_di
     v = snap.get("verdict") or ""
     assert "on mesh_tp" in v and "rank 3 (dp=1, tp=1)" in v, v
     assert rtdebug("stop", "--session", sid).returncode == 0
+
+
+@pytest.mark.e2e
+def test_wait_by_coordinates_holds_the_chosen_ranks_once_their_mesh_places_them(job, registry_dir, port_base):
+    j = job(
+        "torchrun", "--debug-port-base", str(port_base), "--wait", "tp=1", "--nproc-per-node", "4",
+        "--rdzv-endpoint", f"127.0.0.1:{port_base + 4}", str(JOB), "--layout", "2d",
+    )  # fmt: skip
+    sid = j.session_id()
+    wait_ranks(registry_dir, sid, 4)
+    for r in (0, 2):
+        j.wait_output(f"rank {r}: mesh ready")
+    j.wait_output(f"rtdebug: rank 1 (dp=0, tp=1) waiting for a debugger on 127.0.0.1:{port_base + 1}")
+    j.wait_output(f"rtdebug: rank 3 (dp=1, tp=1) waiting for a debugger on 127.0.0.1:{port_base + 3}")
+    assert "rank 1: mesh ready" not in j.output() and "rank 3: mesh ready" not in j.output()
+    for r in (1, 3):
+        c = DAPClient("127.0.0.1", port_base + r)
+        c.attach()
+        j.wait_output(f"rank {r}: mesh ready")
+        c.disconnect()
+    bad = rtdebug("torchrun", "--wait", "tp=x", "--nproc-per-node", "1", str(JOB))
+    assert bad.returncode == 2 and "rtdebug: error: --wait 'tp=x': 'tp=x' is not DIM=N" in bad.stderr
+    assert rtdebug("stop", "--session", sid).returncode == 0

@@ -11,7 +11,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from rtdebug.common import stopon
+from rtdebug.common import selector, stopon
 from rtdebug.common.addresses import LOOPBACK, parse_allow
 from rtdebug.common.errors import usage
 from rtdebug.common.ports import DEFAULT_PORT_BASE, MAX_PORT, parse_rank_list
@@ -62,7 +62,11 @@ class RankConfig:
             parse_allow(self.allow)
         except ValueError as exc:
             raise usage(f"--debug-allow/--allow: {exc}") from None
-        self.wait_ranks = parse_rank_list(self.wait)
+        if selector.is_mesh(self.wait):  # --wait tp=1: ranks wait once the job's DeviceMesh places them
+            selector.parse(self.wait, "--wait")
+            self.wait_ranks = frozenset()
+        else:
+            self.wait_ranks = parse_rank_list(self.wait)
         self.stop_on = stopon.parse(self.stop_on).text()  # a bad condition fails here, before anything starts
 
     def waits(self, rank: int) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from rtdebug.common import selector
 from rtdebug.common.config import RankConfig
 from rtdebug.common.ports import parse_rank_list
 from rtdebug.launcher import multinode
@@ -38,5 +39,6 @@ def run_torchrun(parsed: argparse.Namespace, tokens: list[str]) -> int:
         hang_report_s=parsed.hang_report,
         stop_on=parsed.stop_on,
     )
-    parse_rank_list(cfg.wait, plan.max_world_size)
+    if not selector.is_mesh(cfg.wait):
+        parse_rank_list(cfg.wait, plan.max_world_size)
     return Launcher(plan, cfg, Registry()).run()

@@ -20,6 +20,7 @@ from rtdebug.common.imports import when_imported
 
 MAX_MESHES = 16
 _meshes: list[dict[str, Any]] = []
+_waited: list[bool] = []  # --wait with mesh coordinates: decided once
 
 
 def arm() -> None:
@@ -82,3 +83,27 @@ def _add(mesh: Any) -> None:
 
     if runtime.record is not None:
         runtime.record.set(meshes=list(_meshes))
+    _wait_if_chosen(runtime)
+
+
+def _wait_if_chosen(runtime: Any) -> None:
+    """``--wait tp=1``: a rank the selector chooses waits for a client here, once its mesh places it (the
+    coordinates exist only from now on), in the frame that made the mesh."""
+    import os
+
+    from rtdebug.common import selector
+
+    text = os.environ.get("RTDEBUG_WAIT", "")
+    if not selector.is_mesh(text) or _waited or runtime.endpoint is None:
+        return
+    terms = selector.parse(text, "--wait")
+    mine = coords()
+    if not all(t.dim in mine for t in terms):
+        return  # a later mesh may name the rest
+    _waited.append(True)
+    if selector.matches(terms, mine):
+        ep = runtime.endpoint
+        label = ", ".join(f"{d}={c}" for d, c in mine.items())
+        print(f"rtdebug: rank {os.environ.get('RANK', '?')} ({label}) waiting for a debugger on {ep.host}:{ep.port}",
+              file=sys.stderr, flush=True)  # fmt: skip
+        ep.wait_for_client()

@@ -227,6 +227,8 @@ def _start_endpoint(endpoint, eager: bool, patience_s: float = 15.0) -> None:
 def _waits(wait: str, rank: int) -> bool:
     from rtdebug.common.ports import parse_rank_list
 
+    if "=" in wait:  # mesh coordinates: the rank waits once its DeviceMesh places it (rtdebug.rank.meshes)
+        return False
     ranks = parse_rank_list(wait)
     return ranks is None or rank in ranks
 
