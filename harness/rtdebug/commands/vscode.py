@@ -13,6 +13,7 @@ import json
 
 from rtdebug.commands import vsconfigs
 from rtdebug.commands.options import Options, view_options
+from rtdebug.common import selector
 from rtdebug.common.errors import usage
 from rtdebug.common.ports import DEFAULT_PORT_BASE, parse_rank_list
 from rtdebug.views.api import ViewOptions
@@ -36,7 +37,10 @@ class VscodeOptions(Options):
             raise usage("--nproc-per-node and --nnodes must be >= 1")
         if self.host_list is not None and len(self.host_list) != self.nnodes:
             raise usage(f"--hosts lists {len(self.host_list)} hosts for --nnodes {self.nnodes}")
-        parse_rank_list(self.wait, self.nproc_per_node * self.nnodes)
+        if selector.is_mesh(self.wait):  # --wait tp=1: the ranks decide once their DeviceMesh places them
+            selector.parse(self.wait, "--wait")
+        else:
+            parse_rank_list(self.wait, self.nproc_per_node * self.nnodes)
 
     @property
     def host_list(self) -> list[str] | None:

@@ -1,6 +1,6 @@
 """The launcher's entry point for the shell: ``rtdebug run`` and ``rtdebug torchrun`` start here.
 
-The shell (``rtdebug.cli``) imports this module lazily, inside the two commands that start a job,
+The shell's two commands that start a job (``rtdebug.commands.run``, ``.torchrun``) import this module lazily,
 so that ``ps``/``attach``/``stop`` never load the launcher.
 """
 

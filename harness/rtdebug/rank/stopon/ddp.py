@@ -182,7 +182,21 @@ def begin_backward(loss_bad: Any) -> None:
     dist, pg, members = d
     v = torch.zeros(len(members), device=loss_bad.device)
     v[members.index(dist.get_rank())] = loss_bad.float()
-    _step["vote"] = (v, _reduce(dist)(v, group=pg, async_op=True))
+    _step["vote"] = (v, _reduce(dist)(v, group=_vote_group(dist, pg, members), async_op=True))
+
+
+def _vote_group(dist: Any, pg: Any, members: list[int]) -> Any:
+    """A group of the same ranks for the vote alone, made at the first backward (every rank is there): on
+    the job's own group, the vote would queue ahead of DDP's first bucket and delay it by a round trip."""
+    key = tuple(members)
+    if _group.get("vote_for") != key:
+        try:
+            _group["vote"] = dist.new_group(ranks=members)
+        except Exception:
+            log.swallowed("rank.stopon.ddp: no group of its own for the vote: it shares the job's")
+            _group["vote"] = pg
+        _group["vote_for"] = key
+    return _group["vote"]
 
 
 def end_backward(loss_bad: bool) -> dict[str, Any] | None:
