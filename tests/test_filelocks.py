@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pytest
 
+from rtdebug.common import filelocks
 from rtdebug.common.filelocks import LockTimeout, locked
 
 HOLD = """
@@ -25,15 +25,31 @@ def _holder(path) -> subprocess.Popen:
     return p
 
 
-def test_a_held_lock_times_out_with_one_line_and_a_killed_holder_leaves_none(tmp_path):
+class Clock:
+    """The lock's own clock, driven by its sleeps: how long it waited is counted, never measured."""
+
+    def __init__(self) -> None:
+        self.now, self.sleeps = 0.0, 0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+        self.sleeps += 1
+
+
+def test_a_held_lock_times_out_with_one_line_and_a_killed_holder_leaves_none(tmp_path, monkeypatch):
     path = tmp_path / ".lock"
     p = _holder(path)
     try:
-        t0 = time.monotonic()
-        with pytest.raises(LockTimeout, match="stayed locked by another process for 0.3 s"):
+        clock = Clock()
+        with monkeypatch.context() as m, pytest.raises(LockTimeout, match="stayed locked by another process for 0.3 s"):
+            m.setattr(filelocks, "time", clock)
             with locked(path, 0.3):
                 pass
-        assert time.monotonic() - t0 >= 0.3
+        # it tried all through its timeout, one poll at a time, before it gave up
+        assert clock.now >= 0.3 - 1e-9 and clock.sleeps >= round(0.3 / filelocks.POLL_S), vars(clock)
     finally:
         p.kill()
         p.wait()

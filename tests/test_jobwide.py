@@ -18,6 +18,7 @@ from rtdebug.registry.tcpstore import TCPStoreClient
 from rtdebug.stacks import answer, jobwide
 
 from support.paths import PY
+from support.wait import finishes
 
 SECRET = "jobwide-test-secret-0123456789abcdef"
 RUN = "jw"
@@ -86,14 +87,15 @@ def session(n: int = 3, lost: int | None = None) -> dict:
 
 def test_every_rank_answers_once_grouped_and_verified(store, ranks):
     with TCPStoreClient("127.0.0.1", store.port) as c:
-        t0 = time.monotonic()
-        snap = jobwide.from_store(c, session(lost=7), [SECRET], timeout=5)
-        took = time.monotonic() - t0
+        # the lost rank: listed, never waited on; asked with a timeout far past this deadline, the request
+        # returns once the three live ranks answered (how long that takes: bench/store_bench.py, section 2)
+        snap = finishes(
+            lambda: jobwide.from_store(c, session(lost=7), [SECRET], timeout=300), 60, "a request with a lost rank"
+        )
         assert grouped(snap) == WANT
-        assert snap["unverified"] == [] and snap["unresponsive"] == [7]  # the lost rank: listed, not waited on
+        assert snap["unverified"] == [] and snap["unresponsive"] == [7]
         assert snap["unresponsive_detail"][0]["reason"].startswith("lost: not heard from")
         assert snap["culprit"] == 1, snap["verdict"]  # from the ranks' Flight Recorders
-        assert took < 2, took
         # nothing of the request is left but each rank's one newest answer, under that request's nonce
         n = c.add(c10d.dump_seq_key(RUN), 0)
         left = sorted(k for k in c.list_keys() if k.startswith(f"rtdebug/{RUN}/dump/"))

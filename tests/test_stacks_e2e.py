@@ -17,7 +17,7 @@ from rtdebug.stacks.native import find_py_spy
 from support.dap import DAPClient
 from support.jobs import rtdebug, wait_ranks
 from support.paths import EXAMPLES, SCRIPTS, marker_line
-from support.wait import stays, until
+from support.wait import finishes, stays, until
 
 pytestmark = pytest.mark.e2e
 
@@ -107,15 +107,15 @@ def test_hang_example_two_groups_then_sigstop_is_unresponsive(job, registry_dir,
 
     pid1 = ranks[1]["pid"]
     os.kill(pid1, signal.SIGSTOP)
-    try:
-        t0 = time.monotonic()
-        stopped = stacks_json("--session", sid, "--timeout", "2")
-        took = time.monotonic() - t0
+    try:  # a stopped rank is named at once, never waited for: here its timeout is far past the deadline
+        # (how long the answer takes is measured by bench/stacks_bench.py, section 1)
+        stopped = finishes(
+            lambda: stacks_json("--session", sid, "--timeout", "300"), 60, "stacks with rank 1 SIGSTOPped"
+        )
     finally:
         os.kill(pid1, signal.SIGCONT)
     assert stopped["unresponsive"] == [1]
     assert [g["ranks"] for g in stopped["groups"]] == [[0]]
-    assert stopped["elapsed_s"] < 2 and took < 30
     assert "stopped" in stopped["unresponsive_detail"][0]["reason"]
     # it answers again once continued
     wait_groups(sid, hung, timeout=30)
