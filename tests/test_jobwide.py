@@ -15,7 +15,7 @@ import pytest
 from rtdebug.rank import dumpwatch
 from rtdebug.registry import c10d, ray_kv, signing
 from rtdebug.registry.tcpstore import TCPStoreClient
-from rtdebug.stacks import answer, jobwide
+from rtdebug.stacks import jobwide, wire
 
 from support.paths import PY
 from support.wait import finishes
@@ -97,11 +97,11 @@ def test_every_rank_answers_once_grouped_and_verified(store, ranks):
         assert snap["unresponsive_detail"][0]["reason"].startswith("lost: not heard from")
         assert snap["culprit"] == 1, snap["verdict"]  # from the ranks' Flight Recorders
         # nothing of the request is left but each rank's one newest answer, under that request's nonce
-        n = c.add(c10d.dump_seq_key(RUN), 0)
+        n = c.add(wire.dump_seq_key(RUN), 0)
         left = sorted(k for k in c.list_keys() if k.startswith(f"rtdebug/{RUN}/dump/"))
         assert len(left) == 3 and all(k.startswith(f"rtdebug/{RUN}/dump/{n}/") for k in left), left
         nonce = left[0].split("/")[-2]
-        assert answer.nonce_ok(nonce) and left == [c10d.answer_key(RUN, n, nonce, r) for r in range(3)]
+        assert wire.nonce_ok(nonce) and left == [wire.answer_key(RUN, n, nonce, r) for r in range(3)]
         # a second request: answered again under its own nonce, and the first answers are gone
         snap = jobwide.from_store(c, session(), [SECRET], timeout=5)
         assert sorted(r for g in snap["groups"] for r in g["ranks"]) == [0, 1, 2]
@@ -126,43 +126,43 @@ def test_a_planted_request_key_does_not_silence_the_next_request(store, ranks):
     """Junk written at the next request number (no secret needed) is passed over by the ranks; the
     requester takes a fresh number instead of writing its own request where they no longer wait."""
     with TCPStoreClient("127.0.0.1", store.port) as c:
-        nxt = c.add(c10d.dump_seq_key(RUN), 0) + 1
-        c.set(c10d.dump_key(RUN, nxt), b"junk")
+        nxt = c.add(wire.dump_seq_key(RUN), 0) + 1
+        c.set(wire.dump_key(RUN, nxt), b"junk")
         # the ranks see it and pass it over. A window, not a wait: passing over junk writes nothing anywhere (by
         # design), so there is no state to poll; it lets the test fail should the requester write at nxt (ranks
         # still waiting there would answer that). Were it too short, the test would pass, never fail, wrongly.
         time.sleep(0.5)
         snap = jobwide.from_store(c, session(), [SECRET], timeout=5.0)
         assert snap["unresponsive"] == [] and sorted(r for g in snap["groups"] for r in g["ranks"]) == [0, 1, 2]
-        c.delete_key(c10d.dump_key(RUN, nxt))
+        c.delete_key(wire.dump_key(RUN, nxt))
 
 
 def test_hostile_answers_are_marked_or_refused():
     """A rank's answer key forged by someone who reaches the store: wrong MAC, junk, oversized, replayed."""
-    n, nonce = 10_000, answer.new_nonce()
+    n, nonce = 10_000, wire.new_nonce()
     known = [SECRET]
-    dump = answer.take()
+    dump = wire.take()
 
     def key(r: int) -> str:
-        return c10d.answer_key(RUN, n, nonce, r)
+        return wire.answer_key(RUN, n, nonce, r)
 
-    forged = answer.answer(key(0), 0, n, nonce, dump, "not-the-secret-0123456789abcdef")
-    moved = answer.answer(key(5), 5, n, nonce, dump, SECRET)  # rank 5's, under rank 1's key
-    big = json.dumps({"rank": 2, "n": n, "nonce": nonce, "text": "x" * (answer.MAX_TEXT + 1), "main_id": "0x1"})
-    earlier = answer.answer(key(6), 6, n, answer.new_nonce(), dump, SECRET)  # a genuine answer to another request
+    forged = wire.answer(key(0), 0, n, nonce, dump, "not-the-secret-0123456789abcdef")
+    moved = wire.answer(key(5), 5, n, nonce, dump, SECRET)  # rank 5's, under rank 1's key
+    big = json.dumps({"rank": 2, "n": n, "nonce": nonce, "text": "x" * (wire.MAX_TEXT + 1), "main_id": "0x1"})
+    earlier = wire.answer(key(6), 6, n, wire.new_nonce(), dump, SECRET)  # a genuine answer to another request
     raws = {
         0: (key(0), forged),
         1: (key(1), moved),
         2: (key(2), big.encode()),
         3: (key(3), b"\xff junk"),
-        4: (key(4), b" " * (answer.MAX_ANSWER + 1)),
+        4: (key(4), b" " * (wire.MAX_ANSWER + 1)),
         5: (key(5), b"[" * 200_000),  # deeper than the JSON parser goes: RecursionError
         6: (key(6), earlier),
     }
     why: dict[int, str] = {}
     dumps = {}
     for r, (k, raw) in raws.items():
-        d, w = answer.parse(k, raw, r, n, nonce, known)
+        d, w = wire.parse(k, raw, r, n, nonce, known)
         if d is None:
             why[r] = w
         else:
@@ -172,7 +172,7 @@ def test_hostile_answers_are_marked_or_refused():
         1: "it names another rank than its key",
         2: "its dump text is missing or too long",
         3: "its answer is not JSON",
-        4: f"its answer is {answer.MAX_ANSWER + 1} bytes (more than {answer.MAX_ANSWER})",
+        4: f"its answer is {wire.MAX_ANSWER + 1} bytes (more than {wire.MAX_ANSWER})",
         5: "its answer is not JSON",
         6: "it answers another request (its number or nonce is not this one's)",
     }
@@ -182,38 +182,38 @@ def test_hostile_answers_are_marked_or_refused():
 
 
 def test_request_checks(monkeypatch):
-    key = c10d.dump_key(RUN, 4)
-    nonce = answer.new_nonce()
-    raw = answer.request(key, 4, nonce, ["a" * 20, SECRET])
-    assert len(raw) < 300 and answer.request_ok(key, raw, SECRET) == (4, nonce)
-    assert answer.request_ok(c10d.dump_key(RUN, 5), raw, SECRET) is None  # moved to another key
-    assert answer.request_ok(key, raw, "b" * 20) is None  # not our secret
+    key = wire.dump_key(RUN, 4)
+    nonce = wire.new_nonce()
+    raw = wire.request(key, 4, nonce, ["a" * 20, SECRET])
+    assert len(raw) < 300 and wire.request_ok(key, raw, SECRET) == (4, nonce)
+    assert wire.request_ok(wire.dump_key(RUN, 5), raw, SECRET) is None  # moved to another key
+    assert wire.request_ok(key, raw, "b" * 20) is None  # not our secret
     body = raw.split(b"\n", 1)[1]
-    assert answer.request_ok(key, raw.replace(body, body.replace(b"4", b"5")), SECRET) is None  # edited
+    assert wire.request_ok(key, raw.replace(body, body.replace(b"4", b"5")), SECRET) is None  # edited
     # nothing of a value that is oversized, not a request, or not signed with our secret is parsed
     parsed: list[bytes] = []
     real_loads = json.loads
-    monkeypatch.setattr(answer.json, "loads", lambda v, *a, **k: parsed.append(v) or real_loads(v, *a, **k))
+    monkeypatch.setattr(wire.json, "loads", lambda v, *a, **k: parsed.append(v) or real_loads(v, *a, **k))
     sig = raw.split(b"\n", 1)[0]
     for junk in (
         b"x" * (8 << 20),
-        sig + b"\n" + b" " * answer.MAX_REQUEST,
+        sig + b"\n" + b" " * wire.MAX_REQUEST,
         b"[" * 200_000,
         b"[1]",
         raw.replace(b"rtdq1 ", b"rtdq2 "),
-        answer.request(key, 4, nonce, ["b" * 20]),
-        answer.request(key, 4, nonce, []),
+        wire.request(key, 4, nonce, ["b" * 20]),
+        wire.request(key, 4, nonce, []),
     ):
-        assert answer.request_ok(key, junk, SECRET) is None
+        assert wire.request_ok(key, junk, SECRET) is None
     assert parsed == []
     # signed, but not a request rtdebug makes: parsed (it is ours), refused
     for value in ([1], {"n": 4}, {"n": 4, "nonce": "../x"}, {"n": True, "nonce": nonce}, {"n": -1, "nonce": nonce}):
         b = json.dumps(value).encode()
-        forged = raw.split(b"\n", 1)[0].split(b" ")[0] + b" " + answer._mac(key, b, SECRET) + b"\n" + b
-        assert answer.request_ok(key, forged, SECRET) is None
+        forged = raw.split(b"\n", 1)[0].split(b" ")[0] + b" " + wire._mac(key, b, SECRET) + b"\n" + b
+        assert wire.request_ok(key, forged, SECRET) is None
     # a rank without a secret (none was given to its job) takes an unsigned request
-    assert answer.request_ok(key, answer.request(key, 4, nonce, []), None) == (4, nonce)
-    assert answer.request_ok(key, b"[" * 4000, None) is None  # no traceback
+    assert wire.request_ok(key, wire.request(key, 4, nonce, []), None) == (4, nonce)
+    assert wire.request_ok(key, b"[" * 4000, None) is None  # no traceback
 
 
 def test_a_publishing_rank_answers_and_ps_never_reads_the_answers(store):
@@ -295,13 +295,13 @@ def test_a_ray_answer_is_read_once_while_the_requester_waits_for_the_rest(monkey
     """Rank 0's worker answers; rank 1's never does: the requester polls until its timeout, and parses
     rank 0's answer once, not on every poll. An answer left from an earlier request is not taken."""
     kv = MemoryKV()
-    kv.data[ray_kv.dump_answer_key("rayjob", 1)] = answer.answer(
-        ray_kv.dump_answer_key("rayjob", 1), 1, 1, answer.new_nonce(), answer.take(), SECRET
+    kv.data[wire.dump_answer_key("rayjob", 1)] = wire.answer(
+        wire.dump_answer_key("rayjob", 1), 1, 1, wire.new_nonce(), wire.take(), SECRET
     )
     watch = dumpwatch.KVWatch(kv, "rayjob", 0, SECRET, {"hostname": "h"}).start()
     seen: list[int] = []
-    real_parse = answer.parse
-    monkeypatch.setattr(answer, "parse", lambda key, raw, rank, *a: seen.append(rank) or real_parse(key, raw, rank, *a))
+    real_parse = wire.parse
+    monkeypatch.setattr(wire, "parse", lambda key, raw, rank, *a: seen.append(rank) or real_parse(key, raw, rank, *a))
     sess = dict(session(2), session_id="rayjob")
     try:
         snap = jobwide.from_kv(kv, sess, [SECRET], None, timeout=2.0)
@@ -336,7 +336,7 @@ def test_stacks_without_a_session_here_asks_the_job_ps_is_set_up_for(tmp_path, v
 def _parsed(raws: dict[int, tuple[str, bytes]], n: int, nonce: str) -> dict[int, dict]:
     out = {}
     for r, (key, raw) in raws.items():
-        dump, why = answer.parse(key, raw, r, n, nonce, [SECRET])
+        dump, why = wire.parse(key, raw, r, n, nonce, [SECRET])
         assert why is None, why
         out[r] = dump
     return out
@@ -350,14 +350,14 @@ def test_a_forged_answer_never_steers_the_verdict_nor_the_terminal():
     waits with the others (hiding the culprit) and its function name carries terminal escapes. Only signed
     answers are counted: the verdict speaks of rank 0 alone, and its warning comes first; control
     characters print as '?'."""
-    n, nonce = 10_001, answer.new_nonce()
+    n, nonce = 10_001, wire.new_nonce()
     rec = {"op": "ALLREDUCE", "seq": 4, "state": "entered", "file": "/j/hang.py", "line": 22, "pg": "0"}
-    real = dict(answer.take(), text=REAL)
+    real = dict(wire.take(), text=REAL)
     evil = dict(real, text=real["text"].replace("train_step", "x\x1b[2K\x9bhealthy"))
-    k0, k1 = c10d.answer_key(RUN, n, nonce, 0), c10d.answer_key(RUN, n, nonce, 1)
+    k0, k1 = wire.answer_key(RUN, n, nonce, 0), wire.answer_key(RUN, n, nonce, 1)
     raws = {
-        0: (k0, answer.answer(k0, 0, n, nonce, real, SECRET, collective=rec)),
-        1: (k1, answer.answer(k1, 1, n, nonce, evil, None, collective=rec)),
+        0: (k0, wire.answer(k0, 0, n, nonce, real, SECRET, collective=rec)),
+        1: (k1, wire.answer(k1, 1, n, nonce, evil, None, collective=rec)),
     }
     dumps = _parsed(raws, n, nonce)
     assert [dumps[r]["verified"] for r in (0, 1)] == [True, False]
@@ -377,14 +377,14 @@ def test_a_forged_answer_never_steers_the_verdict_nor_the_terminal():
 def test_warnings_come_before_the_verdict_and_another_secret_is_one_line():
     """Rank 1's answer is unsigned; ranks 3 and 4 publish entries signed with another secret (their node has
     its own) and do not answer: both are said before the verdict, the other secret once, with its fix."""
-    n, nonce = 10_002, answer.new_nonce()
+    n, nonce = 10_002, wire.new_nonce()
     entered = {"op": "ALLREDUCE", "seq": 4, "state": "entered", "file": "/j/hang.py", "line": 22, "pg": "0"}
     behind = dict(entered, seq=3, state="returned")
-    real = dict(answer.take(), text=REAL)
+    real = dict(wire.take(), text=REAL)
     raws = {}
     for r, rec, secret in ((0, entered, SECRET), (1, entered, None), (2, behind, SECRET)):
-        key = c10d.answer_key(RUN, n, nonce, r)
-        raws[r] = (key, answer.answer(key, r, n, nonce, real, secret, collective=rec))
+        key = wire.answer_key(RUN, n, nonce, r)
+        raws[r] = (key, wire.answer(key, r, n, nonce, real, secret, collective=rec))
     dumps = _parsed(raws, n, nonce)
     job = session(5)
     for r in (3, 4):
@@ -422,21 +422,21 @@ def test_planted_answers_and_done_counts_for_future_requests_change_nothing(stor
     with TCPStoreClient("127.0.0.1", store.port) as c:
         clean = jobwide.from_store(c, session(), [SECRET], timeout=5)
         assert clean["culprit"] == 1 and grouped(clean) == WANT, clean["verdict"]
-        last = c.add(c10d.dump_seq_key(RUN), 0)
+        last = c.add(wire.dump_seq_key(RUN), 0)
         replay = _answers(c, last)
         old_nonce = next(iter(replay.values()))[0].split("/")[-2]
-        fake = {r: dict(answer.take(), text=REAL.replace("train_step", f"elsewhere_{r}")) for r in range(3)}
+        fake = {r: dict(wire.take(), text=REAL.replace("train_step", f"elsewhere_{r}")) for r in range(3)}
         ahead = {"op": "ALLREDUCE", "seq": 9, "state": "entered", "file": "/j/hang.py", "line": 22, "pg": "0"}
         recs = {0: dict(ahead, seq=8, state="returned"), 1: ahead, 2: ahead}
         planted = []
         for m in range(last + 1, last + 9):
             for nonce in ("0" * 32, old_nonce, None):
-                done = f"rtdebug/{RUN}/dump/{m}/done" if nonce is None else c10d.dump_done_key(RUN, m, nonce)
+                done = f"rtdebug/{RUN}/dump/{m}/done" if nonce is None else wire.dump_done_key(RUN, m, nonce)
                 c.add(done, 3)
                 planted.append(done)
                 for r in range(3):
-                    key = f"rtdebug/{RUN}/dump/{m}/{r}" if nonce is None else c10d.answer_key(RUN, m, nonce, r)
-                    forged = answer.answer(key, r, m, nonce or old_nonce, fake[r], None, collective=recs[r])
+                    key = f"rtdebug/{RUN}/dump/{m}/{r}" if nonce is None else wire.answer_key(RUN, m, nonce, r)
+                    forged = wire.answer(key, r, m, nonce or old_nonce, fake[r], None, collective=recs[r])
                     c.set(key, replay[r][1] if nonce == old_nonce else forged)
                     planted.append(key)
         try:
@@ -456,7 +456,7 @@ def test_answers_are_taken_as_counted_while_a_silent_rank_is_waited_for(store, r
     import threading
 
     with TCPStoreClient("127.0.0.1", store.port) as c:
-        n = c.add(c10d.dump_seq_key(RUN), 0) + 1
+        n = c.add(wire.dump_seq_key(RUN), 0) + 1
         got: dict = {}
         slow = threading.Thread(target=lambda: got.update(jobwide.from_store(c, session(4), [SECRET], timeout=4)))
         slow.start()
@@ -478,12 +478,12 @@ class _Racer(TCPStoreClient):
     that puts rank 1 with the others."""
 
     def set(self, key: str, value: bytes | str) -> None:
-        if isinstance(value, bytes) and value.startswith(answer.MAGIC):
+        if isinstance(value, bytes) and value.startswith(wire.MAGIC):
             n, nonce = int(key.rsplit("/", 1)[1]), json.loads(value.split(b"\n", 1)[1])["nonce"]
-            self.add(c10d.dump_done_key(RUN, n, nonce), 99)
-            key1 = c10d.answer_key(RUN, n, nonce, 1)
+            self.add(wire.dump_done_key(RUN, n, nonce), 99)
+            key1 = wire.answer_key(RUN, n, nonce, 1)
             rec = {"op": "ALLREDUCE", "seq": 2, "state": "entered", "file": "/j/x.py", "line": 1, "pg": "0"}
-            super().set(key1, answer.answer(key1, 1, n, nonce, dict(answer.take(), text=REAL), None, collective=rec))
+            super().set(key1, wire.answer(key1, 1, n, nonce, dict(wire.take(), text=REAL), None, collective=rec))
         super().set(key, value)
 
 
@@ -514,22 +514,22 @@ class _GivesUp(dumpwatch.WatchClient):
 
     def _maybe(self, now: str) -> None:
         if now == self.moment:
-            for key in (c10d.dump_key("late", 1), self.done):
+            for key in (wire.dump_key("late", 1), self.done):
                 super().delete_key(key)
 
 
 @pytest.mark.parametrize("moment", ["", "answer", "check"])
 def test_a_late_answer_leaves_no_done_count_behind(store, moment):
     watch = dumpwatch.StoreWatch("127.0.0.1", store.port, "late", 4, SECRET, {"hostname": "h"})
-    nonce = answer.new_nonce()
+    nonce = wire.new_nonce()
     req, done, out = (
-        c10d.dump_key("late", 1),
-        c10d.dump_done_key("late", 1, nonce),
-        c10d.answer_key("late", 1, nonce, 4),
+        wire.dump_key("late", 1),
+        wire.dump_done_key("late", 1, nonce),
+        wire.answer_key("late", 1, nonce, 4),
     )
     with TCPStoreClient("127.0.0.1", store.port) as requester, _GivesUp("127.0.0.1", store.port) as rank:
         rank.moment, rank.done = moment, done
-        requester.set(req, answer.request(req, 1, nonce, [SECRET]))
+        requester.set(req, wire.request(req, 1, nonce, [SECRET]))
         watch.handle(rank, 1)
         assert requester.check([out])  # answered either way
         # counted while the requester waits; after it gave up, nothing of the request is left

@@ -18,9 +18,8 @@ from datetime import timedelta
 import psutil
 import pytest
 
-from rtdebug.registry import c10d
 from rtdebug.registry.tcpstore import TCPStoreClient
-from rtdebug.stacks import jobwide
+from rtdebug.stacks import jobwide, wire
 
 from support.paths import PY
 
@@ -74,15 +73,15 @@ def test_8mb_junk_requests_at_2_per_second_cost_a_rank_almost_nothing(store, tmp
             for i in range(JUNK):
                 # the rate asked of this test (2 a second); the rank is never waited on by time
                 time.sleep(max(0.0, start + i / 2 - time.monotonic()))
-                n = c.add(c10d.dump_seq_key(RUN), 1)  # as a requester numbers one
-                c.set(c10d.dump_key(RUN, n), b"{" * (8 << 20))
+                n = c.add(wire.dump_seq_key(RUN), 1)  # as a requester numbers one
+                c.set(wire.dump_key(RUN, n), b"{" * (8 << 20))
                 while passed() < n:  # the rank has taken it in (or passed over it)
                     assert rank.poll() is None
                     time.sleep(0.01)
             junk_cpu = cpu_s(rank.pid) - before
             assert answered(c), "a rank that was sent junk must still answer a genuine request"
-            for n in range(1, c.add(c10d.dump_seq_key(RUN), 0) + 1):
-                c.delete_key(c10d.dump_key(RUN, n))
+            for n in range(1, c.add(wire.dump_seq_key(RUN), 0) + 1):
+                c.delete_key(wire.dump_key(RUN, n))
         assert junk_cpu <= 0.05, f"{JUNK} junk requests of 8 MB cost the rank {junk_cpu:.3f} CPU-s"
     finally:
         rank.kill()

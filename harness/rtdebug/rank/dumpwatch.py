@@ -5,14 +5,14 @@ reach the store, not the rank's process; and a server-side ``WAIT`` on the next 
 the thread in a ``recv`` without the GIL, so a 1024-rank job costs the store one idle connection per
 rank and no traffic until someone asks (a bounded wait re-reads the counter now and then, in case a
 requester took a number and died before writing its request). The dump is taken by this thread, as
-Python with the GIL (``rtdebug.stacks.answer.take``), while the main thread runs, sits at a breakpoint
+Python with the GIL (``rtdebug.stacks.wire.take``), while the main thread runs, sits at a breakpoint
 or blocks in a C++ collective; it is the same text a local ``rtdebug stacks`` parses.
 
 Anyone who reaches the store can write the key a rank waits on, so a request costs the rank almost
 nothing until it is known genuine: checks come at most every ``MIN_GAP_S``; a value longer than
-``answer.MAX_REQUEST`` is refused from its length alone (the connection is dropped before the value is
+``wire.MAX_REQUEST`` is refused from its length alone (the connection is dropped before the value is
 read: its bytes never reach Python, and the small receive buffer bounds what the store sends before the
-reset); a short one is parsed only after its MAC matched (``rtdebug.stacks.answer.request_ok``).
+reset); a short one is parsed only after its MAC matched (``rtdebug.stacks.wire.request_ok``).
 
 Torchrun ranks wait through the torch-free TCPStore client (``rtdebug.registry.tcpstore``); Ray
 workers have no blocking wait in the GCS KV, so they poll one key, slowly (``KVWatch``).
@@ -26,9 +26,8 @@ from typing import Any
 
 from rtdebug.common import log
 from rtdebug.common.threads import hidden_thread
-from rtdebug.registry import c10d
 from rtdebug.registry.tcpstore import GET, StoreError, TCPStoreClient, _key
-from rtdebug.stacks import answer
+from rtdebug.stacks import wire
 
 WAIT_S = 30.0  # a bounded wait, then re-read the request counter
 MIN_GAP_S = 0.2  # at most one request checked per this long, however many come (genuine or not)
@@ -96,7 +95,7 @@ class StoreWatch:
         while not self._closed:
             try:
                 self._client = WatchClient(self.host, self.port, timeout=10.0)
-                self.last_n = max(self.last_n, self._client.add(c10d.dump_seq_key(self.run_id), 0))
+                self.last_n = max(self.last_n, self._client.add(wire.dump_seq_key(self.run_id), 0))
                 delay = 0.5
                 self._serve(self._client)
             except Exception:  # the store is not up yet, gone with the job, or sent an oversized request
@@ -111,8 +110,8 @@ class StoreWatch:
     def _serve(self, client: Any) -> None:
         while not self._closed:
             n = self.last_n + 1
-            got = client.wait([c10d.dump_key(self.run_id, n)], WAIT_S)
-            newest = client.add(c10d.dump_seq_key(self.run_id), 0)
+            got = client.wait([wire.dump_key(self.run_id, n)], WAIT_S)
+            newest = client.add(wire.dump_seq_key(self.run_id), 0)
             if got:
                 self.handle(client, n)  # a forged request n is passed over, not waited on again
             if newest > self.last_n + 1 or (not got and newest >= n):
@@ -128,18 +127,18 @@ class StoreWatch:
     def handle(self, client: WatchClient, n: int) -> None:
         self.last_n = max(self.last_n, n)  # first: junk that ends the connection is not read again
         self._pace()
-        key = c10d.dump_key(self.run_id, n)
-        got = answer.request_ok(key, client.get_small(key, answer.MAX_REQUEST), self.secret)
+        key = wire.dump_key(self.run_id, n)
+        got = wire.request_ok(key, client.get_small(key, wire.MAX_REQUEST), self.secret)
         if got is None or got[0] != n:
             return
         nonce = got[1]
-        out = c10d.answer_key(self.run_id, n, nonce, self.rank)
-        value = answer.answer(out, self.rank, n, nonce, answer.take(), self.secret, **collective(), **self.where)
+        out = wire.answer_key(self.run_id, n, nonce, self.rank)
+        value = wire.answer(out, self.rank, n, nonce, wire.take(), self.secret, **collective(), **self.where)
         client.set(out, value)
         if self._last_answer is not None:
             client.delete_key(self._last_answer)  # one answer per rank in the store, at most
         self._last_answer = out
-        done = c10d.dump_done_key(self.run_id, n, nonce)
+        done = wire.dump_done_key(self.run_id, n, nonce)
         client.add(done, 1)
         if not client.check([key]):  # the requester gave up: it deletes the request, then the count, so a
             client.delete_key(done)  # count made after that is this rank's to delete (none is left behind)
@@ -165,20 +164,20 @@ class KVWatch:
         self._closed = True
 
     def _loop(self) -> None:
-        from rtdebug.registry.ray_kv import dump_answer_key, dump_request_key
+        from rtdebug.stacks.wire import dump_answer_key, dump_request_key
 
         key = dump_request_key(self.sid)
         while not self._closed:
             time.sleep(self.POLL_S)
             try:  # the poll is the rate limit; the size, then the MAC, are checked before any parse
-                got = answer.request_ok(key, self.kv.get_raw(key), self.secret)
+                got = wire.request_ok(key, self.kv.get_raw(key), self.secret)
                 if got is None or got[0] <= self.last_n:  # junk, forged, or answered already (a replay)
                     continue
                 n, nonce = got
                 self.last_n = n
                 out = dump_answer_key(self.sid, self.rank)
-                dump = answer.take(self.main_ident)
-                value = answer.answer(out, self.rank, n, nonce, dump, self.secret, **collective(), **self.where)
+                dump = wire.take(self.main_ident)
+                value = wire.answer(out, self.rank, n, nonce, dump, self.secret, **collective(), **self.where)
                 self.kv.put_raw(out, value)
             except Exception:  # the cluster is going away with the run
                 log.swallowed("rank.dumpwatch: the cluster is going away with the run")

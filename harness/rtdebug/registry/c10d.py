@@ -2,9 +2,9 @@
 
 Ranks (``rtdebug.rank.publish``) write, the store view (``rtdebug.views.store``) reads, the launcher
 (``rtdebug.launcher.multinode``) names the store: all three agree here on the keys under
-``rtdebug/<run id>/`` (``rank/<N>``, ``node/<group rank>``, ``tick``, ``stop``,
-``dumpseq``, ``dump/<n>[/<nonce>/<rank>|/<nonce>/done]``), on how heartbeats turn
-into "lost". Every store connection rtdebug opens is the torch-free client (``rtdebug.registry.tcpstore``):
+``rtdebug/<run id>/`` (``rank/<N>``, ``node/<group rank>``, ``tick``, ``stop``; job-wide stacks' ``dump/...``
+keys live with the rest of that protocol, in ``rtdebug.stacks.wire``), and on how heartbeats turn into
+"lost". Every store connection rtdebug opens is the torch-free client (``rtdebug.registry.tcpstore``):
 one per shell command (``StoreView.client``), and a rank's publisher and dump watcher.
 """
 
@@ -33,28 +33,6 @@ def node_key(run_id: str, group_rank: int) -> str:
 
 def tick_key(run_id: str) -> str:
     return f"{PREFIX}/{run_id}/tick"
-
-
-def dump_seq_key(run_id: str) -> str:
-    """A counter: each job-wide ``stacks`` request takes the next number (``rtdebug.stacks.jobwide``)."""
-    return f"{PREFIX}/{run_id}/dumpseq"
-
-
-def dump_key(run_id: str, n: int) -> str:
-    """Request ``n`` (``rtdebug.stacks.jobwide``), which the ranks wait on (``rtdebug.rank.dumpwatch``)."""
-    return f"{PREFIX}/{run_id}/dump/{n}"
-
-
-def answer_key(run_id: str, n: int, nonce: str, rank: int) -> str:
-    """Rank ``rank``'s answer to request ``n``. Under the request's nonce (fresh, random, known once the request
-    is written): an answer planted ahead for a future request number lands where nobody reads."""
-    return f"{PREFIX}/{run_id}/dump/{n}/{nonce}/{rank}"
-
-
-def dump_done_key(run_id: str, n: int, nonce: str) -> str:
-    """Counts the answers to request ``n``: the requester waits on one number, not on every key. Under the
-    nonce too, so a count planted ahead cannot end the wait before the ranks answer."""
-    return f"{PREFIX}/{run_id}/dump/{n}/{nonce}/done"
 
 
 def rounds_behind(ranks: list[dict[str, Any]], tick: int = 0) -> dict[int, float]:

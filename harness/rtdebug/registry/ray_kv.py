@@ -28,16 +28,6 @@ def rank_key(sid: str, rank: int) -> str:
     return f"rank/{sid}/{rank}"
 
 
-def dump_request_key(sid: str) -> str:
-    """A job-wide ``stacks`` request for run ``sid`` (``rtdebug.stacks.jobwide``)."""
-    return f"dump/{sid}/request"
-
-
-def dump_answer_key(sid: str, rank: int | None) -> str:
-    """Worker ``rank``'s answer (``rtdebug.rank.dumpwatch``); ``None``: the prefix of them all."""
-    return f"dump/{sid}/rank/" + ("" if rank is None else str(rank))
-
-
 class _KV:
     """Shared logic; subclasses give ``_put/_get_many/_keys/_del``. ``secret``: sign what is written."""
 
@@ -59,7 +49,7 @@ class _KV:
         self._put(key, json.dumps(signing.sign(key, entry, self.secret)).encode())
 
     def put_raw(self, key: str, value: bytes) -> None:
-        """A value signed by its maker (a dump request or answer: ``rtdebug.stacks.answer``)."""
+        """A value signed by its maker (a dump request or answer: ``rtdebug.stacks.wire``)."""
         self._put(key, value)
 
     def get_raw(self, key: str) -> bytes | None:

@@ -2,7 +2,7 @@
 
 A multi-node torchrun job's ranks watch its c10d store for dump requests (``rtdebug.rank.dumpwatch``);
 a Ray run's workers watch the GCS KV. This module numbers a request, binds it to a fresh nonce
-(``rtdebug.stacks.answer``), writes it, waits (bounded) for the answers of the ranks that are alive, and
+(``rtdebug.stacks.wire``), writes it, waits (bounded) for the answers of the ranks that are alive, and
 groups them exactly as a local ``stacks`` does (``rtdebug.stacks.group``), so the text and ``--json``
 are the same. Ranks whose node lost its heartbeat are listed, never waited on.
 
@@ -22,10 +22,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rtdebug.registry import c10d, signing
+from rtdebug.registry import signing
 from rtdebug.registry.record import LIVE_RANK_STATES
-from rtdebug.stacks import answer, verdict
 from rtdebug.stacks import group as stackgroup
+from rtdebug.stacks import verdict, wire
 
 POLL_S = 0.01
 REREAD_S = 0.05  # answers re-read while some are missing though the count says done (a count is a hint)
@@ -113,8 +113,8 @@ def _gather(
                 if not raw or seen.get(r) == raw:
                     continue
                 seen[r] = raw
-                dump, why = answer.parse(keys[r], raw, r, n, nonce, known)
-                if why == answer.OTHER_REQUEST:  # the rank's answer to an earlier request (Ray: one key per rank)
+                dump, why = wire.parse(keys[r], raw, r, n, nonce, known)
+                if why == wire.OTHER_REQUEST:  # the rank's answer to an earlier request (Ray: one key per rank)
                     continue
                 if dump is None:
                     invalid[r] = why or "?"
@@ -131,11 +131,11 @@ def _gather(
 
 
 def _number(client: Any, run_id: str) -> int:
-    n = client.add(c10d.dump_seq_key(run_id), 1)
+    n = client.add(wire.dump_seq_key(run_id), 1)
     for _ in range(8):  # a key already at n was planted (junk the ranks pass over): take the next number
-        if not client.check([c10d.dump_key(run_id, n)]):
+        if not client.check([wire.dump_key(run_id, n)]):
             break
-        n = client.add(c10d.dump_seq_key(run_id), 1)
+        n = client.add(wire.dump_seq_key(run_id), 1)
     return n
 
 
@@ -146,15 +146,15 @@ def from_store(
     start = time.monotonic()
     run_id = str(session.get("rdzv_id"))
     ask, unresponsive, ended = split_ranks(session, ranks)
-    n, nonce = _number(client, run_id), answer.new_nonce()
-    req, done = c10d.dump_key(run_id, n), c10d.dump_done_key(run_id, n, nonce)
-    client.set(req, answer.request(req, n, nonce, known))
+    n, nonce = _number(client, run_id), wire.new_nonce()
+    req, done = wire.dump_key(run_id, n), wire.dump_done_key(run_id, n, nonce)
+    client.set(req, wire.request(req, n, nonce, known))
 
     def fetch(keys: list[str]) -> list[bytes | None]:
         return client.multi_get(keys) if keys else []
 
     try:
-        keys = {r: c10d.answer_key(run_id, n, nonce, r) for r in ask}
+        keys = {r: wire.answer_key(run_id, n, nonce, r) for r in ask}
         dumps, invalid = _gather(fetch, keys, n, nonce, known, start + timeout, lambda: client.add(done, 0))
     finally:
         # the request before the count: a rank that counts after this finds no request and deletes its count
@@ -178,14 +178,14 @@ def _silent(
 
 def from_kv(kv: Any, session: Entry, known: list[str], ranks: frozenset[int] | None = None, timeout: float = 3.0):
     """Ask every live worker of a Ray run (``session``, as ``rtdebug.views.ray`` gives it) for its stacks."""
-    from rtdebug.registry.ray_kv import dump_answer_key, dump_request_key
+    from rtdebug.stacks.wire import dump_answer_key, dump_request_key
 
     start = time.monotonic()
     sid = session["session_id"]
     ask, unresponsive, ended = split_ranks(session, ranks)
-    n, nonce = time.time_ns() // 1000, answer.new_nonce()  # the KV has no counter: workers take a newer number
+    n, nonce = time.time_ns() // 1000, wire.new_nonce()  # the KV has no counter: workers take a newer number
     req = dump_request_key(sid)
-    kv.put_raw(req, answer.request(req, n, nonce, known))
+    kv.put_raw(req, wire.request(req, n, nonce, known))
 
     def fetch(keys: list[str]) -> list[bytes | None]:  # one listing of every answer, not one call per rank
         got = kv.raw(dump_answer_key(sid, None)) if keys else {}

@@ -1,8 +1,20 @@
-"""A job-wide dump request and a rank's answer to it, as they travel through a store (c10d or Ray KV).
+"""The job-wide stacks protocol, whole: its keys, the request, the answer, the MACs and the delete order.
 
-Both ends in one place so they cannot drift: the rank side (``rtdebug.rank.dumpwatch``) checks a
-request and builds its answer here; the requester (``rtdebug.stacks.jobwide``) builds requests and
-checks answers here. Stdlib only: every rank imports it.
+A requester (``rtdebug.stacks.jobwide``: ``rtdebug stacks --store/--ray-address``, the hang report) asks
+every rank of a job through the job's own c10d store or the Ray GCS KV; each rank's watcher thread
+(``rtdebug.rank.dumpwatch``) answers. Both ends build and check everything here, so they cannot drift.
+Stdlib only: every rank imports it.
+
+Keys (c10d, under ``rtdebug/<run id>/``): ``dumpseq`` (a counter: each request takes the next number),
+``dump/<n>`` (request n, which the ranks wait on), ``dump/<n>/<nonce>/<rank>`` (rank's answer) and
+``dump/<n>/<nonce>/done`` (how many answered). Ray KV: ``dump/<sid>/request`` and ``dump/<sid>/rank/<r>``
+(the KV has no counter: a request's number is its time; a worker answers only a newer one).
+
+The delete order, which makes every interleaving leave nothing behind: a rank keeps at most its latest
+answer (it deletes its previous one when it writes the next); a rank counts itself done first, then, if
+the request is gone (the requester gave up), deletes the count itself; the requester, when it gives up or
+is done, deletes the request first and then the count. So a count made after the requester's delete is
+the rank's to delete, and none survives either side.
 
 Trust: anyone who reaches the store can write a request or an answer, at any key, ahead of time.
 
@@ -28,6 +40,7 @@ import secrets
 from typing import Any
 
 from rtdebug.registry import signing
+from rtdebug.registry.c10d import PREFIX
 from rtdebug.stacks import flight as flightrec
 from rtdebug.stacks import group as stackgroup
 from rtdebug.stacks import take as taker
@@ -153,3 +166,38 @@ def parse(
         if isinstance(value.get(name), str):
             dump[name] = value[name][:255]
     return dump, None
+
+
+# -- keys ---------------------------------------------------------------------------------------------
+
+
+def dump_seq_key(run_id: str) -> str:
+    """A counter: each job-wide ``stacks`` request takes the next number (the requester)."""
+    return f"{PREFIX}/{run_id}/dumpseq"
+
+
+def dump_key(run_id: str, n: int) -> str:
+    """Request ``n`` (the requester), which the ranks wait on (their watchers)."""
+    return f"{PREFIX}/{run_id}/dump/{n}"
+
+
+def answer_key(run_id: str, n: int, nonce: str, rank: int) -> str:
+    """Rank ``rank``'s answer to request ``n``. Under the request's nonce (fresh, random, known once the request
+    is written): an answer planted ahead for a future request number lands where nobody reads."""
+    return f"{PREFIX}/{run_id}/dump/{n}/{nonce}/{rank}"
+
+
+def dump_done_key(run_id: str, n: int, nonce: str) -> str:
+    """Counts the answers to request ``n``: the requester waits on one number, not on every key. Under the
+    nonce too, so a count planted ahead cannot end the wait before the ranks answer."""
+    return f"{PREFIX}/{run_id}/dump/{n}/{nonce}/done"
+
+
+def dump_request_key(sid: str) -> str:
+    """A job-wide ``stacks`` request for run ``sid`` (``rtdebug.stacks.jobwide``)."""
+    return f"dump/{sid}/request"
+
+
+def dump_answer_key(sid: str, rank: int | None) -> str:
+    """Worker ``rank``'s answer (``rtdebug.rank.dumpwatch``); ``None``: the prefix of them all."""
+    return f"dump/{sid}/rank/" + ("" if rank is None else str(rank))
