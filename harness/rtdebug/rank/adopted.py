@@ -25,7 +25,6 @@ into the owner's own directory, never through a path or a symlink someone else m
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import socket
@@ -33,7 +32,7 @@ import sys
 import threading
 from typing import Any
 
-from rtdebug.common import log
+from rtdebug.common import atomic, log
 
 _state: dict[str, Any] = {}
 _lock = threading.RLock()  # main and detach may run in two threads of the rank (see the module docstring)
@@ -54,16 +53,7 @@ class _EntryFile:
         if self.fd < 0:
             raise OSError("the session directory was let go (detached)")
         data = json.dumps(entry, indent=1, sort_keys=True).encode()
-        tmp = f".tmp-{os.urandom(6).hex()}.json"
-        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=self.fd)
-        try:
-            with os.fdopen(out, "wb") as f:
-                f.write(data)
-            os.rename(tmp, f"rank-{int(entry['rank'])}.json", src_dir_fd=self.fd, dst_dir_fd=self.fd)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=self.fd)
-            raise
+        atomic.write(f"rank-{int(entry['rank'])}.json", data, dir_fd=self.fd)
 
     def close(self) -> None:
         if self.fd >= 0:

@@ -19,11 +19,11 @@ import re
 import secrets
 import stat
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Protocol
 
+from rtdebug.common import atomic
 from rtdebug.common.procinfo import process_create_time
 
 SCHEMA_VERSION = 1
@@ -107,18 +107,7 @@ def session_entry(session_id: str, mode: str, **fields: Any) -> dict[str, Any]:
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic.write(path, json.dumps(data, indent=1, sort_keys=True).encode())
 
 
 def problem(data: Any, kind: str | None = None) -> str | None:

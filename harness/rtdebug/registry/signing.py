@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rtdebug.common import atomic
 from rtdebug.common.errors import HarnessError
 
 ENV_SECRET = "RTDEBUG_JOB_SECRET"
@@ -174,12 +175,7 @@ def ensure_secret(session_dir: Path, supplied: str | None = None) -> str:
     if found is not None:
         return found
     value = supplied or new_secret()
-    path = session_dir / SECRET_FILE
-    tmp = session_dir / f".{SECRET_FILE}.{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(value + "\n")
-    os.replace(tmp, path)
+    atomic.write(session_dir / SECRET_FILE, (value + "\n").encode())
     return value
 
 

@@ -5,8 +5,8 @@ session directory (the GIL released, nothing per step); a requester writes a non
 thread answers with ``stacks-<rank>.json``: every thread's frames and names (``rtdebug.stacks.take``),
 the nonce, and torch's Flight Recorder read at that moment (``rtdebug.stacks.flight``: the collectives
 DDP and FSDP issue from C++). The answer is written to a fresh temp name (``O_EXCL|O_NOFOLLOW``,
-relative to the directory fd checked at arm) and renamed into place, so a requester never reads half
-an answer and no symlink planted in the directory is ever written through.
+relative to the directory fd checked at arm) and renamed into place (``rtdebug.common.atomic``), so a
+requester never reads half an answer and no symlink planted in the directory is ever written through.
 
 A rank stopped at a breakpoint answers (the thread is hidden from pydevd: ``rtdebug.common.threads``),
 and so does one blocked in a C++ collective (the GIL is released there). What cannot answer is a rank
@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rtdebug.common import log
+from rtdebug.common import atomic, log
 from rtdebug.common.threads import hidden_thread
 from rtdebug.stacks import take
 
@@ -123,15 +123,7 @@ class DumpThread:
         from rtdebug.stacks import flight
 
         value = dict(take.take(self.main_ident), nonce=nonce, how="thread", flight=flight.read())
-        data = json.dumps(value).encode()
-        tmp = f".{self.out}.{nonce[:16]}.tmp"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(tmp, flags, 0o600, dir_fd=self.dir_fd)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.out, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+        atomic.write(self.out, json.dumps(value).encode(), dir_fd=self.dir_fd)
 
 
 def _readable(fd: int) -> bool:
