@@ -20,6 +20,7 @@ import { RegistryWatcher } from './registry/registryWatcher';
 import { readSettings } from './common/settings';
 import { RankStatusBar } from './attach/statusBar';
 import { openFrame, StacksView } from './stacks/stacksView';
+import { StopOnCommand } from './stopon/stopOnCommand';
 
 /** Every registration of the extension, in one place. */
 export function registerAll(context: vscode.ExtensionContext): void {
@@ -40,6 +41,7 @@ export function registerAll(context: vscode.ExtensionContext): void {
   registry.attachedHere = () => attach.attachedCount > 0;
   const evalDocs = new EvalDocuments();
   const evaluate = new EvaluateCommand(attach, states, evalDocs, rankCommands);
+  const stopOn = new StopOnCommand(attach, states, allStop.allStop, registry, rankCommands, log);
   const ranksTree = vscode.window.createTreeView(Views.ranks, { treeDataProvider: ranksView, showCollapseAll: false });
   const showViewMessage = () => {
     ranksTree.message = ranksViewMessage(registry.rootProblem, registry.skipped);
@@ -82,7 +84,8 @@ export function registerAll(context: vscode.ExtensionContext): void {
     reg(Commands.stepAll, (n) => collectives.stepAll(n)),
     reg(Commands.runToCollective, (n) => collectives.runToNextCollective(n)),
     reg(Commands.attachCulprit, (n) => rankCommands.attachCulprit(n)),
-    vscode.debug.registerDebugAdapterTrackerFactory('*', new RankTrackerFactory(attach, states, allStop.allStop)),
+    reg(Commands.stopAllRanksWhen, (a) => stopOn.run(a)),
+    vscode.debug.registerDebugAdapterTrackerFactory('*', new RankTrackerFactory(attach, states, allStop.allStop, (l) => log.appendLine(l))),
     vscode.debug.registerDebugConfigurationProvider(DEBUG_TYPE, provider),
     vscode.debug.registerDebugConfigurationProvider(DEBUG_TYPE, provider, vscode.DebugConfigurationProviderTriggerKind.Dynamic),
     vscode.debug.registerDebugAdapterDescriptorFactory(DEBUG_TYPE, new RtdebugAdapterFactory(attach, registry)),

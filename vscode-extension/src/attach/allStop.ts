@@ -24,6 +24,12 @@ export class AllStop {
   private pauseEpisode = new Map<string, number>();
   /** Ranks continued by Run All Ranks to Next Collective: their stop there does not pause the others. */
   private armed = new Set<string>();
+  /**
+   * Ranks paused only to evaluate something (a DAP evaluate needs a frame) and continued right after:
+   * 'waiting' until it lands, 'keep' once an all-stop wants it stopped anyway, 'abandoned' when the caller
+   * gave up waiting (a pause that lands later is resumed at once).
+   */
+  private brief = new Map<string, 'waiting' | 'keep' | 'abandoned'>();
 
   constructor(
     private states: RankDebugStates,
@@ -33,10 +39,27 @@ export class AllStop {
   ) {}
 
   /** A rank reported `stopped`. */
-  stopped(k: RankKey, reason: string, threadId: number | undefined, where?: { file: string; line: number }): void {
+  stopped(k: RankKey, reason: string, threadId: number | undefined, where?: { file: string; line: number }, description?: string): void {
     const before = this.states.get(k);
     const ours = before?.state === 'pausing';
-    this.states.set(k, { state: 'stopped', reason, threadId, where, stoppedAt: this.now() });
+    this.states.set(k, { state: 'stopped', reason, threadId, where, stoppedAt: this.now(), description });
+    const brief = this.brief.get(keyOf(k));
+    if (ours && brief) {
+      this.pauseEpisode.delete(keyOf(k));
+      if (reason === 'pause') {
+        if (brief === 'abandoned') {
+          this.brief.delete(keyOf(k));
+          this.ctl.log(`rtdebug: rank ${k.rank} stopped for an evaluate that was given up; resuming it`);
+          void this.resumeOne(k, threadId);
+        }
+        return; // the evaluating caller continues it (resumeBrief); nobody else is paused for it
+      }
+      // it stopped by itself (a breakpoint, --stop-on) before our pause landed: a real stop, kept stopped
+      if (brief === 'abandoned') this.brief.delete(keyOf(k));
+      else this.brief.set(keyOf(k), 'keep');
+      if (this.enabled()) this.pauseOthers(k.session, k.rank, `rank ${k.rank} stopped (${reason})`);
+      return;
+    }
     if (this.armed.delete(keyOf(k))) return; // stopped at its next collective, as asked: the others run on to theirs
     if (ours) {
       const sent = this.pauseEpisode.get(keyOf(k));
@@ -78,11 +101,46 @@ export class AllStop {
     return this.continueAll(session);
   }
 
+  /**
+   * Pause one running rank only to evaluate in it (resumeBrief continues it): its stop pauses nobody else.
+   * Returns false when it is not running (nothing sent).
+   */
+  pauseBrief(k: RankKey): boolean {
+    const st = this.states.get(k)?.state ?? 'running';
+    if (st !== 'running') return false;
+    this.brief.set(keyOf(k), 'waiting');
+    this.states.update(k, { state: 'pausing', pauseSentAt: this.now(), blockedAt: undefined, blockedNote: undefined });
+    this.pauseEpisode.set(keyOf(k), this.ep(k.session));
+    this.ctl.pause(k).catch((e: Error) => {
+      this.ctl.log(`rtdebug: pause rank ${k.rank} failed: ${e.message}`);
+      this.brief.delete(keyOf(k));
+      if (this.states.get(k)?.state === 'pausing') this.states.update(k, { state: 'running', pauseSentAt: undefined });
+    });
+    return true;
+  }
+
+  /** Done with a brief pause: continue the rank, unless an all-stop came meanwhile (then it stays stopped). */
+  async resumeBrief(k: RankKey): Promise<void> {
+    const b = this.brief.get(keyOf(k));
+    this.brief.delete(keyOf(k));
+    const info = this.states.get(k);
+    if (b === 'waiting' && info?.state === 'stopped') await this.resumeOne(k, info.threadId);
+  }
+
+  /** The caller stopped waiting for a brief pause: if it lands later, it is resumed at once. */
+  abandonBrief(k: RankKey): void {
+    const b = this.brief.get(keyOf(k));
+    if (b === undefined || b === 'keep' || this.states.get(k)?.state === 'stopped') void this.resumeBrief(k);
+    else this.brief.set(keyOf(k), 'abandoned');
+  }
+
   /** Pause every running attached rank of the session except `except`. Returns the ranks asked. */
   pauseOthers(session: string, except: number | undefined, why: string): number[] {
     const asked: number[] = [];
     for (const r of this.ctl.attached(session)) {
       if (r.rank === except) continue;
+      // a rank paused briefly to evaluate stays stopped now: this all-stop wants it stopped
+      if (this.brief.has(keyOf(r))) this.brief.set(keyOf(r), 'keep');
       const st = this.states.get(r)?.state ?? 'running';
       if (st !== 'running' && st !== 'continuing') continue;
       this.armed.delete(keyOf(r));

@@ -18,6 +18,8 @@ export type RunState = 'running' | 'stopped' | 'pausing' | 'continuing' | 'stepp
 export interface RankDebugInfo {
   state: RunState;
   reason?: string;
+  /** The stopped event's description (`rtdebug --stop-on nonfinite: …` when --stop-on stopped it). */
+  description?: string;
   threadId?: number;
   where?: Location;
   /** When it stopped (ms since the epoch): the pg timeout's clock while paused. */

@@ -3,6 +3,8 @@ import { RankRef } from './attachConfig';
 import { AllStop } from './allStop';
 import { RankDebugStates } from './rankDebugState';
 import { AttachService } from './attachService';
+import { focusRankSession } from './focusSession';
+import { StopOnFocus } from './stopFocus';
 
 const STEPS = new Set(['next', 'stepIn', 'stepOut', 'stepBack', 'reverseContinue', 'goto']);
 
@@ -17,20 +19,26 @@ interface DapMessage {
 /**
  * A debug-adapter tracker on every rank session (ours, or a generated `debugpy` one recognised by its
  * endpoint): `stopped` / `continued` events and the `continue` requests VS Code sends feed the rank states
- * (the Ranks view's "stopped at file:line") and the all-stop coordinator.
+ * (the Ranks view's "stopped at file:line") and the all-stop coordinator. A `--stop-on` stop (its
+ * description `rtdebug --stop-on …`) focuses the rank where it began (stopFocus.ts decides which).
  */
 export class RankTrackerFactory implements vscode.DebugAdapterTrackerFactory {
+  private focus = new StopOnFocus();
+
   constructor(
     private attach: AttachService,
     private states: RankDebugStates,
     private allStop: AllStop,
+    private log: (line: string) => void = () => undefined,
   ) {}
 
   createDebugAdapterTracker(session: vscode.DebugSession): vscode.DebugAdapterTracker {
     const ref = (): RankRef | undefined => this.attach.rankOf(session);
     const gone = () => {
       const k = ref();
-      if (k) this.states.delete(k);
+      if (!k) return;
+      this.states.delete(k);
+      this.focus.resumed(k.session, k.rank);
     };
     return {
       onWillReceiveMessage: (m: DapMessage) => {
@@ -39,6 +47,7 @@ export class RankTrackerFactory implements vscode.DebugAdapterTrackerFactory {
         if (!k) return;
         if (m.command === 'continue') this.allStop.continued(k);
         else if (m.command && STEPS.has(m.command)) this.allStop.stepping(k);
+        if (m.command === 'continue' || (m.command && STEPS.has(m.command))) this.focus.resumed(k.session, k.rank);
       },
       onDidSendMessage: (m: DapMessage) => {
         if (m.type !== 'event') return;
@@ -46,10 +55,16 @@ export class RankTrackerFactory implements vscode.DebugAdapterTrackerFactory {
         if (!k) return;
         if (m.event === 'stopped') {
           const threadId = typeof m.body?.threadId === 'number' ? m.body.threadId : undefined;
-          this.allStop.stopped(k, String(m.body?.reason ?? 'unknown'), threadId);
+          const description = typeof m.body?.description === 'string' ? m.body.description : undefined;
+          this.allStop.stopped(k, String(m.body?.reason ?? 'unknown'), threadId, undefined, description);
           void this.locate(session, k, threadId);
-        } else if (m.event === 'continued') this.allStop.continued(k);
-        else if (m.event === 'terminated' || m.event === 'exited') gone();
+          const hint = typeof m.body?.preserveFocusHint === 'boolean' ? m.body.preserveFocusHint : undefined;
+          if (this.focus.stopped(k.session, { rank: k.rank, description, preserveFocusHint: hint }) !== undefined)
+            void focusRankSession(session, this.log);
+        } else if (m.event === 'continued') {
+          this.allStop.continued(k);
+          this.focus.resumed(k.session, k.rank);
+        } else if (m.event === 'terminated' || m.event === 'exited') gone();
       },
       onExit: gone,
       onWillStopSession: gone,

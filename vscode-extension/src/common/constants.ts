@@ -27,6 +27,7 @@ export const Commands = {
   stepAll: 'rtdebug.stepAllRanks',
   runToCollective: 'rtdebug.runAllRanksToNextCollective',
   attachCulprit: 'rtdebug.stacks.attachCulprit',
+  stopAllRanksWhen: 'rtdebug.stopAllRanksWhen',
 } as const;
 
 /** Views contributed to the Run and Debug container (package.json `views.debug`). */

@@ -1,15 +1,19 @@
 import { basename } from '../common/fileName';
+import { ranksWord } from '../common/rankList';
 import { collectiveSummary, collectiveText, peersTooltip } from './collectiveText';
 import { isBlocked } from '../registry/collectiveRecord';
 import { RankDebugInfo } from '../attach/rankDebugState';
 import { timeoutText, TimeoutText } from './pgTimeout';
 import { isUnverified, RankEntry, Session } from '../registry/registryModel';
+import { stopText } from '../registry/stopEntry';
+import { parseStopDescription } from '../attach/stopFocus';
 
 /**
  * Pure builders for the Ranks view rows: session → ranks, with a state a user can act on and text a
  * screen reader can say. The VS Code wrapper (ranksView.ts) only copies these fields into TreeItems.
  */
-export type RankViewState = 'starting' | 'waiting' | 'ready' | 'attached' | 'stopped' | 'blocked' | 'failed' | 'orphaned';
+// 'halted': stopped by --stop-on and waiting for a debugger (its entry's `stop`), attachable
+export type RankViewState = 'starting' | 'waiting' | 'ready' | 'attached' | 'stopped' | 'halted' | 'blocked' | 'failed' | 'orphaned';
 
 export interface Row {
   id: string;
@@ -30,6 +34,7 @@ const ICONS: Record<RankViewState, [string, string | undefined]> = {
   ready: ['circle-outline', undefined],
   attached: ['debug-alt', 'debugIcon.startForeground'],
   stopped: ['debug-pause', 'debugIcon.pauseForeground'],
+  halted: ['debug-pause', 'charts.red'],
   blocked: ['debug-stackframe-dot', 'charts.orange'],
   failed: ['error', 'errorForeground'],
   orphaned: ['warning', 'charts.orange'],
@@ -41,8 +46,12 @@ const at = (l: { file: string; line: number }) => `${basename(l.file)}:${l.line}
 export function rankViewState(r: RankEntry, dbg: RankDebugInfo | undefined): { state: RankViewState; text: string } {
   if (r.state === 'orphaned') return { state: 'orphaned', text: 'orphaned (launcher gone)' };
   if (dbg) {
-    if (dbg.state === 'stopped')
-      return { state: 'stopped', text: `stopped (${dbg.reason ?? 'unknown'})${dbg.where ? ` at ${at(dbg.where)}` : ''}` };
+    if (dbg.state === 'stopped') {
+      // a --stop-on stop says why in its description, as `rtdebug ps` says it (stopped (nonfinite: …))
+      const so = parseStopDescription(dbg.description);
+      const why = so ? `${so.kind}: ${so.reason}` : (dbg.reason ?? 'unknown');
+      return { state: 'stopped', text: `stopped (${why})${dbg.where ? ` at ${at(dbg.where)}` : ''}` };
+    }
     if (dbg.state === 'pausing' && (dbg.blockedAt || dbg.blockedNote)) {
       const where = dbg.blockedAt ? ` in ${dbg.blockedAt.function ?? '?'} (${at(dbg.blockedAt)})` : '';
       return { state: 'blocked', text: `blocked${where}: pause pending${dbg.blockedNote ? `; ${dbg.blockedNote}` : ''}` };
@@ -54,6 +63,8 @@ export function rankViewState(r: RankEntry, dbg: RankDebugInfo | undefined): { s
   }
   if (r.state === 'failed') return { state: 'failed', text: `failed${r.error ? `: ${r.error}` : ''}` };
   if (r.state === 'starting') return { state: 'starting', text: 'starting' };
+  if (r.stop && r.state === 'ready') return { state: 'halted', text: stopText(r.stop) };
+  if (r.stop && r.state === 'attached') return { state: 'attached', text: `${stopText(r.stop)}, another client attached` };
   if (r.state === 'attached') return { state: 'attached', text: 'attached (another client)' };
   if (r.wait && r.attach_count === 0) return { state: 'waiting', text: 'waiting for a debugger' };
   return { state: 'ready', text: r.attach_count > 0 ? 'ready (detached)' : 'ready' };
@@ -70,6 +81,16 @@ export const rankUnverified = (s: Session, r: RankEntry): boolean => isUnverifie
 export interface SessionLive {
   timeout?: TimeoutText;
   collectives?: { text: string; differ: boolean };
+  /** `stopped by --stop-on nonfinite (origin: rank 1)` while --stop-on holds ranks (their entries' `stop`). */
+  stopOn?: string;
+}
+
+export function stopOnSummary(ranks: RankEntry[]): string | undefined {
+  const held = ranks.filter((r) => r.stop);
+  if (!held.length) return undefined;
+  const kinds = [...new Set(held.map((r) => r.stop!.kind))].join(', ');
+  const origins = held.filter((r) => r.stop!.origin === true).map((r) => r.rank);
+  return `stopped by --stop-on ${kinds}${origins.length ? ` (origin: ${ranksWord(origins)})` : ''}`;
 }
 
 /** The session's live fragments from its ranks' debug states (`stoppedAt`) and collective positions. */
@@ -85,6 +106,7 @@ export function sessionLive(s: Session, dbg: (rank: number) => RankDebugInfo | u
   return {
     timeout: timeoutText({ pgTimeoutS: s.entry.pg_timeout_s, source: s.entry.pg_timeout_source, stoppedAtMs, enteredSinceS, nowMs }),
     collectives: collectiveSummary(s.ranks),
+    stopOn: stopOnSummary(s.ranks),
   };
 }
 
@@ -98,7 +120,7 @@ export function sessionRow(s: Session, live: SessionLive = {}): Row {
       .pop(),
   );
   const nnodes = maxNodes > 1 ? ` · ${e.nnodes} nodes` : '';
-  const extra = [live.collectives?.text, live.timeout?.description]
+  const extra = [live.stopOn, live.collectives?.text, live.timeout?.description]
     .filter((x) => x)
     .map((x) => ` · ${x}`)
     .join('');
@@ -115,6 +137,7 @@ export function sessionRow(s: Session, live: SessionLive = {}): Row {
       `launcher pid ${e.launcher_pid}, ports ${portRange(e.ports)}`,
       `${e.nproc_per_node} rank(s) per node, nnodes ${e.nnodes}`,
       `found by: ${e.source ?? 'registry files'}`,
+      ...(live.stopOn ? [live.stopOn] : []),
       ...(live.collectives ? [live.collectives.text] : []),
       ...(live.timeout ? [live.timeout.tooltip] : []),
     ].join('\n'),
@@ -125,7 +148,11 @@ export function sessionRow(s: Session, live: SessionLive = {}): Row {
   };
 }
 
-export function rankRow(s: Session, r: RankEntry, dbg: RankDebugInfo | undefined, nowMs = Date.now()): Row {
+/**
+ * A rank's row. `withTooltip` false leaves the tooltip empty: it lists every peer's collective, so the view
+ * builds it only when hovered (resolveTreeItem), not for each of 1024 rows on every update.
+ */
+export function rankRow(s: Session, r: RankEntry, dbg: RankDebugInfo | undefined, nowMs = Date.now(), withTooltip = true): Row {
   const v = rankViewState(r, dbg);
   // blocked in a collective (its record says so) shows as blocked; the menus still see the rank's own state
   const [icon, color] = ICONS[isBlocked(r.collective, nowMs) && v.state !== 'stopped' ? 'blocked' : v.state];
@@ -139,20 +166,31 @@ export function rankRow(s: Session, r: RankEntry, dbg: RankDebugInfo | undefined
     id: `rank:${s.entry.session_id}/${r.rank}`,
     label: `rank ${r.rank}`,
     description: `${unverified ? 'unverified · ' : ''}${v.text}${collDesc} · local ${r.local_rank} · ${r.host}:${r.port} · pid ${r.pid}${node}${refused}`,
-    tooltip: [
-      `rank ${r.rank} of ${r.world_size} (local rank ${r.local_rank}, node ${r.node_rank})`,
-      ...(unverified ? [UNVERIFIED_NOTE] : []),
-      `state: ${v.text}`,
-      `debug endpoint ${r.host}:${r.port}, pid ${r.pid}${node ? `, node ${r.hostname ?? ''} ${r.node_ip ?? ''}`.trimEnd() : ''}`,
-      `session ${s.entry.session_id}`,
-      ...(r.refused_count ? [`${r.refused_count} connection(s) refused by the endpoint's access rule`] : []),
-      ...peersTooltip(s.ranks, r.rank, nowMs),
-    ].join('\n'),
+    tooltip: withTooltip ? rankTooltip(s, r, dbg, nowMs) : '',
     contextValue: `rtdebugRank.${v.state}${ours}`,
     icon,
     color,
     accessibilityLabel: `rank ${r.rank}${unverified ? ', unverified' : ''}, ${v.text}${coll ? `, ${coll}` : ''}, local rank ${r.local_rank}, endpoint ${r.host} port ${r.port}, process ${r.pid}`,
   };
+}
+
+export function rankTooltip(s: Session, r: RankEntry, dbg: RankDebugInfo | undefined, nowMs = Date.now()): string {
+  const v = rankViewState(r, dbg);
+  const node = r.hostname || r.node_ip;
+  return [
+    `rank ${r.rank} of ${r.world_size} (local rank ${r.local_rank}, node ${r.node_rank})`,
+    ...(rankUnverified(s, r) ? [UNVERIFIED_NOTE] : []),
+    `state: ${v.text}`,
+    ...(r.stop
+      ? [
+          `--stop-on ${r.stop.kind}${r.stop.origin === true ? ': it began here (origin)' : r.stop.origin === false ? ': received from another rank' : ''}${r.stop.step !== null ? `, at step ${r.stop.step}` : ''}`,
+        ]
+      : []),
+    `debug endpoint ${r.host}:${r.port}, pid ${r.pid}${node ? `, node ${r.hostname ?? ''} ${r.node_ip ?? ''}`.trimEnd() : ''}`,
+    `session ${s.entry.session_id}`,
+    ...(r.refused_count ? [`${r.refused_count} connection(s) refused by the endpoint's access rule`] : []),
+    ...peersTooltip(s.ranks, r.rank, nowMs),
+  ].join('\n');
 }
 
 function portRange(ports: number[]): string {

@@ -5,6 +5,7 @@
  */
 // 'orphaned': the launcher is gone but the process lives on (written by newer harnesses, or inferred here).
 import { Collective } from './collectiveRecord';
+import { parseStop, StopEntry } from './stopEntry';
 
 export type RankState = 'starting' | 'ready' | 'attached' | 'exited' | 'failed' | 'orphaned';
 export type SessionState = 'starting' | 'running' | 'exited' | 'failed' | 'stopped' | 'orphaned';
@@ -71,6 +72,8 @@ export interface RankEntry {
   verified?: boolean;
   /** `rtdebug ps --json` (contract C2): the last collective this rank entered, checked by parseCollective. */
   collective?: Collective | null;
+  /** Set while --stop-on holds the rank stopped (issue 30), checked by parseStop; null otherwise. */
+  stop?: StopEntry | null;
 }
 
 /** An entry a remote listing could not verify (this machine's files are always trusted: the root is the owner's alone). */
@@ -137,7 +140,8 @@ export function parseSessionEntry(text: string, where = 'session.json'): Session
 export function parseRankEntry(text: string, where = 'rank.json'): RankEntry {
   const obj = parseObject(text, where);
   check(obj, 'rank', RANK_FIELDS, where);
-  return obj as unknown as RankEntry;
+  // the fields the views show are replaced by their checked forms (an entry may be forged)
+  return { ...obj, stop: parseStop(obj.stop) } as unknown as RankEntry;
 }
 
 /** A rank a client can attach to now ("attached" stays attachable: debugpy accepts a new client after a detach). */

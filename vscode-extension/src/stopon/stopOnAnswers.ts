@@ -1,0 +1,69 @@
+import { fromPyRepr } from '../common/pyText';
+import { compressRanks, oneLine } from '../common/rankList';
+
+/**
+ * The per-rank answers of "Stop All Ranks When…" in one message. Each rank answers one line
+ * (`rtdebug: rank N stops on <spec>`, `rtdebug: rank N: --stop-on is off`, or `rtdebug: <error>`); ranks
+ * that said the same are named together (`ranks 0-3 stop on nonfinite`), so 1024 ranks still make one line,
+ * and every rank that did not take the conditions is named with why. Pure.
+ */
+export interface RankAnswer {
+  rank: number;
+  /** The rank's own line: DAP evaluate's result (a Python str repr), as it came. */
+  result?: string;
+  /** Why no answer came (the pause did not land, the evaluate failed). */
+  error?: string;
+}
+
+export interface AnswersMessage {
+  text: string;
+  level: 'info' | 'warning' | 'error';
+  /** Ranks that now stop on the conditions (or turned them off, as asked). */
+  ok: number[];
+}
+
+const STOPS = /^rtdebug: rank \d+ stops on (.+)$/;
+const OFF = /^rtdebug: rank \d+: --stop-on is off$/;
+
+type Outcome = { key: string; ok: boolean; say: (ranks: number[]) => string };
+
+function outcome(a: RankAnswer): Outcome {
+  if (a.error !== undefined || a.result === undefined) {
+    const why = oneLine(a.error, 200) ?? 'no answer';
+    return { key: `x${why}`, ok: false, say: (r) => `${word(r)}: not set (${why})` };
+  }
+  const line = oneLine(fromPyRepr(a.result.trim()), 300) ?? '(empty answer)';
+  let m: RegExpExecArray | null;
+  if ((m = STOPS.exec(line))) {
+    const cond = m[1];
+    return { key: `s${cond}`, ok: true, say: (r) => `${word(r)} ${r.length === 1 ? 'stops' : 'stop'} on ${cond}` };
+  }
+  if (OFF.test(line)) return { key: 'off', ok: true, say: (r) => `${word(r)}: --stop-on is off` };
+  // the harness's refusal (`rtdebug: <why>`), or something else the rank said: shown as it said it
+  const said = line.replace(/^rtdebug: /, '');
+  return { key: `e${said}`, ok: false, say: (r) => `${word(r)}: ${said}` };
+}
+
+const word = (ranks: number[]) => `${ranks.length === 1 ? 'rank' : 'ranks'} ${compressRanks(ranks)}`;
+
+/** `notAttached`: ranks of the session with no debug session in this window (nothing was set there). */
+export function answersMessage(answers: RankAnswer[], notAttached: number[] = []): AnswersMessage {
+  const groups = new Map<string, { o: Outcome; ranks: number[] }>();
+  for (const a of [...answers].sort((x, y) => x.rank - y.rank)) {
+    const o = outcome(a);
+    const g = groups.get(o.key) ?? { o, ranks: [] };
+    g.ranks.push(a.rank);
+    groups.set(o.key, g);
+  }
+  // what went wrong first, then what was set
+  const all = [...groups.values()].sort((x, y) => Number(x.o.ok) - Number(y.o.ok) || x.ranks[0] - y.ranks[0]);
+  const parts = all.map((g) => g.o.say(g.ranks));
+  if (notAttached.length) parts.push(`${word(notAttached)} not attached here: not set`);
+  const ok = all.filter((g) => g.o.ok).flatMap((g) => g.ranks);
+  const failed = answers.length - ok.length + notAttached.length;
+  return {
+    text: `rtdebug: ${parts.join('; ') || 'no rank is attached here'}`,
+    level: !ok.length ? 'error' : failed ? 'warning' : 'info',
+    ok: ok.sort((a, b) => a - b),
+  };
+}
