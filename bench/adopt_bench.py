@@ -87,7 +87,7 @@ class Job:
 
     def mark(self) -> tuple[float, float]:
         """Where a window starts: (monotonic time, rank 0's CPU seconds)."""
-        from rtdebug.common.jobs import job_of
+        from rtdebug.inject.jobs import job_of
 
         self.rank0 = psutil.Process(job_of(psutil.Process(self.proc.pid)).ranks[0].pid)
         return time.monotonic(), sum(self.rank0.cpu_times()[:2])

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from rtdebug.common import inject, sigdefer
+from rtdebug.inject import run as inject
+from rtdebug.inject import sigdefer
 
 from support.paths import PY, ROOT, SCRIPTS
 from support.procs import kill_tree
@@ -289,7 +290,7 @@ def test_a_pid_that_has_ended_is_one_line_everywhere(tmp_path):
 
 _HOLD_CALL = """
 import sys
-from rtdebug.common import elfsyms, ptrace, sigdefer
+from rtdebug.inject import elfsyms, ptrace, sigdefer
 pid = int(sys.argv[1])
 usleep = elfsyms.resolve_c(pid, {"usleep"})["usleep"]
 with sigdefer.deferred() as guard:

@@ -19,7 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rtdebug.common import inject, jobs
+from rtdebug.inject import jobs
+from rtdebug.inject import run as inject
 
 from support.netns import Hosts, hosts_up
 from support.paths import PY, ROOT, SCRIPTS

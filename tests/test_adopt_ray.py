@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from rtdebug.common import inject
+from rtdebug.inject import run as inject
 
 from support.dap import DAPClient
 from support.jobs import read_ranks, rtdebug

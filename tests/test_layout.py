@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "harness" / "rtdebug"
-LAYER = {"common": 0, "registry": 1, "views": 2, "stacks": 3, "shell": 4, "launcher": 4, "rank": 4}
+LAYER = {"common": 0, "inject": 1, "registry": 1, "views": 2, "stacks": 3, "shell": 4, "launcher": 4, "rank": 4}
 # (importing package, imported module): the one lazy entry point each crossing may use
 ENTRY_POINTS = {
     ("shell", "rtdebug.launcher.start"),  # rtdebug run / torchrun start the controller
@@ -177,7 +177,7 @@ def test_init_is_a_docstring_and_modules_stay_small(path):
 STORE_SEAMS = {  # the one place each process opens a store connection (all the torch-free client)
     "rtdebug.views.store",  # the shell and the launcher: StoreView.client, one per command
     "rtdebug.rank.publish",  # a rank's publisher
-    "rtdebug.rank.dumpwatch",  # a rank's dump watcher (its size-bounded subclass)
+    "rtdebug.rank.stackwatch",  # a rank's dump watcher (its size-bounded subclass)
 }
 
 

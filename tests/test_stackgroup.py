@@ -13,7 +13,7 @@ import pytest
 from rtdebug.common.config import RankConfig
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.paths import PACKAGE_DIR
-from rtdebug.rank import collectives
+from rtdebug.rank.collectives import mismatch as collectives
 from rtdebug.stacks import dump as stacks
 from rtdebug.stacks import format as stackformat
 from rtdebug.stacks import group as stackgroup

@@ -9,7 +9,7 @@ import json
 import os
 import sys
 
-from rtdebug.rank import collrec
+from rtdebug.rank.collectives import record as collrec
 
 field = collrec.arm(sys.argv[1], 0)
 

@@ -1,11 +1,11 @@
 """``rtdebug adopt``: give every rank of a running torchrun job (started without rtdebug) a debug endpoint.
 
-Find the job (``rtdebug.common.jobs``), check that every rank can be injected into before touching any
-(``rtdebug.common.inject.refusal``), register a session of mode ``adopted`` whose launcher is the job's
+Find the job (``rtdebug.inject.jobs``), check that every rank can be injected into before touching any
+(``rtdebug.inject.run.refusal``), register a session of mode ``adopted`` whose launcher is the job's
 torchrun agent (so ``ps`` keeps it live exactly while the job runs), run the adopted rank runtime in
 every rank at once (``adoptranks``: all or nothing, undone on a signal), and print the rank table.
 ``--detach`` (and ``rtdebug stop`` of an adopted session) undoes an adoption in every rank and leaves the
-job running. In a multi-node job the ranks also publish into the job's store (``rtdebug.common.jobs.Job.store``)
+job running. In a multi-node job the ranks also publish into the job's store (``rtdebug.inject.jobs.Job.store``)
 as launched ranks do, so ``ps --store`` on any machine sees every node that was adopted; the entries are
 signed only if ``RTDEBUG_JOB_SECRET`` (or ``_FILE``) is set for ``adopt``, else shown unverified. ``--list``:
 ``adoptlist``.
@@ -21,9 +21,10 @@ from typing import Any
 
 from rtdebug.commands import adoptranks
 from rtdebug.commands.options import Options, session_arg
-from rtdebug.common import inject, jobs
 from rtdebug.common.errors import HarnessError, usage
 from rtdebug.common.ports import DEFAULT_PORT_BASE, check_ports_free, ports_for_ranks
+from rtdebug.inject import jobs
+from rtdebug.inject import run as inject
 from rtdebug.registry import signing
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import prune

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rtdebug.common import jobs
+from rtdebug.inject import jobs
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import prune
 

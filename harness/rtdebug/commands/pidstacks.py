@@ -1,7 +1,7 @@
 """``rtdebug stacks --pid PID``: the grouped stacks of every rank of a job rtdebug did not start or adopt.
 
 Read-only: py-spy reads each rank's memory (``rtdebug[stacks]``; needs ptrace rights, no code is run in
-the ranks). The ranks are found as ``rtdebug adopt`` finds them (``rtdebug.common.jobs``); the answer is
+the ranks). The ranks are found as ``rtdebug adopt`` finds them (``rtdebug.inject.jobs``); the answer is
 grouped and printed exactly as ``rtdebug stacks`` does (``rtdebug.stacks.group`` / ``format``).
 """
 
@@ -12,8 +12,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from rtdebug.common import jobs
 from rtdebug.common.errors import HarnessError
+from rtdebug.inject import jobs
 from rtdebug.stacks import format as stackformat
 from rtdebug.stacks import group as stackgroup
 from rtdebug.stacks.native import find_py_spy, py_spy_dump

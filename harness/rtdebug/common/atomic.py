@@ -10,7 +10,7 @@ changes nothing. A temp is removed if anything fails; one left by a writer that 
 
 Not here, on purpose: the default job secret is linked, never renamed, into place (the first of several
 nodes on a shared home wins, ``rtdebug.registry.signing``); the answer of code injected into a rank is
-stdlib-only source run there (``rtdebug.common.injectdir``).
+stdlib-only source run there (``rtdebug.inject.exchange``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """rtdebug's rank runtime, put into a rank of a job that was started without rtdebug (``rtdebug adopt``).
 
-``rtdebug.common.inject`` runs a few lines in the rank's main thread, with the GIL held, that import this
+``rtdebug.inject.run`` runs a few lines in the rank's main thread, with the GIL held, that import this
 module and call ``main(spec)``: it opens the same lazy, owner-only endpoint on base + RANK
 (``rtdebug.rank.endpoint.Endpoint``, wired through ``RankRecord.connect``), arms the stacks dump
 (``rtdebug.stacks.dump.arm``) and writes the rank's registry entry. It starts two threads (the endpoint's
@@ -10,9 +10,9 @@ A second ``main`` changes nothing. ``detach`` undoes it all: the endpoint is shu
 ever came) stops tracing, the dump signal goes back to its default, ``sys.path`` loses what was added.
 
 The lines run from a pending call in the main thread, or from a thread of the rank's own when the main
-thread waits in a system call (``rtdebug.common.inject_ptrace``): ``main`` and ``detach`` take one lock, so
+thread waits in a system call (``rtdebug.inject.ptrace_call``): ``main`` and ``detach`` take one lock, so
 that a detach that arrives while an adoption is still running waits for it and then undoes it. Each returns
-its answer (a JSON object); ``rtdebug.common.injectdir`` delivers it, or, if the shell gave up meanwhile,
+its answer (a JSON object); ``rtdebug.inject.exchange`` delivers it, or, if the shell gave up meanwhile,
 has ``detach`` undo the adoption at once.
 
 ``detach`` leaves nothing behind: no listening or relayed socket, none of pydevd's, no netlink socket of

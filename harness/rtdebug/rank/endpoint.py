@@ -59,7 +59,7 @@ from rtdebug.common.threads import hidden_thread
 from rtdebug.rank import gil, tracing, warmup
 from rtdebug.rank.access import AllowList, Refusal, judge
 from rtdebug.rank.dapgate import DapFramer, NotDAP, message_end, read_first
-from rtdebug.rank.handoff import Handoff, close_both, listen_via_handoff, pump
+from rtdebug.rank.pydevd_socket import Handoff, close_both, listen_via_handoff, pump
 from rtdebug.rank.refusals import RefusalLog
 
 StateCallback = Callable[[str], None]

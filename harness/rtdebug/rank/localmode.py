@@ -56,6 +56,8 @@ def explain(exc: BaseException) -> str | None:
         return RAY_DATA_MESSAGE
     if isinstance(exc, ValueError) and "num_workers" in str(exc) and os.environ.get(V2_VAR) == "0":
         return V2_OFF_MESSAGE
-    from rtdebug.rank import collectives  # --check-collectives: torch's mismatch error in one line
+    from rtdebug.rank.collectives import (
+        mismatch as collectives,  # --check-collectives: torch's mismatch error in one line
+    )
 
     return collectives.explain(exc)

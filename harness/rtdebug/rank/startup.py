@@ -47,7 +47,7 @@ def dumps(session_dir: Path | str, rank: int) -> dict[str, Any] | None:
 
 def record(session_dir: Path | str | None, rank: int) -> dict[str, str] | None:
     """The collective record (a file in the session directory, or memory): the entry's ``collectives``."""
-    from rtdebug.rank import collrec
+    from rtdebug.rank.collectives import record as collrec
 
     return collrec.arm(session_dir, rank)
 
@@ -63,7 +63,7 @@ def serve(entry: Any, endpoint: Any, eager: bool, warm_after: float = 0.0) -> No
 
 def disarm() -> None:
     """What detach takes out of an adopted rank: the dump thread and signal, and the collective record."""
-    from rtdebug.rank import collrec
+    from rtdebug.rank.collectives import record as collrec
     from rtdebug.stacks import dump
 
     dump.disarm()

@@ -22,10 +22,11 @@ from typing import Any
 
 import psutil
 
-from rtdebug.common import inject, processes
+from rtdebug.common import processes
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.ports import is_port_free, port_holder
 from rtdebug.common.procinfo import is_alive
+from rtdebug.inject import run as inject
 from rtdebug.registry.files import Registry
 from rtdebug.registry.record import ATTACHABLE_STATES, LIVE_RANK_STATES
 

@@ -126,7 +126,7 @@ function setup(ranks = [0, 1], allStop = true) {
       request: async (k: RankKey, command, args) => {
         calls.push(`${command} ${k.rank} ${JSON.stringify(args)}`);
         if (command === 'stackTrace') return { stackFrames: [{ id: 100 + k.rank }] };
-        if (command === 'evaluate' && fail.has(k.rank)) throw new Error("No module named 'rtdebug.rank.collrec'");
+        if (command === 'evaluate' && fail.has(k.rank)) throw new Error("No module named 'rtdebug.rank.collectives.record'");
         return {};
       },
       collective: () => undefined,
@@ -236,7 +236,7 @@ test('Run to Next Collective arms every stopped rank in its top frame, then cont
   b.calls.length = 0;
   const r2 = await b.stepping.runToNextCollective('s');
   await flush();
-  assert.deepEqual([r2.armed, r2.failed, r2.continued], [[0], [{ rank: 1, error: "No module named 'rtdebug.rank.collrec'" }], []]);
+  assert.deepEqual([r2.armed, r2.failed, r2.continued], [[0], [{ rank: 1, error: "No module named 'rtdebug.rank.collectives.record'" }], []]);
   assert.deepEqual(
     b.calls.filter((c) => c.startsWith('continue')),
     [],

@@ -1,19 +1,19 @@
 """Run a small piece of Python in running processes and collect each one's answer: ``rtdebug adopt``, its
 detach, and the Ray worker probe.
 
-How the code gets in (``choose``): ``ptrace`` (``rtdebug.common.inject_ptrace``, x86_64: needs no debugger
+How the code gets in (``choose``): ``ptrace`` (``rtdebug.inject.ptrace_call``, x86_64: needs no debugger
 and works where gdb 13 cannot restore a thread's registers), ``gdb`` elsewhere, as ``debugpy --pid`` does
-it, ``sys.remote_exec`` (3.14) when neither can run (``rtdebug.common.inject_gdb``). ``RTDEBUG_INJECT``
+it, ``sys.remote_exec`` (3.14) when neither can run (``rtdebug.inject.gdb``). ``RTDEBUG_INJECT``
 forces one.
 
 Every wait is bounded, and none holds a thread of the job: the code is queued as a pending call, or (ptrace,
 a rank waiting in a system call without the GIL) run by a thread of the rank's own; a held thread only
 ever makes short calls that never wait on the GIL. The shell then waits for the answer (up to
 ``answer_s()``), watching each process: one that ends is said in one line at once. On time out, a signal,
-or a rank's death, it gives up on what has not answered through ``rtdebug.common.injectdir``: code that has
+or a rank's death, it gives up on what has not answered through ``rtdebug.inject.exchange``: code that has
 not started yet will find its request gone and do nothing; code that has started undoes its work when it
 ends. Requests and answers live in a private 0700 directory in the owner's registry, never in ``/tmp``.
-SIGINT, SIGHUP and SIGTERM are held back for the whole run (``rtdebug.common.sigdefer``): each held thread
+SIGINT, SIGHUP and SIGTERM are held back for the whole run (``rtdebug.inject.sigdefer``): each held thread
 is put back and detached first, then ``Interrupted`` is raised with the answers so far.
 """
 
@@ -30,10 +30,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from rtdebug.common import elfsyms, inject_gdb, inject_ptrace, ptrace, sigdefer
 from rtdebug.common.errors import HarnessError
-from rtdebug.common.injectdir import Box
 from rtdebug.common.procinfo import is_alive, process_create_time
+from rtdebug.inject import elfsyms, ptrace, sigdefer
+from rtdebug.inject import gdb as inject_gdb
+from rtdebug.inject import ptrace_call as inject_ptrace
+from rtdebug.inject.exchange import Box
 
 MIN_PYTHON = (3, 10)
 ANSWER_ENV = "RTDEBUG_INJECT_ANSWER_S"

@@ -40,7 +40,7 @@ from rtdebug.common.paths import PACKAGE_DIR
 from rtdebug.registry import collseq
 
 ENV = "RTDEBUG_COLLECTIVES"
-_OWN_DIRS = (PACKAGE_DIR, os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
+_OWN_DIRS = (PACKAGE_DIR, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep)
 _rec: dict[str, Any] = {"mm": None, "gen": 0, "stop": False, "static": None, "internal": _OWN_DIRS}
 _seq: dict[bytes, list[int]] = {}  # process-group name -> [collectives entered on it]
 _user: dict[str, bool] = {}  # code file -> is it the user's (not torch's, not rtdebug's)
@@ -178,7 +178,9 @@ def _wrap(fn: Any, fn_name: str) -> Any:
         try:
             gen = _enter(op, gpos, first, args, kwargs)
         except Exception:  # the record never breaks the user's call (a group torch will refuse, say)
-            log.swallowed("rank.collrec: the record never breaks the user's call (a group torch will refuse, say)")
+            log.swallowed(
+                "rank.collectives.record: the record never breaks the user's call (a group torch will refuse, say)"
+            )
             gen = -1
         if _rec["stop"]:
             _stop_here()
@@ -265,7 +267,7 @@ def _static_entry(key: tuple, code: Any, frame: Any) -> tuple[Any, list[int], in
     try:
         name = str(group.group_name)
     except Exception:  # no group yet, or one torch cannot name: still counted, as "?"
-        log.swallowed("rank.collrec: no group yet, or one torch cannot name: still counted, as '?'")
+        log.swallowed("rank.collectives.record: no group yet, or one torch cannot name: still counted, as '?'")
         name = "?"
     if shape is None:
         shapes = ""
@@ -293,6 +295,6 @@ def _stop_here() -> None:
     except ValueError:
         return
     if frame is not None:
-        from rtdebug.rank import collstop
+        from rtdebug.rank.collectives import stop as collstop
 
         collstop.suspend(frame)

@@ -1,6 +1,6 @@
 """Put Python source into a running process by ptrace (x86_64), never waiting on its GIL with a thread held.
 
-The process's main thread is stopped (``rtdebug.common.ptrace``) and made to call a few C functions, each
+The process's main thread is stopped (``rtdebug.inject.ptrace``) and made to call a few C functions, each
 short and none waiting on the GIL; then its registers are put back and it is detached. Two ways, by where
 the thread was stopped (``PyGILState_Check()`` and the kernel's view of the thread):
 
@@ -17,7 +17,7 @@ as long as another thread's 20 s regex held the GIL, and a shell killed meanwhil
 to address 0); the new thread may wait, but it holds nothing of ours and stops no one. The calls made
 while the thread is held: ``Py_IsInitialized``, ``PyGILState_Check``, ``mmap``, ``mprotect``, then
 ``Py_AddPendingCall`` (its lock is held by others for a few instructions) or ``pthread_create`` and
-``pthread_detach``; the guard (``rtdebug.common.sigdefer``) is checked before each.
+``pthread_detach``; the guard (``rtdebug.inject.sigdefer``) is checked before each.
 
 The code and a small trampoline go into a fresh mapping (the trampoline's page made read+execute only once
 written): the pending entry calls ``PyRun_SimpleString`` and returns 0 whatever it returned (a pending call
@@ -32,9 +32,9 @@ import contextlib
 import signal
 import struct
 
-from rtdebug.common import elfsyms, ptrace
 from rtdebug.common.errors import HarnessError
-from rtdebug.common.sigdefer import Guard, Interrupted
+from rtdebug.inject import elfsyms, ptrace
+from rtdebug.inject.sigdefer import Guard, Interrupted
 
 C_API = ("Py_IsInitialized", "PyGILState_Check", "PyGILState_Ensure", "PyGILState_Release", "PyRun_SimpleString",
          "Py_AddPendingCall")  # fmt: skip

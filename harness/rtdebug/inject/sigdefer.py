@@ -1,10 +1,10 @@
 """SIGINT, SIGHUP and SIGTERM, held back while rtdebug is inside another process (``rtdebug adopt``, detach).
 
-Why: while ``rtdebug.common.ptrace`` runs a call in a rank's thread, that thread's registers are ours and
+Why: while ``rtdebug.inject.ptrace`` runs a call in a rank's thread, that thread's registers are ours and
 its return address is 0. A shell that dies then (Ctrl-C, a closed terminal, ``kill``) detaches it by dying,
 and the rank returns to address 0 and dies by SIGSEGV. So for the length of the work, these signals only
 record themselves and set ``stop``: whoever holds a thread checks ``stop`` between two calls (each call is
-short: see ``rtdebug.common.inject_ptrace``), puts the thread back and detaches, as a debugger does; the
+short: see ``rtdebug.inject.ptrace_call``), puts the thread back and detaches, as a debugger does; the
 command then undoes what it had done and exits 128 + the signal with one line. A signal that the shell
 ignores (``nohup``) stays ignored. SIGKILL cannot be held back: nothing here helps against it.
 """

@@ -1,15 +1,15 @@
-"""The other two ways into a running Python: gdb (where ``rtdebug.common.ptrace`` cannot run, i.e. not
+"""The other two ways into a running Python: gdb (where ``rtdebug.inject.ptrace`` cannot run, i.e. not
 x86_64, as ``debugpy --pid`` does it) and ``sys.remote_exec`` (3.14+).
 
 Both only queue the code: gdb calls ``Py_AddPendingCall(PyRun_SimpleString, code)`` and nothing else, so
 it never waits on the GIL with the thread held (a ``PyGILState_Ensure`` there could wait as long as
 another thread's C call holds the GIL); ``sys.remote_exec`` runs the file at the main thread's next eval
 break. The cost: a rank whose main thread is blocked in C++ runs the code only once it is back in Python,
-so ``rtdebug.common.inject`` gives up on it after its answer time, cancelling the request. The injected
-code (``rtdebug.common.injectdir``'s envelope) never raises, so ``PyRun_SimpleString`` returns 0 and the
+so ``rtdebug.inject.run`` gives up on it after its answer time, cancelling the request. The injected
+code (``rtdebug.inject.exchange``'s envelope) never raises, so ``PyRun_SimpleString`` returns 0 and the
 pending call does not turn into a ``SystemError`` in the user's code. Files go into the run's private
 directory (``Box``), never into a shared ``/tmp``. gdb runs in a session of its own: the terminal's
-Ctrl-C reaches only the shell, which waits for gdb's short batch to end (``rtdebug.common.sigdefer``).
+Ctrl-C reaches only the shell, which waits for gdb's short batch to end (``rtdebug.inject.sigdefer``).
 Untested on this project's machines: their gdb 13 cannot restore registers there (``ptrace`` module).
 """
 
@@ -21,7 +21,7 @@ import subprocess
 import sys
 
 from rtdebug.common.errors import HarnessError
-from rtdebug.common.injectdir import Box
+from rtdebug.inject.exchange import Box
 
 
 def c_string(text: str) -> str:

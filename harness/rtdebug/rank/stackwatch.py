@@ -37,12 +37,14 @@ RCVBUF = 16 << 10  # what the store can push at a rank before a refused value's 
 def collective() -> dict[str, Any]:
     """``{"collective": the record or None before the first}``, or ``{}`` when this rank keeps no record
     (off, or unreadable): the requester then gives no verdict, as for a local rank without one."""
-    from rtdebug.rank import collrec  # here: a Ray worker's thread starts before the record is armed
+    from rtdebug.rank.collectives import (
+        record as collrec,  # here: a Ray worker's thread starts before the record is armed
+    )
 
     try:
         return {"collective": collrec.snapshot()} if collrec.recording() else {}
     except Exception:
-        log.swallowed("rank.dumpwatch: collective: going on")
+        log.swallowed("rank.stackwatch: collective: going on")
         return {}
 
 
@@ -100,7 +102,7 @@ class StoreWatch:
                 self._serve(self._client)
             except Exception:  # the store is not up yet, gone with the job, or sent an oversized request
                 log.swallowed(
-                    "rank.dumpwatch: the store is not up yet, gone with the job, or sent an oversized request"
+                    "rank.stackwatch: the store is not up yet, gone with the job, or sent an oversized request"
                 )
                 if self._client is not None:
                     self._client.close()
@@ -180,5 +182,5 @@ class KVWatch:
                 value = wire.answer(out, self.rank, n, nonce, dump, self.secret, **collective(), **self.where)
                 self.kv.put_raw(out, value)
             except Exception:  # the cluster is going away with the run
-                log.swallowed("rank.dumpwatch: the cluster is going away with the run")
+                log.swallowed("rank.stackwatch: the cluster is going away with the run")
                 continue

@@ -10,9 +10,9 @@ How one call goes: seize the thread (``PTRACE_SEIZE`` + ``PTRACE_INTERRUPT``: no
 its registers and extended state, point ``rip`` at the function with its argument in ``rdi`` and a return
 address of 0 pushed on a stack below the red zone, continue, and wait for the SIGSEGV at address 0 that
 the return causes: ``rax`` holds the result. Signals that arrive meanwhile are passed on. Other threads run
-throughout. A call never waits on the GIL (``rtdebug.common.inject_ptrace`` chooses only short ones), so
+throughout. A call never waits on the GIL (``rtdebug.inject.ptrace_call`` chooses only short ones), so
 a signal to the shell waits for at most one such call before the thread is put back
-(``rtdebug.common.sigdefer``). Finally the saved state is written back, including ``orig_rax``,
+(``rtdebug.inject.sigdefer``). Finally the saved state is written back, including ``orig_rax``,
 so a system call the thread was blocked in (a C++ collective's futex or poll) is restarted by the kernel as
 after any signal, and the thread is detached.
 """
