@@ -236,7 +236,10 @@ test('Run to Next Collective arms every stopped rank in its top frame, then cont
   b.calls.length = 0;
   const r2 = await b.stepping.runToNextCollective('s');
   await flush();
-  assert.deepEqual([r2.armed, r2.failed, r2.continued], [[0], [{ rank: 1, error: "No module named 'rtdebug.rank.collectives.record'" }], []]);
+  assert.deepEqual(
+    [r2.armed, r2.failed, r2.continued],
+    [[0], [{ rank: 1, error: "No module named 'rtdebug.rank.collectives.record'" }], []],
+  );
   assert.deepEqual(
     b.calls.filter((c) => c.startsWith('continue')),
     [],
