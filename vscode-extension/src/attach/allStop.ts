@@ -1,4 +1,5 @@
 import { keyOf, RankDebugStates, RankKey } from './rankDebugState';
+import { parseStopDescription } from './stopFocus';
 
 /**
  * All-stop across the attached ranks of one rtdebug session: when one rank stops (breakpoint, exception,
@@ -71,6 +72,8 @@ export class AllStop {
       }
       return;
     }
+    // --stop-on stops every rank at the same step by itself: a pause sent now would race its own suspend
+    if (parseStopDescription(description)) return;
     if (this.enabled()) this.pauseOthers(k.session, k.rank, `rank ${k.rank} stopped (${reason})`);
   }
 

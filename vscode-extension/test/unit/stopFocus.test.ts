@@ -1,5 +1,7 @@
 import * as assert from 'assert';
 import { test } from 'node:test';
+import { AllStop } from '../../src/attach/allStop';
+import { RankDebugStates } from '../../src/attach/rankDebugState';
 import { parseStopDescription, StopOnFocus } from '../../src/attach/stopFocus';
 
 /** Which rank session takes the focus when --stop-on stops every rank (harness: preserveFocusHint false only at the origin). */
@@ -41,4 +43,25 @@ test('the description read back: kind and one-line reason', () => {
   assert.equal(parseStopDescription('rtdebug --stop-on : x'), undefined);
   assert.equal(parseStopDescription(undefined), undefined);
   assert.equal(parseStopDescription('x'.repeat(600))?.reason, undefined);
+});
+
+test('all-stop pauses nobody for a --stop-on stop: every rank stops by itself (a pause would race its own suspend)', async () => {
+  const states = new RankDebugStates();
+  const calls: string[] = [];
+  const a = new AllStop(
+    states,
+    {
+      pause: async (k) => void calls.push(`pause ${k.rank}`),
+      resume: async () => {},
+      attached: (session) => [0, 1, 2].map((rank) => ({ session, rank })),
+      log: () => {},
+    },
+    () => true,
+  );
+  a.stopped({ session: 's', rank: 0 }, 'breakpoint', 1, undefined, `${D.replace('loss', 'grad')}: received`);
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual(calls, []);
+  a.stopped({ session: 's', rank: 1 }, 'breakpoint', 1, undefined, 'Paused on breakpoint');
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual(calls, ['pause 2'], 'a plain stop still all-stops the ranks still running');
 });
