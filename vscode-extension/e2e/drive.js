@@ -7,6 +7,7 @@ const wb = require('./workbench');
 const { ranksFlow } = require('./ranksFlow');
 const { stockFlow } = require('./stockFlow');
 const { collectivesFlow } = require('./collectivesFlow');
+const { stoponFlow } = require('./stoponFlow');
 
 const arg = (name) => {
   const i = process.argv.indexOf(`--${name}`);
@@ -252,6 +253,7 @@ function startJob(portBase, torchrunArgs = ['--nproc-per-node', '2'], target = s
     if (want('errors')) await errorPaths(page);
     if (want('ranks')) await ranksFlow({ page, ws, art, python, check, step, traceLines, startJob, run });
     if (want('collectives')) await collectivesFlow({ page, ws, art, python, check, step, traceLines });
+    if (want('stopon')) await stoponFlow({ page, ws, art, check, step, traceLines, startJob });
     if (want('stock'))
       await stockFlow({ page, ws, art, check, step, traceLines, startJob, plainLine, localLine, portBase: Number(arg('stock-port-base')) });
     await page.screenshot({ path: path.join(art, 'vscode-e2e-done.png') });

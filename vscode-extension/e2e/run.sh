@@ -57,6 +57,7 @@ CSARGS="--config $RUN/cs/config.yaml --user-data-dir $RUN/cs/user --extensions-d
 # the workspace: the bundled examples, and a launch.json of the user's whose comment must survive
 cp -r "$REPO/examples" "$RUN/ws/examples"
 cp "$HERE/fixtures/allstop_ddp.py" "$RUN/ws/allstop_ddp.py"
+cp "$HERE/fixtures/stopon_mesh.py" "$RUN/ws/stopon_mesh.py"
 cp "$EXT/test/fixtures/jobs/coll_loop.py" "$RUN/ws/coll_loop.py"
 cat > "$RUN/ws/.vscode/launch.json" <<'JSON'
 {

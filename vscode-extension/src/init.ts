@@ -21,6 +21,7 @@ import { readSettings } from './common/settings';
 import { RankStatusBar } from './attach/statusBar';
 import { openFrame, StacksView } from './stacks/stacksView';
 import { StopOnCommand } from './stopon/stopOnCommand';
+import { groupByItems } from './ranks/rankGroups';
 
 /** Every registration of the extension, in one place. */
 export function registerAll(context: vscode.ExtensionContext): void {
@@ -34,7 +35,7 @@ export function registerAll(context: vscode.ExtensionContext): void {
   const allStop = new AllStopController(attach, states, log);
   const commands = new AttachCommands(attach, registry);
   const provider = new RtdebugConfigurationProvider(attach);
-  const ranksView = new RanksView(registry, states, attach);
+  const ranksView = new RanksView(registry, states, attach, context.workspaceState);
   const stacksView = new StacksView();
   const rankCommands = new RankCommands(attach, registry, stacksView, allStop, log);
   const collectives = new CollectiveCommands(attach, states, allStop, registry, rankCommands, log);
@@ -42,7 +43,13 @@ export function registerAll(context: vscode.ExtensionContext): void {
   const evalDocs = new EvalDocuments();
   const evaluate = new EvaluateCommand(attach, states, evalDocs, rankCommands);
   const stopOn = new StopOnCommand(attach, states, allStop.allStop, registry, rankCommands, log);
-  const ranksTree = vscode.window.createTreeView(Views.ranks, { treeDataProvider: ranksView, showCollapseAll: false });
+  const ranksTree = vscode.window.createTreeView(Views.ranks, { treeDataProvider: ranksView, showCollapseAll: true });
+  const groupBy = async () => {
+    const pick = await vscode.window.showQuickPick(groupByItems(registry.sessions, ranksView.groupBy), {
+      title: 'rtdebug: group the ranks by mesh dimension',
+    });
+    if (pick) ranksView.groupBy = pick.value;
+  };
   const showViewMessage = () => {
     ranksTree.message = ranksViewMessage(registry.rootProblem, registry.skipped);
   };
@@ -85,6 +92,13 @@ export function registerAll(context: vscode.ExtensionContext): void {
     reg(Commands.runToCollective, (n) => collectives.runToNextCollective(n)),
     reg(Commands.attachCulprit, (n) => rankCommands.attachCulprit(n)),
     reg(Commands.stopAllRanksWhen, (a) => stopOn.run(a)),
+    reg(Commands.attachToRanks, (a) => commands.attachToRanks(a)),
+    reg(Commands.groupRanksBy, groupBy),
+    reg(Commands.attachRankGroup, (n) =>
+      n?.kind === 'group'
+        ? commands.attachToAllRanks({ session: n.session.entry.session_id, ranks: n.group.ranks.map((r: { rank: number }) => r.rank) })
+        : undefined,
+    ),
     vscode.debug.registerDebugAdapterTrackerFactory('*', new RankTrackerFactory(attach, states, allStop.allStop, (l) => log.appendLine(l))),
     vscode.debug.registerDebugConfigurationProvider(DEBUG_TYPE, provider),
     vscode.debug.registerDebugConfigurationProvider(DEBUG_TYPE, provider, vscode.DebugConfigurationProviderTriggerKind.Dynamic),

@@ -2,7 +2,8 @@
 // RTDEBUG_E2E_BREAKPOINTS ("file:line;file:line"); a debug adapter tracker on every session appends what it
 // saw to the JSON-lines file RTDEBUG_E2E_TRACE: session starts/ends and, for each stop, the top frame and
 // the value of the expression RTDEBUG_E2E_EVAL (JSON: script basename -> expression) gives for that file.
-// Evaluate documents (rtdebug-eval:) are recorded as they open; `continued` events are recorded too.
+// Evaluate documents (rtdebug-eval:) are recorded as they open; `continued` events are recorded too, and which
+// session has the focus (active debug session, active stack item) whenever that changes.
 // "Stop rtdebug Parent Sessions" does what the Stop button on a parent session does (vscode.debug.stopDebugging).
 const vscode = require('vscode');
 const fs = require('fs');
@@ -46,6 +47,9 @@ exports.activate = (context) => {
       sessionsSeen.delete(s.id);
       record({ kind: 'session-end', ...describe(s) });
     }),
+    // which session has the focus (the --stop-on flow: the origin rank's)
+    vscode.debug.onDidChangeActiveDebugSession((s) => record({ kind: 'active-session', ...(s ? describe(s) : { id: null }) })),
+    vscode.debug.onDidChangeActiveStackItem((i) => record({ kind: 'active-stack-item', ...(i ? describe(i.session) : { id: null }) })),
     vscode.debug.registerDebugAdapterTrackerFactory('*', {
       createDebugAdapterTracker: (session) => ({
         onDidSendMessage: async (m) => {
@@ -58,7 +62,16 @@ exports.activate = (context) => {
             const top = st.stackFrames[0];
             const source = top.source && (top.source.path || top.source.name);
             const ev = await session.customRequest('evaluate', { expression: exprFor(source), frameId: top.id, context: 'repl' });
-            record({ kind: 'stopped', ...describe(session), reason: m.body.reason, line: top.line, source, eval: ev.result });
+            record({
+              kind: 'stopped',
+              ...describe(session),
+              reason: m.body.reason,
+              description: m.body.description,
+              preserveFocusHint: m.body.preserveFocusHint,
+              line: top.line,
+              source,
+              eval: ev.result,
+            });
           } catch (e) {
             record({ kind: 'stopped-error', ...describe(session), error: String(e && e.message) });
           }

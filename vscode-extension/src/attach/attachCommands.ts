@@ -4,8 +4,10 @@ import { parseAttachUri } from './attachUri';
 import { implicitSession, rankPickItems, sessionPickItems } from './quickPickItems';
 import { AttachDeclinedError } from './remoteAttach';
 import { AttachService } from './attachService';
+import { chooseRanks, selectorPreview, selectorPrompt } from './rankSelector';
 import { RegistryWatcher } from '../registry/registryWatcher';
 import { ensureTrusted } from '../common/workspaceTrust';
+import { ranksWord } from '../common/rankList';
 
 /**
  * "Attach to Rank…", "Attach to All Ranks" and the vscode://rtdebug.rtdebug-vscode/attach URI. Attaching
@@ -63,12 +65,56 @@ export class AttachCommands {
       const ok = await vscode.debug.startDebugging(folder, {
         type: DEBUG_TYPE,
         request: 'attach',
-        name: `${ENTRY_PREFIX}all ranks (${session})`,
+        name: `${ENTRY_PREFIX}${args?.ranks ? `${ranksWord(args.ranks)}` : 'all ranks'} (${session})`,
         session,
         ranks: args?.ranks,
       });
       if (!ok) throw new Error('VS Code did not start the debug session');
     });
+  }
+
+  /**
+   * "Attach to Ranks…": the ranks a selector chooses — rank numbers (`0,2-3`) or mesh coordinates (`tp=0`,
+   * `dp=0,tp=*`) — attached under one parent session, as Attach to All Ranks does. args (keybindings,
+   * tests): { session?, selector? }. A bad selector is the CLI's one line, in the input box while typing.
+   */
+  async attachToRanks(args?: { session?: string; selector?: string }): Promise<number[] | undefined> {
+    if (!ensureTrusted(Gated.attach)) return undefined;
+    const sessions = this.registry.refresh();
+    let id = args?.session ?? implicitSession(sessions)?.entry.session_id;
+    if (!id) {
+      if (!sessions.length)
+        return void vscode.window.showWarningMessage(
+          `rtdebug: no live rtdebug session in ${this.registry.dir}. Start a job with \`rtdebug torchrun …\` first.`,
+        );
+      id = (await vscode.window.showQuickPick(sessionPickItems(sessions), { title: 'rtdebug: attach to ranks of…' }))?.label;
+      if (!id) return undefined;
+    }
+    const current = () => this.registry.sessions.find((s) => s.entry.session_id === id);
+    const s = current();
+    if (!s) return void vscode.window.showErrorMessage(`rtdebug: no live rtdebug session "${id}"`);
+    const text =
+      args?.selector ??
+      (await vscode.window.showInputBox({
+        title: `rtdebug: attach to ranks of ${id}`,
+        prompt: selectorPrompt(s),
+        placeHolder: '0,2-3 or tp=0 or dp=0,tp=*',
+        ignoreFocusOut: true,
+        validateInput: (v) => {
+          if (!v.trim()) return undefined;
+          const p = selectorPreview(v, current() ?? s);
+          return { message: p.message, severity: p.ok ? vscode.InputBoxValidationSeverity.Info : vscode.InputBoxValidationSeverity.Error };
+        },
+      }));
+    if (!text?.trim()) return undefined;
+    let ranks: number[];
+    try {
+      ranks = chooseRanks(text, current() ?? s);
+    } catch (e) {
+      return void vscode.window.showErrorMessage(`rtdebug: ${(e as Error).message}`);
+    }
+    await this.attachToAllRanks({ session: id, ranks });
+    return ranks;
   }
 
   async handleUri(uri: vscode.Uri): Promise<void> {

@@ -28,6 +28,9 @@ export const Commands = {
   runToCollective: 'rtdebug.runAllRanksToNextCollective',
   attachCulprit: 'rtdebug.stacks.attachCulprit',
   stopAllRanksWhen: 'rtdebug.stopAllRanksWhen',
+  attachToRanks: 'rtdebug.attachToRanks',
+  groupRanksBy: 'rtdebug.ranks.groupBy',
+  attachRankGroup: 'rtdebug.ranks.attachGroup',
 } as const;
 
 /** Views contributed to the Run and Debug container (package.json `views.debug`). */

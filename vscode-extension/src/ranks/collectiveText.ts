@@ -1,5 +1,6 @@
 import { formatDuration } from '../common/duration';
 import { basename } from '../common/fileName';
+import { ranksWord } from '../common/rankList';
 import { Collective, isBlocked, waited } from '../registry/collectiveRecord';
 
 /**
@@ -26,18 +27,27 @@ export interface RankCollective {
   collective?: Collective | null;
 }
 
+/** Beyond this many ranks, the peers' positions are listed grouped (ranks with the same text on one line). */
+export const PEERS_LISTED = 32;
+
 /** The tooltip lines of every rank's position, this rank marked: what a blocked rank waits for. */
 export function peersTooltip(ranks: RankCollective[], self: number, nowMs: number): string[] {
   if (!ranks.some((r) => r.collective)) return [];
+  const text = (c: Collective | null | undefined) =>
+    c
+      ? `${c.op} #${c.seq} ${c.state}${where(c)}${c.state === 'entered' && c.since ? ` ${formatDuration(waited(c, nowMs)!)} ago` : ''}${c.pg && c.pg !== 'default' && c.pg !== '0' ? ` [group ${c.pg}]` : ''}`
+      : 'none yet';
+  if (ranks.length <= PEERS_LISTED)
+    return [
+      'collectives (rtdebug ps):',
+      ...ranks.map((r) => `  rank ${r.rank}: ${text(r.collective)}${r.rank === self ? '  ← this rank' : ''}`),
+    ];
+  // a 1024-rank job: one line per distinct position, not per rank
+  const byText = new Map<string, number[]>();
+  for (const r of ranks) byText.set(text(r.collective), [...(byText.get(text(r.collective)) ?? []), r.rank]);
   return [
     'collectives (rtdebug ps):',
-    ...ranks.map((r) => {
-      const c = r.collective;
-      const text = c
-        ? `${c.op} #${c.seq} ${c.state}${where(c)}${c.state === 'entered' && c.since ? ` ${formatDuration(waited(c, nowMs)!)} ago` : ''}${c.pg && c.pg !== 'default' && c.pg !== '0' ? ` [group ${c.pg}]` : ''}`
-        : 'none yet';
-      return `  rank ${r.rank}: ${text}${r.rank === self ? '  ← this rank' : ''}`;
-    }),
+    ...[...byText].map(([t, rs]) => `  ${ranksWord(rs)}: ${t}${rs.includes(self) ? '  ← this rank' : ''}`),
   ];
 }
 
@@ -45,6 +55,8 @@ export function peersTooltip(ranks: RankCollective[], self: number, nowMs: numbe
  * One line for the session row: `all at ALLREDUCE #12` when every rank that reports a position is at the same
  * op and sequence number (per process group), else `collectives differ: rank 0 ALLREDUCE #12 · rank 1 BARRIER #3`.
  */
+const SUMMARY_POSITIONS = 4;
+
 export function collectiveSummary(ranks: RankCollective[]): { text: string; differ: boolean } | undefined {
   const known = ranks.filter((r): r is { rank: number; collective: Collective } => !!r.collective);
   if (known.length < 2) return undefined;
@@ -56,5 +68,10 @@ export function collectiveSummary(ranks: RankCollective[]): { text: string; diff
   }
   const differ = [...byPg.values()].some((s) => s.size > 1) || byPg.size > 1;
   if (!differ) return { text: `all at ${keyOf(known[0].collective)}`, differ: false };
-  return { text: `collectives differ: ${known.map((r) => `rank ${r.rank} ${keyOf(r.collective)}`).join(' · ')}`, differ: true };
+  // ranks at the same position named together, the first few positions only: a row stays one short line
+  const byKey = new Map<string, number[]>();
+  for (const r of known) byKey.set(keyOf(r.collective), [...(byKey.get(keyOf(r.collective)) ?? []), r.rank]);
+  const parts = [...byKey].map(([k, rs]) => `${ranksWord(rs)} ${k}`);
+  const more = parts.length > SUMMARY_POSITIONS ? ` · +${parts.length - SUMMARY_POSITIONS} more` : '';
+  return { text: `collectives differ: ${parts.slice(0, SUMMARY_POSITIONS).join(' · ')}${more}`, differ: true };
 }

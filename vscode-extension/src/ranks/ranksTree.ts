@@ -5,6 +5,7 @@ import { isBlocked } from '../registry/collectiveRecord';
 import { RankDebugInfo } from '../attach/rankDebugState';
 import { timeoutText, TimeoutText } from './pgTimeout';
 import { isUnverified, RankEntry, Session } from '../registry/registryModel';
+import { coordLabel } from '../registry/meshes';
 import { stopText } from '../registry/stopEntry';
 import { parseStopDescription } from '../attach/stopFocus';
 
@@ -158,6 +159,7 @@ export function rankRow(s: Session, r: RankEntry, dbg: RankDebugInfo | undefined
   const [icon, color] = ICONS[isBlocked(r.collective, nowMs) && v.state !== 'stopped' ? 'blocked' : v.state];
   const coll = collectiveText(r.collective, nowMs, dbg?.state === 'stopped');
   const collDesc = coll ? ` · ${coll}` : '';
+  const coords = coordLabel(r);
   const ours = dbg ? '.attached' : '';
   const refused = r.refused_count ? ` · ${r.refused_count} refused` : '';
   const node = r.hostname || r.node_ip ? ` · on ${r.hostname || r.node_ip}` : '';
@@ -165,20 +167,21 @@ export function rankRow(s: Session, r: RankEntry, dbg: RankDebugInfo | undefined
   return {
     id: `rank:${s.entry.session_id}/${r.rank}`,
     label: `rank ${r.rank}`,
-    description: `${unverified ? 'unverified · ' : ''}${v.text}${collDesc} · local ${r.local_rank} · ${r.host}:${r.port} · pid ${r.pid}${node}${refused}`,
+    description: `${unverified ? 'unverified · ' : ''}${v.text}${collDesc}${coords ? ` · ${coords}` : ''} · local ${r.local_rank} · ${r.host}:${r.port} · pid ${r.pid}${node}${refused}`,
     tooltip: withTooltip ? rankTooltip(s, r, dbg, nowMs) : '',
     contextValue: `rtdebugRank.${v.state}${ours}`,
     icon,
     color,
-    accessibilityLabel: `rank ${r.rank}${unverified ? ', unverified' : ''}, ${v.text}${coll ? `, ${coll}` : ''}, local rank ${r.local_rank}, endpoint ${r.host} port ${r.port}, process ${r.pid}`,
+    accessibilityLabel: `rank ${r.rank}${unverified ? ', unverified' : ''}, ${v.text}${coll ? `, ${coll}` : ''}, local rank ${r.local_rank}, endpoint ${r.host} port ${r.port}, process ${r.pid}${coords ? `, coordinates ${coords.replace(/,/g, '')}` : ''}`,
   };
 }
 
 export function rankTooltip(s: Session, r: RankEntry, dbg: RankDebugInfo | undefined, nowMs = Date.now()): string {
   const v = rankViewState(r, dbg);
   const node = r.hostname || r.node_ip;
+  const coords = coordLabel(r);
   return [
-    `rank ${r.rank} of ${r.world_size} (local rank ${r.local_rank}, node ${r.node_rank})`,
+    `rank ${r.rank} of ${r.world_size} (local rank ${r.local_rank}, node ${r.node_rank})${coords ? `, mesh coordinates ${coords}` : ''}`,
     ...(rankUnverified(s, r) ? [UNVERIFIED_NOTE] : []),
     `state: ${v.text}`,
     ...(r.stop

@@ -5,6 +5,7 @@
  */
 // 'orphaned': the launcher is gone but the process lives on (written by newer harnesses, or inferred here).
 import { Collective } from './collectiveRecord';
+import { Mesh, parseMeshes } from './meshes';
 import { parseStop, StopEntry } from './stopEntry';
 
 export type RankState = 'starting' | 'ready' | 'attached' | 'exited' | 'failed' | 'orphaned';
@@ -74,6 +75,8 @@ export interface RankEntry {
   collective?: Collective | null;
   /** Set while --stop-on holds the rank stopped (issue 30), checked by parseStop; null otherwise. */
   stop?: StopEntry | null;
+  /** The DeviceMeshes the rank made (issue 31), checked by parseMeshes: only well-formed ones. */
+  meshes?: Mesh[];
 }
 
 /** An entry a remote listing could not verify (this machine's files are always trusted: the root is the owner's alone). */
@@ -141,7 +144,7 @@ export function parseRankEntry(text: string, where = 'rank.json'): RankEntry {
   const obj = parseObject(text, where);
   check(obj, 'rank', RANK_FIELDS, where);
   // the fields the views show are replaced by their checked forms (an entry may be forged)
-  return { ...obj, stop: parseStop(obj.stop) } as unknown as RankEntry;
+  return { ...obj, stop: parseStop(obj.stop), meshes: parseMeshes(obj.meshes) } as unknown as RankEntry;
 }
 
 /** A rank a client can attach to now ("attached" stays attachable: debugpy accepts a new client after a detach). */

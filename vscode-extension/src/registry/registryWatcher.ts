@@ -70,7 +70,7 @@ export class RegistryWatcher implements vscode.Disposable {
         s.entry.verified,
         s.entry.pg_timeout_s,
         s.entry.pg_timeout_source,
-        s.ranks.map((r) => [r.rank, r.pid, r.state, r.attach_count, r.refused_count, r.verified, r.collective, r.stop]),
+        s.ranks.map((r) => [r.rank, r.pid, r.state, r.attach_count, r.refused_count, r.verified, r.collective, r.stop, r.meshes]),
       ]),
     ]);
     if (sig !== this.last) {
