@@ -28,9 +28,12 @@ export class StacksView implements vscode.TreeDataProvider<StacksNode>, vscode.D
   private changed = new vscode.EventEmitter<void>();
   readonly onDidChangeTreeData = this.changed.event;
   private report: StacksReport | undefined;
+  /** Bumped per report: the history nodes' ids carry it (see historyTreeItem). */
+  private seq = 0;
 
   show(report: StacksReport): void {
     this.report = report;
+    this.seq++;
     void vscode.commands.executeCommand('setContext', ContextKeys.hasStacks, true);
     this.changed.fire();
   }
@@ -94,7 +97,13 @@ export class StacksView implements vscode.TreeDataProvider<StacksNode>, vscode.D
           new vscode.ThemeIcon('warning'),
         );
       case 'history':
-        return historyTreeItem(historyItem(this.report!.history!), vscode.TreeItemCollapsibleState.Expanded, 'history');
+        return historyTreeItem(
+          historyItem(this.report!.history!),
+          vscode.TreeItemCollapsibleState.Expanded,
+          'history',
+          undefined,
+          `${this.seq}`,
+        );
       case 'historyGroup': {
         const r = historyGroupItem(node.group);
         // the group where the ranks part opens by itself; the others stay folded
@@ -102,6 +111,8 @@ export class StacksView implements vscode.TreeDataProvider<StacksNode>, vscode.D
           r,
           r.mark ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.Collapsed,
           r.mark ? 'git-compare' : 'list-ordered',
+          undefined,
+          `${this.seq}/${r.label}`,
         );
       }
       case 'historyRow': {
@@ -161,8 +172,20 @@ function leaf(label: string, tooltip: string, spoken: string, icon: vscode.Theme
   return item;
 }
 
-function historyTreeItem(r: HistoryItem, state: vscode.TreeItemCollapsibleState, icon: string, color?: vscode.ThemeColor): vscode.TreeItem {
+/**
+ * `report`: an id of this report's own for the history node and its groups. Without one VS Code names a
+ * row by its label and place, so a group of an earlier report (folded, no divergence there) kept this
+ * report's same-named group folded, its first divergence out of sight (seen in the e2e).
+ */
+function historyTreeItem(
+  r: HistoryItem,
+  state: vscode.TreeItemCollapsibleState,
+  icon: string,
+  color?: vscode.ThemeColor,
+  report?: string,
+): vscode.TreeItem {
   const item = new vscode.TreeItem(r.label, state);
+  if (report !== undefined) item.id = `rtdebug-history:${report}`;
   item.description = r.description;
   item.tooltip = r.tooltip;
   item.iconPath = new vscode.ThemeIcon(icon, color);
