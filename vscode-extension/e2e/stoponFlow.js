@@ -20,7 +20,14 @@ async function stoponFlow(ctx) {
       .getAttribute('aria-label')
       .catch(() => '')) || '';
   const quick = () => page.locator('.quick-input-widget');
-  const job = startJob(28000 + (process.pid % 500) * 4, ['--nproc-per-node', '2'], script, 'none');
+  const base = 28000 + (process.pid % 500) * 4;
+  // this job's rank rows (an earlier flow's session may still be listed for a second)
+  const rankRow = (r) => page.locator(`.pane-body .monaco-list-row[aria-label^="rank ${r},"][aria-label*="port ${base + r},"]`).first();
+  const rankLabel = async (r) =>
+    (await rankRow(r)
+      .getAttribute('aria-label', { timeout: 1000 })
+      .catch(() => '')) || '';
+  const job = startJob(base, ['--nproc-per-node', '2'], script, 'none');
   const mark = traceLines().length;
   try {
     await wb.waitFor('the stopon job ready', () => job.out.some((l) => l.startsWith('rtdebug: all 2 local ranks ready')), 180000);
@@ -32,7 +39,7 @@ async function stoponFlow(ctx) {
       async () => /^dp=0, 1 rank, 1 ready/.test(await label('dp=0,')) && /^dp=1, 1 rank, 1 ready/.test(await label('dp=1,')),
       60000,
     );
-    check(!(await wb.viewRow(page, 'rank 1,').isVisible()), `the ranks are grouped by dp, groups collapsed ("${await label('dp=1,')}")`);
+    check(!(await rankRow(1).isVisible()), `the ranks are grouped by dp, groups collapsed ("${await label('dp=1,')}")`);
     await page.screenshot({ path: path.join(art, 'vscode-e2e-ranks-grouped-by-dp.png') });
 
     await wb.runCommand(page, 'rtdebug: Attach to Ranks');
@@ -129,8 +136,8 @@ async function stoponFlow(ctx) {
 
     await wb.waitFor('group dp=1 says stopped', async () => /^dp=1, 1 rank, 1 stopped/.test(await label('dp=1,')), 30000);
     await wb.viewRow(page, 'dp=1,').click();
-    await wb.waitFor('rank 1 row', async () => /^rank 1, stopped \(nonfinite: .*\(origin\)\)/.test(await label('rank 1,')), 30000);
-    step(`ok: the Ranks view says "${(await label('rank 1,')).split(', local rank')[0]}"`);
+    await wb.waitFor('rank 1 row', async () => /^rank 1, stopped \(nonfinite: .*\(origin\)\)/.test(await rankLabel(1)), 30000);
+    step(`ok: the Ranks view says "${(await rankLabel(1)).split(', local rank')[0]}"`);
     await page.screenshot({ path: path.join(art, 'vscode-e2e-stop-on-origin.png') });
   } catch (e) {
     console.error('--- stopon job output (tail)\n' + job.out.slice(-25).join('\n'));
