@@ -122,6 +122,12 @@ export class AllStop {
     return true;
   }
 
+  /** Whether the rank is paused (or being paused) only for an evaluate. */
+  isBrief(k: RankKey): boolean {
+    const b = this.brief.get(keyOf(k));
+    return b === 'waiting' || b === 'abandoned';
+  }
+
   /** Done with a brief pause: continue the rank, unless an all-stop came meanwhile (then it stays stopped). */
   async resumeBrief(k: RankKey): Promise<void> {
     const b = this.brief.get(keyOf(k));

@@ -67,3 +67,20 @@ export function answersMessage(answers: RankAnswer[], notAttached: number[] = []
     ok: ok.sort((a, b) => a - b),
   };
 }
+
+/**
+ * Some ranks took the conditions and some did not: an armed rank joins one vote per step, so the armed ones
+ * would wait there for the others for good. Every rank takes them, or none: those are turned off again.
+ */
+export const mustTurnOff = (spec: string, msg: AnswersMessage, ranks: number): boolean =>
+  !!spec && msg.ok.length > 0 && msg.ok.length < ranks;
+
+/** The message once the ranks that took it were turned off again (`error`: that failed too). */
+export function turnedOff(msg: AnswersMessage, error?: string): AnswersMessage {
+  const who = `${msg.ok.length === 1 ? 'rank' : 'ranks'} ${compressRanks(msg.ok)}`;
+  return {
+    text: `${msg.text}; ${error === undefined ? `turned off again in ${who} (every rank takes it, or none)` : `could not turn it off again in ${who} (${error}): they may wait for the others at the next step`}`,
+    level: 'error',
+    ok: [],
+  };
+}

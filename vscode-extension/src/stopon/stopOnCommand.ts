@@ -2,11 +2,12 @@ import * as vscode from 'vscode';
 import { AllStop } from '../attach/allStop';
 import { AttachService } from '../attach/attachService';
 import { RankDebugStates } from '../attach/rankDebugState';
-import { evaluateInRank } from '../attach/rankEvaluate';
+import { evaluateInAll } from '../attach/rankEvaluate';
+import { ranksWord } from '../common/rankList';
 import { RankCommands } from '../ranks/rankCommands';
 import { RanksNode } from '../ranks/ranksView';
 import { RegistryWatcher } from '../registry/registryWatcher';
-import { AnswersMessage, answersMessage } from './stopOnAnswers';
+import { AnswersMessage, answersMessage, mustTurnOff, turnedOff } from './stopOnAnswers';
 import { configureExpression, parseStopOn, stopOnProblem, stopOnText } from './stopOnSpec';
 
 interface CondItem extends vscode.QuickPickItem {
@@ -30,11 +31,14 @@ const CONDITIONS: CondItem[] = [
 ];
 
 /**
- * "Stop All Ranks When…" (issue 30): `--stop-on` conditions set on a running job, on every rank attached in
- * this window, through its debug session: each rank evaluates the harness's `arm.configure('<spec>')`
- * (paused for it if it runs, and continued after: attach/rankEvaluate.ts) and answers one line; the
- * answers are shown as one message (stopOnAnswers.ts). The spec is checked first with the CLI's grammar
- * and words (stopOnSpec.ts). args (keybindings, tests): a Ranks view node, or { session?, spec? }.
+ * "Stop All Ranks When…" (issue 30): `--stop-on` conditions set on a running job, in every rank, through
+ * its debug session: each evaluates the harness's `arm.configure('<spec>')` and answers one line; the
+ * answers are shown as one message (stopOnAnswers.ts). Every rank, and all at one moment
+ * (attach/rankEvaluate.ts evaluateInAll: the running ones paused together, then continued together): an
+ * armed rank joins one vote per step, so ranks armed at different steps, or some not at all, would wait in
+ * different collectives for good; for the same reason a rank that does not take it is turned off again in
+ * the others. The spec is checked first with the CLI's grammar and words (stopOnSpec.ts). args
+ * (keybindings, tests): a Ranks view node, or { session?, spec? }.
  */
 export class StopOnCommand {
   constructor(
@@ -52,8 +56,14 @@ export class StopOnCommand {
     const session = node?.session.entry.session_id ?? opts.session ?? (await this.ranks.pickSession('set --stop-on in', true));
     if (!session) return undefined;
     const keys = this.attach.attachedRanks(session).sort((a, b) => a.rank - b.rank);
-    if (!keys.length) {
-      void vscode.window.showWarningMessage(`rtdebug: no rank of ${session} is attached in this window; Attach to All Ranks first.`);
+    const attached = new Set(keys.map((k) => k.rank));
+    const missing = (this.registry.sessions.find((s) => s.entry.session_id === session)?.ranks ?? [])
+      .map((r) => r.rank)
+      .filter((r) => !attached.has(r));
+    if (!keys.length || missing.length) {
+      void vscode.window.showWarningMessage(
+        `rtdebug: --stop-on is set in every rank of a job at once (each armed rank joins one vote per step), and ${keys.length ? `${ranksWord(missing)} of ${session} ${missing.length === 1 ? 'is' : 'are'}` : `no rank of ${session} is`} not attached in this window; Attach to All Ranks first.`,
+      );
       return undefined;
     }
     const spec = opts.spec ?? (await this.ask());
@@ -74,19 +84,25 @@ export class StopOnCommand {
       if (!s) throw new Error('its debug session ended');
       return Promise.resolve(s.customRequest(command, args));
     };
-    const answers = await Promise.all(
-      keys.map(async (k) => {
-        const r = await evaluateInRank(this.states, this.allStop, { request }, k, expression);
-        this.log.appendLine(`rtdebug: rank ${k.rank}: ${r.value ?? `not set (${r.error})`}${r.paused ? ' (paused for it)' : ''}`);
-        return { rank: k.rank, result: r.value, error: r.error };
-      }),
-    );
-    const attached = new Set(keys.map((k) => k.rank));
-    const all = this.registry.sessions.find((s) => s.entry.session_id === session)?.ranks ?? [];
-    const msg = answersMessage(
-      answers,
-      all.map((r) => r.rank).filter((r) => !attached.has(r)),
-    );
+    const all = await evaluateInAll(this.states, this.allStop, { request }, keys, expression);
+    if (!all.ok) {
+      this.log.appendLine(`rtdebug: Stop All Ranks When: nothing was set: ${all.error}`);
+      void vscode.window.showErrorMessage(`rtdebug: --stop-on was not set (no rank changed): ${all.error}`);
+      return { text: all.error, level: 'error', ok: [] };
+    }
+    const answers = keys.map((k) => ({ rank: k.rank, result: all.results.get(k.rank)?.value, error: all.results.get(k.rank)?.error }));
+    for (const a of answers) this.log.appendLine(`rtdebug: rank ${a.rank}: ${a.result ?? `not set (${a.error})`}`);
+    let msg = answersMessage(answers);
+    if (mustTurnOff(canonical, msg, keys.length)) {
+      const off = await evaluateInAll(
+        this.states,
+        this.allStop,
+        { request },
+        keys.filter((k) => msg.ok.includes(k.rank)),
+        configureExpression(''),
+      );
+      msg = turnedOff(msg, off.ok ? undefined : off.error);
+    }
     if (msg.level === 'info') void vscode.window.showInformationMessage(msg.text);
     else if (msg.level === 'warning') void vscode.window.showWarningMessage(msg.text);
     else void vscode.window.showErrorMessage(msg.text);

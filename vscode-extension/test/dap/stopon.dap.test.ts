@@ -2,7 +2,7 @@ import * as assert from 'assert';
 import * as fs from 'fs';
 import * as path from 'path';
 import { test } from 'node:test';
-import { evaluateInRank } from '../../src/attach/rankEvaluate';
+import { evaluateInAll } from '../../src/attach/rankEvaluate';
 import { StopOnFocus } from '../../src/attach/stopFocus';
 import { rankViewState } from '../../src/ranks/ranksTree';
 import { answersMessage } from '../../src/stopon/stopOnAnswers';
@@ -13,8 +13,8 @@ import { RankJob } from './rankJob';
 
 /**
  * "Stop All Ranks When…" (issue 30) against real debugpy ranks of a real 2-rank gloo DDP job: `nonfinite`
- * is set on both RUNNING ranks through DAP (each paused, evaluated in its top frame, continued, as the
- * command does), both answer; then rank 1's loss goes NaN and --stop-on stops both ranks, rank 1 as the
+ * is set on both RUNNING ranks through DAP (paused together, evaluated in their top frames once both
+ * stopped, continued together, as the command does), both answer; then rank 1's loss goes NaN and --stop-on stops both ranks, rank 1 as the
  * origin (its stopped event has preserveFocusHint false and the description the view shows), which is the
  * session the extension focuses; `ps --json` carries each rank's `stop`; turned off, the job runs to its end.
  */
@@ -35,16 +35,12 @@ test('--stop-on set on running ranks through DAP; the origin rank is the one foc
     const request = async (k: { session: string; rank: number }, command: string, args: Record<string, unknown>) =>
       (await job.dc(k).send(command, args)).body;
     const t0 = Date.now();
-    const answers = await Promise.all(
-      [0, 1].map(async (rank) => {
-        const r = await evaluateInRank(job.states, job.allStop, { request }, job.k(rank), configureExpression('nonfinite'));
-        assert.equal(r.paused, true, `rank ${rank} was running, so it was paused for it: ${JSON.stringify(r)}`);
-        return { rank, result: r.value, error: r.error };
-      }),
-    );
+    const on = await evaluateInAll(job.states, job.allStop, { request }, [job.k(0), job.k(1)], configureExpression('nonfinite'));
+    assert.ok(on.ok, JSON.stringify(on));
+    const answers = [0, 1].map((rank) => ({ rank, result: on.results.get(rank)?.value, error: on.results.get(rank)?.error }));
     const msg = answersMessage(answers);
     assert.deepEqual([msg.text, msg.level], ['rtdebug: ranks 0-1 stop on nonfinite', 'info'], job.log.slice(-20).join('\n'));
-    console.error(`[dap-stopon] set on 2 running ranks in ${Date.now() - t0} ms`);
+    console.error(`[dap-stopon] set on 2 running ranks in ${Date.now() - t0} ms (${job.stopCount(0) - 1} pause(s) of rank 0)`);
     for (const r of [0, 1]) assert.equal(job.states.get(job.k(r))?.state, 'running', `rank ${r} was continued`);
 
     fs.writeFileSync(nanFile, '');
@@ -69,12 +65,9 @@ test('--stop-on set on running ranks through DAP; the origin rank is the one foc
     assert.match(rankViewState(ps.ranks[1], undefined).text, /^stopped \(nonfinite: .*\(origin\)\)/);
 
     // off again (the ranks are stopped: evaluated where they are), then the job runs to its end
-    const off = await Promise.all(
-      [0, 1].map(async (rank) => ({
-        rank,
-        result: (await evaluateInRank(job.states, job.allStop, { request }, job.k(rank), configureExpression(''))).value,
-      })),
-    );
+    const offAll = await evaluateInAll(job.states, job.allStop, { request }, [job.k(0), job.k(1)], configureExpression(''));
+    assert.ok(offAll.ok, JSON.stringify(offAll));
+    const off = [0, 1].map((rank) => ({ rank, result: offAll.results.get(rank)?.value }));
     assert.equal(answersMessage(off).text, 'rtdebug: ranks 0-1: --stop-on is off');
     job.allStop.continueAll(job.sessionId);
     assert.equal(await withTimeout(job.ended, 180000, 'timeout'), 'job exited with code 0', job.log.slice(-15).join('\n'));

@@ -1,7 +1,7 @@
 import * as assert from 'assert';
 import { test } from 'node:test';
 import { fromPyRepr, pyAscii, pyPrintable, pyRepr } from '../../src/common/pyText';
-import { answersMessage } from '../../src/stopon/stopOnAnswers';
+import { answersMessage, mustTurnOff, turnedOff } from '../../src/stopon/stopOnAnswers';
 import { configureExpression, FORMS, parseStopOn, stopOnProblem, stopOnText } from '../../src/stopon/stopOnSpec';
 
 /** "Stop All Ranks When…": the --stop-on grammar and words of harness/rtdebug/common/stopon.py, and the answers message. */
@@ -88,4 +88,24 @@ test('answers: ranks that said the same are one phrase; what went wrong comes fi
   // 1024 ranks that agree: one short line
   const many = answersMessage(Array.from({ length: 1024 }, (_, r) => ok(r)));
   assert.equal(many.text, 'rtdebug: ranks 0-1023 stop on nonfinite');
+});
+
+test('every rank takes it, or none: the ranks that did are turned off again, and the message says so', () => {
+  const msg = answersMessage([
+    { rank: 0, result: "'rtdebug: rank 0 stops on nonfinite'" },
+    { rank: 1, error: "AttributeError: 'DistributedDataParallel' object has no attribute 'module'" },
+    { rank: 2, result: "'rtdebug: rank 2 stops on nonfinite'" },
+  ]);
+  assert.equal(mustTurnOff('nonfinite', msg, 3), true);
+  assert.equal(mustTurnOff('', msg, 3), false, 'turning off in some ranks is not undone');
+  assert.equal(mustTurnOff('nonfinite', answersMessage([{ rank: 0, error: 'x' }]), 1), false, 'none took it: nothing to undo');
+  assert.deepEqual(turnedOff(msg), {
+    text: "rtdebug: rank 1: not set (AttributeError: 'DistributedDataParallel' object has no attribute 'module'); ranks 0,2 stop on nonfinite; turned off again in ranks 0,2 (every rank takes it, or none)",
+    level: 'error',
+    ok: [],
+  });
+  assert.match(
+    turnedOff(msg, 'rank 2 did not stop').text,
+    /; could not turn it off again in ranks 0,2 \(rank 2 did not stop\): they may wait for the others at the next step$/,
+  );
 });
