@@ -17,19 +17,7 @@ const isIn = (s: vscode.DebugSession) => vscode.debug.activeStackItem?.session.i
  * (the picker matches names fuzzily: "rank 1 (S)" would also match "rank 10 (S)").
  */
 export async function focusRankSession(s: vscode.DebugSession, log: (line: string) => void): Promise<void> {
-  if (!isIn(s)) {
-    await new Promise<void>((resolve) => {
-      const timer = setTimeout(done, NATIVE_FOCUS_MS);
-      const sub = vscode.debug.onDidChangeActiveStackItem(() => {
-        if (isIn(s)) done();
-      });
-      function done() {
-        clearTimeout(timer);
-        sub.dispose();
-        resolve();
-      }
-    });
-  }
+  await focusIn(s, NATIVE_FOCUS_MS);
   if (isIn(s)) return;
   const name = s.name;
   const unique = `${name} \u2990${Math.random().toString(36).slice(2, 8)}`;
@@ -42,5 +30,22 @@ export async function focusRankSession(s: vscode.DebugSession, log: (line: strin
   } finally {
     s.name = name;
   }
-  log(`rtdebug: --stop-on: focused ${name} (where it began)`);
+  await focusIn(s, NATIVE_FOCUS_MS);
+  log(isIn(s) ? `rtdebug: --stop-on: focused ${name} (where it began)` : `rtdebug: --stop-on: could not focus ${name} (where it began)`);
+}
+
+/** Resolves once the session's frame has the focus, or after `ms`. */
+function focusIn(s: vscode.DebugSession, ms: number): Promise<void> {
+  if (isIn(s)) return Promise.resolve();
+  return new Promise<void>((resolve) => {
+    const timer = setTimeout(done, ms);
+    const sub = vscode.debug.onDidChangeActiveStackItem(() => {
+      if (isIn(s)) done();
+    });
+    function done() {
+      clearTimeout(timer);
+      sub.dispose();
+      resolve();
+    }
+  });
 }
