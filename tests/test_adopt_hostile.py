@@ -355,7 +355,7 @@ def test_code_that_had_started_when_the_shell_gave_up_undoes_itself(gil_rank, tm
 
 
 def test_boxes_of_shells_that_are_gone_are_swept_once_old(tmp_path):
-    from rtdebug.common import injectdir
+    from rtdebug.inject import exchange as injectdir
 
     gone = subprocess.Popen([PY, "-c", "pass"])
     gone.wait()

@@ -80,7 +80,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp(tmp_path, monkeypatch):
 
 
 def test_no_other_module_renames_a_file_into_place():
-    """The temp-file-and-rename write exists once. (``common/injectdir.py``'s rank-side answer is stdlib-only
+    """The temp-file-and-rename write exists once. (``inject/exchange.py``'s rank-side answer is stdlib-only
     source run in the rank, a string here; the default secret is linked into place, never renamed.)"""
     renamers = set()
     for path in sorted((ROOT / "harness" / "rtdebug").rglob("*.py")):

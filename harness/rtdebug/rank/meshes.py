@@ -61,9 +61,9 @@ def _patch(module: Any) -> None:
 
 def _add(mesh: Any) -> None:
     coord = mesh.get_coordinate()
-    if coord is None or len(_meshes) >= MAX_MESHES:
-        return  # this rank is not in the mesh
-    dims = [str(d) for d in (mesh.mesh_dim_names or [f"dim{i}" for i in range(mesh.ndim)])]
+    if coord is None or len(_meshes) >= MAX_MESHES or not mesh.mesh_dim_names:
+        return  # this rank is not in the mesh, or it has no names to select by (FSDP2's own default mesh)
+    dims = [str(d) for d in mesh.mesh_dim_names]
     groups, descs = [], []
     for i in range(mesh.ndim):
         try:

@@ -21,6 +21,7 @@ import sys
 from typing import Any
 
 from rtdebug.common import log
+from rtdebug.stacks import group as stackgroup
 
 MAX_GROUPS = 64  # process groups described per rank
 KEEP = 64  # newest entries sent per rank: the position, the history and the counts' window
@@ -91,27 +92,13 @@ def groups(c10d: Any) -> dict[str, dict[str, str]]:
     ranks = getattr(world, "pg_group_ranks", None) or {}
     for pg, name in list(names.items())[:MAX_GROUPS]:
         try:
-            members = rank_list(list(ranks.get(pg, {}).keys()))
+            members = stackgroup.rank_list(list(ranks.get(pg, {}).keys()))
             desc = str(getattr(pg, "group_desc", ""))[:48]
         except Exception:
             log.swallowed("stacks.flight: groups: going on")
             continue
         out[str(name)[:32]] = {"desc": desc, "ranks": members[:256]}
     return out
-
-
-def rank_list(ranks: list[int]) -> str:
-    """[0, 2, 3, 4] -> '0,2-4' (a 1024-rank group is a few characters)."""
-    out: list[str] = []
-    rs = sorted(int(r) for r in ranks)
-    i = 0
-    while i < len(rs):
-        j = i
-        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
-            j += 1
-        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
-        i = j + 1
-    return ",".join(out)
 
 
 def members(flight: dict[str, Any], pg: Any) -> set[int] | None:

@@ -46,7 +46,10 @@ def configure(spec: str) -> str:
         return f"rtdebug: {exc.message}"
     rank = os.environ.get("RANK", "0")
     if cond.any and "torch" in sys.modules:
-        ddp.adopt_existing()
+        try:
+            ddp.adopt_existing()
+        except Exception as exc:  # an answer through DAP, never an exception in the rank's evaluate
+            return f"rtdebug: rank {rank}: could not watch the job's DDP models: {type(exc).__name__}: {exc}"
     return f"rtdebug: rank {rank} stops on {cond.text()}" if cond.any else f"rtdebug: rank {rank}: --stop-on is off"
 
 

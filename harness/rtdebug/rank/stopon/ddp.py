@@ -100,7 +100,7 @@ def adopt_existing() -> int:
 
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    found = [o for o in gc.get_objects() if isinstance(o, DDP)]
+    found = [o for o in gc.get_objects() if isinstance(o, DDP) and hasattr(o, "module")]  # not half-built
     for model in found:
         watch(model.module)
         _group["pg"] = model.process_group
