@@ -76,6 +76,8 @@ def test_a_2x2_mesh_attach_tp1_gives_ranks_1_and_3_and_stacks_dp0_ranks_0_and_1(
     j, sid = start(job, registry_dir, port_base, "--layout", "2d")
     ps = rtdebug("ps").stdout
     assert "COORDS" in ps and "dp=0, tp=1" in ps and "dp=1, tp=1" in ps, ps
+    only = json.loads(rtdebug("ps", "--json", "--rank", "tp=1").stdout)["sessions"]
+    assert [r["rank"] for s in only if s["session_id"] == sid for r in s["ranks"]] == [1, 3]
     out = rtdebug("attach", "--rank", "tp=1", "--json", "--session", sid)
     assert out.returncode == 0, out.stderr
     answers = json.loads(out.stdout)

@@ -23,6 +23,7 @@ from rtdebug.views.remote import skipped_line
 class PsOptions(Options):
     json: bool = False
     all: bool = False  # also the ended sessions still kept
+    rank: str | None = None  # only these ranks: numbers, or mesh coordinates (rtdebug.common.selector)
     views: ViewOptions = dataclasses.field(default_factory=ViewOptions)
 
 
@@ -37,7 +38,34 @@ def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
     )
     p.add_argument("--json", action="store_true", help="machine-readable output (the registry schema)")
     p.add_argument("--all", action="store_true", help="also list ended sessions still kept in the registry")
+    p.add_argument("--rank", metavar="RANKS", help="only these ranks: 0,2-3, or mesh coordinates: dp=0,tp=*")
     view_options(p)
+
+
+def _only(sessions: list[dict], spec: str | None) -> list[dict]:
+    """Each session with only the ranks ``--rank`` chooses (mesh coordinates: among its verified entries)."""
+    if spec is None:
+        return sessions
+    from rtdebug.common import selector
+    from rtdebug.common.errors import HarnessError, usage
+    from rtdebug.common.ports import parse_rank_list
+
+    mesh = selector.is_mesh(spec)
+    try:
+        numbers = None if mesh else parse_rank_list(spec)
+    except HarnessError as exc:
+        raise usage(exc.message.replace("--wait", "--rank")) from None
+    if mesh:
+        selector.parse(spec)  # a malformed selector is one line, whatever the sessions hold
+    out = []
+    for s in sessions:
+        known = [r for r in s.get("ranks", []) if r.get("verified") is not False]
+        chosen = numbers
+        if mesh:
+            chosen = selector.resolve(spec, known) if selector.dims_of(known) else frozenset()
+        ranks = [r for r in s.get("ranks", []) if chosen is None or r["rank"] in chosen]
+        out.append(dict(s, ranks=ranks))
+    return out
 
 
 def _unreadable_lines(reg: Registry) -> list[str]:
@@ -58,8 +86,8 @@ def run(opts: PsOptions) -> int:
     reg = Registry()
     prune(reg)  # the one step that writes: entries now say what their processes are
     views = Views.open(opts.views, reg)
-    live = views.sessions()
-    ended = ended_sessions(reg) if opts.all else []
+    live = _only(views.sessions(), opts.rank)
+    ended = _only(ended_sessions(reg), opts.rank) if opts.all else []
     skipped = views.skipped()
     unreadable = _unreadable_lines(reg) + [skipped_line(label, key, why) for label, key, why in skipped]
     if opts.json:
