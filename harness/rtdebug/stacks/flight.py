@@ -21,6 +21,7 @@ import sys
 from typing import Any
 
 from rtdebug.common import log
+from rtdebug.registry.collseq import has_control
 from rtdebug.stacks import group as stackgroup
 
 MAX_GROUPS = 64  # process groups described per rank
@@ -77,7 +78,8 @@ def summarize(trace: dict[str, Any]) -> dict[str, Any]:
     for e in entries:
         pg = str((e.get("process_group") or ["?"])[0])[:32]
         op = op_name(e.get("profiling_name", "?"))
-        counts.setdefault(pg, {})[op] = counts.setdefault(pg, {}).get(op, 0) + 1
+        per_pg = counts.setdefault(pg, {})
+        per_pg[op] = per_pg.get(op, 0) + 1
     out = [_compact(e) for e in entries[-KEEP:]]
     first = entries[0].get("record_id", 0) if entries else 0
     return {"entries": out, "counts": counts, "total": len(entries), "wrapped": bool(first)}
@@ -149,7 +151,7 @@ def _entry_ok(e: Any) -> bool:
         v = e.get(k)
         if not isinstance(v, t) or (t is int and isinstance(v, bool)):
             return False
-        if isinstance(v, str) and (len(v) > 64 or any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in v)):
+        if isinstance(v, str) and (len(v) > 64 or has_control(v)):
             return False
     return e["state"] in ("entered", "returned") and 0 <= e["seq"] < 1 << 62
 
