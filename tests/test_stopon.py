@@ -91,11 +91,40 @@ def test_nan_in_one_ranks_batch_stops_every_rank_at_that_step_origin_named(job, 
     assert rtdebug("stop", "--session", sid).returncode == 0
 
 
-def test_an_inf_in_one_loss_only_stops_every_rank(job, registry_dir, port_base):
+def test_an_inf_in_one_loss_only_stops_every_rank_and_continue_leaves_the_gradients_true(job, registry_dir, port_base):
+    """The loss alone is non-finite: rtdebug carries it to the other ranks in DDP's own all-reduce (one
+    NaN element) and puts that element back before anyone looks; continuing trains on with finite weights."""
     j, sid = start(job, registry_dir, port_base, "nonfinite", "--inf-loss-rank", "2", "--inf-loss-step", "3")
     got = stops(sid, 3)
     assert got[2]["reason"] == "non-finite loss at step 3 (origin)" and got[2]["origin"] is True
-    assert got[0]["reason"] == got[1]["reason"] == "non-finite loss or grad on rank 2 at step 3"
+    assert got[0]["reason"] == got[1]["reason"] == "non-finite loss on rank 2 at step 3"
+    clients = attach_all(port_base, 3)
+    grads = "all(bool(torch.isfinite(p.grad).all()) for p in net.parameters())"
+    for c, ev in clients.values():
+        frame = c.top_frame(ev["threadId"])
+        assert c.evaluate("steps_done", frame["id"]) == "3" and c.evaluate(grads, frame["id"]) == "True"
+    for c, ev in clients.values():
+        c.continue_(ev["threadId"])
+    assert j.wait(120) == 0, j.output()[-3000:]
+    assert j.output().count("trained 20 steps; weights finite: True") == 3
+
+
+def test_a_loss_gone_bad_in_a_no_sync_micro_batch_stops_every_rank_at_that_steps_sync(job, registry_dir, port_base):
+    """Gradient accumulation under DDP's no_sync(): nothing is reduced in micro-batches 0-1, so nothing is
+    decided there (a collective of ours would hang); the finding rides the step's synchronised backward."""
+    j, sid = start(
+        job, registry_dir, port_base, "nonfinite", "--accumulate", "3",
+        "--inf-loss-rank", "1", "--inf-loss-step", "2", "--inf-micro", "0",
+    )  # fmt: skip
+    got = stops(sid, 3)
+    assert got[1] == {"kind": "nonfinite", "origin": True, "step": 2,
+                      "reason": "non-finite loss at step 2 (micro-batch 0 under no_sync) (origin)"}  # fmt: skip
+    assert got[0]["reason"] == got[2]["reason"] == "non-finite loss on rank 1 at step 2"
+    clients = attach_all(port_base, 3)
+    for c, ev in clients.values():
+        frame = c.top_frame(ev["threadId"])
+        assert (c.evaluate("step", frame["id"]), c.evaluate("micro", frame["id"])) == ("2", "2")
+        c.close()
     assert rtdebug("stop", "--session", sid).returncode == 0
 
 
@@ -194,5 +223,24 @@ def test_fsdp2_nan_in_one_rank_stops_every_rank_without_a_collective_of_ours_on_
     assert got[1]["origin"] is True and got[1]["step"] == 2
     why = got[1]["reason"]
     assert why.startswith("non-finite loss and grad in FSDP's reduce-scatter input") and why.endswith("step 2 (origin)")
+    assert all(got[r]["origin"] is False and got[r]["step"] == 2 for r in (0, 2)), got
+    assert rtdebug("stop", "--session", sid).returncode == 0
+
+
+def test_fsdp2_nan_in_one_shard_only_stops_every_rank_by_their_vote(job, registry_dir, port_base):
+    """The NaN lands in rank 0's shard alone: ranks 1-2 hold finite reduced gradients. Each FSDP backward
+    ends in one small vote on the reduce-scatter's group, so all three stop, none hangs."""
+    script = SCRIPTS / "stopon_fsdp.py"
+    j = job(
+        "torchrun", "--debug-port-base", str(port_base), "--stop-on", "nonfinite", "--nproc-per-node", "3",
+        "--rdzv-endpoint", f"127.0.0.1:{port_base + 3}", str(script), "--nan-rank", "1", "--nan-step", "2",
+        "--one-row",
+    )  # fmt: skip
+    sid = j.session_id()
+    wait_ranks(registry_dir, sid, 3)
+    got = stops(sid, 3)
+    assert got[1]["reason"] == "non-finite grad in FSDP's reduce-scatter input at step 2 (origin)", got
+    assert got[0]["reason"] == "non-finite grad at step 2: received in the reduce-scatter (origin: rank 1)"
+    assert got[2]["reason"] == "non-finite grad on rank 1 at step 2"
     assert all(got[r]["origin"] is False and got[r]["step"] == 2 for r in (0, 2)), got
     assert rtdebug("stop", "--session", sid).returncode == 0

@@ -12,6 +12,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--nan-rank", type=int, default=1)
 p.add_argument("--nan-step", type=int, default=2)
 p.add_argument("--steps", type=int, default=6)
+p.add_argument("--one-row", action="store_true", help="a NaN in row 0 of the first weight's grad only")
 args = p.parse_args()
 
 dist.init_process_group("gloo")
@@ -26,10 +27,20 @@ opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 steps_done = 0
 for step in range(args.steps):
     x = torch.randn(4, 8)
+    hook = None
     if rank == args.nan_rank and step == args.nan_step:
-        x[0, 0] = float("nan")
+        if args.one_row:  # row 0 of the first weight's grad: in rank 0's shard only, the others stay finite
+
+            def nan_row(module, inputs, out):
+                out.register_hook(lambda g: g.index_fill(1, torch.tensor([0]), float("nan")))
+
+            hook = model[0].register_forward_hook(nan_row)
+        else:
+            x[0, 0] = float("nan")
     loss = model(x).pow(2).mean()
     loss.backward()  # STOP BACKWARD
+    if hook is not None:
+        hook.remove()
     opt.step()
     opt.zero_grad()
     steps_done += 1

@@ -6,12 +6,15 @@
                                      fp16_compress_hook): they overflow only in the all-reduce
     --perturb-rank R --perturb-step S  rank R changes fc1.weight after step S (replicas disagree)
     --no-ddp                         a single process, no DDP (rtdebug run)
+    --accumulate K                   K micro-batches per step, all but the last under DDP's no_sync()
+    --inf-micro M                    with --inf-loss-*: the Inf goes into micro-batch M of that step
 
 ``step`` is the loop's step and ``steps_done`` the optimizer steps taken: at a stop before the optimizer
 changes the weights, both are the same number.
 """
 
 import argparse
+import contextlib
 
 import torch
 import torch.distributed as dist
@@ -27,6 +30,8 @@ p.add_argument("--overflow-step", type=int, default=-1)
 p.add_argument("--perturb-rank", type=int, default=-1)
 p.add_argument("--perturb-step", type=int, default=-1)
 p.add_argument("--no-ddp", action="store_true")
+p.add_argument("--accumulate", type=int, default=1)
+p.add_argument("--inf-micro", type=int, default=0)
 args = p.parse_args()
 
 ddp = not args.no_ddp
@@ -56,21 +61,25 @@ opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 steps_done = 0
 torch.manual_seed(1 + rank)
 for step in range(args.steps):
-    x = torch.randn(4, 8)
-    if rank == args.nan_rank and step == args.nan_step:
-        x[0, 0] = float("nan")
-    loss = model(x).pow(2).mean()
-    if rank == args.inf_loss_rank and step == args.inf_loss_step:
-        loss = loss + float("inf")
-    if step == args.overflow_step:
-        loss = loss * 3e5  # grads ~1e5 each: finite in fp32, their fp16 sum over 3 ranks is not
-    loss.backward()  # STOP BACKWARD
+    for micro in range(args.accumulate):
+        last = micro == args.accumulate - 1
+        with contextlib.nullcontext() if last or not ddp else model.no_sync():
+            x = torch.randn(4, 8)
+            if rank == args.nan_rank and step == args.nan_step:
+                x[0, 0] = float("nan")
+            loss = model(x).pow(2).mean()
+            if rank == args.inf_loss_rank and step == args.inf_loss_step and micro == args.inf_micro:
+                loss = loss + float("inf")
+            if step == args.overflow_step:
+                loss = loss * 3e5  # grads ~1e5 each: finite in fp32, their fp16 sum over 3 ranks is not
+            loss.backward()  # STOP BACKWARD
     opt.step()  # STOP STEP
     opt.zero_grad()
     steps_done += 1
     if rank == args.perturb_rank and step == args.perturb_step:
         with torch.no_grad():
             net.fc1.weight[0, 0] += 1e-3
-print(f"rank {rank}: trained {steps_done} steps", flush=True)
+finite = all(bool(torch.isfinite(p).all()) for p in net.parameters())
+print(f"rank {rank}: trained {steps_done} steps; weights finite: {finite}", flush=True)
 if ddp:
     dist.destroy_process_group()

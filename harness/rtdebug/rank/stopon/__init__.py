@@ -6,8 +6,11 @@ the same point and stops there, before the optimizer changes the weights:
 
 - ``arm`` -- ``Tensor.backward`` (the loss given to it) and torch's global optimizer step pre-hook (a
   step counter: ``step=N``, ``disagree:N``, and the stop point before ``optimizer.step()``);
-- ``ddp`` -- a DDP comm hook that checks each gradient bucket before its all-reduce (origin) and after
-  it (every rank, same bucket, same step), and names the parameter; it wraps a user's own comm hook;
+- ``ddp`` -- per-gradient checks before DDP's all-reduce (or FSDP2's reduce-scatter): the origin, the
+  parameter's name; a non-finite loss carried to the other replicas in DDP's own all-reduce;
+- ``finite`` -- the one NaN/Inf test, as cheap as the device allows;
+- ``agree`` -- after backward: the event every rank that must stop together sees alike, decided by what
+  that backward synchronised (DDP, FSDP2, no_sync, none), never a collective some rank would not enter;
 - ``disagree`` -- a hash of the replicas' parameters, compared with one small all-gather;
 - ``halt`` -- the stop itself: the rank's registry entry says why, the endpoint starts and waits for a
   client if none is attached, and the thread suspends in the user's frame with the reason as the stop's

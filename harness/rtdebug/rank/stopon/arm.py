@@ -15,9 +15,9 @@ import os
 import sys
 from typing import Any
 
-from rtdebug.common import log, stopon
+from rtdebug.common import stopon
 from rtdebug.common.imports import when_imported
-from rtdebug.rank.stopon import ddp, halt
+from rtdebug.rank.stopon import agree, ddp, halt
 
 _TORCH_DIR: list[str] = []
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
@@ -91,16 +91,11 @@ def _wrap_backward(torch: Any) -> None:
     def backward(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not _state["cond"].nonfinite:
             return original(self, *args, **kwargs)
-        try:
-            bad = self.detach().float().mul(0).sum().isnan()  # NaN iff a NaN or Inf: exact, no sync
-        except Exception:  # not a float tensor: nothing to check
-            log.swallowed("rank.stopon.arm: not a float tensor: nothing to check")
-            bad = None
-        ddp.begin_backward(bad)
+        bad = agree.begin(self)
         out = original(self, *args, **kwargs)
-        event = ddp.end_backward(bad is not None and bool(bad))
+        event = agree.end(bad, steps())
         if event is not None:
-            reason, origin = ddp.describe(event, steps())
+            reason, origin = agree.describe(event, steps())
             halt.stop("nonfinite", reason, user_frame(1), origin, steps())
         return out
 

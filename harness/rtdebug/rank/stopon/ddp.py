@@ -1,24 +1,27 @@
-"""``nonfinite`` around DDP's gradient all-reduce, with no comm hook and no per-bucket callback.
+"""``nonfinite``: the checks on what DDP and FSDP already do, with no comm hook and no collective per step.
 
 Why not a DDP comm hook: a Python hook replaces DDP's C++ all-reduce and runs its completion callback on
 the communication thread, which must take the GIL from the thread running backward: on CPU that alone
 cost ~18 % of a DDP step (bench/STOPON_RESULTS.md). Instead:
 
-- **before the all-reduce** (origin): a post-accumulate-grad hook on each parameter, registered before
-  DDP's own (so it runs before DDP copies the gradient into its bucket), keeps ``grad.mul(0).sum()``:
-  0 for a finite gradient, NaN as soon as one element is NaN or Inf (exact, no overflow, one vectorised
-  pass; ``isfinite(...).all()`` is ~25x slower on CPU); under FSDP2, the same of each reduce-scatter's
-  input (``dist.reduce_scatter_single``), whose sharded gradients arrive already reduced;
-- **after it** (every rank the same: DDP's sum spreads a NaN or Inf to every replica), the same per
-  gradient once backward has returned;
-- **the loss**: one small all-reduce per step, launched before backward and overlapped with it, of a
-  world-size vector in which a rank marks a non-finite loss (a loss can be non-finite while the gradients
-  are not: only this tells the other ranks);
-- **on an event** (seen alike by every rank: a non-finite result, or a marked loss) one more small
-  all-reduce of each rank's "before" flag names the origin ranks -- or none: an overflow in the reduction.
+- **before the all-reduce** (origin): a post-accumulate-grad hook on each parameter runs before DDP
+  copies the gradient into its bucket (torch runs a tensor's post-accumulate hooks inside its
+  ``AccumulateGrad``, DDP's hook after it) and keeps ``finite.flag(grad)``; under FSDP2, the same of each
+  reduce-scatter's input (``dist.reduce_scatter_single``), and the group it reduces over;
+- **the carrier**: a non-finite loss (or a finding of a ``no_sync`` micro-batch) must reach every replica
+  in the same step, though the gradients may all be finite; and a NaN that DDP spreads may land in any
+  gradient. The gradient that came last in the previous backward carries both: when it arrives, every
+  other flag of this rank is known, and where the loss or any flag is set, its element 0 is set to NaN
+  before DDP copies it. DDP's own all-reduce brings that NaN to every replica -- no collective of ours on
+  a clean step -- and, where DDP's reduction is exact (``exact``), the check after it reads one element
+  instead of every gradient. Every rank keeps that element's own value, and ``agree`` puts the true mean
+  back once the event is known;
+- **which backward synchronises**: DDP's ``forward`` says so (``require_backward_grad_sync``, as DDP's own
+  reducer decides): a ``no_sync`` micro-batch reduces nothing, so nothing is decided there.
 
-The names come from DDP's module (``named_parameters``, ``named_modules``); ``nonfinite:deep`` adds one
-global forward hook that names the first module whose output went non-finite (one sync per module).
+``agree`` reads all of this after backward. The names come from DDP's module (``named_parameters``,
+``named_modules``); ``nonfinite:deep`` adds one global forward hook that names the first module whose
+output went non-finite (one check per module).
 """
 
 from __future__ import annotations
@@ -28,12 +31,21 @@ import sys
 from typing import Any
 
 from rtdebug.common import log
+from rtdebug.rank.stopon import finite
 
 _names: dict[int, str] = {}  # id(parameter) -> its name in a DDP module
 _order: dict[int, int] = {}  # id(parameter) -> its place in the module's own order
 _modules: dict[int, str] = {}  # id(module) -> its qualified name (for nonfinite:deep)
 _params: dict[int, Any] = {}  # id(parameter) -> parameter, for the check after the all-reduce
-_step: dict[str, Any] = {"pre": [], "deep": None, "vote": None}
+# this backward: the "before" flags, the carrier, the carry, DDP's sync group (None: no DDP forward; False:
+# no_sync), FSDP's reduce-scatter group, the first non-finite module (deep)
+_step: dict[str, Any] = {
+    "pre": [], "carrier": None, "carry": False, "carried": False, "sync": None, "fsdp": None, "deep": None,
+    "model": None,
+}  # fmt: skip
+_hooked: set[int] = set()  # id(DDP module) with a built-in (C++) comm hook
+_last: dict[int, int] = {}  # id(DDP module) -> id(the parameter whose gradient came last): the carrier
+_of_model: dict[int, list[Any]] = {}  # id(DDP module) -> its watched parameters (the check after its all-reduce)
 _group: dict[str, Any] = {"pg": None}
 _patched: dict[str, Any] = {}
 
@@ -61,15 +73,30 @@ def patch(torch: Any, deep: bool = False) -> None:
     import torch.distributed as dist
 
     _wrap_reduce_scatter(dist)
-    init = DDP.__init__
+    init, forward = DDP.__init__, DDP.forward
 
     @functools.wraps(init)
     def __init__(self: Any, module: Any, *args: Any, **kwargs: Any) -> None:
-        watch(module)  # before DDP's init: our hooks run before DDP's own, on the local gradient
+        watch(module)
         init(self, module, *args, **kwargs)
+        _of_model[id(self)] = [p for p in module.parameters() if id(p) in _params]
         _group["pg"] = self.process_group
 
-    DDP.__init__ = __init__
+    @functools.wraps(forward)
+    def ddp_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if _patched.get("on"):  # DDP's reducer prepares a synchronised backward exactly when this holds
+            sync = torch.is_grad_enabled() and self.require_backward_grad_sync
+            _step["sync"], _step["model"] = (self.process_group if sync else False), self
+        return forward(self, *args, **kwargs)
+
+    builtin = DDP._register_builtin_comm_hook
+
+    @functools.wraps(builtin)
+    def register_builtin(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _hooked.add(id(self))  # a C++ hook (FP16_COMPRESS): not in DDP's _comm_hooks
+        return builtin(self, *args, **kwargs)
+
+    DDP.__init__, DDP.forward, DDP._register_builtin_comm_hook = __init__, ddp_forward, register_builtin
     DDP._rtdebug_stopon = True
 
 
@@ -94,6 +121,13 @@ def hook(p: Any) -> None:
     _params[id(p)] = p
 
 
+def watched(model: Any = None) -> list[Any]:
+    """The parameters whose gradients the check after backward reads: the DDP module's that ran forward
+    (another model's gradients are not this step's), else every watched one."""
+    got = _of_model.get(id(model)) if model is not None else None
+    return got if got is not None else list(_params.values())
+
+
 def adopt_existing() -> int:
     """DDP models made before ``--stop-on`` was set on a running rank: found once (``gc``) and watched."""
     import gc
@@ -103,6 +137,7 @@ def adopt_existing() -> int:
     found = [o for o in gc.get_objects() if isinstance(o, DDP) and hasattr(o, "module")]  # not half-built
     for model in found:
         watch(model.module)
+        _of_model[id(model)] = [p for p in model.module.parameters() if id(p) in _params]
         _group["pg"] = model.process_group
     return len(found)
 
@@ -112,7 +147,7 @@ def enable(on: bool) -> None:
     _patched["on"] = on
 
 
-def _local(t: Any) -> Any:
+def local(t: Any) -> Any:
     """A DTensor's own shard (FSDP2, tensor parallel): a reduction of the DTensor itself would be a
     collective, which a check must never add; this rank's shard is what it computed."""
     local = getattr(t, "to_local", None)
@@ -121,8 +156,57 @@ def _local(t: Any) -> Any:
 
 def _before(p: Any) -> None:
     # a DTensor's gradient arrives already reduce-scattered (FSDP2): "before" is FSDP's input (below)
-    if _patched.get("on") and p.grad is not None and not hasattr(p.grad, "to_local"):
-        _step["pre"].append((p, p.grad.detach().mul(0).sum()))
+    g = p.grad
+    if not _patched.get("on") or g is None or hasattr(g, "to_local"):
+        return
+    pre = _step["pre"]
+    pre.append((p, finite.flag(g)))
+    model = _step["model"]
+    if _step["sync"] and model is not None and _step["carrier"] is None:
+        last = _last.get(id(model))
+        if id(p) == last or last is None:  # the first backward: the first gradient carries the loss alone
+            _carry(p, g, [f for _, f in pre])
+
+
+def _carry(p: Any, g: Any, flags: list[Any]) -> None:
+    """This gradient -- the last of the previous backward, so every other gradient's flag is known by
+    now -- carries the step's carry and this rank's "before" flags: its element 0 is kept, and set to
+    NaN where either is set (a device flag is applied on the device, with no wait)."""
+    if not g.is_floating_point():
+        return
+    try:
+        g0 = g.detach().view(-1)[:1]
+    except RuntimeError:  # not viewable as flat (a strided gradient): nothing carries; the full check does
+        return
+    _step["carrier"] = (p, g0.clone(), len(flags))
+    carry = _step["carry"]
+    bad = carry is True or finite.any_true([f for f in flags if isinstance(f, bool)])
+    if bad:
+        g0.fill_(float("nan"))
+        _step["carried"] = True
+        return
+    device = [f for f in flags if not isinstance(f, bool)] + ([carry] if carry is not False else [])
+    if device:
+        import torch
+
+        flag = torch.stack(device).any()
+        g0.copy_(torch.where(flag, float("nan"), g0))
+        _step["carried"] = flag
+
+
+def exact(model: Any) -> bool:
+    """Whether ``model``'s reduction cannot make a NaN or Inf of finite gradients: DDP's own all-reduce
+    divides each gradient by the world size before summing (``|mean| <= max |g|``); a comm hook (fp16/bf16
+    compression, mixed precision, the user's own) may overflow, so then every gradient is read."""
+    return model is not None and not getattr(model, "_comm_hooks", True) and id(model) not in _hooked
+
+
+def learn_last(model: Any) -> None:
+    """The gradient that arrived last in this backward carries in the next (the same graph, the same
+    order; when it changes, that backward falls back to reading every gradient)."""
+    pre = _step["pre"]
+    if model is not None and pre and pre[-1][0] is not None:
+        _last[id(model)] = id(pre[-1][0])
 
 
 def _wrap_reduce_scatter(dist: Any) -> None:
@@ -137,7 +221,9 @@ def _wrap_reduce_scatter(dist: Any) -> None:
         if _patched.get("on"):
             inp = kwargs.get("input", args[1] if len(args) > 1 else None)
             if inp is not None:
-                _step["pre"].append((None, inp.detach().mul(0).sum()))
+                _step["pre"].append((None, finite.flag(inp)))
+                _step["fsdp"] = (kwargs.get("group", args[3] if len(args) > 3 else None),)
+                _group["fsdp"] = True
         return fn(*args, **kwargs)
 
     reduce_scatter_single._rtdebug_stopon = True  # type: ignore[attr-defined]
@@ -151,102 +237,5 @@ def _forward(module: Any, args: Any, output: Any) -> None:
     import torch
 
     t = output[0] if isinstance(output, (tuple, list)) and output else output
-    if isinstance(t, torch.Tensor) and t.is_floating_point() and bool(t.detach().mul(0).sum().isnan()):
+    if isinstance(t, torch.Tensor) and finite.truthy(finite.flag(t)):
         _step["deep"] = _modules.get(id(module), type(module).__name__)
-
-
-def _dist() -> tuple[Any, Any, list[int]] | None:
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_available() or not dist.is_initialized():
-        return None
-    pg = _group["pg"]
-    members = dist.get_process_group_ranks(pg) if pg is not None else list(range(dist.get_world_size()))
-    return dist, pg, members
-
-
-def _reduce(dist: Any) -> Any:
-    """torch's own all_reduce: not through the collective record, which keeps the user's collectives."""
-    fn = dist.distributed_c10d.all_reduce
-    return getattr(fn, "__wrapped__", fn) if getattr(fn, "__rtdebug_collrec__", False) else fn
-
-
-def begin_backward(loss_bad: Any) -> None:
-    """Before backward: the loss's flag goes to every rank, overlapped with backward."""
-    _step["pre"] = []
-    d = _dist()
-    if d is None or loss_bad is None:
-        _step["vote"] = None
-        return
-    import torch
-
-    dist, pg, members = d
-    v = torch.zeros(len(members), device=loss_bad.device)
-    v[members.index(dist.get_rank())] = loss_bad.float()
-    _step["vote"] = (v, _reduce(dist)(v, group=_vote_group(dist, pg, members), async_op=True))
-
-
-def _vote_group(dist: Any, pg: Any, members: list[int]) -> Any:
-    """A group of the same ranks for the vote alone, made at the first backward (every rank is there): on
-    the job's own group, the vote would queue ahead of DDP's first bucket and delay it by a round trip."""
-    key = tuple(members)
-    if _group.get("vote_for") != key:
-        try:
-            _group["vote"] = dist.new_group(ranks=members)
-        except Exception:
-            log.swallowed("rank.stopon.ddp: no group of its own for the vote: it shares the job's")
-            _group["vote"] = pg
-        _group["vote_for"] = key
-    return _group["vote"]
-
-
-def end_backward(loss_bad: bool) -> dict[str, Any] | None:
-    """After backward: this rank's findings, and the event every rank agrees on (None: nothing found)."""
-    import torch
-
-    pre = _step["pre"]
-    _step["pre"] = []
-    origin = None
-    if pre and bool(torch.stack([s for _, s in pre]).isnan().any()):
-        bad = sorted((p for p, s in pre if bool(s.isnan())), key=lambda p: _order.get(id(p), 1 << 30))
-        first = "FSDP's reduce-scatter input" if bad[0] is None else _names.get(id(bad[0]), "a parameter")
-        origin = first + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else "")
-    grads = [p.grad for p in _params.values() if p.grad is not None]
-    post = bool(torch.stack([_local(g.detach()).mul(0).sum() for g in grads]).isnan().any()) if grads else False
-    local = {"loss": loss_bad, "origin": origin, "post": post, "deep": _step["deep"]}
-    _step["deep"] = None
-    d, vote = _dist(), _step["vote"]
-    _step["vote"] = None
-    lossy: list[int] = []
-    if d is not None and vote is not None:
-        dist, pg, members = d
-        v, work = vote
-        work.wait()
-        lossy = [members[i] for i in range(len(members)) if float(v[i]) > 0]
-    if not (loss_bad or origin or post or lossy):
-        return None
-    origins = [0] if loss_bad or origin else []
-    if d is not None and (post or lossy):  # every rank is here alike: name the origins
-        dist, pg, members = d
-        flags = torch.zeros(len(members))
-        flags[members.index(dist.get_rank())] = float(bool(loss_bad or origin))
-        _reduce(dist)(flags, group=pg)
-        origins = [members[i] for i in range(len(members)) if float(flags[i]) > 0]
-    return {"local": local, "origins": origins, "post": post}
-
-
-def describe(event: dict[str, Any], step: int) -> tuple[str, bool]:
-    """(this rank's stop reason, is it an origin)."""
-    local, origins = event["local"], event["origins"]
-    deep = f"; first non-finite output: {local['deep']}" if local.get("deep") else ""
-    of = "in" if str(local["origin"]).startswith("FSDP") else "of"
-    if local["loss"]:
-        grad = f" and grad {of} {local['origin']}" if local["origin"] else ""
-        return f"non-finite loss{grad} at step {step} (origin){deep}", True
-    if local["origin"]:
-        return f"non-finite grad {of} {local['origin']} at step {step} (origin){deep}", True
-    who = ", ".join(str(r) for r in origins)
-    if origins and event["post"]:
-        return f"non-finite grad at step {step}: received in the all-reduce (origin: rank {who})", False
-    if origins:
-        return f"non-finite loss or grad on rank {who} at step {step}", False
-    return f"non-finite grad after the all-reduce at step {step}: no rank had one before it (an overflow)", False

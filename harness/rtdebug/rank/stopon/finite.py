@@ -1,0 +1,52 @@
+"""Is a tensor all finite? The one test every ``nonfinite`` check uses, as cheap as the device allows.
+
+- **CPU**: ``t.sum()``, one vectorised pass with nothing allocated (about 3x cheaper than
+  ``t.mul(0).sum()``, 20x cheaper than ``isfinite(t).all()``). A NaN or an Inf anywhere makes the sum
+  non-finite, so a finite sum proves the tensor finite; a non-finite sum (a NaN, an Inf, or finite values
+  whose sum overflows) is confirmed exactly with ``isfinite(t).all()``, so no overflow of ours is ever
+  reported as the job's. Reading the result costs nothing on CPU: the answer is a Python bool.
+- **any other device** (CUDA): ``t.mul(0).sum().isnan()`` -- exact (``0*x`` is 0 for a finite ``x``, NaN
+  for a NaN or an Inf; no overflow), one fused pass, and a device tensor: nothing waits for the device
+  until ``any_true`` reads all of a step's flags at once.
+
+Only floating-point (and complex) tensors can be non-finite; any other answer is ``False``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def flag(t: Any) -> Any:
+    """True when ``t`` holds a NaN or an Inf: a bool on CPU, a 0-d bool tensor on another device."""
+    if not (t.is_floating_point() or t.is_complex()):
+        return False
+    t = t.detach()
+    if t.device.type != "cpu":
+        return t.mul(0).sum().isnan()
+    s = t.sum()
+    if t.is_complex():
+        s = s.real + s.imag
+    if math.isfinite(float(s)):
+        return False
+    import torch
+
+    return not bool(torch.isfinite(t).all())
+
+
+def truthy(f: Any) -> bool:
+    """One flag, read (a device flag: one wait for the device)."""
+    return f if isinstance(f, bool) else bool(f)
+
+
+def any_true(flags: list[Any]) -> bool:
+    """Whether any flag is set, with at most one wait for the device for all of them."""
+    if any(f is True for f in flags):
+        return True
+    on_device = [f for f in flags if not isinstance(f, bool)]
+    if not on_device:
+        return False
+    import torch
+
+    return bool(torch.stack(on_device).any())
