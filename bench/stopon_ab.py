@@ -4,8 +4,8 @@
 
 Why in one job: two identical gloo jobs side by side on 2 shared cores differ by several percent from round
 to round (bench/COLLREC_RESULTS.md), which drowns a 1-2 % effect. Here one ``rtdebug torchrun --stop-on
-KIND`` job holds two identical DDP models: ``A`` made while the condition was armed (with rtdebug's comm
-hook for ``nonfinite``), ``B`` made while it was off (DDP's own C++ all-reduce, nothing of ours). Blocks
+KIND`` job holds two identical DDP models: ``A`` made while the condition was armed (its gradient hooks
+for ``nonfinite``), ``B`` made while it was off (no hook of ours on it). Blocks
 of training steps alternate ABBA: an A block with the condition armed, a B block with it off (``B`` is the
 job without ``--stop-on``: the only thing of ours it passes through is one flag test in the backward and
 step hooks). Each pair's ratio is time(B)/time(A), i.e. steps/s with over without; median with a 95 %
@@ -51,9 +51,9 @@ def loop(a: argparse.Namespace) -> None:
 
     spec = SPEC[a.kind]
     arm.install(spec)
-    with_ = torch.nn.parallel.DistributedDataParallel(net())  # made armed: rtdebug's hook for nonfinite
+    with_ = torch.nn.parallel.DistributedDataParallel(net())  # made armed: rtdebug's gradient hooks
     arm.install("")
-    without = torch.nn.parallel.DistributedDataParallel(net())  # made off: DDP's own all-reduce
+    without = torch.nn.parallel.DistributedDataParallel(net())  # made off: no hook of ours
     opts = {id(m): torch.optim.SGD(m.parameters(), lr=1e-6) for m in (with_, without)}
     x = torch.randn(128 if w == 512 else 32, w)
 

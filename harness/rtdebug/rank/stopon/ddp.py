@@ -77,9 +77,10 @@ def patch(torch: Any, deep: bool = False) -> None:
 
     @functools.wraps(init)
     def __init__(self: Any, module: Any, *args: Any, **kwargs: Any) -> None:
-        watch(module)
+        watch(module, hooks=bool(_patched.get("on")))
         init(self, module, *args, **kwargs)
-        _of_model[id(self)] = [p for p in module.parameters() if id(p) in _params]
+        if _patched.get("on"):
+            _of_model[id(self)] = [p for p in module.parameters() if id(p) in _params]
         _group["pg"] = self.process_group
 
     @functools.wraps(forward)
@@ -100,11 +101,13 @@ def patch(torch: Any, deep: bool = False) -> None:
     DDP._rtdebug_stopon = True
 
 
-def watch(module: Any) -> None:
-    """Learn ``module``'s names and hook its parameters' gradients (once each)."""
+def watch(module: Any, hooks: bool = True) -> None:
+    """Learn ``module``'s names and (``nonfinite`` armed) hook its parameters' gradients (once each); a
+    model made while ``nonfinite`` is off gets no hook (``configure`` hooks it when it is set later)."""
     for i, (name, p) in enumerate(module.named_parameters()):
         _names[id(p)], _order[id(p)] = name, i
-        hook(p)
+        if hooks:
+            hook(p)
     for name, m in module.named_modules():
         _modules[id(m)] = name or type(m).__name__
 
@@ -155,14 +158,16 @@ def local(t: Any) -> Any:
 
 
 def _before(p: Any) -> None:
+    # runs once per gradient per backward: kept to the least Python (bench/STOPON_RESULTS.md)
     # a DTensor's gradient arrives already reduce-scattered (FSDP2): "before" is FSDP's input (below)
     g = p.grad
-    if not _patched.get("on") or g is None or hasattr(g, "to_local"):
+    if g is None or not _patched.get("on") or hasattr(g, "to_local"):
         return
-    pre = _step["pre"]
+    step = _step
+    pre = step["pre"]
     pre.append((p, finite.flag(g)))
-    model = _step["model"]
-    if _step["sync"] and model is not None and _step["carrier"] is None:
+    model = step["model"]
+    if model is not None and step["carrier"] is None and step["sync"]:
         last = _last.get(id(model))
         if id(p) == last or last is None:  # the first backward: the first gradient carries the loss alone
             _carry(p, g, [f for _, f in pre])
