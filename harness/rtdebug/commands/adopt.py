@@ -45,10 +45,17 @@ class AdoptOptions(Options):
     json: bool = False
     detach: str | None = None
     list: bool = False
+    stop_on: str | None = None
 
     def __post_init__(self) -> None:
         if self.list and (self.detach or self.pid is not None):
             raise usage("adopt --list takes no PID and no --detach")
+        if self.stop_on is not None and (self.list or self.detach):
+            raise usage("adopt --stop-on goes with adopting a job, not with --list or --detach")
+        if self.stop_on:
+            from rtdebug.common import stopon
+
+            stopon.parse(self.stop_on)  # a bad condition is one usage line, before anything is touched
 
 
 OPTIONS = AdoptOptions
@@ -72,6 +79,12 @@ def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
     p.add_argument("--json", action="store_true", help="print the session and its ranks as JSON")
     p.add_argument("--detach", type=session_arg, metavar="SESSION", help="undo an adoption; the job runs on")
     p.add_argument("--list", action="store_true", help="the jobs here you can adopt (--json: as JSON)")
+    p.add_argument(
+        "--stop-on", metavar="COND[,COND]",
+        help="also stop every rank when training goes wrong (as torchrun --stop-on; '' turns it off): in force "
+        "from the next optimizer step all ranks reach together, steps counted from there; on an adopted job, "
+        "only sets the conditions",
+    )  # fmt: skip
 
 
 def run(opts: AdoptOptions) -> int:
@@ -149,6 +162,10 @@ def adopt(opts: AdoptOptions) -> int:
         sid = already["session_id"]
         covered = {r["pid"] for r in reg.ranks(sid) if reg.live_rank(r) and r["state"] in ("ready", "attached")}
         job.ranks = [r for r in job.ranks if r.pid not in covered]
+        if not job.ranks and opts.stop_on is not None:
+            from rtdebug.commands import adoptstopon
+
+            return adoptstopon.configure(reg, already, opts.stop_on, method, opts.json)
         if not job.ranks:
             return _print(already, reg, opts.json, f"already adopted (session {sid}); nothing changed")
         base, host = int(already["port_base"]), str(already["host"])
@@ -164,9 +181,15 @@ def adopt(opts: AdoptOptions) -> int:
     if already is None:
         sid = new_session_id()
         fresh = _session(sid, job, host, base, ports, method)
-    took = adoptranks.guarded(adoptranks.Adoption(reg, sid, job, ports, host, opts.debug_allow, method), fresh)
+    adoption = adoptranks.Adoption(reg, sid, job, ports, host, opts.debug_allow, method, stop_on=opts.stop_on)
+    took = adoptranks.guarded(adoption, fresh)
     note = None if already is None else f"session {sid}: adopted its {len(job.ranks)} ranks started (or detached) since"
-    return _print(reg.read_session(sid) or {}, reg, opts.json, note, took)
+    code = _print(reg.read_session(sid) or {}, reg, opts.json, note, took)
+    if opts.stop_on is not None and not opts.json:
+        from rtdebug.commands import adoptstopon
+
+        print(adoptstopon.summary(adoption.stop_on_answers))
+    return code
 
 
 def _print(session: dict[str, Any], reg: Registry, as_json: bool, note: str | None, took: float = 0.0) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import secrets
 import shutil
 import time
 from pathlib import Path
@@ -46,6 +47,9 @@ class Adoption:
     host: str
     allow: str
     method: str  # how code gets into the ranks (inject.method_for)
+    stop_on: str | None = None  # --stop-on, set in every rank once adopted (None: left as it is)
+    stop_on_gen: str = dataclasses.field(default_factory=lambda: f"adopt-{secrets.token_hex(6)}")  # alike in all
+    stop_on_answers: list[str] = dataclasses.field(default_factory=list)  # each rank's line
 
 
 def adopt_code(spec: dict[str, Any]) -> str:
@@ -64,6 +68,7 @@ def _spec(a: Adoption, r: jobs.RankProc, port: int) -> dict[str, Any]:
         "port": port, "allow": a.allow, "script": job.script,
         # a multi-node job: its ranks publish into its store as launched ranks do (signed if you gave a secret)
         "store": job.store(), "run_id": job.run_id, "secret": signing.supplied_secret(),
+        "stop_on": a.stop_on, "stop_on_gen": a.stop_on_gen,
     }  # fmt: skip
 
 
@@ -109,6 +114,7 @@ def _inject_ranks(a: Adoption, remove: bool) -> Answers:
     ranks = a.job.ranks
     code = {r.pid: adopt_code(_spec(a, r, p)) for r, p in zip(ranks, a.ports, strict=True)}
     answers = inject.run_all([r.pid for r in ranks], code, a.method, a.reg.ensure())
+    a.stop_on_answers.extend(str(x["stop_on"]) for x in answers.values() if "stop_on" in x)
     bad = {pid: x for pid, x in answers.items() if x.get("status") != "adopted"}
     if bad:
         _undo(a, answers, remove)

@@ -163,10 +163,24 @@ def adopt(spec: dict[str, Any]) -> dict[str, Any]:
                   registry=reg, entry_file=entry_file)  # fmt: skip
     atexit.register(_at_exit)
     runtime.endpoint = endpoint  # rtdebug.breakpoint() in the script now reaches this endpoint
+    runtime.record = record  # a --stop-on stop says why in this entry
     print(
         f"rtdebug: rank {rank} adopted (session {sid}): debug endpoint {spec['host']}:{spec['port']}", file=sys.stderr
     )
-    return {"status": "adopted", "pid": os.getpid(), "pg_timeout_s": timeout, "pg_timeout_source": source}
+    answer = {"status": "adopted", "pid": os.getpid(), "pg_timeout_s": timeout, "pg_timeout_source": source}
+    if spec.get("stop_on") is not None:  # in force from a step every rank reaches together (arm.configure)
+        from rtdebug.rank.stopon import arm
+
+        answer["stop_on"] = arm.configure(str(spec["stop_on"]), gen=str(spec.get("stop_on_gen") or sid))
+    return answer
+
+
+def _stop_on_off(sid: str) -> None:
+    """A detached rank stops on nothing: --stop-on goes off from the next step all ranks reach together (the
+    detach reaches them one by one; none may stop checking alone). Its idle hooks stay (a flag test each)."""
+    arm = sys.modules.get("rtdebug.rank.stopon.arm")
+    if arm is not None and (arm.armed() or arm._state.get("pending") is not None):
+        arm.configure("", gen=f"detach-{sid}")
 
 
 def _main_bottom(stacks: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -263,6 +277,8 @@ def _detach() -> dict[str, Any]:
     unadopt.stop_debugger(endpoint)
     unadopt.release(_state["stacks"])  # torch's own collectives back: no per-call work after the adoption
     runtime.endpoint = _state["prior"]
+    runtime.record = None
+    _stop_on_off(str(_state.get("session_id")))
     import atexit
 
     atexit.unregister(_at_exit)

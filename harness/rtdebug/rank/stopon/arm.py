@@ -15,41 +15,65 @@ import os
 import sys
 from typing import Any
 
-from rtdebug.common import stopon
+from rtdebug.common import log, stopon
 from rtdebug.common.imports import when_imported
-from rtdebug.rank.stopon import agree, ddp, halt
+from rtdebug.rank.stopon import agree, ddp, halt, together
 
 _TORCH_DIR: list[str] = []
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
-_state: dict[str, Any] = {"cond": stopon.StopOn(), "steps": 0, "clock": None, "installed": set()}
+# cond: the conditions in force; pending: set on a running job, in force from the step all ranks meet at
+_state: dict[str, Any] = {"cond": stopon.StopOn(), "pending": None, "steps": 0, "clock": None, "installed": set(),
+                          "configured": 0}  # fmt: skip
 
 
 def install(spec: str) -> stopon.StopOn:
-    """Arm the conditions in ``spec`` (``rtdebug.common.stopon``), replacing any armed before; off installs
-    nothing. Also on a running rank (``configure``): hooks go in once, and read the conditions each time."""
+    """Arm the conditions in ``spec`` (``rtdebug.common.stopon``) at once, replacing any armed before; off
+    installs nothing. For a rank that starts with them (every rank is armed before its first step)."""
     cond = stopon.parse(spec)
+    _state["pending"] = None
+    together.cancel()
+    _activate(cond)
+    return cond
+
+
+def _activate(cond: stopon.StopOn) -> None:
     _state["cond"] = cond
     ddp.enable(cond.nonfinite)
     if cond.any:
         when_imported("torch", _on_torch)
-    return cond
 
 
-def configure(spec: str) -> str:
-    """``--stop-on`` set on a running rank (the VS Code command evaluates this through DAP; ``rtdebug adopt``
-    calls it): one line saying what this rank now stops on. DDP models made before it are checked too."""
+def armed() -> str:
+    """The conditions in force in this rank ('' when none; a pending change is not yet in force)."""
+    cond: stopon.StopOn = _state["cond"]
+    return cond.text() if cond.any else ""
+
+
+def configure(spec: str, gen: str | None = None) -> str:
+    """``--stop-on`` set (or turned off) on a running rank (the VS Code command evaluates this through DAP;
+    ``rtdebug adopt`` calls it): one line saying what this rank stops on. In a job with a process group the
+    change is in force from the next optimizer step that every rank reaches together (``together``), so no
+    rank ever checks, or enters a collective of ours, alone; its step count starts there. DDP models made
+    before it are checked too (hooked at the next optimizer step's start). ``gen`` names this change alike
+    on every rank (default: its number on this rank)."""
     from rtdebug.common.errors import HarnessError
 
+    rank = os.environ.get("RANK", "0")
     try:
-        cond = install(spec)
+        cond = stopon.parse(spec)
     except HarnessError as exc:
         return f"rtdebug: {exc.message}"
-    rank = os.environ.get("RANK", "0")
-    if cond.any and "torch" in sys.modules:
-        try:
-            ddp.adopt_existing()
-        except Exception as exc:  # an answer through DAP, never an exception in the rank's evaluate
-            return f"rtdebug: rank {rank}: could not watch the job's DDP models: {type(exc).__name__}: {exc}"
+    _state["configured"] += 1
+    try:
+        if together.pending(gen or f"{_state['configured']}-{cond.text()}") is None:
+            install(spec)  # no process group: nothing to agree on
+        else:
+            _state["pending"] = cond
+        _state["existing"] = cond.any  # DDP models made before: hooked at the next step's start (below)
+        when_imported("torch", _on_torch)  # the step hooks, where the ranks meet
+    except Exception as exc:  # an answer through DAP, never an exception in the rank's evaluate
+        log.swallowed("rank.stopon.arm: configure failed: answered as one line")
+        return f"rtdebug: rank {rank}: --stop-on not set: {type(exc).__name__}: {exc}"
     return f"rtdebug: rank {rank} stops on {cond.text()}" if cond.any else f"rtdebug: rank {rank}: --stop-on is off"
 
 
@@ -70,7 +94,7 @@ def _on_torch(torch: Any) -> None:
     done: set[str] = _state["installed"]
     if not _TORCH_DIR:
         _TORCH_DIR.append(os.path.dirname(torch.__file__) + os.sep)
-    cond: stopon.StopOn = _state["cond"]
+    cond: stopon.StopOn = _state["pending"] or _state["cond"]
     if "steps" not in done:
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
@@ -105,12 +129,21 @@ def _wrap_backward(torch: Any) -> None:
 def _before_step(optimizer: Any, args: Any, kwargs: Any) -> None:
     if _state["clock"] is None:
         _state["clock"] = id(optimizer)  # the first optimizer that steps is the clock
+    if _state.pop("existing", False):
+        # set on a running rank: its DDP models' gradients are hooked here, in the thread that trains,
+        # between two backwards (``adopt`` may run configure in a thread of its own, mid-backward)
+        ddp.adopt_existing()
     if _state["cond"].nonfinite and id(optimizer) not in _state["installed"]:
         _state["installed"].add(id(optimizer))  # a job without DDP: its gradients are watched from now on
         for group in optimizer.param_groups:
             for p in group["params"]:
                 ddp.hook(p)
     if _state["clock"] != id(optimizer):
+        return
+    if _state["pending"] is not None and together.meet():  # every rank changes here, at this step
+        _state["steps"] = -1  # counted from here: this step is 0 once it is taken
+        _activate(_state["pending"])
+        _state["pending"] = None
         return
     cond: stopon.StopOn = _state["cond"]
     n = steps()
