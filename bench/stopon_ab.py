@@ -9,8 +9,10 @@ for ``nonfinite``), ``B`` made while it was off (no hook of ours on it). Blocks
 of training steps alternate ABBA: an A block with the condition armed, a B block with it off (``B`` is the
 job without ``--stop-on``: the only thing of ours it passes through is one flag test in the backward and
 step hooks). Each pair's ratio is time(B)/time(A), i.e. steps/s with over without; median with a 95 %
-bootstrap interval. The step is a DDP training step on a 512-wide, 4-layer MLP (~10-15 ms here) and
-the same with a 64-wide one (~1 ms: the worst case for a per-step cost).
+bootstrap interval. The steps: a small transformer (2 encoder layers, d_model 256, 16 x 64 tokens: a
+training step in the usual proportion of compute to parameters, ~0.1 s here), a 512-wide 4-layer MLP on
+128 samples (~15 ms) and a 64-wide one on 32 (~2 ms): the last two have so little compute per parameter
+that they show the floor of a per-gradient cost.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import PY, ROOT, WORK, base_env, free_range, log, median_ci  # noqa: E402
 
 SPEC = {"nonfinite": "nonfinite", "disagree": "disagree:100"}
-BLOCK = {512: 10, 64: 50}  # steps per block
+BLOCK = {512: 10, 64: 50, 0: 3}  # steps per block (0: the transformer)
 
 
 def loop(a: argparse.Namespace) -> None:
@@ -46,6 +48,10 @@ def loop(a: argparse.Namespace) -> None:
 
     def net() -> torch.nn.Module:
         torch.manual_seed(0)
+        if w == 0:  # a small transformer: 2 encoder layers, d_model 256, on 16 sequences of 64 tokens
+            layer = torch.nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, batch_first=True)
+            return torch.nn.Sequential(torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False),
+                                       torch.nn.Linear(256, 1))  # fmt: skip
         layers = [m for _ in range(3) for m in (torch.nn.Linear(w, w), torch.nn.ReLU())]
         return torch.nn.Sequential(*layers, torch.nn.Linear(w, 1))
 
@@ -55,7 +61,7 @@ def loop(a: argparse.Namespace) -> None:
     arm.install("")
     without = torch.nn.parallel.DistributedDataParallel(net())  # made off: no hook of ours
     opts = {id(m): torch.optim.SGD(m.parameters(), lr=1e-6) for m in (with_, without)}
-    x = torch.randn(128 if w == 512 else 32, w)
+    x = torch.randn(16, 64, 256) if w == 0 else torch.randn(128 if w == 512 else 32, w)
 
     def step(m: torch.nn.Module) -> None:
         opt = opts[id(m)]
@@ -107,7 +113,7 @@ def main() -> int:
     p.add_argument("--ctl", help="(the ranks' output directory)")
     p.add_argument("--pairs", type=int, default=40)
     p.add_argument("--kinds", default=",".join(SPEC))
-    p.add_argument("--widths", default="512,64")
+    p.add_argument("--widths", default="0,512,64", help="0: the transformer; N: an N-wide MLP")
     p.add_argument("--out", default=str(WORK / "stopon_ab.json"))
     a = p.parse_args()
     if a.kind and a.ctl:

@@ -50,12 +50,16 @@ def end(lf: Any, step: int) -> dict[str, Any] | None:
     if sync:
         ddp.learn_last(model)
     s.update(pre=[], carrier=None, sync=None, fsdp=None, deep=None, carry=False, carried=False, model=None)
-    loss_bad = finite.truthy(lf)
-    origin = _origin([(p, f) for p, f in pre]) if finite.any_true([f for _, f in pre]) else None
     if sync and carrier is not None and carrier[2] == len(pre) and ddp.exact(model):
-        post = finite.truthy(finite.flag(carrier[0].grad.detach().view(-1)[:1]))  # the carrier says it all
+        posts = [finite.flag(carrier[0].grad.detach().view(-1)[:1])]  # the carrier says it all
     else:
-        post = _post(model)
+        posts = _posts(model)
+    # a clean step (the usual one) is read in one go: one wait for the device, none on CPU
+    if fsdp is None and _state["pending"] is None and not finite.any_true([lf, *(f for _, f in pre), *posts]):
+        _state["micro"] = _state["micro"] + 1 if sync is False else 0
+        return None
+    loss_bad, post = finite.truthy(lf), finite.any_true(posts)
+    origin = _origin([(p, f) for p, f in pre]) if finite.any_true([f for _, f in pre]) else None
     mine = {"loss": loss_bad, "origin": origin, "post": post, "deep": deep, "pending": _state["pending"]}
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
@@ -99,9 +103,13 @@ def _reduce(dist: Any) -> Any:
     return getattr(fn, "__wrapped__", fn) if getattr(fn, "__rtdebug_collrec__", False) else fn
 
 
+def _posts(model: Any) -> list[Any]:
+    """After the reduction: the flags of every gradient of this step's model (a shard's own, FSDP2)."""
+    return [finite.flag(ddp.local(p.grad)) for p in ddp.watched(model) if p.grad is not None]
+
+
 def _post(model: Any) -> bool:
-    """After the reduction: a NaN or Inf in any gradient of this step's model (a shard's own, FSDP2)."""
-    return finite.any_true([finite.flag(ddp.local(p.grad)) for p in ddp.watched(model) if p.grad is not None])
+    return finite.any_true(_posts(model))
 
 
 def _ddp(dist: Any, pg: Any, mine: dict[str, Any], this: tuple[Any, bool, Any, int]) -> dict[str, Any] | None:
