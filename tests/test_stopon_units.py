@@ -1,0 +1,108 @@
+"""``--stop-on``'s parts that decide without a job: the NaN/Inf test (``finite``), the stop reasons
+(``agree.describe``), adopt's one-line summary, and the meeting of ranks that set it on a running job
+(``together``: three real processes on a real TCPStore; only the process group's step clock is given)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from rtdebug.commands.adoptstopon import summary  # noqa: E402
+from rtdebug.rank.stopon import agree, finite, together  # noqa: E402
+from support.paths import PY, SCRIPTS  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    "values,dtype,want",
+    [
+        ([1.0, 2.0], torch.float32, False),
+        ([1.0, float("nan")], torch.float32, True),
+        ([float("inf"), 1.0], torch.float32, True),
+        ([float("-inf"), float("inf")], torch.float32, True),
+        ([3e38, 3e38], torch.float32, False),  # the sum overflows, the values do not: confirmed exactly
+        ([60000.0, 60000.0], torch.float16, False),
+        ([1.0, float("nan")], torch.bfloat16, True),
+        ([1, 2], torch.int64, False),
+    ],
+)  # fmt: skip
+def test_flag_is_exact(values, dtype, want):
+    assert finite.flag(torch.tensor(values, dtype=dtype)) is want
+
+
+def test_flag_of_complex_and_of_a_tensor_that_requires_grad():
+    assert finite.flag(torch.tensor([1 + 1j, complex(float("nan"), 0)])) is True
+    assert finite.flag(torch.ones(3, requires_grad=True)) is False
+
+
+def test_any_true_reads_device_flags_in_one_go():
+    assert finite.any_true([False, torch.tensor(False), torch.tensor(True)]) is True
+    assert finite.any_true([False, torch.tensor(False)]) is False
+    assert finite.any_true([]) is False and finite.truthy(torch.tensor(True)) is True
+
+
+def _event(via, origins, kinds, **mine):
+    local = {"loss": False, "origin": None, "post": False, "deep": None, "pending": None, **mine}
+    return {"local": local, "origins": origins, "kinds": kinds, "via": via}
+
+
+@pytest.mark.parametrize(
+    "event,want",
+    [
+        (_event("all-reduce", [1], {1: 1}, post=True),
+         ("non-finite grad at step 5: received in the all-reduce (origin: rank 1)", False)),
+        (_event("all-reduce", [2], {2: 2}), ("non-finite loss on rank 2 at step 5", False)),
+        (_event("all-reduce", [0, 2], {0: 1, 2: 2}), ("non-finite loss or grad on rank 0, 2 at step 5", False)),
+        (_event("all-reduce", [], {}, post=True),
+         ("non-finite grad after the all-reduce at step 5: no rank had one before it (an overflow)", False)),
+        (_event("reduce-scatter", [1], {1: 1}), ("non-finite grad on rank 1 at step 5", False)),
+        (_event("all-reduce", [1], {1: 2}, loss=True), ("non-finite loss at step 5 (origin)", True)),
+        (_event("alone", [0], {}, origin="fc.weight"),
+         ("non-finite grad of fc.weight at step 5 (origin); this rank alone: no gradient sync in this backward", True)),
+        (_event("all-reduce", [1], {1: 2}, loss=True, pending=("non-finite loss", "micro-batch 0 under no_sync")),
+         ("non-finite loss at step 5 (micro-batch 0 under no_sync) (origin)", True)),
+        (_event("local", [0], {}, origin="FSDP's reduce-scatter input", deep="layers.1"),
+         ("non-finite grad in FSDP's reduce-scatter input at step 5 (origin); first non-finite output: layers.1", True)),
+    ],
+)  # fmt: skip
+def test_describe(event, want):
+    assert agree.describe(event, 5) == want
+
+
+def test_adopt_summary():
+    ok = [f"rtdebug: rank {r} stops on nonfinite" for r in range(3)]
+    assert summary(ok) == ("rtdebug: 3 ranks stop on nonfinite from the next optimizer step they reach together "
+                           "(steps counted from there)")  # fmt: skip
+    bad = [*ok[:2], "rtdebug: rank 2: --stop-on not set: RuntimeError: no store"]
+    assert summary(bad) == "rtdebug: rank 2: --stop-on not set: RuntimeError: no store"
+    assert summary([f"rtdebug: rank {r}: --stop-on is off" for r in range(2)]).startswith("rtdebug: 2 ranks: --stop-on is off")
+
+
+def _run(delays: dict[int, list[float]], server=None) -> dict[int, int]:
+    """Each rank a process (tests/scripts/together_rank.py) on one real TCPStore; the step each armed at."""
+    world = len(delays)
+    server = server or torch.distributed.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False)
+    procs = {
+        r: subprocess.Popen([PY, str(SCRIPTS / "together_rank.py"), str(server.port), str(r), str(world),
+                             ",".join(map(str, d))], stdout=subprocess.PIPE, text=True)  # fmt: skip
+        for r, d in delays.items()
+    }
+    return {r: int(p.communicate(timeout=60)[0].split()[-1]) for r, p in procs.items()}
+
+
+def test_ranks_that_come_together_arm_at_the_same_step():
+    assert _run({r: [0.0, 0.0, 0.0] for r in range(3)}) == {0: 10, 1: 10, 2: 10}
+
+
+def test_a_rank_late_past_the_wait_makes_every_rank_try_again_and_all_arm_at_one_later_step():
+    late = together.WAIT_S + 0.4  # rank 2 comes to step 10 after the others gave up on it
+    got = _run({0: [0.0] * 4, 1: [0.0] * 4, 2: [late, 0.0, 0.0, 0.0]})
+    assert len(set(got.values())) == 1 and got[0] > 10, got
+
+
+def test_a_forged_outcome_is_no_exception_and_arms_no_rank_there():
+    server = torch.distributed.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False)
+    server.set("rtdebug/stopon/g1/at/10/state", "\x00garbage")  # whoever can write the job's store
+    assert _run({0: [0.0, 0.0], 1: [0.0, 0.0]}, server) == {0: 11, 1: 11}
