@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from test_stopon import stops
 
 from rtdebug.inject import jobs
 from rtdebug.inject import run as inject
@@ -22,7 +23,6 @@ from support.jobs import rtdebug
 from support.paths import PY, SCRIPTS
 from support.procs import kill_tree
 from support.wait import until
-from test_stopon import stops
 
 pytestmark = pytest.mark.e2e
 JOB = SCRIPTS / "adopt_stopon_job.py"
@@ -112,7 +112,8 @@ def test_stop_on_set_on_an_adopted_job_stops_every_rank_at_the_same_job_step(pla
     assert out.stdout.strip() == "rtdebug: 3 ranks stop on step=20 from the next optimizer step they reach together " \
         "(steps counted from there)"  # fmt: skip
     got = stops(sid, 3)
-    assert all(s == {"kind": "step", "reason": "before optimizer step 20", "origin": None, "step": 20} for s in got.values())
+    want = {"kind": "step", "reason": "before optimizer step 20", "origin": None, "step": 20}
+    assert all(s == want for s in got.values()), got
     clients = _attach(port_base)
     steps = {c.evaluate("step", c.top_frame(ev["threadId"])["id"]) for c, ev in clients.values()}
     assert len(steps) == 1, steps

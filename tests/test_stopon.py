@@ -15,6 +15,7 @@ import pytest
 from support.dap import DAPClient
 from support.jobs import rtdebug, wait_ranks
 from support.paths import EXAMPLES, SCRIPTS
+from support.wait import until
 
 pytestmark = pytest.mark.e2e
 
@@ -125,6 +126,21 @@ def test_a_loss_gone_bad_in_a_no_sync_micro_batch_stops_every_rank_at_that_steps
         frame = c.top_frame(ev["threadId"])
         assert (c.evaluate("step", frame["id"]), c.evaluate("micro", frame["id"])) == ("2", "2")
         c.close()
+    assert rtdebug("stop", "--session", sid).returncode == 0
+
+
+def test_under_a_comm_hook_that_reduces_nothing_only_the_origin_stops_and_no_rank_waits_on_us(
+    job, registry_dir, port_base
+):
+    """DDP's noop_hook: the replicas do not end backward alike, so no collective of ours may follow it
+    (the others would never enter it): the origin stops alone and says so, the others train to the end."""
+    j, sid = start(job, registry_dir, port_base, "nonfinite", "--noop-hook", "--nan-rank", "1", "--nan-step", "3")
+    got = stops(sid, 1)
+    assert got[1]["reason"] == (
+        "non-finite loss and grad of fc1.weight (+3 more) at step 3 (origin); this rank alone: no gradient sync "
+        "in this backward that every rank sees alike"
+    )
+    until(lambda: j.output().count("trained 20 steps") == 2, 120, "ranks 0 and 2 trained on", context=j.output)
     assert rtdebug("stop", "--session", sid).returncode == 0
 
 

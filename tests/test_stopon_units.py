@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 
 from rtdebug.commands.adoptstopon import summary  # noqa: E402
 from rtdebug.rank.stopon import agree, finite, together  # noqa: E402
+
 from support.paths import PY, SCRIPTS  # noqa: E402
 
 
@@ -43,9 +44,9 @@ def test_any_true_reads_device_flags_in_one_go():
     assert finite.any_true([]) is False and finite.truthy(torch.tensor(True)) is True
 
 
-def _event(via, origins, kinds, **mine):
+def _event(via, origins, kinds, why="", **mine):
     local = {"loss": False, "origin": None, "post": False, "deep": None, "pending": None, **mine}
-    return {"local": local, "origins": origins, "kinds": kinds, "via": via}
+    return {"local": local, "origins": origins, "kinds": kinds, "via": via, "why": why}
 
 
 @pytest.mark.parametrize(
@@ -59,12 +60,13 @@ def _event(via, origins, kinds, **mine):
          ("non-finite grad after the all-reduce at step 5: no rank had one before it (an overflow)", False)),
         (_event("reduce-scatter", [1], {1: 1}), ("non-finite grad on rank 1 at step 5", False)),
         (_event("all-reduce", [1], {1: 2}, loss=True), ("non-finite loss at step 5 (origin)", True)),
-        (_event("alone", [0], {}, origin="fc.weight"),
-         ("non-finite grad of fc.weight at step 5 (origin); this rank alone: no gradient sync in this backward", True)),
+        (_event("alone", [0], {}, why="; this rank alone: the others did not receive it", origin="fc.weight"),
+         ("non-finite grad of fc.weight at step 5 (origin); this rank alone: the others did not receive it", True)),
         (_event("all-reduce", [1], {1: 2}, loss=True, pending=("non-finite loss", "micro-batch 0 under no_sync")),
          ("non-finite loss at step 5 (micro-batch 0 under no_sync) (origin)", True)),
         (_event("local", [0], {}, origin="FSDP's reduce-scatter input", deep="layers.1"),
-         ("non-finite grad in FSDP's reduce-scatter input at step 5 (origin); first non-finite output: layers.1", True)),
+         ("non-finite grad in FSDP's reduce-scatter input at step 5 (origin); first non-finite output: layers.1",
+          True)),
     ],
 )  # fmt: skip
 def test_describe(event, want):
@@ -77,7 +79,8 @@ def test_adopt_summary():
                            "(steps counted from there)")  # fmt: skip
     bad = [*ok[:2], "rtdebug: rank 2: --stop-on not set: RuntimeError: no store"]
     assert summary(bad) == "rtdebug: rank 2: --stop-on not set: RuntimeError: no store"
-    assert summary([f"rtdebug: rank {r}: --stop-on is off" for r in range(2)]).startswith("rtdebug: 2 ranks: --stop-on is off")
+    off = summary([f"rtdebug: rank {r}: --stop-on is off" for r in range(2)])
+    assert off.startswith("rtdebug: 2 ranks: --stop-on is off")
 
 
 def _run(delays: dict[int, list[float]], server=None) -> dict[int, int]:
@@ -85,8 +88,11 @@ def _run(delays: dict[int, list[float]], server=None) -> dict[int, int]:
     world = len(delays)
     server = server or torch.distributed.TCPStore("127.0.0.1", 0, None, True, wait_for_workers=False)
     procs = {
-        r: subprocess.Popen([PY, str(SCRIPTS / "together_rank.py"), str(server.port), str(r), str(world),
-                             ",".join(map(str, d))], stdout=subprocess.PIPE, text=True)  # fmt: skip
+        r: subprocess.Popen(
+            [PY, str(SCRIPTS / "together_rank.py"), str(server.port), str(r), str(world), ",".join(map(str, d))],
+            stdout=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
         for r, d in delays.items()
     }
     return {r: int(p.communicate(timeout=60)[0].split()[-1]) for r, p in procs.items()}

@@ -6,6 +6,7 @@
                                      fp16_compress_hook): they overflow only in the all-reduce
     --perturb-rank R --perturb-step S  rank R changes fc1.weight after step S (replicas disagree)
     --no-ddp                         a single process, no DDP (rtdebug run)
+    --noop-hook                      DDP's noop_hook: nothing is reduced, each rank keeps its own gradients
     --accumulate K                   K micro-batches per step, all but the last under DDP's no_sync()
     --inf-micro M                    with --inf-loss-*: the Inf goes into micro-batch M of that step
 
@@ -31,6 +32,7 @@ p.add_argument("--perturb-rank", type=int, default=-1)
 p.add_argument("--perturb-step", type=int, default=-1)
 p.add_argument("--no-ddp", action="store_true")
 p.add_argument("--accumulate", type=int, default=1)
+p.add_argument("--noop-hook", action="store_true", help="DDP's noop_hook: no rank's gradients are reduced")
 p.add_argument("--inf-micro", type=int, default=0)
 args = p.parse_args()
 
@@ -57,6 +59,10 @@ if ddp and args.overflow_step >= 0:
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     model.register_comm_hook(None, default_hooks.fp16_compress_hook)  # the user's own hook
+if ddp and args.noop_hook:
+    from torch.distributed.algorithms.ddp_comm_hooks import debugging_hooks
+
+    model.register_comm_hook(None, debugging_hooks.noop_hook)
 opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 steps_done = 0
 torch.manual_seed(1 + rank)

@@ -37,23 +37,24 @@ def begin(loss: Any) -> Any:
         log.swallowed("rank.stopon.agree: a loss that is no tensor we can read: nothing to check")
         lf = False
     s = ddp._step
-    s["pre"], s["carrier"], s["fsdp"] = [], None, None
+    s.update(pre=[], saved={}, fsdp=None, active=True)
     s["carry"] = True if _state["pending"] is not None else lf
     return lf
+
+
+def abandon() -> None:
+    """The job's backward raised: this step is not ours to decide."""
+    ddp._step.update(pre=[], saved={}, sync=None, fsdp=None, deep=None, carry=False, model=None, active=False)
 
 
 def end(lf: Any, step: int) -> dict[str, Any] | None:
     """After backward: the event every rank that must stop with this one agrees on (None: none)."""
     s = ddp._step
-    pre, carrier, sync, fsdp, deep, model = s["pre"], s["carrier"], s["sync"], s["fsdp"], s["deep"], s["model"]
-    carried = s["carried"]
-    if sync:
-        ddp.learn_last(model)
-    s.update(pre=[], carrier=None, sync=None, fsdp=None, deep=None, carry=False, carried=False, model=None)
-    if sync and carrier is not None and carrier[2] == len(pre) and ddp.exact(model):
-        posts = [finite.flag(carrier[0].grad.detach().view(-1)[:1])]  # the carrier says it all
-    else:
-        posts = _posts(model)
+    pre, saved, sync, fsdp, deep, model = s["pre"], s["saved"], s["sync"], s["fsdp"], s["deep"], s["model"]
+    carries = bool(sync) and s["carries"]
+    s.update(pre=[], saved={}, sync=None, fsdp=None, deep=None, carry=False, model=None, active=False)
+    # where DDP's own reduction carried the findings, one element per gradient says it all (``ddp``)
+    posts = ddp.heads(model) if carries else _posts(model)
     # a clean step (the usual one) is read in one go: one wait for the device, none on CPU
     if fsdp is None and _state["pending"] is None and not finite.any_true([lf, *(f for _, f in pre), *posts]):
         _state["micro"] = _state["micro"] + 1 if sync is False else 0
@@ -64,11 +65,13 @@ def end(lf: Any, step: int) -> dict[str, Any] | None:
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return _alone(mine, distributed=False)
-    if sync:
-        return _ddp(dist, sync, mine, (carrier, finite.truthy(carried), model, step))
+    if sync and ddp.symmetric(model):
+        return _ddp(dist, sync, mine, (saved if carries else None, model))
     if fsdp is not None:
         return _vote(dist, fsdp[0], mine)
-    if sync is False or ddp._group.get("fsdp"):  # a no_sync micro-batch: the step's synchronised backward decides
+    if sync is False or (
+        sync is None and ddp._group.get("fsdp")
+    ):  # a no_sync micro-batch: the step's synchronised backward decides
         if (loss_bad or origin) and _state["pending"] is None:
             _state["pending"] = (_what(mine), f"micro-batch {_state['micro']} under no_sync")
         _state["micro"] += 1
@@ -89,12 +92,14 @@ def _what(mine: dict[str, Any]) -> str:
     return f"non-finite grad {of} {mine['origin']}"
 
 
-def _alone(mine: dict[str, Any], distributed: bool) -> dict[str, Any] | None:
+def _alone(mine: dict[str, Any], distributed: bool, why: str = "") -> dict[str, Any] | None:
     if not (mine["loss"] or mine["origin"] or mine["post"]):
         return None
     _state["pending"], _state["micro"] = None, 0
     origins = [int(os.environ.get("RANK", "0") or 0)] if mine["loss"] or mine["origin"] else []
-    return {"local": mine, "origins": origins, "kinds": {}, "via": "alone" if distributed else "local"}
+    if distributed and not why:
+        why = "; this rank alone: no gradient sync in this backward that every rank sees alike"
+    return {"local": mine, "origins": origins, "kinds": {}, "via": "alone" if distributed else "local", "why": why}
 
 
 def _reduce(dist: Any) -> Any:
@@ -112,50 +117,52 @@ def _post(model: Any) -> bool:
     return finite.any_true(_posts(model))
 
 
-def _ddp(dist: Any, pg: Any, mine: dict[str, Any], this: tuple[Any, bool, Any, int]) -> dict[str, Any] | None:
-    carrier, poisoned, event_model, step = this  # the carrier, whether this rank set it, the model, the step
+def _ddp(dist: Any, pg: Any, mine: dict[str, Any], this: tuple[Any, Any]) -> dict[str, Any] | None:
+    saved, model = this  # each gradient's own element 0 (None: nothing carried: a comm hook), the model
     carried = mine["loss"] or mine["pending"] is not None
     if not mine["post"]:
-        if (carried or mine["origin"]) and carrier is None and mine["pending"] is None:
-            # the carrier's gradient did not come this time (the graph changed): the next backward carries
-            _state["pending"] = (_what(mine), f"step {step}, carried by the next backward")
-            return None
-        if carried or mine["origin"]:  # ours did not arrive (a comm hook that drops NaN): said, alone
-            return _alone(mine, distributed=True)
+        if carried or mine["origin"]:  # it did not reach the others (no carrier under a comm hook): alone
+            return _alone(mine, distributed=True, why="; this rank alone: the others did not receive it")
         _state["micro"] = 0
         return None
     import torch
 
-    # every replica is here alike (the same reduced gradients): one all-reduce names the origins
+    # every replica is here alike (the same reduced gradients, the same elements read): one all-reduce,
+    # on DDP's group, names the origins and sums the carriers' own values
     members = dist.get_process_group_ranks(pg)
     me = members.index(dist.get_rank())
-    dev = carrier[1].device if carrier is not None else torch.device("cpu")
-    # per rank: origin (1: a gradient, 2: the loss alone), carried, the carrier's place and own value
-    rows = torch.zeros(len(members), 4, dtype=torch.float64, device=dev)
-    rows[me, 0] = 1.0 if mine["origin"] else (2.0 if carried else 0.0)
-    rows[me, 1] = 1.0 if poisoned else 0.0
-    if carrier is not None:
-        rows[me, 2] = float(ddp._order.get(id(carrier[0]), -1) + 1)
-        rows[me, 3] = carrier[1].double().reshape(())
+    params = [p for p in ddp.watched(model) if p.grad is not None]
+    dev = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(pg) == "nccl" else "cpu"
+    # per rank: origin (1: a gradient, 2: the loss alone); then per gradient, the rank's own element 0
+    rows = torch.zeros(len(members) + len(params), dtype=torch.float64, device=dev)
+    rows[me] = 1.0 if mine["origin"] else (2.0 if carried else 0.0)
+    if saved:
+        for i, p in enumerate(params):
+            if id(p) in saved:
+                rows[len(members) + i] = saved[id(p)].double().reshape(())
     _reduce(dist)(rows, group=pg)
     table = rows.cpu().tolist()
-    kinds = {members[i]: int(r[0]) for i, r in enumerate(table) if r[0] > 0}
-    if any(r[1] for r in table) and carrier is not None:
-        _restore(carrier, table, len(members))
-        mine["post"] = _post(event_model)
+    kinds = {members[i]: int(v) for i, v in enumerate(table[: len(members)]) if v > 0}
+    if saved is not None:
+        _restore(params, table[len(members) :], len(members))
+        mine["post"] = _post(model)
     _state["pending"], _state["micro"] = None, 0
     return {"local": mine, "origins": sorted(kinds), "kinds": kinds, "via": "all-reduce"}
 
 
-def _restore(carrier: Any, table: list[list[float]], n: int) -> None:
-    """The carrier's element 0 back to what DDP would have made of it: the mean of the ranks' own values
-    (the same element on every rank: DDP's replicas run the same backward, in the same order)."""
-    p = carrier[0]
-    if len({r[2] for r in table}) != 1 or table[0][2] == 0 or p.grad is None:
-        print("rtdebug: --stop-on nonfinite: the ranks' first gradients differ: grad[0] left NaN", file=sys.stderr)
-        return
-    with_mean = sum(r[3] for r in table) / n
-    p.grad.detach().view(-1)[:1].fill_(with_mean)
+def _restore(params: list[Any], sums: list[float], n: int) -> None:
+    """Each gradient's element 0 that is not finite after the reduction back to what DDP's reduction makes
+    of the ranks' own values: their mean, computed once from the same sums on every rank (so the replicas
+    stay identical). Where the element was truly non-finite, a rank's own value was too, and so is the
+    mean."""
+    for p, total in zip(params, sums, strict=True):
+        try:
+            g0 = p.grad.detach().view(-1)[:1]
+        except RuntimeError:
+            continue  # never carried (``ddp._carry``)
+        if not finite.truthy(finite.flag(g0)):
+            continue
+        g0.fill_(total / n)
 
 
 def _vote(dist: Any, group: Any, mine: dict[str, Any]) -> dict[str, Any] | None:
@@ -187,7 +194,7 @@ def describe(event: dict[str, Any], step: int) -> tuple[str, bool]:
         what, where = mine["pending"]
         return f"{what} at step {step} ({where}) (origin){deep}", True
     if mine["loss"] or mine["origin"]:
-        alone = "; this rank alone: no gradient sync in this backward" if via == "alone" else ""
+        alone = event.get("why", "") if via == "alone" else ""
         return f"{_what(mine)} at step {step} (origin){alone}{deep}", True
     if not event["origins"]:
         if via == "local":

@@ -115,12 +115,19 @@ def _wrap_backward(torch: Any) -> None:
     def backward(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not _state["cond"].nonfinite:
             return original(self, *args, **kwargs)
-        bad = agree.begin(self)
-        out = original(self, *args, **kwargs)
-        event = agree.end(bad, steps())
-        if event is not None:
-            reason, origin = agree.describe(event, steps())
-            halt.stop("nonfinite", reason, user_frame(1), origin, steps())
+        bad = agree.begin(self)  # never raises
+        try:
+            out = original(self, *args, **kwargs)
+        except BaseException:
+            agree.abandon()  # the job's own error, as it was; nothing of ours is left waiting
+            raise
+        try:  # a failure of ours is logged and the job goes on: never an exception in its backward()
+            event = agree.end(bad, steps())
+            if event is not None:
+                reason, origin = agree.describe(event, steps())
+                halt.stop("nonfinite", reason, user_frame(1), origin, steps())
+        except Exception:
+            log.swallowed("rank.stopon.arm: the check after backward failed; the job goes on")
         return out
 
     torch.Tensor.backward = backward

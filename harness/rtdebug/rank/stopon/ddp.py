@@ -8,14 +8,14 @@ cost ~18 % of a DDP step (bench/STOPON_RESULTS.md). Instead:
   copies the gradient into its bucket (torch runs a tensor's post-accumulate hooks inside its
   ``AccumulateGrad``, DDP's hook after it) and keeps ``finite.flag(grad)``; under FSDP2, the same of each
   reduce-scatter's input (``dist.reduce_scatter_single``), and the group it reduces over;
-- **the carrier**: a non-finite loss (or a finding of a ``no_sync`` micro-batch) must reach every replica
-  in the same step, though the gradients may all be finite; and a NaN that DDP spreads may land in any
-  gradient. The gradient that came last in the previous backward carries both: when it arrives, every
-  other flag of this rank is known, and where the loss or any flag is set, its element 0 is set to NaN
-  before DDP copies it. DDP's own all-reduce brings that NaN to every replica -- no collective of ours on
-  a clean step -- and, where DDP's reduction is exact (``exact``), the check after it reads one element
-  instead of every gradient. Every rank keeps that element's own value, and ``agree`` puts the true mean
-  back once the event is known;
+- **the carrier**: a finding must reach every replica in the same step, though a NaN that DDP spreads
+  may land in any element, and a non-finite loss may come with finite gradients. Each gradient's
+  element 0 carries it (``_carry``): on the rank that has it, set to NaN before DDP copies the gradient
+  (its own non-finite flag; on the first gradient, also the loss's), so DDP's own all-reduce brings it
+  to every replica -- no collective of ours on a clean step -- and the check after it reads one element
+  per gradient, the same elements on every rank. Every rank keeps each element's own value; ``agree``
+  puts the mean back once the event is known. Only where DDP's reduction is its own (``carries``);
+  with a comm hook every gradient is read, and a loss alone is not carried;
 - **which backward synchronises**: DDP's ``forward`` says so (``require_backward_grad_sync``, as DDP's own
   reducer decides): a ``no_sync`` micro-batch reduces nothing, so nothing is decided there.
 
@@ -37,14 +37,13 @@ _names: dict[int, str] = {}  # id(parameter) -> its name in a DDP module
 _order: dict[int, int] = {}  # id(parameter) -> its place in the module's own order
 _modules: dict[int, str] = {}  # id(module) -> its qualified name (for nonfinite:deep)
 _params: dict[int, Any] = {}  # id(parameter) -> parameter, for the check after the all-reduce
-# this backward: the "before" flags, the carrier, the carry, DDP's sync group (None: no DDP forward; False:
+# this backward: the "before" flags, the carriers' own values, the carry, DDP's sync group (None: no DDP forward; False:
 # no_sync), FSDP's reduce-scatter group, the first non-finite module (deep)
 _step: dict[str, Any] = {
-    "pre": [], "carrier": None, "carry": False, "carried": False, "sync": None, "fsdp": None, "deep": None,
-    "model": None,
+    "pre": [], "saved": {}, "carry": False, "carries": False, "sync": None, "fsdp": None, "deep": None,
+    "model": None, "active": False,
 }  # fmt: skip
 _hooked: set[int] = set()  # id(DDP module) with a built-in (C++) comm hook
-_last: dict[int, int] = {}  # id(DDP module) -> id(the parameter whose gradient came last): the carrier
 _of_model: dict[int, list[Any]] = {}  # id(DDP module) -> its watched parameters (the check after its all-reduce)
 _group: dict[str, Any] = {"pg": None}
 _patched: dict[str, Any] = {}
@@ -85,9 +84,10 @@ def patch(torch: Any, deep: bool = False) -> None:
 
     @functools.wraps(forward)
     def ddp_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if _patched.get("on"):  # DDP's reducer prepares a synchronised backward exactly when this holds
-            sync = torch.is_grad_enabled() and self.require_backward_grad_sync
-            _step["sync"], _step["model"] = (self.process_group if sync else False), self
+        if _patched.get("on") and torch.is_grad_enabled():  # (a no_grad forward prepares no backward)
+            # DDP's reducer prepares a synchronised backward exactly when this holds
+            _step["sync"] = self.process_group if self.require_backward_grad_sync else False
+            _step["model"], _step["carries"] = self, carries(self)
         return forward(self, *args, **kwargs)
 
     builtin = DDP._register_builtin_comm_hook
@@ -158,60 +158,113 @@ def local(t: Any) -> Any:
 
 
 def _before(p: Any) -> None:
-    # runs once per gradient per backward: kept to the least Python (bench/STOPON_RESULTS.md)
+    # runs once per gradient per backward: kept to the least Python (bench/STOPON_RESULTS.md); never raises
     # a DTensor's gradient arrives already reduce-scattered (FSDP2): "before" is FSDP's input (below)
     g = p.grad
-    if g is None or not _patched.get("on") or hasattr(g, "to_local"):
-        return
     step = _step
-    pre = step["pre"]
-    pre.append((p, finite.flag(g)))
-    model = step["model"]
-    if model is not None and step["carrier"] is None and step["sync"]:
-        last = _last.get(id(model))
-        if id(p) == last or last is None:  # the first backward: the first gradient carries the loss alone
-            _carry(p, g, [f for _, f in pre])
+    if g is None or not step["active"] or hasattr(g, "to_local"):
+        return  # not inside a Tensor.backward of ours (torch.autograd.backward called directly): unchecked
+    try:
+        f = finite.flag(g)
+        step["pre"].append((p, f))
+        if step["sync"] and step["carries"]:
+            _carry(p, g, f)
+    except Exception:
+        log.swallowed("rank.stopon.ddp: a gradient's check failed: it goes unchecked, the job goes on")
 
 
-def _carry(p: Any, g: Any, flags: list[Any]) -> None:
-    """This gradient -- the last of the previous backward, so every other gradient's flag is known by
-    now -- carries the step's carry and this rank's "before" flags: its element 0 is kept, and set to
-    NaN where either is set (a device flag is applied on the device, with no wait)."""
+def _carry(p: Any, g: Any, f: Any) -> None:
+    """Each gradient's element 0 carries this rank's finding into DDP's all-reduce: set to NaN where its
+    own flag is set (so the NaN lands where every replica looks), and on the first gradient where the
+    step's carry is (a non-finite loss); its own value is kept for ``agree`` to put the mean back. A
+    device flag is applied on the device, with no wait."""
     if not g.is_floating_point():
         return
     try:
         g0 = g.detach().view(-1)[:1]
-    except RuntimeError:  # not viewable as flat (a strided gradient): nothing carries; the full check does
+    except RuntimeError:  # not viewable as flat (strided, sparse): ``heads`` reads it whole, on every rank
         return
-    _step["carrier"] = (p, g0.clone(), len(flags))
-    carry = _step["carry"]
-    bad = carry is True or finite.any_true([f for f in flags if isinstance(f, bool)])
-    if bad:
+    saved = _step["saved"]
+    carry = f if saved else _or(f, _step["carry"])
+    saved[id(p)] = g0.clone()
+    if carry is True:
         g0.fill_(float("nan"))
-        _step["carried"] = True
-        return
-    device = [f for f in flags if not isinstance(f, bool)] + ([carry] if carry is not False else [])
-    if device:
+    elif carry is not False:
         import torch
 
-        flag = torch.stack(device).any()
-        g0.copy_(torch.where(flag, float("nan"), g0))
-        _step["carried"] = flag
+        g0.copy_(torch.where(carry, float("nan"), g0))
 
 
-def exact(model: Any) -> bool:
-    """Whether ``model``'s reduction cannot make a NaN or Inf of finite gradients: DDP's own all-reduce
-    divides each gradient by the world size before summing (``|mean| <= max |g|``); a comm hook (fp16/bf16
-    compression, mixed precision, the user's own) may overflow, so then every gradient is read."""
-    return model is not None and not getattr(model, "_comm_hooks", True) and id(model) not in _hooked
+def _or(a: Any, b: Any) -> Any:
+    if a is True or b is True:
+        return True
+    if a is False:
+        return b
+    return a if b is False else a | b
 
 
-def learn_last(model: Any) -> None:
-    """The gradient that arrived last in this backward carries in the next (the same graph, the same
-    order; when it changes, that backward falls back to reading every gradient)."""
-    pre = _step["pre"]
-    if model is not None and pre and pre[-1][0] is not None:
-        _last[id(model)] = id(pre[-1][0])
+# comm hooks whose result is one all-reduce over DDP's whole group: every replica ends with the same
+# gradients, as with DDP's own (their module, their name)
+_FULL_GROUP_HOOKS = (
+    {
+        ("torch.distributed.algorithms.ddp_comm_hooks.default_hooks", n)
+        for n in ("allreduce_hook", "fp16_compress_hook", "bf16_compress_hook")
+    }
+    | {
+        ("torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook", n)
+        for n in ("powerSGD_hook", "batched_powerSGD_hook")
+    }
+    | {("torch.distributed.algorithms.ddp_comm_hooks.mixed_precision_hooks", "_reducer_allreduce_and_upcast_hook")}
+)
+
+
+def _joining(model: Any) -> bool:
+    config = getattr(model, "_join_config", None)
+    return bool(getattr(config, "enable", False))
+
+
+def carries(model: Any) -> bool:
+    """Whether this model's backward carries findings in element 0 (``_carry``) and the check after it
+    reads one element per gradient: DDP's own reduction only -- it divides each gradient by the world
+    size before summing, so finite gradients stay finite and a carried NaN reaches every replica. A comm
+    hook (compression may overflow, PowerSGD keeps an error buffer) or DDP's ``join()`` (joined ranks only
+    shadow DDP's collectives) turns it off. The same on every rank: the model's own configuration."""
+    return (
+        model is not None
+        and not getattr(model, "_comm_hooks", True)
+        and id(model) not in _hooked
+        and not _joining(model)
+    )
+
+
+def symmetric(model: Any) -> bool:
+    """Whether every replica ends this backward with the same gradients, bit for bit -- the condition for
+    a collective of ours after it: DDP's own reduction, or a comm hook that all-reduces over the whole
+    group; not under ``join()``, nor with a hook that reduces over part of it (post-local SGD) or not at
+    all (``noop_hook``), where a finding differs by rank."""
+    if model is None or _joining(model):
+        return False
+    hooks = getattr(model, "_comm_hooks", None)
+    if hooks is None:
+        return False
+    return all((getattr(h, "__module__", ""), getattr(h, "__name__", "")) in _FULL_GROUP_HOOKS for h, _ in hooks)
+
+
+def heads(model: Any) -> list[Any]:
+    """After the reduction, where ``carries``: the flag of each gradient's element 0 (a gradient that is
+    not flat-viewable: whole), one stacked flag for all of them."""
+    import torch
+
+    firsts, whole = [], []
+    for p in watched(model):
+        g = p.grad
+        if g is None:
+            continue
+        try:
+            firsts.append(g.detach().view(-1)[0])
+        except RuntimeError:
+            whole.append(finite.flag(g))
+    return ([finite.flag(torch.stack(firsts))] if firsts else []) + whole
 
 
 def _wrap_reduce_scatter(dist: Any) -> None:
@@ -223,10 +276,13 @@ def _wrap_reduce_scatter(dist: Any) -> None:
 
     @functools.wraps(fn)
     def reduce_scatter_single(*args: Any, **kwargs: Any) -> Any:
-        if _patched.get("on"):
+        if _patched.get("on") and _step["active"]:
             inp = kwargs.get("input", args[1] if len(args) > 1 else None)
             if inp is not None:
-                _step["pre"].append((None, finite.flag(inp)))
+                try:
+                    _step["pre"].append((None, finite.flag(inp)))
+                except Exception:
+                    log.swallowed("rank.stopon.ddp: a reduce-scatter input's check failed: unchecked")
                 _step["fsdp"] = (kwargs.get("group", args[3] if len(args) > 3 else None),)
                 _group["fsdp"] = True
         return fn(*args, **kwargs)

@@ -5,9 +5,9 @@
   non-finite, so a finite sum proves the tensor finite; a non-finite sum (a NaN, an Inf, or finite values
   whose sum overflows) is confirmed exactly with ``isfinite(t).all()``, so no overflow of ours is ever
   reported as the job's. Reading the result costs nothing on CPU: the answer is a Python bool.
-- **any other device** (CUDA): ``t.mul(0).sum().isnan()`` -- exact (``0*x`` is 0 for a finite ``x``, NaN
-  for a NaN or an Inf; no overflow), one fused pass, and a device tensor: nothing waits for the device
-  until ``any_true`` reads all of a step's flags at once.
+- **any other device** (CUDA): the infinity norm (``max |x|``) is not finite -- exact (NaN propagates, no
+  overflow), one fused reduction that allocates nothing the size of the tensor, and a device tensor:
+  nothing waits for the device until ``any_true`` reads all of a step's flags at once.
 
 Only floating-point (and complex) tensors can be non-finite; any other answer is ``False``.
 """
@@ -22,7 +22,9 @@ _isfinite = math.isfinite
 
 def flag(t: Any) -> Any:
     """True when ``t`` holds a NaN or an Inf: a bool on CPU, a 0-d bool tensor on another device."""
-    if t.is_cpu and t.is_floating_point():  # the common case first: a few µs a call counts per gradient
+    if (
+        t.is_cpu and t.is_floating_point() and not t.is_sparse
+    ):  # the common case first: a few µs a call counts per gradient
         if t.requires_grad:
             t = t.detach()
         if _isfinite(float(t.sum())):
@@ -33,11 +35,15 @@ def flag(t: Any) -> Any:
     if not (t.is_floating_point() or t.is_complex()):
         return False
     t = t.detach()
-    if t.is_cpu:  # complex
-        import torch
+    if t.is_sparse:  # (nn.Embedding(sparse=True)): its stored values are all it holds
+        t = t.coalesce().values()
+    import torch
 
+    if t.is_cpu:
         return not bool(torch.isfinite(t).all())
-    return t.mul(0).sum().isnan()
+    # the largest magnitude: NaN propagates, an Inf is itself, nothing overflows, one fused reduction
+    # with nothing the size of the tensor allocated
+    return torch.linalg.vector_norm(t, float("inf")).isfinite().logical_not()
 
 
 def truthy(f: Any) -> bool:

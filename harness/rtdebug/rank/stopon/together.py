@@ -9,12 +9,13 @@ step's start (a backward, an optimizer step) tries to meet the others through th
 
 - each rank says it is armed (``<gen>/armed/<rank>``); until all have, nothing is tried (one store
   ``check`` a step, only while pending);
-- then, at a step's start, a rank counts itself in under the step's name -- the default group's
-  collective sequence number, the same on every rank at the same step -- and waits for the others up to
-  ``WAIT_S``. The one outcome is decided once for all by ``compare_set`` on the step's key (``go`` when all
-  had come, ``abort`` when one gave up waiting), so either every rank arms at that step or none does and
-  they try again at the next. Each rank waits only while the others are at most a step away, and a
-  waiting rank is outside any collective; after ``TRIES`` aborts the rank gives up and says so.
+- then, at a step's start, a rank counts itself in under the step's name -- the collective sequence
+  number of the group the gradients are reduced on (DDP's, else the default group), the same on every
+  rank at the same step -- and waits for the others up to ``WAIT_S``. The one outcome is decided once
+  for all by ``compare_set`` on the step's key (``go`` when all had come, ``abort`` when one gave up
+  waiting), so either every rank arms at that step or none does and they try again at the next. Each
+  rank waits only while the others are at most a step away, and a waiting rank is outside any
+  collective; after ``TRIES`` aborts the rank gives up and says so.
 
 A single process (no process group) arms at once. Everything from the store may be forged by whoever can
 write it, as the job's own rendezvous could; a value we do not expect is an abort, never an exception.
@@ -22,6 +23,7 @@ write it, as the job's own rendezvous could; a value we do not expect is an abor
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any
@@ -45,6 +47,8 @@ def pending(gen: str) -> str | None:
     is fine (no process group), else why this rank cannot arm in a running job (one line)."""
     dist = distributed()
     if dist is None:
+        if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:  # its peers may have a group already
+            raise RuntimeError("this rank has no process group yet; set it again once the job has made one")
         return None
     try:
         store = dist.distributed_c10d._get_default_store()
@@ -58,7 +62,12 @@ def pending(gen: str) -> str | None:
 
 
 def _seq(dist: Any) -> int:
-    return int(dist.distributed_c10d._get_default_group()._get_sequence_number_for_group())
+    """The step's name: the sequence number of the group the job's gradients are reduced on (DDP's, else
+    the default group), which moves every step; the same on every rank at the same step."""
+    from rtdebug.rank.stopon import ddp
+
+    group = ddp.replica_group() or dist.distributed_c10d._get_default_group()
+    return int(group._get_sequence_number_for_group())
 
 
 def cancel() -> None:
@@ -82,9 +91,9 @@ def _meet(dist: Any, gen: str) -> bool:
     store, world, seq = dist.distributed_c10d._get_default_store(), dist.get_world_size(), _seq(dist)
     if seq == _state["tried"]:
         return False
-    _state["tried"] = seq
     if not store.check([f"rtdebug/stopon/{gen}/armed/{r}" for r in range(world)]):
-        return False
+        return False  # not every rank is set yet: nothing tried (and this step may be tried again)
+    _state["tried"] = seq
     key = f"rtdebug/stopon/{gen}/at/{seq}"
     came = int(store.add(key + "/n", 1))
     deadline = time.monotonic() + WAIT_S
