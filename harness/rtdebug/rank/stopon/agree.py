@@ -138,8 +138,9 @@ def _ddp(dist: Any, pg: Any, mine: dict[str, Any], this: tuple[Any, Any]) -> dic
     rows[me] = 1.0 if mine["origin"] else (2.0 if carried else 0.0)
     if saved:
         for i, p in enumerate(params):
-            if id(p) in saved:
-                rows[len(members) + i] = saved[id(p)].double().reshape(())
+            v = saved.get(id(p))
+            if v is not None:
+                rows[len(members) + i] = v if isinstance(v, float) else v.double().reshape(())
     _reduce(dist)(rows, group=pg)
     table = rows.cpu().tolist()
     kinds = {members[i]: int(v) for i, v in enumerate(table[: len(members)]) if v > 0}

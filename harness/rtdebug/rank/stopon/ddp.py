@@ -181,11 +181,17 @@ def _carry(p: Any, g: Any, f: Any) -> None:
     if not g.is_floating_point():
         return
     try:
-        g0 = g.detach().view(-1)[:1]
+        flat = g.detach().view(-1)
     except RuntimeError:  # not viewable as flat (strided, sparse): ``heads`` reads it whole, on every rank
         return
     saved = _step["saved"]
     carry = f if saved else _or(f, _step["carry"])
+    if flat.is_cpu:  # a Python float: the cheapest copy there is (a device value stays on the device)
+        saved[id(p)] = flat[0].item()
+        if carry is True:
+            flat[:1].fill_(float("nan"))
+        return
+    g0 = flat[:1]
     saved[id(p)] = g0.clone()
     if carry is True:
         g0.fill_(float("nan"))
