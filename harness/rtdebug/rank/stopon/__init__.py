@@ -9,6 +9,7 @@ the same point and stops there, before the optimizer changes the weights:
 - ``ddp`` -- per-gradient checks before DDP's all-reduce (or FSDP2's reduce-scatter): the origin, the
   parameter's name; a non-finite loss carried to the other replicas in DDP's own all-reduce;
 - ``finite`` -- the one NaN/Inf test, as cheap as the device allows;
+- ``reduction`` -- whether a DDP model's reduction leaves every replica alike (what ``agree`` may do);
 - ``agree`` -- after backward: the event every rank that must stop together sees alike, decided by what
   that backward synchronised (DDP, FSDP2, no_sync, none), never a collective some rank would not enter;
 - ``disagree`` -- a hash of the replicas' parameters, compared with one small all-gather;

@@ -24,7 +24,7 @@ import sys
 from typing import Any
 
 from rtdebug.common import log
-from rtdebug.rank.stopon import ddp, finite
+from rtdebug.rank.stopon import ddp, finite, reduction
 
 _state: dict[str, Any] = {"pending": None, "micro": 0}  # a no_sync micro-batch's finding, its index
 
@@ -65,7 +65,7 @@ def end(lf: Any, step: int) -> dict[str, Any] | None:
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return _alone(mine, distributed=False)
-    if sync and ddp.symmetric(model):
+    if sync and reduction.symmetric(model):
         return _ddp(dist, sync, mine, (saved if carries else None, model))
     if fsdp is not None:
         return _vote(dist, fsdp[0], mine)

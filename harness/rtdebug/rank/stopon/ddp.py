@@ -31,7 +31,7 @@ import sys
 from typing import Any
 
 from rtdebug.common import log
-from rtdebug.rank.stopon import finite
+from rtdebug.rank.stopon import finite, reduction
 
 _names: dict[int, str] = {}  # id(parameter) -> its name in a DDP module
 _order: dict[int, int] = {}  # id(parameter) -> its place in the module's own order
@@ -43,7 +43,6 @@ _step: dict[str, Any] = {
     "pre": [], "saved": {}, "carry": False, "carries": False, "sync": None, "fsdp": None, "deep": None,
     "model": None, "active": False,
 }  # fmt: skip
-_hooked: set[int] = set()  # id(DDP module) with a built-in (C++) comm hook
 _of_model: dict[int, list[Any]] = {}  # id(DDP module) -> its watched parameters (the check after its all-reduce)
 _group: dict[str, Any] = {"pg": None}
 _patched: dict[str, Any] = {}
@@ -87,14 +86,14 @@ def patch(torch: Any, deep: bool = False) -> None:
         if _patched.get("on") and torch.is_grad_enabled():  # (a no_grad forward prepares no backward)
             # DDP's reducer prepares a synchronised backward exactly when this holds
             _step["sync"] = self.process_group if self.require_backward_grad_sync else False
-            _step["model"], _step["carries"] = self, carries(self)
+            _step["model"], _step["carries"] = self, reduction.carries(self)
         return forward(self, *args, **kwargs)
 
     builtin = DDP._register_builtin_comm_hook
 
     @functools.wraps(builtin)
     def register_builtin(self: Any, *args: Any, **kwargs: Any) -> Any:
-        _hooked.add(id(self))  # a C++ hook (FP16_COMPRESS): not in DDP's _comm_hooks
+        reduction.hooked.add(id(self))  # a C++ hook (FP16_COMPRESS): not in DDP's _comm_hooks
         return builtin(self, *args, **kwargs)
 
     DDP.__init__, DDP.forward, DDP._register_builtin_comm_hook = __init__, ddp_forward, register_builtin
@@ -207,53 +206,6 @@ def _or(a: Any, b: Any) -> Any:
     if a is False:
         return b
     return a if b is False else a | b
-
-
-# comm hooks whose result is one all-reduce over DDP's whole group: every replica ends with the same
-# gradients, as with DDP's own (their module, their name)
-_FULL_GROUP_HOOKS = (
-    {
-        ("torch.distributed.algorithms.ddp_comm_hooks.default_hooks", n)
-        for n in ("allreduce_hook", "fp16_compress_hook", "bf16_compress_hook")
-    }
-    | {
-        ("torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook", n)
-        for n in ("powerSGD_hook", "batched_powerSGD_hook")
-    }
-    | {("torch.distributed.algorithms.ddp_comm_hooks.mixed_precision_hooks", "_reducer_allreduce_and_upcast_hook")}
-)
-
-
-def _joining(model: Any) -> bool:
-    config = getattr(model, "_join_config", None)
-    return bool(getattr(config, "enable", False))
-
-
-def carries(model: Any) -> bool:
-    """Whether this model's backward carries findings in element 0 (``_carry``) and the check after it
-    reads one element per gradient: DDP's own reduction only -- it divides each gradient by the world
-    size before summing, so finite gradients stay finite and a carried NaN reaches every replica. A comm
-    hook (compression may overflow, PowerSGD keeps an error buffer) or DDP's ``join()`` (joined ranks only
-    shadow DDP's collectives) turns it off. The same on every rank: the model's own configuration."""
-    return (
-        model is not None
-        and not getattr(model, "_comm_hooks", True)
-        and id(model) not in _hooked
-        and not _joining(model)
-    )
-
-
-def symmetric(model: Any) -> bool:
-    """Whether every replica ends this backward with the same gradients, bit for bit -- the condition for
-    a collective of ours after it: DDP's own reduction, or a comm hook that all-reduces over the whole
-    group; not under ``join()``, nor with a hook that reduces over part of it (post-local SGD) or not at
-    all (``noop_hook``), where a finding differs by rank."""
-    if model is None or _joining(model):
-        return False
-    hooks = getattr(model, "_comm_hooks", None)
-    if hooks is None:
-        return False
-    return all((getattr(h, "__module__", ""), getattr(h, "__name__", "")) in _FULL_GROUP_HOOKS for h, _ in hooks)
 
 
 def heads(model: Any) -> list[Any]:
