@@ -92,6 +92,17 @@ def test_nan_in_one_ranks_batch_stops_every_rank_at_that_step_origin_named(job, 
     assert rtdebug("stop", "--session", sid).returncode == 0
 
 
+def test_deep_names_the_first_module_whose_output_went_non_finite_on_the_origin(job, registry_dir, port_base):
+    j, sid = start(job, registry_dir, port_base, "nonfinite:deep", "--nan-rank", "1", "--nan-step", "5")
+    got = stops(sid, 3)
+    assert got[1]["reason"] == (
+        "non-finite loss and grad of fc1.weight (+3 more) at step 5 (origin); first non-finite output: fc1"
+    )
+    for r in (0, 2):  # their forward was finite: nothing to name
+        assert got[r]["reason"] == "non-finite grad at step 5: received in the all-reduce (origin: rank 1)"
+    assert rtdebug("stop", "--session", sid).returncode == 0
+
+
 def test_an_inf_in_one_loss_only_stops_every_rank_and_continue_leaves_the_gradients_true(job, registry_dir, port_base):
     """The loss alone is non-finite: rtdebug carries it to the other ranks in DDP's own all-reduce (one
     NaN element) and puts that element back before anyone looks; continuing trains on with finite weights."""

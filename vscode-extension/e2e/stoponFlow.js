@@ -100,16 +100,14 @@ async function stoponFlow(ctx) {
 
     const before = traceLines().length;
     fs.writeFileSync(nanFile, '');
-    const stops = await wb.waitFor(
-      'both ranks stopped by --stop-on',
-      () => {
-        const s = traceLines()
-          .slice(before)
-          .filter((e) => e.kind === 'stopped' && e.parent === parent && /^rtdebug --stop-on nonfinite: /.test(e.description || ''));
-        return new Set(s.map((e) => e.rank)).size === 2 ? s : undefined;
-      },
-      120000,
-    );
+    // the --stop-on stops of both ranks since trace line `from` (undefined until both stopped)
+    const bothStopped = (from) => {
+      const s = traceLines()
+        .slice(from)
+        .filter((e) => e.kind === 'stopped' && e.parent === parent && /^rtdebug --stop-on nonfinite: /.test(e.description || ''));
+      return new Set(s.map((e) => e.rank)).size === 2 ? s : undefined;
+    };
+    const stops = await wb.waitFor('both ranks stopped by --stop-on', () => bothStopped(before), 120000);
     const s1 = stops.find((e) => e.rank === 1);
     const s0 = stops.find((e) => e.rank === 0);
     check(
@@ -139,6 +137,23 @@ async function stoponFlow(ctx) {
     await wb.waitFor('rank 1 row', async () => /^rank 1, stopped \(nonfinite: .*\(origin\)\)/.test(await rankLabel(1)), 30000);
     step(`ok: the Ranks view says "${(await rankLabel(1)).split(', local rank')[0]}"`);
     await page.screenshot({ path: path.join(art, 'vscode-e2e-stop-on-origin.png') });
+
+    // Continue on the focused origin rank: every rank resumes (all-stop continues them all), the optimizer
+    // applies the NaN gradients, and the next step's loss is non-finite on both: --stop-on fires again
+    const mark2 = traceLines().length;
+    await wb.runCommand(page, 'Debug: Continue');
+    const again = await wb.waitFor('both ranks stopped again after Continue', () => bothStopped(mark2), 120000);
+    const resumed = new Set(
+      traceLines()
+        .slice(mark2)
+        .filter((e) => e.kind === 'continued' && e.parent === parent)
+        .map((e) => e.rank),
+    );
+    check(
+      again.every((e) => /\(origin\)/.test(e.description)),
+      `Continue resumed every rank (continued: ranks ${[...resumed].sort().join(',')}); --stop-on fired again at the next ` +
+        `step, each rank an origin now ("${again.find((e) => e.rank === 0).description}")`,
+    );
   } catch (e) {
     console.error('--- stopon job output (tail)\n' + job.out.slice(-25).join('\n'));
     throw e;
