@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from rtdebug.commands.adoptstopon import summary  # noqa: E402
-from rtdebug.rank.stopon import agree, finite, together  # noqa: E402
+from rtdebug.rank.stopon import agree, ddp, finite, together  # noqa: E402
 
 from support.paths import PY, SCRIPTS  # noqa: E402
 
@@ -71,6 +71,25 @@ def _event(via, origins, kinds, why="", **mine):
 )  # fmt: skip
 def test_describe(event, want):
     assert agree.describe(event, 5) == want
+
+
+def test_deep_names_the_first_non_finite_output_of_a_training_forward_only():
+    """``nonfinite:deep``'s forward hook: an evaluation (no_grad) forward with a NaN output is not looked at
+    (it would name a module in the next training step's event); the first training output that is, is."""
+    fc1, fc2 = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    ddp._modules.update({id(fc1): "fc1", id(fc2): "fc2"})
+    nan = torch.tensor([float("nan")])
+    try:
+        with torch.no_grad():
+            ddp._forward(fc1, (), nan)
+        assert ddp._step["deep"] is None
+        ddp._forward(fc1, (), torch.ones(1))
+        ddp._forward(fc2, (), (nan, torch.ones(1)))  # a tuple output: its first tensor
+        ddp._forward(fc1, (), nan)  # not the first: fc2 stays
+        assert ddp._step["deep"] == "fc2"
+    finally:
+        ddp._step["deep"] = None
+        ddp._modules.pop(id(fc1)), ddp._modules.pop(id(fc2))
 
 
 def test_adopt_summary():

@@ -250,11 +250,14 @@ def _wrap_reduce_scatter(dist: Any) -> None:
 
 
 def _forward(module: Any, args: Any, output: Any) -> None:
-    """nonfinite:deep -- the first module this step whose output is not finite."""
+    """nonfinite:deep -- the first module this step whose output is not finite (a forward under no_grad,
+    an evaluation, has no backward of ours to name it in: it is not looked at)."""
     if _step["deep"] is not None:
         return
     import torch
 
+    if not torch.is_grad_enabled():
+        return
     t = output[0] if isinstance(output, (tuple, list)) and output else output
     if isinstance(t, torch.Tensor) and finite.truthy(finite.flag(t)):
         _step["deep"] = _modules.get(id(module), type(module).__name__)
