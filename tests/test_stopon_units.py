@@ -89,7 +89,8 @@ def test_deep_names_the_first_non_finite_output_of_a_training_forward_only():
         assert ddp._step["deep"] == "fc2"
     finally:
         ddp._step["deep"] = None
-        ddp._modules.pop(id(fc1)), ddp._modules.pop(id(fc2))
+        for m in (fc1, fc2):
+            ddp._modules.pop(id(m))
 
 
 def test_adopt_summary():
