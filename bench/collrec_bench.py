@@ -138,7 +138,7 @@ def per_call(n: int = 20000, repeats: int = 7) -> dict:
     """In a child process: arming patches torch, and a world-size-1 group must not linger in this one."""
     code = f"""
 import json, os, sys, tempfile, time
-from rtdebug.rank.collectives import record as collrec
+from rtdebug.rank.collectives import recorder as collrec
 collrec.arm(None, 0)
 import torch, torch.distributed as dist
 from rtdebug.registry import collseq

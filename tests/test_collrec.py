@@ -18,8 +18,8 @@ from support.jobs import rtdebug, wait_ranks
 from support.paths import EXAMPLES, PY, SCRIPTS, marker_line
 
 HANG = EXAMPLES / "hang.py"
-STOP_EXPR = "__import__('rtdebug.rank.collectives.record', fromlist=['_']).stop_at_next()"
-SNAP_EXPR = "__import__('rtdebug.rank.collectives.record', fromlist=['_']).snapshot()"
+STOP_EXPR = "__import__('rtdebug.rank.collectives.recorder', fromlist=['_']).stop_at_next()"
+SNAP_EXPR = "__import__('rtdebug.rank.collectives.recorder', fromlist=['_']).snapshot()"
 
 
 def single(tmp_path, **env) -> dict:
@@ -191,7 +191,7 @@ def test_stack_groups_see_through_the_wrapper():
     from rtdebug.stacks.group import frame, group
 
     lib = "/x/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
-    frames = [frame(lib, 3252, "all_reduce"), frame(PACKAGE_DIR + "rank/collectives/record.py", 118, "collective")]
+    frames = [frame(lib, 3252, "all_reduce"), frame(PACKAGE_DIR + "rank/collectives/recorder.py", 118, "collective")]
     frames += [frame("/job/train.py", 42, "train_step"), frame("/job/train.py", 9, "<module>")]
     g = group(
         {0: {"threads": [{"id": "0x1", "current": True, "frames": frames, "truncated": False}], "main_id": "0x1"}}

@@ -9,9 +9,9 @@ import jsonschema
 import pytest
 
 from rtdebug import cli
+from rtdebug.registry.entry import SCHEMA_PATH
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import prune, reserve_session
-from rtdebug.registry.record import SCHEMA_PATH
 
 from support.entries import rank, session
 from support.paths import ROOT

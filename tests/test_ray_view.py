@@ -7,9 +7,9 @@ import socket
 import pytest
 
 from rtdebug.common.errors import HarnessError
+from rtdebug.registry.entry import session_entry
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import reserve_session
-from rtdebug.registry.record import session_entry
 from rtdebug.views import ray as ray_view
 from rtdebug.views.api import ViewOptions
 

@@ -1,10 +1,10 @@
-"""rtdebug.rank.record: one state machine for torchrun ranks, rtdebug run and Ray workers."""
+"""rtdebug.rank.state: one state machine for torchrun ranks, rtdebug run and Ray workers."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rtdebug.rank.record import RankRecord
+from rtdebug.rank.state import RankState
 
 
 class Writer:
@@ -16,7 +16,7 @@ class Writer:
 
 
 class FakeEndpoint:
-    """What RankRecord wires: the endpoint reports clients and refusals through these callbacks."""
+    """What RankState wires: the endpoint reports clients and refusals through these callbacks."""
 
     def __init__(self) -> None:
         self.label, self.attach_count, self.refused_count = "port 1", 0, 0
@@ -33,9 +33,9 @@ class FakeEndpoint:
         self.on_state(state)
 
 
-def record() -> tuple[RankRecord, Writer, FakeEndpoint]:
+def record() -> tuple[RankState, Writer, FakeEndpoint]:
     w, ep = Writer(), FakeEndpoint()
-    rec = RankRecord(w, "s1", 3, "127.0.0.1", 5681, False, "train.py", local_rank=1, world_size=4)
+    rec = RankState(w, "s1", 3, "127.0.0.1", 5681, False, "train.py", local_rank=1, world_size=4)
     rec.connect(ep)
     return rec, w, ep
 
@@ -74,7 +74,7 @@ def test_exit_codes_and_refusals():
 
 
 def test_ray_worker_wires_its_endpoint_through_the_record():
-    """Ray workers use RankRecord.connect, not callbacks of their own (which lost the failed guard)."""
+    """Ray workers use RankState.connect, not callbacks of their own (which lost the failed guard)."""
     import ast
     from pathlib import Path
 

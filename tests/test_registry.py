@@ -6,9 +6,9 @@ import pytest
 
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.procinfo import is_alive, process_create_time
+from rtdebug.registry.entry import SCHEMA_PATH
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import prune, reserve_session
-from rtdebug.registry.record import SCHEMA_PATH
 
 from support.entries import rank, session
 from support.procs import dead_pid

@@ -1,8 +1,8 @@
 """The registry schema (``registry.schema.json``, which the VS Code extension reads too) and the code agree.
 
-``REQUIRED`` in ``rtdebug.registry.record`` lists the fields readers index without checking: each must be
+``REQUIRED`` in ``rtdebug.registry.entry`` lists the fields readers index without checking: each must be
 required by the schema, with the same type, or a schema-valid entry could crash a reader. And whatever writes an
-entry (``RankRecord`` for ranks; every ``session_entry(...)`` call for sessions) must write every field the
+entry (``RankState`` for ranks; every ``session_entry(...)`` call for sessions) must write every field the
 schema requires and none it does not know (``additionalProperties`` is false). Either side drifting fails here.
 """
 
@@ -17,9 +17,9 @@ import pytest
 
 from rtdebug.common.config import RankConfig, Target
 from rtdebug.launcher import single
-from rtdebug.rank import record as rankrecord
-from rtdebug.registry import record
-from rtdebug.registry.record import REQUIRED, SCHEMA_PATH, session_entry
+from rtdebug.rank import state as rankstate
+from rtdebug.registry import entry as registry_entry
+from rtdebug.registry.entry import REQUIRED, SCHEMA_PATH, session_entry
 
 from support.paths import EXAMPLES, ROOT
 
@@ -47,7 +47,7 @@ def schema_types(prop: dict) -> set[str]:
 
 
 def code_types(typ: type | tuple[type, ...]) -> set[str]:
-    """The JSON types ``record.problem`` accepts for a field (never a bool, whatever the type)."""
+    """The JSON types ``registry_entry.problem`` accepts for a field (never a bool, whatever the type)."""
     types = {PY_TO_JSON[t] for t in (typ if isinstance(typ, tuple) else (typ,))}
     return types | ({"integer"} if "number" in types else set())
 
@@ -61,14 +61,14 @@ def test_what_readers_index_is_what_the_schema_requires_with_the_same_type(kind)
     )
     for field, typ in REQUIRED[kind].items():
         assert code_types(typ) == schema_types(schema["properties"][field]), (kind, field)
-    # what record.problem checks before REQUIRED: the schema's version and kind
-    assert resolved(schema["properties"]["schema_version"]) == {"const": record.SCHEMA_VERSION}
+    # what registry_entry.problem checks before REQUIRED: the schema's version and kind
+    assert resolved(schema["properties"]["schema_version"]) == {"const": registry_entry.SCHEMA_VERSION}
     assert resolved(schema["properties"]["kind"]) == {"const": kind}
 
 
 def test_the_codes_states_are_the_schemas():
-    assert set(record.LIVE_SESSION_STATES) <= set(DEFS["state_session"]["enum"])
-    assert set(record.LIVE_RANK_STATES) | set(record.ATTACHABLE_STATES) | set(rankrecord.FINAL) <= set(
+    assert set(registry_entry.LIVE_SESSION_STATES) <= set(DEFS["state_session"]["enum"])
+    assert set(registry_entry.LIVE_RANK_STATES) | set(registry_entry.ATTACHABLE_STATES) | set(rankstate.FINAL) <= set(
         DEFS["state_rank"]["enum"]
     )
 
@@ -83,18 +83,18 @@ class Kept:
 
 def test_a_rank_entry_as_its_record_writes_it_is_schema_valid():
     kept = Kept()
-    r = rankrecord.RankRecord(kept, "s1", 0, "127.0.0.1", 5678, False, "t.py", world_size=2)
+    r = rankstate.RankState(kept, "s1", 0, "127.0.0.1", 5678, False, "t.py", world_size=2)
     r.set(state="ready")
     for entry in kept.entries:
         jsonschema.validate(entry, SCHEMA)
-        assert record.problem(entry, "rank") is None
+        assert registry_entry.problem(entry, "rank") is None
 
 
 def test_a_run_session_entry_as_the_launcher_writes_it_is_schema_valid():
     cfg = RankConfig(session_id="s1")
     entry = json.loads(json.dumps(single._entry(cfg, Target(str(EXAMPLES / "local_linear.py")), 5678)))
     jsonschema.validate(entry, SCHEMA)
-    assert record.problem(entry, "session") is None
+    assert registry_entry.problem(entry, "session") is None
 
 
 def _calls(name: str) -> list[tuple[Path, ast.Call]]:
@@ -133,4 +133,4 @@ def test_entries_are_built_in_those_two_places_only():
                     if isinstance(k, ast.Constant) and k.value == "kind" and isinstance(v, ast.Constant):
                         if v.value in ("rank", "session"):
                             makers.add(str(path.relative_to(PACKAGE)))
-    assert makers == {"registry/record.py", "rank/record.py"}, makers
+    assert makers == {"registry/entry.py", "rank/state.py"}, makers

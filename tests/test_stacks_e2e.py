@@ -10,7 +10,7 @@ import time
 import jsonschema
 import pytest
 
-from rtdebug.registry.record import SCHEMA_PATH
+from rtdebug.registry.entry import SCHEMA_PATH
 from rtdebug.stacks.dump import SIGNAL
 from rtdebug.stacks.native import find_py_spy
 

@@ -20,7 +20,7 @@ from rtdebug.common.errors import HarnessError
 from rtdebug.launcher import multinode
 from rtdebug.rank import publish
 from rtdebug.registry import c10d
-from rtdebug.registry.record import SCHEMA_PATH
+from rtdebug.registry.entry import SCHEMA_PATH
 from rtdebug.views.api import _merge
 from rtdebug.views.store import StoreView, connect_host
 

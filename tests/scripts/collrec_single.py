@@ -9,7 +9,7 @@ import json
 import os
 import sys
 
-from rtdebug.rank.collectives import record as collrec
+from rtdebug.rank.collectives import recorder as collrec
 
 field = collrec.arm(sys.argv[1], 0)
 

@@ -26,9 +26,9 @@ from rtdebug.common.ports import DEFAULT_PORT_BASE, check_ports_free, ports_for_
 from rtdebug.inject import jobs
 from rtdebug.inject import run as inject
 from rtdebug.registry import signing
+from rtdebug.registry.entry import new_session_id, session_entry
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import prune
-from rtdebug.registry.record import new_session_id, session_entry
 from rtdebug.registry.table import format_table
 from rtdebug.views.teardown import detach_adopted
 

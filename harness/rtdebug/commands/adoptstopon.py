@@ -14,8 +14,8 @@ from typing import Any
 
 from rtdebug.common.errors import HarnessError
 from rtdebug.inject import run as inject
+from rtdebug.registry.entry import ATTACHABLE_STATES
 from rtdebug.registry.files import Registry
-from rtdebug.registry.record import ATTACHABLE_STATES
 
 _CONFIGURE = (
     "import sys\nm = sys.modules.get('rtdebug.rank.adopted')\n"

@@ -22,9 +22,9 @@ from rtdebug.common import selector
 from rtdebug.common.addresses import is_own
 from rtdebug.common.errors import HarnessError, usage
 from rtdebug.common.procinfo import is_alive
+from rtdebug.registry.entry import ATTACHABLE_STATES
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import prune
-from rtdebug.registry.record import ATTACHABLE_STATES
 from rtdebug.registry.table import world_size
 from rtdebug.views.api import ViewOptions, Views
 

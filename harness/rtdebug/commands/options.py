@@ -14,10 +14,10 @@ import argparse
 import dataclasses
 from typing import Any, TypeVar
 
-from rtdebug.common.config import DEFAULT_POST_MORTEM_WAIT_S
+from rtdebug.common.config import DEFAULT_POST_MORTEM_WAIT_S, RAY_LOCAL_MODES
 from rtdebug.common.ports import DEFAULT_PORT_BASE
 from rtdebug.common.rankenv import DEFAULT_PG_TIMEOUT_S
-from rtdebug.registry.record import valid_session_id
+from rtdebug.registry.entry import valid_session_id
 from rtdebug.views.api import ViewOptions
 
 OptionsT = TypeVar("OptionsT", bound="Options")
@@ -120,6 +120,14 @@ def debug_options(
         action="store_true",
         help="run the script's Ray Train trainer in local mode (num_workers=0) whatever it asks for",
     )
+    g.add_argument(
+        "--ray-local-mode",
+        choices=RAY_LOCAL_MODES,
+        default="cluster",
+        help="what Ray Train's local mode means: cluster (default: barrier, broadcast, report(), checkpoints, "
+        "restore, callbacks and FailureConfig behave as on a Ray cluster with num_workers = world size) or "
+        "ray (Ray's own in-memory local mode)",
+    )
 
 
 def torchrun_parser() -> argparse.ArgumentParser:
@@ -170,6 +178,7 @@ OUR_FLAGS = {
     "--pg-timeout": 1,
     "--wait": 1,
     "--force-local": 0,
+    "--ray-local-mode": 1,
     "--stop-on": 1,
     "--check-collectives": 0,
     "--hang-report": 1,

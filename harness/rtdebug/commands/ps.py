@@ -11,9 +11,9 @@ import json
 import sys
 
 from rtdebug.commands.options import Options, view_options
+from rtdebug.registry.entry import SCHEMA_VERSION
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import ended_sessions, prune
-from rtdebug.registry.record import SCHEMA_VERSION
 from rtdebug.registry.table import format_table, pg_timeout
 from rtdebug.views.api import ViewOptions, Views
 from rtdebug.views.remote import skipped_line

@@ -18,9 +18,9 @@ from rtdebug.commands.options import Options, session_arg
 from rtdebug.common import selector
 from rtdebug.common.errors import HarnessError, usage
 from rtdebug.common.ports import parse_rank_list
+from rtdebug.registry.entry import LIVE_RANK_STATES, LIVE_SESSION_STATES
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import prune
-from rtdebug.registry.record import LIVE_RANK_STATES, LIVE_SESSION_STATES
 from rtdebug.registry.table import world_size
 from rtdebug.stacks import format as stackformat
 from rtdebug.stacks import history as stackhistory

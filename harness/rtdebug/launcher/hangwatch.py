@@ -32,8 +32,8 @@ from rtdebug.common.addresses import is_own
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.threads import hidden_thread
 from rtdebug.registry import c10d
+from rtdebug.registry.entry import LIVE_RANK_STATES
 from rtdebug.registry.files import Registry
-from rtdebug.registry.record import LIVE_RANK_STATES
 from rtdebug.stacks import collect as stacks
 from rtdebug.stacks import format as stackformat
 from rtdebug.stacks import jobwide

@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from rtdebug.registry.entry import LIVE_RANK_STATES
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import reserve_session
-from rtdebug.registry.record import LIVE_RANK_STATES
 
 Handler = Callable[[int, Any], None]
 

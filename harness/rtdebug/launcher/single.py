@@ -25,8 +25,8 @@ from rtdebug.common.imports import when_imported
 from rtdebug.common.ports import check_ports_free, port_for_rank
 from rtdebug.launcher import multinode, ray_driver
 from rtdebug.launcher.session import SessionRun
+from rtdebug.registry.entry import new_session_id, session_entry
 from rtdebug.registry.files import Registry
-from rtdebug.registry.record import new_session_id, session_entry
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -49,6 +49,7 @@ def config(args: Any) -> tuple[Target, RankConfig]:
         pg_timeout_s=args.pg_timeout,
         force_local=args.force_local,
         stop_on=args.stop_on,
+        ray_local_mode=args.ray_local_mode,
     )
     return Target(args.target, list(args.args), module=args.module), cfg
 

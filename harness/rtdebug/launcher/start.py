@@ -14,8 +14,8 @@ from rtdebug.common.ports import parse_rank_list
 from rtdebug.launcher import multinode
 from rtdebug.launcher.single import run_single
 from rtdebug.launcher.torchrun import Launcher, plan_torchrun
+from rtdebug.registry.entry import new_session_id
 from rtdebug.registry.files import Registry
-from rtdebug.registry.record import new_session_id
 
 __all__ = ["run_single", "run_torchrun"]
 
@@ -38,6 +38,7 @@ def run_torchrun(parsed: argparse.Namespace, tokens: list[str]) -> int:
         check_collectives=parsed.check_collectives,
         hang_report_s=parsed.hang_report,
         stop_on=parsed.stop_on,
+        ray_local_mode=parsed.ray_local_mode,
     )
     if not selector.is_mesh(cfg.wait):
         parse_rank_list(cfg.wait, plan.max_world_size)

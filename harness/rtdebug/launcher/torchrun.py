@@ -42,8 +42,8 @@ from rtdebug.launcher import agent, hangwatch, multinode
 from rtdebug.launcher.session import SessionRun
 from rtdebug.registry import signing
 from rtdebug.registry.c10d import ENV_STORE, ENV_WATCH
+from rtdebug.registry.entry import ATTACHABLE_STATES, session_entry
 from rtdebug.registry.files import Registry
-from rtdebug.registry.record import ATTACHABLE_STATES, session_entry
 from rtdebug.registry.table import format_table
 
 READY_LINE = "rtdebug: all {n} local ranks ready (session {sid})"

@@ -117,8 +117,8 @@ class AllowList:
 
 
 @dataclass
-class Refusal:
-    """Who connected (``addr``, socket owner ``uid``) and why they may not in; ``reason`` "" = admitted."""
+class Peer:
+    """Who connected (``addr``, socket owner ``uid``) and, if refused, why (``reason``; "" = admitted)."""
 
     addr: str
     uid: int | None
@@ -131,32 +131,32 @@ class Refusal:
         return f"refused debug connection from {self.addr} ({who}): {self.reason}"
 
 
-def check(conn: socket.socket, allow: AllowList, owner: int | None = None) -> Refusal | None:
-    """None if ``conn`` (just accepted) may reach the debugger, else why not. Fails closed."""
-    verdict = judge(conn, allow, owner)
-    return verdict if verdict.reason else None
+def check(conn: socket.socket, allow: AllowList, owner: int | None = None) -> Peer | None:
+    """None if ``conn`` (just accepted) may reach the debugger, else the refused peer (``reason``). Fails closed."""
+    peer = judge(conn, allow, owner)
+    return peer if peer.reason else None
 
 
-def judge(conn: socket.socket, allow: AllowList, owner: int | None = None) -> Refusal:
+def judge(conn: socket.socket, allow: AllowList, owner: int | None = None) -> Peer:
     """The peer of ``conn`` and why it is refused (``reason`` "" if admitted). Fails closed."""
     owner = os.geteuid() if owner is None else owner
     try:
         peer = conn.getpeername()[:2]
         ours = conn.getsockname()[:2]
     except OSError as exc:
-        return Refusal("?", None, f"peer vanished ({exc.strerror})")
+        return Peer("?", None, f"peer vanished ({exc.strerror})")
     text = f"{peer[0]}:{peer[1]}"
     try:
         uid = peer_uid(ours, peer)
         addr = _ip(peer[0])
         if uid is not None:
             why = "" if uid == owner else f"its socket belongs to another user (not uid {owner})"
-            return Refusal(text, uid, why)
+            return Peer(text, uid, why)
         if addr.is_loopback or addr in own_addresses_now():
-            return Refusal(text, None, "a local peer whose socket could not be found (closed before the check?)")
+            return Peer(text, None, "a local peer whose socket could not be found (closed before the check?)")
         if not allow.allows(addr):
             rule = allow.spec or "this host's own addresses"
-            return Refusal(text, None, f"not on the debug allow-list ({rule})")
+            return Peer(text, None, f"not on the debug allow-list ({rule})")
     except (OSError, ValueError, IndexError) as exc:
-        return Refusal(text, None, f"could not check the peer: {exc}")
-    return Refusal(text, None, "")
+        return Peer(text, None, f"could not check the peer: {exc}")
+    return Peer(text, None, "")

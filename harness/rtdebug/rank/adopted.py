@@ -2,7 +2,7 @@
 
 ``rtdebug.inject.run`` runs a few lines in the rank's main thread, with the GIL held, that import this
 module and call ``main(spec)``: it opens the same lazy, owner-only endpoint on base + RANK
-(``rtdebug.rank.endpoint.Endpoint``, wired through ``RankRecord.connect``), arms the stacks dump
+(``rtdebug.rank.endpoint.Endpoint``, wired through ``RankState.connect``), arms the stacks dump
 (``rtdebug.stacks.dump.arm``) and writes the rank's registry entry. It starts two threads (the endpoint's
 accept loop, blocked in ``accept``, and the dump thread, blocked in ``read``) and nothing per step; the
 rank keeps its own lifetime (no guards).
@@ -39,7 +39,7 @@ _lock = threading.RLock()  # main and detach may run in two threads of the rank 
 
 
 class _EntryFile:
-    """This rank's entry file (``RankRecord``'s writer): relative to its session directory's fd, checked once
+    """This rank's entry file (``RankState``'s writer): relative to its session directory's fd, checked once
     (the rank's uid's, 0700), created ``O_EXCL|O_NOFOLLOW`` under a fresh name and renamed into place."""
 
     def __init__(self, path: str) -> None:
@@ -125,13 +125,13 @@ def adopt(spec: dict[str, Any]) -> dict[str, Any]:
         return {"status": "launched", "port": runtime.endpoint.port, "pid": os.getpid()}
     from rtdebug.rank import startup
     from rtdebug.rank.endpoint import Endpoint
-    from rtdebug.rank.record import RankRecord
+    from rtdebug.rank.state import RankState
     from rtdebug.registry.files import Registry
 
     reg, sid, rank = Registry(spec["registry_dir"]), spec["session_id"], int(spec["rank"])
     entry_file = _EntryFile(str(reg.session_dir(sid)))
     try:
-        record = RankRecord(
+        record = RankState(
             entry_file, sid, rank, spec["host"], int(spec["port"]), False, spec["script"],
             local_rank=int(spec["local_rank"]), node_rank=int(spec["node_rank"]), world_size=int(spec["world_size"]),
         )  # fmt: skip
@@ -244,7 +244,7 @@ def _at_exit() -> None:
     record = _state.get("record")
     if record is None:
         return
-    from rtdebug.rank.record import FINAL
+    from rtdebug.rank.state import FINAL
 
     record.set(state="exited", exit_code=None)
     reg, sid = _state["registry"], _state["session_id"]

@@ -23,7 +23,7 @@ from rtdebug.common.ports import port_for_rank
 from rtdebug.rank import localmode, postmortem, publish, startup, warmup
 from rtdebug.rank.endpoint import Endpoint, debugger_active
 from rtdebug.rank.execute import execute, preimport, print_failure
-from rtdebug.rank.record import RankRecord
+from rtdebug.rank.state import RankState
 from rtdebug.registry.files import Registry
 
 SAFEPATH_VAR = "RTDEBUG_SET_SAFEPATH"  # "1": the launcher set PYTHONSAFEPATH, not the user
@@ -31,7 +31,7 @@ SAFEPATH_VAR = "RTDEBUG_SET_SAFEPATH"  # "1": the launcher set PYTHONSAFEPATH, n
 
 def arm_fixes(cfg: RankConfig) -> None:
     """The local-mode fixes, armed before the script runs (they apply when torch / Ray are imported)."""
-    startup.fixes(cfg.pg_timeout_s, cfg.stop_on, cfg.force_local)
+    startup.fixes(cfg.pg_timeout_s, cfg.stop_on, cfg.force_local, cfg.ray_local_mode)
 
 
 def under_debugger() -> bool:
@@ -39,7 +39,7 @@ def under_debugger() -> bool:
     return debugger_active()
 
 
-def serve_and_run(target: Target, record: RankRecord, endpoint: Endpoint, cfg: RankConfig) -> int:
+def serve_and_run(target: Target, record: RankState, endpoint: Endpoint, cfg: RankConfig) -> int:
     """Open the endpoint, maybe wait for a client, run the script, record how it ended."""
     rank = int(record.entry["rank"])
     wait = cfg.waits(rank)
@@ -64,7 +64,7 @@ def serve_and_run(target: Target, record: RankRecord, endpoint: Endpoint, cfg: R
     return code
 
 
-def failed(exc: BaseException, record: RankRecord, endpoint: Endpoint | None, cfg: RankConfig) -> int:
+def failed(exc: BaseException, record: RankState, endpoint: Endpoint | None, cfg: RankConfig) -> int:
     """Report the script's exception (one line for a known local-mode mistake), then maybe post-mortem."""
     rank = int(record.entry["rank"])
     if isinstance(exc, KeyboardInterrupt):  # the user stopped the script (Ctrl-C): it ended, as python's does
@@ -84,7 +84,7 @@ def failed(exc: BaseException, record: RankRecord, endpoint: Endpoint | None, cf
 
 def run_in_launcher(target: Target, cfg: RankConfig, registry: Registry, port: int) -> int:
     """``rtdebug run``: rank 0 in the launcher's own process, registered in ``registry``."""
-    record = RankRecord(registry, cfg.session_id, 0, cfg.host, port, cfg.waits(0), target.display)
+    record = RankState(registry, cfg.session_id, 0, cfg.host, port, cfg.waits(0), target.display)
     return serve_and_run(target, record, Endpoint(cfg.host, port, allow=cfg.allow), cfg)
 
 
@@ -96,10 +96,10 @@ def _target(argv: list[str]) -> Target:
     return Target(argv[0], argv[1:], module=module)
 
 
-def _torchrun_record(cfg: RankConfig, target: Target, rank: int) -> RankRecord:
+def _torchrun_record(cfg: RankConfig, target: Target, rank: int) -> RankState:
     """Register this torchrun rank (its global rank, local rank, node and world from torchrun's variables)."""
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    return RankRecord(
+    return RankState(
         Registry(cfg.registry_dir),
         cfg.session_id,
         rank,
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         arm_fixes(cfg)
         # SIGTERM keeps its default action: a rank blocked inside a C++ collective could not run a
         # Python handler, and the launcher marks the ranks' entries ended after teardown anyway.
-        records: list[RankRecord] = []
+        records: list[RankState] = []
 
         def launcher_gone() -> None:
             for r in records:

@@ -57,7 +57,7 @@ from rtdebug.common.errors import HarnessError
 from rtdebug.common.ports import port_holder
 from rtdebug.common.threads import hidden_thread
 from rtdebug.rank import gil, tracing, warmup
-from rtdebug.rank.access import AllowList, Refusal, judge
+from rtdebug.rank.access import AllowList, Peer, judge
 from rtdebug.rank.dapgate import DapFramer, NotDAP, message_end, read_first
 from rtdebug.rank.pydevd_socket import Handoff, close_both, listen_via_handoff, pump
 from rtdebug.rank.refusals import RefusalLog
@@ -100,7 +100,7 @@ class Endpoint:
         self._inner: Handoff | None = None
         self._sock: socket.socket | None = None
         self._refusals = RefusalLog(self._report)
-        self._pending: dict[socket.socket, Refusal] = {}  # half-open: admitted, first message not yet read
+        self._pending: dict[socket.socket, Peer] = {}  # half-open: admitted, first message not yet read
 
     @property
     def lazy(self) -> bool:
@@ -163,7 +163,7 @@ class Endpoint:
                 peer = judge(client, self.allow, owner)  # zero cost while nobody connects
             except Exception as exc:  # fail closed
                 log.swallowed("rank.endpoint: fail closed")
-                peer = Refusal("?", None, f"could not check the peer: {exc}")
+                peer = Peer("?", None, f"could not check the peer: {exc}")
             if not peer.reason:
                 self._make_room()
                 with self._lock:
@@ -190,7 +190,7 @@ class Endpoint:
         except OSError:
             pass
 
-    def _refuse(self, client: socket.socket, refusal: Refusal) -> None:
+    def _refuse(self, client: socket.socket, refusal: Peer) -> None:
         try:
             client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, RESET)
         except OSError:
@@ -208,7 +208,7 @@ class Endpoint:
         except Exception:  # recording the count must never stop the accept loop
             log.swallowed("rank.endpoint: recording the count must never stop the accept loop")
 
-    def _serve(self, client: socket.socket, peer: Refusal) -> None:
+    def _serve(self, client: socket.socket, peer: Peer) -> None:
         """An admitted client, in its own thread: a DAP ``initialize`` first (``dapgate``), then debugpy."""
         try:
             first = read_first(client)

@@ -61,7 +61,7 @@ from rtdebug.registry.c10d import (
     stop_key,
     tick_key,
 )
-from rtdebug.registry.record import problem
+from rtdebug.registry.entry import problem
 from rtdebug.registry.tcpstore import TCPStoreClient
 
 PRIVATE = ("command", "args")  # never published: a command line may hold secrets
@@ -283,7 +283,7 @@ def from_env(rank: int, environ: Mapping[str, str] | None = None) -> Publisher |
 
 
 def attach(record: Any, rank: int, local_rank: int) -> Publisher | None:
-    """Give a rank's ``RankRecord`` a publisher when its job has a store; local rank 0 also
+    """Give a rank's ``RankState`` a publisher when its job has a store; local rank 0 also
     publishes its node's session entry (what ``ps`` on another machine shows for this node)."""
     pub = from_env(rank)
     os.environ.pop(signing.ENV_SECRET, None)  # the job's secret is the publisher's: not the script's children's

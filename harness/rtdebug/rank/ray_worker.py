@@ -46,12 +46,12 @@ from rtdebug.common.procinfo import process_create_time
 from rtdebug.common.rankenv import DEFAULT_PG_TIMEOUT_S
 from rtdebug.rank import postmortem, runtime
 from rtdebug.registry import ray_kv, signing
+from rtdebug.registry.entry import new_session_id, session_entry
 from rtdebug.registry.files import Registry
-from rtdebug.registry.record import new_session_id, session_entry
 
 if TYPE_CHECKING:
     from rtdebug.rank.endpoint import Endpoint
-    from rtdebug.rank.record import RankRecord
+    from rtdebug.rank.state import RankState
 
 _runs = itertools.count(1)
 
@@ -59,7 +59,7 @@ _runs = itertools.count(1)
 class _Worker:
     """This worker process's debug state (one train context at a time)."""
 
-    record: RankRecord | None = None
+    record: RankState | None = None
     endpoint: Endpoint | None = None
     pg_timeout_applied: float | None = None
     dumps: Any = None  # rtdebug.rank.stackwatch.KVWatch: answers job-wide stacks from the KV
@@ -160,7 +160,7 @@ def _start_worker(cb: RtdebugCallback) -> None:
 
     from rtdebug.rank import startup
     from rtdebug.rank.endpoint import Endpoint
-    from rtdebug.rank.record import RankRecord
+    from rtdebug.rank.state import RankState
 
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
@@ -180,7 +180,7 @@ def _start_worker(cb: RtdebugCallback) -> None:
     sys.breakpointhook = breakpointhook
     os.environ["PYTHONBREAKPOINT"] = "rtdebug.rank.ray_worker.breakpointhook"
     wait = _waits(cb.wait, rank)
-    record = RankRecord(
+    record = RankState(
         ray_kv.connected(cb.secret), cb.session_id, rank, host, port, wait, cb.script,
         local_rank=ctx.get_local_rank(), node_rank=ctx.get_node_rank(), world_size=world,
     )  # fmt: skip

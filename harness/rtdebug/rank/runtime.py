@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rtdebug.rank.endpoint import Endpoint
-    from rtdebug.rank.record import RankRecord
+    from rtdebug.rank.state import RankState
 
 endpoint: Endpoint | None = None
-record: RankRecord | None = None  # this rank's registry entry (its --stop-on reason goes there)
+record: RankState | None = None  # this rank's registry entry (its --stop-on reason goes there)

@@ -38,7 +38,7 @@ def collective() -> dict[str, Any]:
     """``{"collective": the record or None before the first}``, or ``{}`` when this rank keeps no record
     (off, or unreadable): the requester then gives no verdict, as for a local rank without one."""
     from rtdebug.rank.collectives import (
-        record as collrec,  # here: a Ray worker's thread starts before the record is armed
+        recorder as collrec,  # here: a Ray worker's thread starts before the record is armed
     )
 
     try:

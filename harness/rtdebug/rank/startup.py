@@ -5,7 +5,7 @@ Four kinds of process run rtdebug's rank runtime: a torchrun rank and ``rtdebug 
 (``adopted``). Each passes only what differs:
 
 - **where its identity comes from** -- torchrun's variables, rank 0 of ``rtdebug run``, Ray's train
-  context, the adopt request -- as the ``RankRecord`` it builds;
+  context, the adopt request -- as the ``RankState`` it builds;
 - **where it publishes** -- the record's registry (this machine's files, the Ray KV, a session
   directory's fd) and the session directory the dump thread and the collective record live in (None:
   a Ray worker, whose record is in memory and whose stacks are asked through the KV).
@@ -22,11 +22,15 @@ from pathlib import Path
 from typing import Any
 
 
-def fixes(pg_timeout_s: float, stop_on: str = "", force_local: bool = False) -> None:
+def fixes(pg_timeout_s: float, stop_on: str = "", force_local: bool = False, ray_local_mode: str = "cluster") -> None:
     """Hooks that apply when the job imports torch / Ray: armed before the user's code runs."""
     from rtdebug.rank import localmode, meshes
 
     localmode.install(pg_timeout_s)
+    if ray_local_mode == "cluster":
+        from rtdebug.rank import raylocal
+
+        raylocal.install()  # Ray Train's local mode with the cluster's semantics
     meshes.arm()  # each DeviceMesh the job makes goes into the rank's entry (mesh selectors: dp=0,tp=*)
     if stop_on:
         from rtdebug.rank.stopon import arm
@@ -47,7 +51,7 @@ def dumps(session_dir: Path | str, rank: int) -> dict[str, Any] | None:
 
 def record(session_dir: Path | str | None, rank: int) -> dict[str, str] | None:
     """The collective record (a file in the session directory, or memory): the entry's ``collectives``."""
-    from rtdebug.rank.collectives import record as collrec
+    from rtdebug.rank.collectives import recorder as collrec
 
     return collrec.arm(session_dir, rank)
 
@@ -63,7 +67,7 @@ def serve(entry: Any, endpoint: Any, eager: bool, warm_after: float = 0.0) -> No
 
 def disarm() -> None:
     """What detach takes out of an adopted rank: the dump thread and signal, and the collective record."""
-    from rtdebug.rank.collectives import record as collrec
+    from rtdebug.rank.collectives import recorder as collrec
     from rtdebug.stacks import dump
 
     dump.disarm()

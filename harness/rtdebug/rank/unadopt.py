@@ -83,7 +83,7 @@ def release(stacks: dict[str, Any] | None) -> None:
     """The dump thread and its FIFO, torch's own collectives back (and the record's file let go), the
     access check's netlink socket: what the rank opened besides the endpoint."""
     from rtdebug.common import sockdiag
-    from rtdebug.rank.collectives import record as collrec
+    from rtdebug.rank.collectives import recorder as collrec
     from rtdebug.stacks import dump
 
     if stacks is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rtdebug.registry.record import LIVE_RANK_STATES
+from rtdebug.registry.entry import LIVE_RANK_STATES
 
 ENV_STORE = "RTDEBUG_JOB_STORE"  # host:port of the store the ranks publish to (set by the launcher)
 ENV_WATCH = "RTDEBUG_PEER_WATCH"  # "1": a lost peer ends this node (set by the launcher)

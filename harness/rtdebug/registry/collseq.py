@@ -1,6 +1,6 @@
 """The collective record's bytes: one fixed-size binary record per rank, read from outside the rank.
 
-A rank (``rtdebug.rank.collectives.record``) keeps the last collective it entered in a ``SIZE``-byte file
+A rank (``rtdebug.rank.collectives.recorder``) keeps the last collective it entered in a ``SIZE``-byte file
 ``coll-<rank>.bin`` of its session directory, mapped into memory, so that entering a collective
 costs two small ``struct.pack_into`` writes (the header, then its generation at the tail; the static
 block only when it changed) and returning costs one byte. ``ps``, ``stacks`` and the hang

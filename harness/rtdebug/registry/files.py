@@ -1,6 +1,6 @@
 """The registry: the single source of truth about running sessions and ranks.
 
-Layout (schema: ``rtdebug/registry/registry.schema.json``, entries: ``rtdebug.registry.record``)::
+Layout (schema: ``rtdebug/registry/registry.schema.json``, entries: ``rtdebug.registry.entry``)::
 
     <root>/<session_id>/session.json
     <root>/<session_id>/rank-<N>.json
@@ -30,7 +30,7 @@ from typing import Any
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.filelocks import locked
 from rtdebug.common.procinfo import is_alive
-from rtdebug.registry.record import (
+from rtdebug.registry.entry import (
     Unreadable,
     read_json,
     valid_session_id,

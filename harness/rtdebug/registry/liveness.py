@@ -28,8 +28,8 @@ from typing import Any
 
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.procinfo import is_alive
+from rtdebug.registry.entry import LIVE_RANK_STATES, LIVE_SESSION_STATES
 from rtdebug.registry.files import Registry
-from rtdebug.registry.record import LIVE_RANK_STATES, LIVE_SESSION_STATES
 
 RETENTION_S = 24 * 3600.0
 TMP_GRACE_S = 60.0  # a temp file older than this belongs to a writer that died mid-write

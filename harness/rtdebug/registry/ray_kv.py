@@ -60,7 +60,7 @@ class _KV:
         self._put_entry(session_key(entry["session_id"]), entry)
 
     def write_rank(self, entry: Entry) -> None:
-        """Same name as ``Registry.write_rank``, so ``bootstrap.RankRecord`` writes here unchanged."""
+        """Same name as ``Registry.write_rank``, so ``bootstrap.RankState`` writes here unchanged."""
         self._put_entry(rank_key(entry["session_id"], entry["rank"]), entry)
 
     def delete_session(self, sid: str) -> None:

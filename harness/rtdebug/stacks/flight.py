@@ -1,6 +1,6 @@
 """torch's Flight Recorder, read by the rank's dump thread at dump time: every collective, wherever issued.
 
-The collective record (``rtdebug.rank.collectives.record``) wraps the ``torch.distributed`` functions, so it sees
+The collective record (``rtdebug.rank.collectives.recorder``) wraps the ``torch.distributed`` functions, so it sees
 only collectives called from Python. DDP's gradient buckets, FSDP and coalesced groups are issued from
 C++ -- most of a real job's collectives. torch's Flight Recorder sees those too (on by default for gloo
 and NCCL since torch 2.13), but only from inside the rank: so the rank's dump thread

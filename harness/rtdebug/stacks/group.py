@@ -33,9 +33,9 @@ DEBUGGER_PARTS = (
 )
 STDLIB_RE = re.compile(r"[/\\]lib(64)?[/\\]python3\.\d+[/\\]")
 ARROW = "\u2190"
-# the collective record's wrapper (rtdebug.rank.collectives.record) sits between the user's call and torch's
+# the collective record's wrapper (rtdebug.rank.collectives.recorder) sits between the user's call and torch's
 # collective: it is left out, so a rank blocked in all_reduce still shows all_reduce, not its caller
-TRANSPARENT = os.path.join("rtdebug", "rank", "collectives", "record.py")
+TRANSPARENT = os.path.join("rtdebug", "rank", "collectives", "recorder.py")
 
 
 def parse_dump(text: str) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rtdebug.registry import signing
-from rtdebug.registry.record import LIVE_RANK_STATES
+from rtdebug.registry.entry import LIVE_RANK_STATES
 from rtdebug.stacks import group as stackgroup
 from rtdebug.stacks import verdict, wire
 

@@ -28,8 +28,8 @@ from rtdebug.common import log
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.procinfo import is_alive
 from rtdebug.registry import signing
+from rtdebug.registry.entry import LIVE_RANK_STATES, LIVE_SESSION_STATES, valid_session_id
 from rtdebug.registry.files import Registry
-from rtdebug.registry.record import LIVE_RANK_STATES, LIVE_SESSION_STATES, valid_session_id
 from rtdebug.views.remote import MultiView, check, claims_local, local_trust
 
 Entry = dict[str, Any]

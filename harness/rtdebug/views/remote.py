@@ -1,7 +1,7 @@
 """What every remote view (a job's c10d store, a Ray cluster's KV) does with an entry before using it.
 
 Anyone who reaches those stores can write them, so an entry is a hint: it must pass the same schema check
-as a local file (``rtdebug.registry.record.problem``), else it is skipped and named in one line; and it is
+as a local file (``rtdebug.registry.entry.problem``), else it is skipped and named in one line; and it is
 ``verified`` only when its MAC matches a secret this reader knows (``rtdebug.registry.signing``): the
 user's, or one of this machine's live sessions'. Unverified entries are listed, marked, and never chosen
 by default; no pid in any remote entry is ever signalled.
@@ -13,8 +13,8 @@ from typing import Any
 
 from rtdebug.common.errors import HarnessError
 from rtdebug.registry import signing
+from rtdebug.registry.entry import LIVE_SESSION_STATES, problem
 from rtdebug.registry.files import Registry
-from rtdebug.registry.record import LIVE_SESSION_STATES, problem
 
 Entry = dict[str, Any]
 

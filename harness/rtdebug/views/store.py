@@ -31,8 +31,8 @@ from typing import Any
 from rtdebug.common.addresses import is_own
 from rtdebug.common.errors import HarnessError
 from rtdebug.registry import c10d
+from rtdebug.registry.entry import LIVE_RANK_STATES
 from rtdebug.registry.files import Registry
-from rtdebug.registry.record import LIVE_RANK_STATES
 from rtdebug.registry.tcpstore import TCPStoreClient
 from rtdebug.views.remote import MultiView, check, claims_local, local_trust
 

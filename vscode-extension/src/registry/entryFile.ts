@@ -1,7 +1,7 @@
 import * as fs from 'fs';
 
 /**
- * One registry entry file read the way the harness reads it (harness/rtdebug/registry/record.py
+ * One registry entry file read the way the harness reads it (harness/rtdebug/registry/entry.py
  * `read_bounded`), with its words. Every file under the registry may have been put there by something other
  * than the harness, and the Ranks view reads them every second on the extension host's one thread: a FIFO
  * named `session.json` would block a plain read forever (no writer ever comes), a symlink could point the

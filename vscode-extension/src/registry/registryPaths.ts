@@ -13,7 +13,7 @@ export function registryDir(env: NodeJS.ProcessEnv = process.env, home = os.home
   return path.join(home, '.rtdebug', 'registry');
 }
 
-/** The harness's session id rule (harness/rtdebug/registry/record.py `valid_session_id`). */
+/** The harness's session id rule (harness/rtdebug/registry/entry.py `valid_session_id`). */
 const SESSION_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/;
 
 /** A session id is only ever one directory name under the root: this pattern, and never "..". */

@@ -126,7 +126,7 @@ function setup(ranks = [0, 1], allStop = true) {
       request: async (k: RankKey, command, args) => {
         calls.push(`${command} ${k.rank} ${JSON.stringify(args)}`);
         if (command === 'stackTrace') return { stackFrames: [{ id: 100 + k.rank }] };
-        if (command === 'evaluate' && fail.has(k.rank)) throw new Error("No module named 'rtdebug.rank.collectives.record'");
+        if (command === 'evaluate' && fail.has(k.rank)) throw new Error("No module named 'rtdebug.rank.collectives.recorder'");
         return {};
       },
       collective: () => undefined,
@@ -238,7 +238,7 @@ test('Run to Next Collective arms every stopped rank in its top frame, then cont
   await flush();
   assert.deepEqual(
     [r2.armed, r2.failed, r2.continued],
-    [[0], [{ rank: 1, error: "No module named 'rtdebug.rank.collectives.record'" }], []],
+    [[0], [{ rank: 1, error: "No module named 'rtdebug.rank.collectives.recorder'" }], []],
   );
   assert.deepEqual(
     b.calls.filter((c) => c.startsWith('continue')),

@@ -10,7 +10,7 @@ import { fixtureRegistry, tmpDir } from './helpers';
 /**
  * Every file under the registry may have been put there by something other than the harness. Each case: the
  * read returns (a FIFO never blocks it), the bad entry is skipped with one problem line in the harness's
- * words (harness/rtdebug/registry/record.py `read_bounded`), and the good entries are still listed.
+ * words (harness/rtdebug/registry/entry.py `read_bounded`), and the good entries are still listed.
  */
 
 const READER = path.resolve(__dirname, '../../src/registry/registryReader.js');

@@ -179,7 +179,7 @@ def _wrap(fn: Any, fn_name: str) -> Any:
             gen = _enter(op, gpos, first, args, kwargs)
         except Exception:  # the record never breaks the user's call (a group torch will refuse, say)
             log.swallowed(
-                "rank.collectives.record: the record never breaks the user's call (a group torch will refuse, say)"
+                "rank.collectives.recorder: the record never breaks the user's call (a group torch will refuse, say)"
             )
             gen = -1
         if _rec["stop"]:
@@ -267,7 +267,7 @@ def _static_entry(key: tuple, code: Any, frame: Any) -> tuple[Any, list[int], in
     try:
         name = str(group.group_name)
     except Exception:  # no group yet, or one torch cannot name: still counted, as "?"
-        log.swallowed("rank.collectives.record: no group yet, or one torch cannot name: still counted, as '?'")
+        log.swallowed("rank.collectives.recorder: no group yet, or one torch cannot name: still counted, as '?'")
         name = "?"
     if shape is None:
         shapes = ""

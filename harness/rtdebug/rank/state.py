@@ -17,7 +17,7 @@ import time
 from typing import Any, Protocol
 
 from rtdebug.common.procinfo import process_create_time
-from rtdebug.registry.record import SCHEMA_VERSION, RankWriter
+from rtdebug.registry.entry import SCHEMA_VERSION, RankWriter
 
 FINAL = ("exited", "failed", "detached")
 
@@ -35,7 +35,7 @@ class EndpointLike(Protocol):
     def lazy(self) -> bool: ...
 
 
-class RankRecord:
+class RankState:
     """This rank's registry entry, kept current as its state changes."""
 
     publisher: Any = None  # rtdebug.rank.publish.Publisher of a multi-node job: the entry also goes to its store
