@@ -1,4 +1,4 @@
-"""Benchmark for `rtdebug adopt` (issue 20); writes bench/ADOPT_RESULTS.md.
+"""Benchmark for `rtdebug adopt` (issue 20); writes bench/results/DATE-adopt.md.
 
 1. adopt -> every rank attachable, for a plain torchrun gloo job (started without rtdebug) of 2 and 4
    ranks: from the `rtdebug adopt PID` command's start until every rank has answered a real DAP
@@ -285,7 +285,9 @@ def write(results: dict, path: Path) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "ADOPT_RESULTS.md"))
+    ap.add_argument(
+        "--out", default=str(ROOT / "bench" / "results" / time.strftime("%Y-%m-%d-adopt.md", time.gmtime()))
+    )
     args = ap.parse_args()
     reps, rounds, window = (3, 4, 3.0) if args.quick else (7, 8, 5.0)
     with tempfile.TemporaryDirectory(prefix="rtdebug-adopt-bench-") as tmp:

@@ -1,6 +1,6 @@
 """The collective record's cost: step rate with it on against off, its per-call cost, and verdict grouping time.
 
-    .venv/bin/python bench/collrec_bench.py [--rounds 3] [--windows 6] [--window 2] [--out bench/COLLREC_RESULTS.md]
+    .venv/bin/python bench/collrec_bench.py [--rounds 3] [--windows 6] [--window 2] [--out FILE]
 
 1. Step rate: two `rtdebug torchrun --nproc-per-node 2` gloo jobs run AT THE SAME TIME, one with the record
    on (the default) and one with ``RTDEBUG_COLLECTIVES=0``; rank r of both is pinned to core r, so each core
@@ -251,7 +251,9 @@ def main() -> None:
     ap.add_argument("--window", type=float, default=2.0)
     ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--only", default="allreduce,step,per_call,grouping")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "COLLREC_RESULTS.md"))
+    ap.add_argument(
+        "--out", default=str(ROOT / "bench" / "results" / time.strftime("%Y-%m-%d-collective-record.md", time.gmtime()))
+    )
     a = ap.parse_args()
     if a.loop:
         return loop(a)

@@ -13,7 +13,7 @@ its four H turns) and B / A (of its two A-B turns). Then two DAP clients attach 
 workers in parallel with one breakpoint: the time until both report ``stopped`` is
 the attach-all latency.
 
-    .venv/bin/python bench/ray_bench.py [--rounds 3] [--cycles 8] [--window 4]   # writes bench/RAY_RESULTS.md
+    .venv/bin/python bench/ray_bench.py [--rounds 3] [--cycles 8] [--window 4]   # writes bench/results/DATE-ray.md
 """
 
 from __future__ import annotations
@@ -291,7 +291,7 @@ def main() -> int:
     finally:
         cluster.stop()
     text = report(args, rounds)
-    (ROOT / "bench" / "RAY_RESULTS.md").write_text(text)
+    (ROOT / "bench" / "results" / time.strftime("%Y-%m-%d-ray.md", time.gmtime())).write_text(text)
     print(text)
     return 0
 

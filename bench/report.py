@@ -1,4 +1,4 @@
-"""bench/RESULTS.md: the summary table, then one section per bench section with how it was measured."""
+"""bench/results/DATE-run.md: the summary table, then one section per bench section with how it was measured."""
 
 from __future__ import annotations
 

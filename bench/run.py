@@ -3,7 +3,7 @@
     .venv/bin/python bench/run.py            # full run (~10 min on 2 cores)
     .venv/bin/python bench/run.py --quick    # smoke run (~3 min, 1-2 repeats: spreads are thin)
 
-Prints a table of ratios and writes bench/RESULTS.md (machine, versions, raw
+Prints a table of ratios and writes bench/results/DATE-run.md (machine, versions, raw
 medians and spreads). Every configuration is launched as a real process tree
 (torchrun, or the harness launching torchrun) in its own session and killed by
 session id afterwards. Configurations are interleaved round by round and each
@@ -57,7 +57,7 @@ def main() -> int:
         help="loop modes for section 1 (local, ddp, py; comma-separated); the first is also section 2's loop",
     )
     ap.add_argument("--launch-ns", type=_counts, help="rank counts for section 2, e.g. 2 (default 2,4,8; --quick: 2,4)")
-    ap.add_argument("--out", default=str(BENCH / "RESULTS.md"))
+    ap.add_argument("--out", default=str(BENCH / "results" / time.strftime("%Y-%m-%d-run.md", time.gmtime())))
     ap.add_argument("--from-json", metavar="PATH", help="only re-render the report from a saved results.json")
     a = ap.parse_args()
     if a.from_json:

@@ -1,4 +1,4 @@
-"""Benchmark for `rtdebug stacks` (issue 11); writes bench/STACKS_RESULTS.md.
+"""Benchmark for `rtdebug stacks` (issue 11); writes bench/results/DATE-stacks.md.
 
 1. Time to the grouped answer on 8 and 16 hung ranks (examples/hang.py): the whole CLI
    (`rtdebug stacks --json`) and the dump itself (`rtdebug.stacks.collect.collect`). Goal: <= 1 s for 8.
@@ -216,7 +216,9 @@ def step_rate(reg: Registry, env: dict[str, str], tmp: Path, rounds: int, window
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="fewer repeats and rounds")
-    p.add_argument("--out", default=str(ROOT / "bench" / "STACKS_RESULTS.md"))
+    p.add_argument(
+        "--out", default=str(ROOT / "bench" / "results" / time.strftime("%Y-%m-%d-stacks.md", time.gmtime()))
+    )
     args = p.parse_args()
     repeats, rounds, window = (3, 4, 5.0) if args.quick else (7, 12, 5.0)
     with tempfile.TemporaryDirectory(prefix="rtdebug-stacks-bench-") as d:

@@ -3,7 +3,7 @@
     .venv/bin/python bench/stopon_ab.py [--pairs 40] [--kinds nonfinite,disagree] [--out ...]
 
 Why in one job: two identical gloo jobs side by side on 2 shared cores differ by several percent from round
-to round (bench/COLLREC_RESULTS.md), which drowns a 1-2 % effect. Here one ``rtdebug torchrun --stop-on
+to round (bench/results/*-collective-record.md), which drowns a 1-2 % effect. Here one ``rtdebug torchrun --stop-on
 KIND`` job holds two identical DDP models: ``A`` made while the condition was armed (its gradient hooks
 for ``nonfinite``), ``B`` made while it was off (no hook of ours on it). Blocks
 of training steps alternate ABBA: an A block with the condition armed, a B block with it off (``B`` is the

@@ -1,4 +1,4 @@
-"""Benchmark for job-wide stacks and the torch-free store reader (issue 21); writes bench/STORE_RESULTS.md.
+"""Benchmark for job-wide stacks and the torch-free store reader (issue 21); writes bench/results/DATE-store.md.
 
 1. ``rtdebug ps --store --json`` against a real torch TCPStore holding 1024 signed rank entries and 128
    node entries (the scale of a 128-node x 8 job), command start included; next to it the same read
@@ -27,6 +27,7 @@ from datetime import timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "bench" / "results" / time.strftime("%Y-%m-%d-store.md", time.gmtime())
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from rtdebug.registry import c10d, signing  # noqa: E402
@@ -184,7 +185,7 @@ def write(ps: dict | None, st: dict | None) -> None:
             f"{st['groups']}), command start included | {summary(st['wall'])} | ≤ 1 s | {'met' if ok else 'missed'} |"
         )
         lines.append(f"| of which the answer (request written → 8 answers read) | {summary(st['answer'])} | – | – |")
-    (ROOT / "bench" / "STORE_RESULTS.md").write_text("\n".join(lines) + "\n")
+    OUT.write_text("\n".join(lines) + "\n")
 
 
 def main() -> int:
@@ -195,7 +196,7 @@ def main() -> int:
     ps = bench_ps(a.rounds) if a.only in (None, "1") else None
     st = bench_stacks(a.rounds) if a.only in (None, "2") else None
     write(ps, st)
-    print((ROOT / "bench" / "STORE_RESULTS.md").read_text())
+    print(OUT.read_text())
     return 0
 
 
