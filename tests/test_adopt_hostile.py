@@ -25,6 +25,7 @@ from rtdebug.inject import sigdefer
 
 from support.paths import PY, ROOT, SCRIPTS
 from support.procs import kill_tree
+from support.sigs import default_dispositions
 from support.users import NOBODY
 
 pytestmark = pytest.mark.e2e
@@ -92,11 +93,12 @@ def gil_rank(tmp_path, registry_dir):
 
 def _adopt(*args: str, env: dict[str, str] | None = None, tmp: Path | None = None) -> subprocess.Popen:
     """``rtdebug adopt ...`` in the background; its stderr's first line is read by the caller. ``tmp``: its
-    TMPDIR (anything it would put in ``/tmp`` shows there)."""
+    TMPDIR (anything it would put in ``/tmp`` shows there). The signals a test sends it are default in it,
+    however the suite was started."""
     e = dict(os.environ, **(env or {}), **({"TMPDIR": str(tmp)} if tmp else {}))
     return subprocess.Popen(
         [PY, "-m", "rtdebug", "adopt", *args], cwd=ROOT, env=e, text=True, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.PIPE, preexec_fn=default_dispositions,
     )  # fmt: skip
 
 
@@ -315,7 +317,7 @@ def test_a_signal_during_a_held_call_waits_for_it_then_puts_the_thread_back(gil_
     Without the guard the shell died mid-call and the rank returned to address 0 (SIGSEGV)."""
     rank = gil_rank("thread")
     p = subprocess.Popen([PY, "-c", _HOLD_CALL, str(rank.pid)], cwd=ROOT, text=True, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)  # fmt: skip
+                         stderr=subprocess.PIPE, preexec_fn=default_dispositions)  # fmt: skip
     assert p.stdout is not None and p.stdout.readline() == "calling\n"
     p.send_signal(getattr(signal, sig))
     out, err = p.communicate(timeout=60)

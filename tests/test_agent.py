@@ -14,6 +14,7 @@ from rtdebug.launcher.agent import Agent, cuda_loaded
 
 from support.jobs import wait_ranks
 from support.paths import ROOT
+from support.sigs import default_dispositions
 
 SCRIPT = ROOT / "tests" / "scripts" / "fault_job.py"
 
@@ -21,6 +22,7 @@ SCRIPT = ROOT / "tests" / "scripts" / "fault_job.py"
 def _fork_exit(code: int, after_s: float) -> int:
     pid = os.fork()
     if pid == 0:
+        default_dispositions()  # the test sends it SIGTERM, however the suite was started
         time.sleep(after_s)  # part of the test: a child that exits after_s seconds into the agent's watch
         os._exit(code)
     return pid
@@ -49,7 +51,8 @@ def test_agent_is_waited_on_without_being_reaped_until_teardown_says_so():
     assert b.wait(timeout=10) == -signal.SIGTERM
     assert b.reap() == -signal.SIGTERM
     assert not b.send_signal(signal.SIGTERM)  # reaped: never signalled again (the pid may be reused)
-    c = subprocess.Popen(["sleep", "30"])  # the exec'd agent's path: the Popen never reaps behind our back
+    # the exec'd agent's path: the Popen never reaps behind our back
+    c = subprocess.Popen(["sleep", "30"], preexec_fn=default_dispositions)
     ca = Agent(c.pid, c)
     c.terminate()
     assert ca.wait(timeout=10) == -signal.SIGTERM

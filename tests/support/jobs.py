@@ -12,6 +12,7 @@ import psutil
 
 from support.paths import PY, ROOT
 from support.procs import kill_tree
+from support.sigs import default_dispositions
 
 
 class Job:
@@ -21,8 +22,9 @@ class Job:
         self.log = log
         self._f = open(log, "wb")
         self.proc = subprocess.Popen(
-            [PY, "-m", "rtdebug", *args], cwd=cwd, env=env, stdout=self._f, stderr=subprocess.STDOUT
-        )
+            [PY, "-m", "rtdebug", *args], cwd=cwd, env=env, stdout=self._f, stderr=subprocess.STDOUT,
+            preexec_fn=default_dispositions,  # tests signal jobs: as from a terminal, however the suite started
+        )  # fmt: skip
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
