@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "harness" / "rtdebug"
-LAYER = {"common": 0, "inject": 1, "registry": 1, "views": 2, "stacks": 3, "shell": 4, "launcher": 4, "rank": 4}
+LAYER = {"common": 0, "inject": 1, "registry": 1, "views": 2, "stacks": 3, "connect": 3, "shell": 4, "launcher": 4, "rank": 4}
 # (importing package, imported module): the one lazy entry point each crossing may use
 ENTRY_POINTS = {
     ("shell", "rtdebug.launcher.start"),  # rtdebug run / torchrun start the controller

@@ -32,6 +32,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "rtdebug.commands.adopt",
         "give every rank of a running torchrun job or Ray Train worker (started without rtdebug) a debug endpoint",
     ),
+    "connect": (
+        "rtdebug.commands.connect",
+        "debug a job on other machines from this one: forward every rank through ssh and register it here",
+    ),
     "check": ("rtdebug.commands.check", "check a --stop-on spec or a rank selector: what it means, or the refusal"),
 }
 

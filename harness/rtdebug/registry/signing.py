@@ -35,6 +35,7 @@ from rtdebug.common.errors import HarnessError
 ENV_SECRET = "RTDEBUG_JOB_SECRET"
 ENV_SECRET_FILE = "RTDEBUG_JOB_SECRET_FILE"
 SECRET_FILE = "job.secret"
+SECRET_SOCKET = "secret.sock"  # rtdebug connect: the secret is in its memory only (rtdebug.connect.secretsock)
 MAX_FILE = 4096  # a secret file is read this far at most
 MAC = "mac"
 MIN_LEN = 16
@@ -164,9 +165,40 @@ def read_secret(session_dir: Path) -> str | None:
     """The secret kept in a session directory; None if absent or not owner-only."""
     try:
         value = _read_owned(session_dir / SECRET_FILE)
+    except FileNotFoundError:
+        value = _ask_socket(session_dir)
     except OSError:
         return None
     return value if value is not None and len(value) >= MIN_LEN else None
+
+
+def _ask_socket(session_dir: Path) -> str | None:
+    """A connected session's secret, from its ``connect`` process (a socket of the user's; None otherwise)."""
+    import socket
+    import struct
+
+    try:
+        fd = os.open(session_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        st = os.lstat(f"/proc/self/fd/{fd}/{SECRET_SOCKET}")
+        if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.getuid():
+            return None
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(2)
+            s.connect(f"/proc/self/fd/{fd}/{SECRET_SOCKET}")
+            uid = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+            if uid != os.getuid():
+                return None
+            data = b""
+            while len(data) <= MAX_FILE and (chunk := s.recv(MAX_FILE)):
+                data += chunk
+        return data[:MAX_FILE].decode(errors="replace").strip() or None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def ensure_secret(session_dir: Path, supplied: str | None = None) -> str:

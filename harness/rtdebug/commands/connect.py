@@ -1,0 +1,142 @@
+"""``rtdebug connect HOST``: a job running on other machines, debugged from this one through ssh.
+
+Runs on the user's machine. The job is found as ``rtdebug ps`` finds it on ``HOST`` (run there over ssh);
+every rank's debug port and the job's store are forwarded to free ports on 127.0.0.1 here (one ssh control
+master per node, through ``--jump`` hosts), and a local session (mode ``connected``) points at them, so
+``ps``, ``attach``, ``stacks`` and the VS Code extension work here as on a node. It stays in the
+foreground, following ranks that appear or end, until Ctrl-C, SIGTERM, ``rtdebug stop`` or the job's end;
+then nothing is left running, bound or registered. The machinery: ``rtdebug.connect``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import shlex
+import signal
+import sys
+import threading
+
+from rtdebug.commands.options import Options, session_arg
+from rtdebug.common.errors import HarnessError, usage
+from rtdebug.connect.listing import split_store
+from rtdebug.connect.session import Connection, warn
+from rtdebug.connect.session import Options as ConnectOptions
+from rtdebug.connect.transport import SshTransport, check_node_name
+
+DEFAULT_REFRESH_S = 3.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ConnectCommandOptions(Options):
+    host: str
+    jump: str | None = None
+    session: str | None = None
+    store: str | None = None
+    remote_rtdebug: str = "rtdebug"
+    ssh_config: str | None = None
+    ssh_option: list[str] | None = None
+    local_port_base: int | None = None
+    refresh: float = DEFAULT_REFRESH_S
+
+    def __post_init__(self) -> None:
+        check_node_name(self.host)
+        for j in self.jumps():
+            check_node_name(j, "jump host")
+        if self.session and self.store:
+            raise usage("--session and --store name the job two ways: give one")
+        if self.store is not None and split_store(self.store) is None:
+            raise usage(f"--store {self.store[:80]!r}: expected HOST:PORT")
+        if self.refresh <= 0:
+            raise usage(f"--refresh must be > 0 seconds, got {self.refresh:g}")
+        if self.local_port_base is not None and not 1024 <= self.local_port_base <= 65535:
+            raise usage(f"--local-port-base must be 1024-65535, got {self.local_port_base}")
+        if not shlex.split(self.remote_rtdebug or ""):
+            raise usage("--remote-rtdebug is empty")
+        for o in self.ssh_option or []:
+            if "=" not in o or o.startswith("-"):
+                raise usage(f"--ssh-option {o[:80]!r}: expected NAME=VALUE (as ssh -o takes it)")
+
+    def jumps(self) -> list[str]:
+        return [j.strip() for j in (self.jump or "").split(",") if j.strip()]
+
+
+OPTIONS = ConnectCommandOptions
+
+
+def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
+    p = sub.add_parser(
+        "connect",
+        help=summary,
+        description="Forward every rank of a job on other machines to this one through ssh (the system's ssh: "
+        "~/.ssh/config applies) and register it here, so ps, attach, stacks and VS Code work as on a node. "
+        "Stays in the foreground; Ctrl-C closes every tunnel.",
+    )
+    p.add_argument("host", metavar="HOST", help="any machine of the job you can ssh to (an alias of ~/.ssh/config)")
+    p.add_argument("--jump", metavar="J1[,J2]", help="jump hosts on the way to every node (ssh -J)")
+    p.add_argument("--session", type=session_arg, help="the session on HOST (default: its newest verified one)")
+    p.add_argument("--store", metavar="HOST:PORT", help="find the job through its rendezvous store, as HOST reaches it")
+    p.add_argument(
+        "--remote-rtdebug",
+        metavar="CMD",
+        default="rtdebug",
+        help="how the nodes run rtdebug over ssh (default: rtdebug on their PATH), e.g. ~/venv/bin/rtdebug",
+    )
+    p.add_argument("--ssh-config", metavar="FILE", help="ssh client configuration file (ssh -F; default: ssh's own)")
+    p.add_argument("--ssh-option", metavar="NAME=VALUE", action="append", help="an ssh -o option (repeatable)")
+    p.add_argument(
+        "--local-port-base",
+        type=int,
+        metavar="PORT",
+        help="rank N gets local port PORT+N (default: any free port for each rank)",
+    )
+    p.add_argument(
+        "--refresh",
+        type=float,
+        default=DEFAULT_REFRESH_S,
+        metavar="S",
+        help=f"seconds between looks at the job for ranks that appeared or ended (default {DEFAULT_REFRESH_S:g})",
+    )
+
+
+def run(opts: ConnectCommandOptions) -> int:
+    stop = threading.Event()
+    ended: list[str] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        ended.append(signal.Signals(signum).name)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    transport = SshTransport(opts.jumps(), opts.ssh_config, opts.ssh_option)
+    conn = Connection(
+        transport,
+        ConnectOptions(
+            host=opts.host,
+            session_id=opts.session,
+            store=opts.store,
+            remote_rtdebug=shlex.split(opts.remote_rtdebug),
+            local_port_base=opts.local_port_base,
+        ),
+    )
+    try:
+        conn.start()
+        print(conn.summary(), flush=True)
+        why = ""
+        while not stop.wait(opts.refresh):
+            try:
+                if not conn.refresh():
+                    why = f"the job's session {conn.sid} has ended on {opts.host}"
+                    break
+            except HarnessError as exc:
+                warn(exc.message)
+        if ended:
+            why = f"{ended[0]}"
+        print(f"rtdebug: disconnected from session {conn.sid} ({why}); every tunnel closed", flush=True)
+        return 0
+    except KeyboardInterrupt:
+        print(f"rtdebug: disconnected from session {conn.sid}; every tunnel closed", file=sys.stderr, flush=True)
+        return 0
+    finally:
+        conn.close()

@@ -1,0 +1,280 @@
+"""One connected job: its links (one per node), a forward per live rank and one for its store, and the
+local session that makes ``ps``, ``attach``, ``stacks`` and the VS Code extension work here as on a node.
+
+The local session (mode ``connected``) is this process's: ``launcher_pid`` is ``connect`` itself and each
+rank entry's ``pid`` is the link (ssh master) that carries its forward, so a link that dies makes its ranks
+``failed`` and a SIGKILLed ``connect`` (whose links die with it) leaves a session every later ``ps`` sees
+ended. ``rtdebug stop`` on it signals only ``connect`` (its links die with it; the job runs on): the
+remote pids are kept under ``tunnel`` and are never anything's to signal. Each ``refresh`` re-reads the
+job from its home node and adds or removes forwards for ranks that appeared, moved or ended.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rtdebug.common.errors import HarnessError
+from rtdebug.common.ports import is_port_free, port_holder
+from rtdebug.common.procinfo import is_alive
+from rtdebug.connect import listing
+from rtdebug.connect.listing import RemoteRank, RemoteSession
+from rtdebug.connect.secretsock import SecretServer
+from rtdebug.connect.transport import Forward, Link, Transport
+from rtdebug.registry import signing
+from rtdebug.registry.entry import LIVE_RANK_STATES, SCHEMA_VERSION, session_entry, write_json_atomic
+from rtdebug.registry.files import Registry
+from rtdebug.registry.liveness import prune
+
+Entry = dict[str, Any]
+LIST_TIMEOUT_S = 60.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def warn(msg: str) -> None:
+    print(f"rtdebug: warning: {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Options:
+    host: str
+    session_id: str | None = None
+    store: str | None = None  # the job's store, as the home node reaches it (ps --store there)
+    remote_rtdebug: list[str] = field(default_factory=lambda: ["rtdebug"])
+    local_port_base: int | None = None
+
+
+class Connection:
+    def __init__(self, transport: Transport, opts: Options, registry: Registry | None = None) -> None:
+        self.transport, self.opts = transport, opts
+        self.reg = registry or Registry()
+        self.links: dict[str, Link] = {}
+        self.tunnels: dict[int, tuple[str, Forward]] = {}  # rank -> (node, forward)
+        self.local_ports: dict[int, int] = {}  # rank -> its local port, kept across moves
+        self.store_forward: Forward | None = None
+        self.secret_server: SecretServer | None = None
+        self.sid: str | None = None
+        self.remote: RemoteSession | None = None
+        self.registered = False
+        self.unverified = False
+
+    # -- the remote side -------------------------------------------------------------------------------------
+    def _home(self) -> Link:
+        link = self.links.get(self.opts.host)
+        if link is None or not link.alive():
+            if link is not None:
+                link.close()
+            link = self.links[self.opts.host] = self.transport.open(self.opts.host)
+        return link
+
+    def _list(self) -> listing.Listing:
+        argv = [*self.opts.remote_rtdebug, "ps", "--json", *(["--store", self.opts.store] if self.opts.store else [])]
+        rc, out, err = self._home().run(argv, LIST_TIMEOUT_S)
+        host = self.opts.host
+        if rc == 127:
+            raise HarnessError(
+                f"{host} has no `{self.opts.remote_rtdebug[0]}` for ssh's commands ({err or 'command not found'}); "
+                "give its path with --remote-rtdebug"
+            )
+        if rc == 255:
+            raise HarnessError(f"lost the connection to {host}: {err}")
+        if rc != 0:
+            raise HarnessError(f"{host}: `rtdebug ps --json` failed (exit {rc}): {err or 'no message'}")
+        return listing.parse(out, host)
+
+    def _secret(self, registry: str, sid: str) -> str | None:
+        """The job's secret, read over ssh into memory: the session's own, else the user's default there."""
+        script = (
+            f"cat -- {registry}/{sid}/{signing.SECRET_FILE} 2>/dev/null || "
+            f'cat -- "${{XDG_CONFIG_HOME:-$HOME/.config}}/rtdebug/{signing.SECRET_FILE}" 2>/dev/null'
+        )
+        rc, out, _ = self._home().run(["sh", "-c", script], 30)
+        text = out[: signing.MAX_FILE].decode(errors="replace").strip()
+        if rc != 0 or len(text) < signing.MIN_LEN or not text.isascii() or not text.isprintable() or " " in text:
+            return None
+        return text
+
+    # -- the local session --------------------------------------------------------------------------------
+    def _register(self, s: RemoteSession) -> None:
+        sid = s.session_id
+        with self.reg.lock():
+            prune(self.reg)
+            old = self.reg.read_session(sid)
+            if old is not None:
+                if is_alive(old["launcher_pid"], old["launcher_create_time"]):
+                    raise HarnessError(
+                        f"session {sid} is already here ({old['mode']}, pid {old['launcher_pid']}); end that first"
+                    )
+                shutil.rmtree(self.reg.session_dir(sid), ignore_errors=True)  # a connect that was killed
+            elif self.reg.session_dir(sid).exists():
+                shutil.rmtree(self.reg.session_dir(sid), ignore_errors=True)
+            entry = session_entry(
+                sid,
+                "connected",
+                script=str(s.entry.get("script", "")),
+                nnodes=str(s.entry.get("nnodes", "1")),
+                nproc_per_node=max(1, int(s.entry.get("nproc_per_node", 1) or 1)),
+                host="127.0.0.1",
+                port_base=1,
+                ports=[],
+                connect={
+                    "transport": self.transport.label,
+                    "host": self.opts.host,
+                    "jumps": list(getattr(self.transport, "jumps", [])),
+                    "remote_session": sid,
+                },
+            )
+            self.reg.write_new_session(entry)
+        self.sid = sid
+        self.registered = True
+
+    def _rank_entry(self, r: RemoteRank, node: str, link: Link, port: int) -> Entry:
+        now = time.time()
+        e: Entry = {"node_rank": r.node_rank, "lazy": False, "wait": False, "attach_count": 0, "script": "", "cwd": ""}
+        e.update(r.entry)
+        e.update(
+            schema_version=SCHEMA_VERSION,
+            kind="rank",
+            host="127.0.0.1",
+            port=port,
+            pid=link.pid,
+            create_time=link.create_time,
+            started_at=e.get("started_at", now),
+            updated_at=now,
+            tunnel={"node": node, "remote_host": r.host, "remote_port": r.port, "remote_pid": r.pid},
+        )
+        return e
+
+    def _port_for(self, rank: int) -> int:
+        if rank in self.local_ports:
+            return self.local_ports[rank]
+        base = self.opts.local_port_base
+        port = base + rank if base is not None else free_port()
+        if port > 65535:
+            raise HarnessError(f"--local-port-base {base}: rank {rank} would get port {port}, above 65535", 2)
+        if not is_port_free(port):
+            holder = port_holder(port) or "another process"
+            raise HarnessError(
+                f"local port {port} (rank {rank}) is in use by {holder}: a stale tunnel? end it, or pick "
+                "another --local-port-base"
+            )
+        self.local_ports[rank] = port
+        return port
+
+    def _node_of(self, s: RemoteSession, r: RemoteRank) -> str:
+        if s.home_node is None or r.node_rank == s.home_node:
+            return self.opts.host
+        addr = s.nodes.get(r.node_rank)
+        if addr is None:
+            raise HarnessError(f"rank {r.rank} runs on node {r.node_rank}, whose address the job does not say")
+        return addr
+
+    # -- start, refresh, close ----------------------------------------------------------------------------
+    def start(self) -> RemoteSession:
+        found = self._list()
+        s = listing.choose(found, self.opts.session_id, self.opts.host)
+        self.unverified = not s.verified
+        self._register(s)
+        assert self.sid is not None
+        secret = self._secret(found.registry, s.session_id)
+        if secret is not None:
+            self.secret_server = SecretServer(self.reg.session_dir(self.sid), secret)
+        else:
+            warn(f"no job secret readable on {self.opts.host}: `rtdebug stacks` from here cannot ask the job's ranks")
+        if s.store is not None:
+            self.store_forward = Forward(free_port(), *s.store)
+            self._home().forward([self.store_forward])
+        self.sync(s)
+        self.reg.update_session(
+            self.sid, state="running", **({"store": f"127.0.0.1:{self.store_forward.local_port}"} if self.store_forward else {})
+        )
+        return s
+
+    def sync(self, s: RemoteSession) -> None:
+        """Forwards and entries to match ``s``: new ranks get theirs, moved ones a new one, ended ones none."""
+        assert self.sid is not None
+        self.remote = s
+        live = {r.rank: r for r in s.ranks if r.state in LIVE_RANK_STATES}
+        want: dict[int, tuple[str, RemoteRank]] = {n: (self._node_of(s, r), r) for n, r in live.items()}
+        for node in sorted({node for node, _ in want.values()} - {n for n, lk in self.links.items() if lk.alive()}):
+            old = self.links.pop(node, None)
+            if old is not None:
+                old.close()
+                self.tunnels = {k: v for k, v in self.tunnels.items() if v[0] != node}
+            try:
+                self.links.update(self.transport.open_many([node]))
+            except HarnessError as exc:
+                warn(f"ranks on {node} are not forwarded: {exc.message}")
+        by_node: dict[str, list[Forward]] = {}
+        gone: dict[str, list[Forward]] = {}
+        for n, (node, f) in list(self.tunnels.items()):
+            if n not in want or want[n][0] != node or (want[n][1].host, want[n][1].port) != (f.remote_host, f.remote_port):
+                gone.setdefault(node, []).append(f)
+                del self.tunnels[n]
+        for node, fs in gone.items():
+            if node in self.links:
+                self.links[node].cancel(fs)
+        for n, (node, r) in sorted(want.items()):
+            if n not in self.tunnels and node in self.links:
+                f = Forward(self._port_for(n), "127.0.0.1" if r.host in ("0.0.0.0", "::") else r.host, r.port)
+                by_node.setdefault(node, []).append(f)
+                self.tunnels[n] = (node, f)
+        for node, fs in by_node.items():
+            self.links[node].forward(fs)
+        for r in s.ranks:
+            if r.rank in self.tunnels:
+                node, f = self.tunnels[r.rank]
+                entry = self._rank_entry(r, node, self.links[node], f.local_port)
+            elif r.rank in self.local_ports:  # ended (or its node is out of reach): no forward, not live
+                entry = self._rank_entry(r, self.opts.host, self._home(), self.local_ports[r.rank])
+                if entry["state"] in LIVE_RANK_STATES:
+                    entry.update(state="failed", error=f"its node {want.get(r.rank, ('?',))[0]} is out of reach")
+            else:
+                continue
+            write_json_atomic(self.reg.rank_path(self.sid, r.rank), entry)
+        ports = sorted(self.local_ports.values())
+        self.reg.update_session(self.sid, ports=ports, port_base=ports[0] if ports else 1)
+
+    def refresh(self) -> bool:
+        """Re-read the job; False once it has ended there (or is no longer listed)."""
+        assert self.remote is not None
+        found = [s for s in self._list().sessions if s.session_id == self.remote.session_id]
+        if not found:
+            return False
+        self.sync(found[0])
+        return any(r.state in LIVE_RANK_STATES for r in found[0].ranks)
+
+    def close(self) -> None:
+        """Every forward and link closed, the local session removed: nothing left running, bound or registered."""
+        if self.secret_server is not None:
+            self.secret_server.close()
+        for link in self.links.values():
+            link.close()
+        self.links.clear()
+        self.tunnels.clear()
+        closer = getattr(self.transport, "close", None)
+        if closer is not None:
+            closer()
+        if self.registered and self.sid is not None:
+            shutil.rmtree(self.reg.session_dir(self.sid), ignore_errors=True)
+            self.registered = False
+
+    def summary(self) -> str:
+        assert self.remote is not None and self.sid is not None
+        nodes = {node for node, _ in self.tunnels.values()}
+        ports = sorted(f.local_port for _, f in self.tunnels.values())
+        span = f"local ports {ports[0]}-{ports[-1]}" if ports else "no rank forwarded yet"
+        note = "  [unverified]" if self.unverified else ""
+        return (
+            f"rtdebug: connected to session {self.sid} on {self.opts.host}: {len(self.tunnels)} ranks on "
+            f"{len(nodes)} nodes through {self.transport.label} ({span}){note}; Ctrl-C to disconnect"
+        )

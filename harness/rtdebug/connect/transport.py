@@ -1,0 +1,275 @@
+"""The seam between ``rtdebug connect`` and the way it reaches a job's nodes: one ``Link`` per node.
+
+A ``Transport`` opens a ``Link`` to a node (by the name the user's tools know it by); a link runs one command
+there (``run``: ``rtdebug ps --json``, reading the job secret) and forwards a local port bound to 127.0.0.1 to
+an address the node can reach (``forward`` / ``cancel``), until ``close``. The link is a child process of
+this one that dies with it (``PR_SET_PDEATHSIG``), so a SIGKILLed ``connect`` leaves no link behind.
+
+``SshTransport``: the system's own ``ssh`` (``~/.ssh/config`` applies: ``ProxyJump``, ``IdentityFile``...), one
+control master per node (``-M -S``, in a private directory), ``-J`` for the jump hosts, ``BatchMode`` (a
+password prompt would hang), ``ExitOnForwardFailure`` and ``ServerAliveInterval``; forwards are added to and
+removed from the running master (``-O forward`` / ``-O cancel``), so ranks that appear or end later never
+need a new connection. A ``kubectl port-forward`` transport would be one ``Link`` per pod: ``run`` is
+``kubectl exec``, ``forward`` one ``kubectl port-forward pod LOCAL:PORT`` child per port (docs/connect.md).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from rtdebug.common.errors import HarnessError
+from rtdebug.common.procinfo import process_create_time
+
+PR_SET_PDEATHSIG = 1
+CONNECT_TIMEOUT_S = 15.0
+MAX_OUTPUT = 8 << 20  # bytes: what a remote command may print (a ps --json of thousands of ranks)
+# a node name as ssh takes it: an alias, a host name, user@host, an IPv4/IPv6 address (never an option)
+NODE_NAME = re.compile(r"[A-Za-z0-9_.%\[\]:@-]{1,255}")
+
+
+def check_node_name(name: str, what: str = "host") -> str:
+    if not NODE_NAME.fullmatch(name) or name.startswith("-"):
+        raise HarnessError(f"invalid {what} {name[:80]!r}: expected a host name, alias or address", 2)
+    return name
+
+
+def _die_with_parent(parent: int) -> None:
+    """In the child before exec: SIGTERM when the process that started us dies (even by SIGKILL)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the prctl: nobody would ever end us
+        os._exit(1)
+
+
+def spawn(argv: list[str], **kw: object) -> subprocess.Popen:
+    """A child that dies with this process (from the thread that calls this: call it from the main one)."""
+    me = os.getpid()
+    return subprocess.Popen(argv, preexec_fn=lambda: _die_with_parent(me), **kw)  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True)
+class Forward:
+    local_port: int
+    remote_host: str
+    remote_port: int
+
+    def spec(self) -> str:
+        host = f"[{self.remote_host}]" if ":" in self.remote_host else self.remote_host
+        return f"127.0.0.1:{self.local_port}:{host}:{self.remote_port}"
+
+
+class Link(Protocol):
+    node: str
+    pid: int
+    create_time: float
+
+    def run(self, argv: list[str], timeout: float) -> tuple[int, bytes, str]:
+        """(exit code, stdout, one line of stderr) of ``argv`` run on the node."""
+        ...
+
+    def forward(self, forwards: list[Forward]) -> None: ...
+
+    def cancel(self, forwards: list[Forward]) -> None: ...
+
+    def alive(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+class Transport(Protocol):
+    label: str
+
+    def open(self, node: str, timeout: float = CONNECT_TIMEOUT_S) -> Link:
+        """A link to ``node``, connected (a one-line ``HarnessError`` when it cannot be)."""
+        ...
+
+    def open_many(self, nodes: list[str], timeout: float = CONNECT_TIMEOUT_S) -> dict[str, Link]:
+        """Links to several nodes, connected side by side."""
+        ...
+
+
+def last_line(text: str) -> str:
+    """ssh's own reason, in one line: its last line that says something (no warnings about known hosts)."""
+    lines = [ln.strip() for ln in text.replace("\r", "\n").splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith("Warning: Permanently added")]
+    keep = "".join(ch if ch.isprintable() else "?" for ch in (lines[-1] if lines else ""))
+    return keep[:300]
+
+
+def _line_with(text: str, needle: str) -> str:
+    return next((last_line(ln) for ln in text.splitlines() if needle in ln.lower()), last_line(text))
+
+
+def explain(stderr: str, node: str, jumps: list[str]) -> str:
+    """Why ssh could not reach ``node`` (a jump host's own ssh writes there too), in one line a user can act on."""
+    low = stderr.lower()
+    via = f" through {','.join(jumps)}" if jumps else ""
+    if "could not resolve hostname" in low:
+        return f"cannot reach {node}{via}: {_line_with(stderr, 'could not resolve hostname')}"
+    if "permission denied" in low:
+        why = _line_with(stderr, "permission denied")
+        return f"{node}{via} refused the login ({why}); check the key ssh uses for it (ssh -v {node})"
+    if "administratively prohibited" in low or "stdio forwarding failed" in low:
+        hop = jumps[-1] if jumps else node
+        why = _line_with(stderr, "administratively prohibited")
+        return f"jump host {hop} refused to forward the connection to {node} (its sshd has AllowTcpForwarding no?): {why}"
+    if "host key verification failed" in low:
+        return f"{node}: host key verification failed; connect once with plain ssh to check and record its key"
+    return f"cannot connect to {node}{via}: {last_line(stderr) or 'ssh exited'}"
+
+
+@dataclass
+class SshLink:
+    """One control master to one node, a child of this process."""
+
+    transport: SshTransport
+    node: str
+    control: Path
+    proc: subprocess.Popen
+    log: Path
+    pid: int = 0
+    create_time: float = 0.0
+    forwards: set[Forward] = field(default_factory=set)
+
+    def _client(self, *extra: str) -> list[str]:
+        return [self.transport.ssh, *self.transport.base_options(), "-S", str(self.control), *extra, self.node]
+
+    def wait_ready(self, deadline: float) -> None:
+        while not self.control.exists():
+            if self.proc.poll() is not None:
+                err = self.log.read_text(errors="replace") if self.log.exists() else ""
+                raise HarnessError(explain(err, self.node, self.transport.jumps))
+            if time.monotonic() > deadline:
+                self.close()
+                raise HarnessError(f"cannot connect to {self.node}: no answer within {CONNECT_TIMEOUT_S:g} s")
+            time.sleep(0.01)
+        self.pid = self.proc.pid
+        self.create_time = process_create_time(self.pid) or time.time()
+
+    def run(self, argv: list[str], timeout: float) -> tuple[int, bytes, str]:
+        cmd = " ".join(shlex.quote(a) for a in argv)
+        try:
+            p = subprocess.run(
+                [*self._client("-o", "ControlMaster=no", "-T"), "--", cmd],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            raise HarnessError(f"{self.node}: `{cmd[:120]}` did not finish within {timeout:g} s") from None
+        if len(p.stdout) > MAX_OUTPUT:
+            raise HarnessError(f"{self.node}: `{argv[0][:80]}` printed more than {MAX_OUTPUT} bytes; not read")
+        return p.returncode, p.stdout, last_line(p.stderr.decode(errors="replace"))
+
+    def _mux(self, op: str, forwards: list[Forward]) -> None:
+        if not forwards:
+            return
+        args = [a for f in forwards for a in ("-L", f.spec())]
+        p = subprocess.run(
+            self._client("-O", op, *args), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30
+        )
+        if p.returncode != 0 and op == "forward":
+            why = last_line(p.stderr) or f"ssh -O forward exited {p.returncode}"
+            raise HarnessError(f"{self.node}: could not forward {forwards[0].spec()}: {why}")
+
+    def forward(self, forwards: list[Forward]) -> None:
+        self._mux("forward", forwards)
+        self.forwards.update(forwards)
+
+    def cancel(self, forwards: list[Forward]) -> None:
+        self._mux("cancel", [f for f in forwards if f in self.forwards])
+        self.forwards.difference_update(forwards)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.forwards.clear()
+        for p in (self.control, self.log):
+            try:
+                p.unlink()
+            except OSError:
+                pass
+
+
+class SshTransport:
+    """The system's ``ssh``, through ``jumps`` (``-J``), with the user's ``ssh_config`` (``-F``) if given."""
+
+    label = "ssh"
+
+    def __init__(
+        self,
+        jumps: list[str] | None = None,
+        ssh_config: str | None = None,
+        options: list[str] | None = None,
+        ssh: str | None = None,
+    ) -> None:
+        self.jumps = [check_node_name(j, "jump host") for j in (jumps or [])]
+        self.ssh_config = ssh_config
+        self.options = list(options or [])
+        found = ssh or shutil.which("ssh")
+        if not found:
+            raise HarnessError("rtdebug connect needs the ssh client: install openssh-client")
+        self.ssh = found
+        self.dir = Path(tempfile.mkdtemp(prefix="rtdebug-connect-"))  # 0700: the control sockets
+        self._n = 0
+
+    def base_options(self) -> list[str]:
+        out = ["-F", self.ssh_config] if self.ssh_config else []
+        for o in self.options:
+            out += ["-o", o]
+        return out
+
+    def _start(self, node: str) -> SshLink:
+        check_node_name(node)
+        self._n += 1
+        control, log = self.dir / f"c{self._n}", self.dir / f"c{self._n}.log"
+        argv = [
+            self.ssh,
+            *self.base_options(),
+            *("-M", "-S", str(control), "-N"),
+            *("-o", "ControlMaster=yes", "-o", "ControlPersist=no", "-o", "BatchMode=yes"),
+            *("-o", "ExitOnForwardFailure=yes", "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"),
+            *("-o", f"ConnectTimeout={CONNECT_TIMEOUT_S:g}"),
+            *(["-J", ",".join(self.jumps)] if self.jumps else []),
+            node,
+        ]
+        with open(log, "wb") as err:  # the master's and its jump hosts' own ssh's messages
+            proc = spawn(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+        return SshLink(self, node, control, proc, log)
+
+    def open(self, node: str, timeout: float = CONNECT_TIMEOUT_S) -> Link:
+        return self.open_many([node], timeout)[node]
+
+    def open_many(self, nodes: list[str], timeout: float = CONNECT_TIMEOUT_S) -> dict[str, Link]:
+        links = {n: self._start(n) for n in nodes}
+        deadline = time.monotonic() + timeout
+        try:
+            for link in links.values():
+                link.wait_ready(deadline)
+        except BaseException:
+            for link in links.values():
+                link.close()
+            raise
+        return dict(links)
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
