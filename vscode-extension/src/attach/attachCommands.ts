@@ -5,6 +5,8 @@ import { implicitSession, rankPickItems, sessionPickItems } from './quickPickIte
 import { AttachDeclinedError } from './remoteAttach';
 import { AttachService } from './attachService';
 import { chooseRanks, selectorPreview, selectorPrompt } from './rankSelector';
+import { checkWith } from '../common/harnessCheck';
+import { currentHarness } from '../common/harnessCommand';
 import { RegistryWatcher } from '../registry/registryWatcher';
 import { ensureTrusted } from '../common/workspaceTrust';
 import { ranksWord } from '../common/rankList';
@@ -76,7 +78,8 @@ export class AttachCommands {
   /**
    * "Attach to Ranks…": the ranks a selector chooses — rank numbers (`0,2-3`) or mesh coordinates (`tp=0`,
    * `dp=0,tp=*`) — attached under one parent session, as Attach to All Ranks does. args (keybindings,
-   * tests): { session?, selector? }. A bad selector is the CLI's one line, in the input box while typing.
+   * tests): { session?, selector? }. The CLI checks the selector (`rtdebug check --rank`): a bad one is its
+   * one line, in the input box while typing.
    */
   async attachToRanks(args?: { session?: string; selector?: string }): Promise<number[] | undefined> {
     if (!ensureTrusted(Gated.attach)) return undefined;
@@ -90,30 +93,34 @@ export class AttachCommands {
       id = (await vscode.window.showQuickPick(sessionPickItems(sessions), { title: 'rtdebug: attach to ranks of…' }))?.label;
       if (!id) return undefined;
     }
-    const current = () => this.registry.sessions.find((s) => s.entry.session_id === id);
-    const s = current();
-    if (!s) return void vscode.window.showErrorMessage(`rtdebug: no live rtdebug session "${id}"`);
-    const text =
-      args?.selector ??
-      (await vscode.window.showInputBox({
-        title: `rtdebug: attach to ranks of ${id}`,
-        prompt: selectorPrompt(s),
-        placeHolder: '0,2-3 or tp=0 or dp=0,tp=*',
-        ignoreFocusOut: true,
-        validateInput: (v) => {
-          if (!v.trim()) return undefined;
-          const p = selectorPreview(v, current() ?? s);
-          return { message: p.message, severity: p.ok ? vscode.InputBoxValidationSeverity.Info : vscode.InputBoxValidationSeverity.Error };
-        },
-      }));
-    if (!text?.trim()) return undefined;
+    const sid = id;
+    if (!this.registry.sessions.some((s) => s.entry.session_id === sid))
+      return void vscode.window.showErrorMessage(`rtdebug: no live rtdebug session "${sid}"`);
     let ranks: number[];
     try {
-      ranks = chooseRanks(text, current() ?? s);
+      const check = checkWith(await currentHarness(Gated.attach));
+      const text =
+        args?.selector ??
+        (await vscode.window.showInputBox({
+          title: `rtdebug: attach to ranks of ${sid}`,
+          prompt: await selectorPrompt(check, sid),
+          placeHolder: '0,2-3 or tp=0 or dp=0,tp=*',
+          ignoreFocusOut: true,
+          validateInput: async (v) => {
+            if (!v.trim()) return undefined;
+            const p = await selectorPreview(check, v, sid);
+            return {
+              message: p.message,
+              severity: p.ok ? vscode.InputBoxValidationSeverity.Info : vscode.InputBoxValidationSeverity.Error,
+            };
+          },
+        }));
+      if (!text?.trim()) return undefined;
+      ranks = await chooseRanks(check, text, sid);
     } catch (e) {
       return void vscode.window.showErrorMessage(`rtdebug: ${(e as Error).message}`);
     }
-    await this.attachToAllRanks({ session: id, ranks });
+    await this.attachToAllRanks({ session: sid, ranks });
     return ranks;
   }
 

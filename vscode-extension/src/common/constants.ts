@@ -50,6 +50,7 @@ export const Gated = {
   listing: "Listing other nodes' ranks (rtdebug ps)",
   blocked: 'Locating a blocked rank (rtdebug stacks)',
   adopt: 'Adopt a Running Job',
+  stopOn: 'Stop All Ranks When…',
 } as const;
 
 /** Settings that choose what runs: machine-overridable and never read from an untrusted workspace. */

@@ -79,6 +79,17 @@ export async function runHarness(cmd: HarnessCommand, args: string[], timeoutMs 
   return stdout;
 }
 
+/**
+ * Runs `<python> -m <module> <args>` whose answer is on stdout even when it refuses: exit 2 with output (a
+ * usage refusal `check --json` also prints as JSON) is an answer too; anything else fails as runHarness does.
+ */
+export async function runHarnessAnswer(cmd: HarnessCommand, args: string[], timeoutMs = 60000): Promise<string> {
+  const { err, stdout, stderr } = await execCli(cmd, ['-m', cmd.module, ...args], timeoutMs);
+  if (err && !(err.code === 2 && stdout.trim()))
+    throw new HarnessCliError(describeFailure(cmd, args, err, stderr), err.killed ? undefined : cliLine(stderr));
+  return stdout;
+}
+
 /** Fails with a clear message unless `python` can import the module (`python -c "import <module>"`). */
 export async function checkInstalled(cmd: HarnessCommand): Promise<void> {
   const { err, stderr } = await execCli(cmd, ['-c', `import ${cmd.module}`], 30000);

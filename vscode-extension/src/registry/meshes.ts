@@ -1,13 +1,9 @@
-import { pyRepr } from '../common/pyText';
-
 /**
- * Each rank's DeviceMeshes (its entry's `meshes`: root and flattened meshes the job made; issue 31) and the
- * selector grammar that chooses ranks by coordinates, as harness/rtdebug/common/selector.py has them:
- * `tp=0`, `dp=0,tp=*`, `pp=1:3` (end excluded), `dp=(0,2)`, terms ANDed; an unknown dimension or an
- * out-of-range coordinate is one line listing the valid ones, in the harness's words. An entry may come
- * from a store anyone on that network could write: meshes are read as the harness reads them (names
- * `[A-Za-z_][A-Za-z0-9_]*`, integers, coord < shape, at most 8 dims), at most 16 per rank; anything else is
- * not a mesh. Pure.
+ * Each rank's DeviceMeshes (its entry's `meshes`: root and flattened meshes the job made; issue 31), for the
+ * Ranks view's groups and coordinates. (Choosing ranks by coordinates is the CLI's: `rtdebug check --rank`.)
+ * An entry may come from a store anyone on that network could write: meshes are read as the harness reads
+ * them (names `[A-Za-z_][A-Za-z0-9_]*`, integers, coord < shape, at most 8 dims), at most 16 per rank;
+ * anything else is not a mesh. Pure.
  */
 export interface Mesh {
   dims: string[];
@@ -62,75 +58,3 @@ export function coordsOf(r: HasMeshes): Map<string, number> {
 
 /** `dp=0, tp=1`: the coordinates `rtdebug ps` shows (selector.label); "" without meshes. */
 export const coordLabel = (r: HasMeshes): string => [...coordsOf(r)].map(([d, c]) => `${d}=${c}`).join(', ');
-
-/** `dp (0-1), tp (0-3)`: the valid dimensions, as the harness lists them in its errors. */
-export const dimsText = (sizes: Map<string, number>): string =>
-  [...sizes].map(([d, s]) => `${d} (0-${s - 1})`).join(', ') || 'none: the job has made no DeviceMesh yet';
-
-export class SelectorError extends Error {}
-
-interface Term {
-  dim: string;
-  values?: number[]; // undefined: '*'
-  text: string;
-}
-
-const TERM = /^([A-Za-z_][A-Za-z0-9_]{0,63})=(\*|\d{1,6}|\d{1,6}:\d{1,6}|\(\d{1,6}(?:,\d{1,6}){0,255}\))$/;
-
-/** A mesh selector (it has an "="), as opposed to a rank list (`0,2-3`). */
-export const isMeshSelector = (text: string): boolean => text.includes('=');
-
-/** Split on commas outside parentheses (selector._split). */
-function split(text: string): string[] {
-  const out: string[] = [];
-  let depth = 0;
-  let cur = '';
-  for (const ch of text) {
-    depth += ch === '(' ? 1 : ch === ')' ? -1 : 0;
-    if (ch === ',' && depth === 0) {
-      out.push(cur);
-      cur = '';
-    } else cur += ch;
-  }
-  return [...out, cur];
-}
-
-export function parseSelector(text: string, flag = '--rank'): Term[] {
-  return split(text.replace(/ /g, '')).map((raw) => {
-    const m = TERM.exec(raw);
-    if (!m) throw new SelectorError(`${flag} ${pyRepr(text)}: ${pyRepr(raw)} is not DIM=N, DIM=*, DIM=A:B or DIM=(A,B,...)`);
-    const v = m[2];
-    let values: number[] | undefined;
-    if (v === '*') values = undefined;
-    else if (v.includes(':')) {
-      const [a, b] = v.split(':').map(Number);
-      values = Array.from({ length: Math.max(0, b - a) }, (_, i) => a + i);
-    } else if (v.startsWith('(')) values = v.slice(1, -1).split(',').map(Number);
-    else values = [Number(v)];
-    return { dim: m[1], values, text: raw };
-  });
-}
-
-/** Every term names a known dimension and coordinates inside it (selector.check). */
-export function checkSelector(terms: Term[], sizes: Map<string, number>, flag = '--rank'): void {
-  for (const t of terms) {
-    const size = sizes.get(t.dim);
-    if (size === undefined)
-      throw new SelectorError(`${flag} ${t.text}: unknown mesh dimension ${pyRepr(t.dim)}; the dimensions are ${dimsText(sizes)}`);
-    const bad = (t.values ?? []).find((v) => v >= size);
-    if (bad !== undefined) throw new SelectorError(`${flag} ${t.text}: ${t.dim}=${bad} is out of range; ${t.dim} is 0-${size - 1}`);
-  }
-}
-
-const matches = (terms: Term[], coords: Map<string, number>) =>
-  terms.every((t) => coords.has(t.dim) && (t.values === undefined || t.values.includes(coords.get(t.dim)!)));
-
-/** The ranks a mesh selector chooses among `ranks` (selector.resolve), sorted; throws SelectorError. */
-export function resolveSelector(text: string, ranks: HasMeshes[], flag = '--rank'): number[] {
-  const terms = parseSelector(text, flag);
-  checkSelector(terms, dimsOf(ranks), flag);
-  return ranks
-    .filter((r) => matches(terms, coordsOf(r)))
-    .map((r) => r.rank)
-    .sort((a, b) => a - b);
-}

@@ -1,5 +1,23 @@
-import { fromPyRepr } from '../common/pyText';
 import { compressRanks, oneLine } from '../common/rankList';
+
+/** The canonical spelling `rtdebug check` answers ("" = off): only these characters, so it is its own literal. */
+const CANONICAL = /^[a-z0-9:=,]{0,200}$/;
+
+/**
+ * What each rank evaluates (the harness's `arm.configure`), given the canonical spelling `rtdebug check`
+ * answered. Its one-line answer comes back hex-encoded: DAP's `evaluate` answers a str as its repr, and hex
+ * digits are the same in any repr, so the line is read back without parsing Python's quoting.
+ */
+export function configureExpression(canonical: string): string {
+  if (!CANONICAL.test(canonical)) throw new Error(`not a canonical --stop-on spelling: ${JSON.stringify(canonical.slice(0, 80))}`);
+  return `__import__('rtdebug.rank.stopon.arm', fromlist=['_']).configure('${canonical}').encode().hex()`;
+}
+
+/** A rank's answer to configureExpression (`'7274…'`) → its line; anything else (an exception text) as it came. */
+export function fromHexAnswer(result: string): string {
+  const m = /^(['"])((?:[0-9a-f]{2})*)\1$/.exec(result.trim());
+  return m ? Buffer.from(m[2], 'hex').toString('utf8') : result;
+}
 
 /**
  * The per-rank answers of "Stop All Ranks When…" in one message. Each rank answers one line
@@ -9,7 +27,7 @@ import { compressRanks, oneLine } from '../common/rankList';
  */
 export interface RankAnswer {
   rank: number;
-  /** The rank's own line: DAP evaluate's result (a Python str repr), as it came. */
+  /** The rank's own line: DAP evaluate's result for configureExpression (hex in a str repr), as it came. */
   result?: string;
   /** Why no answer came (the pause did not land, the evaluate failed). */
   error?: string;
@@ -32,7 +50,7 @@ function outcome(a: RankAnswer): Outcome {
     const why = oneLine(a.error, 200) ?? 'no answer';
     return { key: `x${why}`, ok: false, say: (r) => `${word(r)}: not set (${why})` };
   }
-  const line = oneLine(fromPyRepr(a.result.trim()), 300) ?? '(empty answer)';
+  const line = oneLine(fromHexAnswer(a.result), 300) ?? '(empty answer)';
   let m: RegExpExecArray | null;
   if ((m = STOPS.exec(line))) {
     const cond = m[1];

@@ -7,8 +7,10 @@ import { ranksWord } from '../common/rankList';
 import { RankCommands } from '../ranks/rankCommands';
 import { RanksNode } from '../ranks/ranksView';
 import { RegistryWatcher } from '../registry/registryWatcher';
-import { AnswersMessage, answersMessage, mustTurnOff, turnedOff } from './stopOnAnswers';
-import { configureExpression, parseStopOn, stopOnProblem, stopOnText } from './stopOnSpec';
+import { Gated } from '../common/constants';
+import { CheckRun, checkStopOn, checkWith } from '../common/harnessCheck';
+import { currentHarness } from '../common/harnessCommand';
+import { AnswersMessage, answersMessage, configureExpression, mustTurnOff, turnedOff } from './stopOnAnswers';
 
 interface CondItem extends vscode.QuickPickItem {
   cond: 'nonfinite' | 'nonfinite:deep' | 'disagree' | 'step' | 'off';
@@ -37,7 +39,7 @@ const CONDITIONS: CondItem[] = [
  * (attach/rankEvaluate.ts evaluateInAll: the running ones paused together, then continued together): an
  * armed rank joins one vote per step, so ranks armed at different steps, or some not at all, would wait in
  * different collectives for good; for the same reason a rank that does not take it is turned off again in
- * the others. The spec is checked first with the CLI's grammar and words (stopOnSpec.ts). args
+ * the others. The spec is checked first by the CLI (`rtdebug check --stop-on`: its grammar, its words). args
  * (keybindings, tests): a Ranks view node, or { session?, spec? }.
  */
 export class StopOnCommand {
@@ -66,11 +68,20 @@ export class StopOnCommand {
       );
       return undefined;
     }
-    const spec = opts.spec ?? (await this.ask());
+    let check: CheckRun;
+    try {
+      check = checkWith(await currentHarness(Gated.stopOn));
+    } catch (e) {
+      void vscode.window.showErrorMessage(`rtdebug: ${(e as Error).message}`);
+      return undefined;
+    }
+    const spec = opts.spec ?? (await this.ask(check));
     if (spec === undefined) return undefined;
     let canonical: string;
     try {
-      canonical = stopOnText(parseStopOn(spec));
+      const c = await checkStopOn(check, spec);
+      if (!c.valid) throw new Error(c.error);
+      canonical = c.stop_on;
     } catch (e) {
       void vscode.window.showErrorMessage(`rtdebug: ${(e as Error).message}`);
       return undefined;
@@ -109,8 +120,8 @@ export class StopOnCommand {
     return msg;
   }
 
-  /** The conditions: a multi-select quick pick, then N for disagree and step (checked as the CLI checks it). */
-  private async ask(): Promise<string | undefined> {
+  /** The conditions: a multi-select quick pick, then N for disagree and step (checked by the CLI while typing). */
+  private async ask(check: CheckRun): Promise<string | undefined> {
     const picked = await vscode.window.showQuickPick(CONDITIONS, {
       title: 'rtdebug: stop every rank when…',
       placeHolder: 'pick one or more conditions (the ranks stop at the same step, before the optimizer changes the weights)',
@@ -123,7 +134,7 @@ export class StopOnCommand {
     for (const p of picked) {
       if (p.cond === 'nonfinite' || p.cond === 'nonfinite:deep') parts.push(p.cond);
       else if (p.cond !== 'off') {
-        const n = await this.askN(p.cond);
+        const n = await this.askN(p.cond, check);
         if (n === undefined) return undefined;
         parts.push(p.cond === 'disagree' ? `disagree:${n}` : `step=${n}`);
       }
@@ -131,14 +142,18 @@ export class StopOnCommand {
     return parts.join(',');
   }
 
-  private async askN(cond: 'disagree' | 'step'): Promise<string | undefined> {
+  private async askN(cond: 'disagree' | 'step', check: CheckRun): Promise<string | undefined> {
     const spec = (v: string) => (cond === 'disagree' ? `disagree:${v.trim()}` : `step=${v.trim()}`);
     const n = await vscode.window.showInputBox({
       title: cond === 'disagree' ? 'rtdebug: compare the replicas every N optimizer steps' : 'rtdebug: stop before optimizer step N',
       prompt: cond === 'disagree' ? 'N (at least 1; default 100)' : 'N: the optimizer steps taken so far count from 0',
       value: cond === 'disagree' ? '100' : '',
       ignoreFocusOut: true,
-      validateInput: (v) => (v.trim() ? stopOnProblem(spec(v)) : 'a number'),
+      validateInput: async (v) => {
+        if (!v.trim()) return 'a number';
+        const c = await checkStopOn(check, spec(v)).catch((e: Error) => ({ valid: false as const, error: e.message }));
+        return c.valid ? undefined : c.error;
+      },
     });
     return n?.trim() || undefined;
   }

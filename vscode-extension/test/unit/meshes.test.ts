@@ -3,13 +3,15 @@ import * as fs from 'fs';
 import * as path from 'path';
 import { test } from 'node:test';
 import Ajv2020 from 'ajv/dist/2020';
-import { chooseRanks, selectorPreview, selectorPrompt } from '../../src/attach/rankSelector';
-import { coordLabel, dimsOf, parseMeshes, resolveSelector } from '../../src/registry/meshes';
+import { chooseRanks, SelectorError, selectorPreview, selectorPrompt } from '../../src/attach/rankSelector';
+import { checkWith } from '../../src/common/harnessCheck';
+import { coordLabel, dimsOf, parseMeshes } from '../../src/registry/meshes';
+import { linuxCreateTime } from '../../src/registry/processLiveness';
 import { parseRankEntry, RankEntry } from '../../src/registry/registryModel';
-import { FIXTURES, SCHEMA_PATH } from './helpers';
+import { FIXTURES, harnessPython, SCHEMA_PATH, tmpDir } from './helpers';
 import { rankEntry, sessionOf } from './session';
 
-/** Ranks by mesh coordinates (issue 31): the entries' meshes read as untrusted, and the selector grammar and words of harness/rtdebug/common/selector.py. */
+/** Ranks by mesh coordinates (issue 31): the entries' meshes read as untrusted, and the selector the CLI checks (`rtdebug check --rank`). */
 const mesh = (dims: string[], shape: number[], coord: number[], extra: Record<string, unknown> = {}) => ({ dims, shape, coord, ...extra });
 /** A mesh as a forger could write it: any JSON. */
 const raw = (dims: unknown, shape: unknown[], coord: unknown[]) => ({ dims, shape, coord });
@@ -36,6 +38,14 @@ test("meshes validate against the registry schema and are read back as the rank'
   assert.deepEqual(r.meshes, [{ dims: ['dp', 'tp'], shape: [2, 2], coord: [0, 1], groups: ['1', '2'], descs: ['mesh_dp', 'mesh_tp'] }]);
   assert.equal(coordLabel(r), 'dp=0, tp=1');
   assert.deepEqual(parseRankEntry(JSON.stringify(base)).meshes, []);
+  assert.deepEqual(
+    [...dimsOf(job())],
+    [
+      ['dp', 2],
+      ['tp', 2],
+      ['dp_tp', 4],
+    ],
+  );
 });
 
 test('forged meshes are not coordinates: names, integers, coord < shape, at most 8 dims, at most 16 meshes', () => {
@@ -74,61 +84,73 @@ test('forged meshes are not coordinates: names, integers, coord < shape, at most
   ]);
 });
 
-test('selectors resolve as the CLI resolves them', () => {
-  const ranks = job();
-  const sel = (t: string) => resolveSelector(t, ranks);
-  assert.deepEqual(sel('tp=0'), [0, 2]);
-  assert.deepEqual(sel('dp=0,tp=*'), [0, 1]);
-  assert.deepEqual(sel('dp_tp=1:3'), [1, 2]);
-  assert.deepEqual(sel('dp=(0,1),tp=1'), [1, 3]);
-  assert.deepEqual(sel('dp = ( 1 ) , tp = 0'), [2]);
-  assert.deepEqual(sel('dp=1:0'), [], 'an empty slice chooses nothing (the CLI then says so)');
-  assert.deepEqual(
-    [...dimsOf(ranks)],
-    [
-      ['dp', 2],
-      ['tp', 2],
-      ['dp_tp', 4],
-    ],
+/**
+ * Attach to Ranks… asks the CLI (`rtdebug check --rank SEL --session ID --json`): a real registry of this node
+ * (entries of this live process, as the harness's liveness check wants them), the real harness.
+ */
+function liveRegistry(ranks: RankEntry[]): string {
+  const dir = tmpDir();
+  const sdir = path.join(dir, 's1');
+  fs.mkdirSync(sdir, { mode: 0o700 });
+  const created = linuxCreateTime(process.pid) ?? 1;
+  const s = sessionOf(ranks).entry;
+  const live = { pid: process.pid, create_time: created, started_at: Date.now() / 1000 };
+  fs.writeFileSync(
+    path.join(sdir, 'session.json'),
+    JSON.stringify({ ...s, nproc_per_node: ranks.length, launcher_pid: process.pid, launcher_create_time: created }),
   );
-});
+  for (const r of ranks) fs.writeFileSync(path.join(sdir, `rank-${r.rank}.json`), JSON.stringify({ ...r, ...live }));
+  return dir;
+}
 
-test('an unknown dimension or an out-of-range coordinate is one line listing the valid ones, in the CLI words', () => {
-  const ranks = job().map((r) => ({ ...r, meshes: r.meshes!.slice(0, 1) }));
-  const err = (t: string) =>
-    assert.throws(
-      () => resolveSelector(t, ranks),
-      (e: Error) => (assert.equal(e.message, ERR[t]), true),
-    );
-  const ERR: Record<string, string> = {
-    'pp=0': "--rank pp=0: unknown mesh dimension 'pp'; the dimensions are dp (0-1), tp (0-1)",
-    'tp=2': '--rank tp=2: tp=2 is out of range; tp is 0-1',
-    'dp=(0,5)': '--rank dp=(0,5): dp=5 is out of range; dp is 0-1',
-    'dp=0,tp=x': "--rank 'dp=0,tp=x': 'tp=x' is not DIM=N, DIM=*, DIM=A:B or DIM=(A,B,...)",
-    'tp=': "--rank 'tp=': 'tp=' is not DIM=N, DIM=*, DIM=A:B or DIM=(A,B,...)",
-  };
-  for (const t of Object.keys(ERR)) err(t);
-  assert.throws(
-    () => resolveSelector('tp=0', [rankEntry(0, 'ready')]),
-    /^Error: --rank tp=0: unknown mesh dimension 'tp'; the dimensions are none: the job has made no DeviceMesh yet$/,
-  );
-});
+const py = harnessPython();
 
-test('Attach to Ranks…: rank lists as before, or coordinates; unverified entries never define them', () => {
-  const s = sessionOf(job());
-  assert.deepEqual(chooseRanks('0,2-3', s), [0, 2, 3]);
-  assert.deepEqual(chooseRanks(' tp=1 ', s), [1, 3]);
-  assert.deepEqual(chooseRanks('all', s), [0, 1, 2, 3]);
-  assert.throws(() => chooseRanks('dp=1:0', s), /^Error: --rank dp=1:0 selects no rank$/);
-  assert.throws(() => chooseRanks('0,7', s), /^Error: rank 7 is out of range: session s1 has world size 4$/);
-  assert.throws(() => chooseRanks('x', s), /^Error: --rank 'x': a rank list such as 0,2-3 or mesh coordinates such as tp=1 or dp=0,tp=\*$/);
-  assert.throws(() => chooseRanks('', s), /selects no rank/);
-  const forged = sessionOf([
+test(
+  'Attach to Ranks…: rank lists as before, or coordinates, chosen and refused by the CLI in its words',
+  { skip: !py && 'no harness venv' },
+  async () => {
+    const dir = liveRegistry(job().map((r) => ({ ...r, meshes: r.meshes!.slice(0, 1) })));
+    const run = checkWith({ python: py!, module: 'rtdebug', env: { ...process.env, RTDEBUG_REGISTRY_DIR: dir } });
+    assert.deepEqual(await chooseRanks(run, '0,2-3', 's1'), [0, 2, 3]);
+    assert.deepEqual(await chooseRanks(run, ' tp=1 ', 's1'), [1, 3]);
+    assert.deepEqual(await chooseRanks(run, 'all', 's1'), [0, 1, 2, 3]);
+    assert.deepEqual(await chooseRanks(run, 'dp = ( 1 ) , tp = 0', 's1'), [2]);
+    const ERR: Record<string, string> = {
+      'pp=0': "--rank pp=0: unknown mesh dimension 'pp'; the dimensions are dp (0-1), tp (0-1)",
+      'tp=2': '--rank tp=2: tp=2 is out of range; tp is 0-1',
+      'dp=(0,5)': '--rank dp=(0,5): dp=5 is out of range; dp is 0-1',
+      'dp=0,tp=x': "--rank 'dp=0,tp=x': 'tp=x' is not DIM=N, DIM=*, DIM=A:B or DIM=(A,B,...)",
+      'dp=1:0': '--rank dp=1:0 selects no rank',
+      '0,7': 'rank 7 is out of range: session s1 has world size 4',
+      x: "--rank 'x': a rank list such as 0,2-3 or mesh coordinates such as tp=1 or dp=0,tp=*",
+      é: "--rank 'é': a rank list such as 0,2-3 or mesh coordinates such as tp=1 or dp=0,tp=*",
+    };
+    for (const [t, line] of Object.entries(ERR)) {
+      await assert.rejects(
+        chooseRanks(run, t, 's1'),
+        (e: Error) => (assert.ok(e instanceof SelectorError), assert.equal(e.message, line), true),
+      );
+    }
+    assert.deepEqual(await selectorPreview(run, 'tp=0', 's1'), { ok: true, message: 'ranks 0,2 (2 of 4)' });
+    assert.deepEqual(await selectorPreview(run, 'tp=2', 's1'), { ok: false, message: '--rank tp=2: tp=2 is out of range; tp is 0-1' });
+    assert.match(await selectorPrompt(run, 's1'), /dimensions: dp \(0-1\), tp \(0-1\)$/);
+    // a session that is gone: the CLI's runtime error, not a verdict on the selector
+    await assert.rejects(chooseRanks(run, '0', 'gone'), /no live session 'gone'; see `rtdebug ps`/);
+    fs.rmSync(dir, { recursive: true, force: true });
+  },
+);
+
+test('forged mesh entries never define the coordinates the CLI resolves', { skip: !py && 'no harness venv' }, async () => {
+  const ranks = [
     ...job().slice(0, 2),
-    rankEntry(2, 'ready', { world_size: 4, verified: false, meshes: [mesh(['pp'], [4], [3])] }),
-  ]);
-  assert.throws(() => chooseRanks('pp=3', forged), /unknown mesh dimension 'pp'; the dimensions are dp \(0-1\), tp \(0-1\), dp_tp \(0-3\)/);
-  assert.deepEqual(selectorPreview('tp=0', s), { ok: true, message: 'ranks 0,2 (2 of 4)' });
-  assert.deepEqual(selectorPreview('tp=2', s), { ok: false, message: '--rank tp=2: tp=2 is out of range; tp is 0-1' });
-  assert.match(selectorPrompt(s), /dimensions: dp \(0-1\), tp \(0-1\), dp_tp \(0-3\)$/);
+    rankEntry(2, 'ready', { world_size: 4, meshes: [mesh(['dp', 'tp'], [2, 2], [1, 0]), mesh(['d p'], [4], [3])] }),
+  ];
+  const dir = liveRegistry(ranks);
+  const run = checkWith({ python: py!, module: 'rtdebug', env: { ...process.env, RTDEBUG_REGISTRY_DIR: dir } });
+  await assert.rejects(
+    chooseRanks(run, 'pp=3', 's1'),
+    /unknown mesh dimension 'pp'; the dimensions are dp \(0-1\), tp \(0-1\), dp_tp \(0-3\)$/,
+  );
+  assert.deepEqual(await chooseRanks(run, 'dp=1', 's1'), [2]);
+  fs.rmSync(dir, { recursive: true, force: true });
 });
