@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import json
+import types
+import typing
 from pathlib import Path
 
 import jsonschema
@@ -18,10 +20,14 @@ import pytest
 from rtdebug.common.config import RankConfig, Target
 from rtdebug.launcher import single
 from rtdebug.rank import state as rankstate
+from rtdebug.registry import collseq
 from rtdebug.registry import entry as registry_entry
+from rtdebug.registry import schema as schema_types_mod
 from rtdebug.registry.entry import REQUIRED, SCHEMA_PATH, session_entry
+from rtdebug.stacks import dump
 
 from support.paths import EXAMPLES, ROOT
+from support.wait import until
 
 SCHEMA = json.loads(SCHEMA_PATH.read_text())
 DEFS = SCHEMA["$defs"]
@@ -134,3 +140,106 @@ def test_entries_are_built_in_those_two_places_only():
                         if v.value in ("rank", "session"):
                             makers.add(str(path.relative_to(PACKAGE)))
     assert makers == {"registry/entry.py", "rank/state.py"}, makers
+
+
+# -- the types (rtdebug.registry.schema) are the schema's ---------------------------------------------
+
+TYPED = [  # (the type, where the schema defines it)
+    (schema_types_mod.SessionEntry, ("session",)),
+    (schema_types_mod.NodeInfo, ("session", "nodes", "[]")),
+    (schema_types_mod.RankEntry, ("rank",)),
+    (schema_types_mod.StacksField, ("rank", "stacks")),
+    (schema_types_mod.MeshInfo, ("rank", "meshes", "[]")),
+    (schema_types_mod.StopInfo, ("rank", "stop")),
+    (schema_types_mod.CollectivesField, ("rank", "collectives")),
+    (schema_types_mod.CollectiveRecord, ("rank", "collective")),
+    (schema_types_mod.StacksAnswer, ("stacks_answer",)),
+]
+PY_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
+
+
+def schema_at(path: tuple[str, ...]) -> dict:
+    node = DEFS[path[0]]
+    for step in path[1:]:
+        node = resolved(node["items"] if step == "[]" else node["properties"][step])
+    return node
+
+
+def annotation_types(annotation) -> tuple[set[str], set]:
+    """(the JSON types a TypedDict field's annotation allows, the values a Literal allows: empty if none)."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        parts = [annotation_types(a) for a in typing.get_args(annotation)]
+        return set().union(*(p[0] for p in parts)), set().union(*(p[1] for p in parts))
+    if origin is typing.Literal:
+        values = set(typing.get_args(annotation))
+        return {PY_TO_JSON[type(v)] for v in values}, values
+    if origin is list:
+        return {"array"}, set()
+    if origin is dict or typing.is_typeddict(annotation):
+        return {"object"}, set()
+    name = PY_NAMES[annotation]
+    return {name} | ({"integer"} if name == "number" else set()), set()
+
+
+@pytest.mark.parametrize("typed,path", TYPED, ids=[t.__name__ for t, _ in TYPED])
+def test_each_type_has_the_schemas_keys_required_alike_and_of_its_json_types(typed, path):
+    schema = schema_at(path)
+    hints = typing.get_type_hints(typed)
+    where = "/".join(path)
+    assert set(hints) == set(schema["properties"]), (where, sorted(set(hints) ^ set(schema["properties"])))
+    assert typed.__required_keys__ == set(schema.get("required", ())), (
+        where,
+        sorted(typed.__required_keys__ ^ set(schema.get("required", ()))),
+    )
+    for key, annotation in hints.items():
+        prop = resolved(schema["properties"][key])
+        types_, values = annotation_types(annotation)
+        assert types_ == schema_types(prop), (where, key, types_, schema_types(prop))
+        if values:  # a Literal: exactly the schema's enum or const (plus null where the type allows it)
+            assert values == set(prop.get("enum", [prop.get("const")])), (where, key)
+
+
+def test_every_nested_object_with_properties_has_its_type():
+    """A nested object the schema spells out is one of TYPED (so a new one cannot go untyped)."""
+    typed_paths = {path for _, path in TYPED}
+
+    def walk(node: dict, path: tuple[str, ...]) -> None:
+        node = resolved(node)
+        if "properties" in node:
+            assert path in typed_paths, f"{'/'.join(path)} has properties but no type in rtdebug.registry.schema"
+            for key, prop in node["properties"].items():
+                walk(prop, (*path, key))
+        if isinstance(node.get("items"), dict):
+            walk(node["items"], (*path, "[]"))
+
+    for name in ("session", "rank", "stacks_answer"):
+        walk(DEFS[name], (name,))
+
+
+def test_a_decoded_collective_record_is_its_type_and_schema_valid():
+    static = collseq.static_block(b"0", b"float32", b"[4]", b"/job/train.py", b"train_step")
+    raw = collseq.HEAD.pack(
+        collseq.MAGIC, collseq.VERSION, collseq.ENTERED, collseq.OP_CODES["all_reduce"], 7, 3, 1.5, 42
+    )
+    rec = collseq.decode(raw + static + collseq.TAIL.pack(7))
+    assert rec is not None and set(rec) == set(typing.get_type_hints(schema_types_mod.CollectiveRecord))
+    jsonschema.validate(rec, {"$defs": DEFS, **DEFS["rank"]["properties"]["collective"]})
+
+
+def test_a_dump_threads_answer_is_its_type_and_schema_valid(tmp_path):
+    """The real thread's ``answer`` (``rtdebug.stacks.dump``), asked through its FIFO and read from its file."""
+    stacks = dump.arm(tmp_path, 0)
+    try:
+        assert stacks is not None
+        jsonschema.validate(stacks, {"$defs": DEFS, **DEFS["rank"]["properties"]["stacks"]})
+        nonce = "ab" * 8
+        with open(tmp_path / stacks["request"], "wb", buffering=0) as fifo:
+            fifo.write(nonce.encode() + b"\n")
+        answer = tmp_path / stacks["answer"]
+        value = until(lambda: answer.exists() and json.loads(answer.read_text()), 10, "the dump thread's answer")
+    finally:
+        dump.disarm()
+    assert set(value) == set(typing.get_type_hints(schema_types_mod.StacksAnswer)) and value["nonce"] == nonce
+    jsonschema.validate(value, {"$defs": DEFS, **DEFS["stacks_answer"]})
+    assert "test_a_dump_threads_answer_is_its_type_and_schema_valid" in value["text"]

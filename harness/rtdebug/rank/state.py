@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from rtdebug.common.procinfo import process_create_time
 from rtdebug.registry.entry import SCHEMA_VERSION, RankWriter
+from rtdebug.registry.schema import RankEntry
 
 FINAL = ("exited", "failed", "detached")
 
@@ -57,7 +58,7 @@ class RankState:
         self._lock = threading.RLock()  # the endpoint's threads and the rank's main thread both move the state
         now = time.time()
         pid = os.getpid()
-        self.entry: dict[str, Any] = {
+        entry: RankEntry = {
             "schema_version": SCHEMA_VERSION,
             "kind": "rank",
             "session_id": session_id,
@@ -81,6 +82,7 @@ class RankState:
             "error": None,
             "refused_count": 0,
         }
+        self.entry: dict[str, Any] = dict(entry)  # a plain dict: ``set`` adds any of the entry's fields
         registry.write_rank(self.entry)
 
     @property

@@ -20,12 +20,14 @@ import os
 import stat
 import struct
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from rtdebug.registry.schema import CollectiveRecord
 
 MAGIC = b"RTDC"
 VERSION = 1
 ENTERED, RETURNED = 1, 2
-STATES = {ENTERED: "entered", RETURNED: "returned"}
+STATES: dict[int, Literal["entered", "returned"]] = {ENTERED: "entered", RETURNED: "returned"}
 STATE_OFFSET = 5  # the byte a returning collective flips
 # torch.distributed function -> the op name shown (torch's upper-case OpType spelling where one exists)
 OPS: dict[str, str] = {
@@ -95,8 +97,9 @@ def has_control(text: str) -> bool:
     return any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in text)
 
 
-def decode(buf: bytes) -> dict[str, Any] | None:
-    """One record as the snapshot dict, or None when ``buf`` is not exactly a whole, valid record."""
+def decode(buf: bytes) -> CollectiveRecord | None:
+    """One record decoded (``CollectiveRecord``: ``ps --json``'s ``collective``), or None when ``buf`` is not
+    exactly a whole, valid record."""
     if len(buf) != SIZE:
         return None
     magic, version, state, op, gen, seq, since, line, *rest, gen2 = RECORD.unpack(buf)
@@ -104,11 +107,11 @@ def decode(buf: bytes) -> dict[str, Any] | None:
         return None
     if not 0 < op < len(OP_NAMES) or seq < 1 or not math.isfinite(since) or since < 0:
         return None
-    texts = [_text(rest[i], rest[i + 1]) for i in range(0, len(rest), 2)]
-    if any(t is None for t in texts):
+    texts = [text for i in range(0, len(rest), 2) if (text := _text(rest[i], rest[i + 1])) is not None]
+    if len(texts) != len(rest) // 2:
         return None
     pg, dtype, shapes, file, func = texts
-    return {
+    record: CollectiveRecord = {
         "op": OP_NAMES[op],
         "seq": seq,
         "state": STATES[state],
@@ -120,6 +123,7 @@ def decode(buf: bytes) -> dict[str, Any] | None:
         "pg": pg,
         "since": since,
     }
+    return record
 
 
 def plausible(rec: Any) -> bool:
@@ -145,13 +149,13 @@ def where(rec: dict[str, Any]) -> str:
     return f"{rec.get('op')} #{rec.get('seq')} ({os.path.basename(str(rec.get('file') or '?'))}:{rec.get('line', '?')})"
 
 
-def read(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+def read(path: str | os.PathLike[str]) -> CollectiveRecord | None:
     """The record in ``path``, or None (missing, not a regular file, wrong size, garbage, torn)."""
     buf = _read_bytes(path)
     return None if buf is None else decode(buf)
 
 
-def read_known(session_dir: str | os.PathLike[str], entry: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]:
+def read_known(session_dir: str | os.PathLike[str], entry: dict[str, Any]) -> tuple[bool, CollectiveRecord | None]:
     """(known, record) for what a rank entry names: known with None is a record armed before its first
     collective; not known is anything else unreadable, which must make no verdict rather than a wrong one."""
     info, rank = entry.get("collectives"), entry.get("rank")
@@ -186,6 +190,6 @@ def _read_bytes(path: str | os.PathLike[str]) -> bytes | None:
         os.close(fd)
 
 
-def read_entry(session_dir: str | os.PathLike[str], entry: dict[str, Any]) -> dict[str, Any] | None:
+def read_entry(session_dir: str | os.PathLike[str], entry: dict[str, Any]) -> CollectiveRecord | None:
     """The record a rank entry names, only if it names rtdebug's own file for that rank."""
     return read_known(session_dir, entry)[1]

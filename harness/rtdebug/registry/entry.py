@@ -8,6 +8,7 @@ extension test suites both validate against.
 A damaged entry (empty, truncated, garbage, wrong shape) raises ``Unreadable``, never anything a
 reader would have to guess at: ``read_json`` checks the schema version and the type of every field
 readers index without checking.
+Their types (``SessionEntry``, ``RankEntry``) are in ``rtdebug.registry.schema``.
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ import stat
 import sys
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from rtdebug.common import atomic
 from rtdebug.common.procinfo import process_create_time
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 LIVE_RANK_STATES = ("starting", "ready", "attached")
 ATTACHABLE_STATES = ("ready", "attached")  # a client can connect (starting: the endpoint is not up yet)
 LIVE_SESSION_STATES = ("starting", "running")

@@ -34,6 +34,7 @@ from typing import Any
 
 from rtdebug.common import atomic, log
 from rtdebug.common.threads import hidden_thread
+from rtdebug.registry.schema import StacksAnswer
 from rtdebug.stacks import take
 
 # A real-time signal, not SIGUSR1/2: schedulers and frameworks use those (SLURM's --signal, preemption
@@ -122,7 +123,15 @@ class DumpThread:
     def answer(self, nonce: str) -> None:
         from rtdebug.stacks import flight
 
-        value = dict(take.take(self.main_ident), nonce=nonce, how="thread", flight=flight.read())
+        stacks = take.take(self.main_ident)
+        value: StacksAnswer = {
+            "text": stacks["text"],
+            "main_id": stacks["main_id"],
+            "pid": stacks["pid"],
+            "nonce": nonce,
+            "how": "thread",
+            "flight": flight.read(),
+        }
         atomic.write(self.out, json.dumps(value).encode(), dir_fd=self.dir_fd)
 
 

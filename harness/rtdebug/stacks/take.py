@@ -19,6 +19,8 @@ import sys
 import threading
 from typing import Any
 
+from rtdebug.registry.schema import RankStacks
+
 MAX_TEXT = 256 << 10  # bytes of text a rank sends (faulthandler caps threads and frames; this caps the bytes)
 MAX_THREADS = 100
 MAX_FRAMES = 100
@@ -67,7 +69,7 @@ def text(main_ident: int | None = None) -> str:
     return out if len(raw) <= MAX_TEXT else raw[:MAX_TEXT].decode("utf-8", errors="ignore")
 
 
-def take(main_ident: int | None = None) -> dict[str, Any]:
+def take(main_ident: int | None = None) -> RankStacks:
     """``{"text", "main_id", "pid"}``: the dump a local or job-wide answer carries."""
     ident = main_ident if main_ident is not None else threading.main_thread().ident
     return {"text": text(ident), "main_id": hex(ident or 0), "pid": os.getpid()}

@@ -113,8 +113,8 @@ def recording() -> bool:
     return _rec["mm"] is not None
 
 
-def snapshot() -> dict[str, Any] | None:
-    """This rank's last collective (the contract's dict), or None before the first; any thread may call it."""
+def snapshot() -> collseq.CollectiveRecord | None:
+    """This rank's last collective (a ``CollectiveRecord``), or None before the first; any thread may call it."""
     mm = _rec["mm"]
     return None if mm is None else collseq.decode(bytes(mm[: collseq.SIZE]))
 
