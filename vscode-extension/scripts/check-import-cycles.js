@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 /**
- * Lint step: no import circles among the extension's own modules (DESIGN.md: "No import circles; a test
- * keeps it so"). A circle makes one module's top-level code run against another's half-initialised exports,
- * and ties modules that should be layered (common/ is pure and below the VS Code glue) into one knot.
+ * Lint step: no import circles among the extension's own modules (a rule of the extension's layout, kept by
+ * this step and by test/unit/importCycles.test.ts). A circle makes one module's top-level code run against
+ * another's half-initialised exports, and ties modules that should be layered (common/ is pure and below
+ * the VS Code glue) into one knot.
  *
  * Reads every .ts under the given folders (default src/ and test/) with TypeScript's own import scanner
  * (ts.preProcessFile: `import … from`, `import type`, `export … from`, `require()`), resolves the relative

@@ -5,9 +5,10 @@ import * as path from 'path';
 /**
  * Where rtdebug CLI processes run. `python -m rtdebug` (and `python -c "import rtdebug"`) put the current
  * directory first on sys.path, so running them from the workspace folder would run a cloned repo's own
- * `rtdebug/__main__.py` (DESIGN.md, Trust: "a malicious workspace"). They run instead in an empty directory
- * of ours: made by mkdtemp under os.tmpdir() (a fresh unguessable name, mode 0700), so neither the workspace
- * nor another local user can put a module there, as they could in os.tmpdir() itself.
+ * `rtdebug/__main__.py` (a cloned repository may be malicious: the threat the trust rule in trustGate.ts
+ * is about). They run instead in an empty directory of ours: made by mkdtemp under os.tmpdir() (a fresh
+ * unguessable name, mode 0700), so neither the workspace nor another local user can put a module there,
+ * as they could in os.tmpdir() itself.
  *
  * The directory is checked every time it is handed out, not only when it was made: a tmp cleaner may remove
  * it while the extension runs, and in the sticky, world-writable tmp another local uid could then create the

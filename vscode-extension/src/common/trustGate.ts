@@ -1,8 +1,8 @@
 /**
- * The trust rule (DESIGN.md, Trust): in an untrusted workspace the extension runs no Python at all — no
- * rtdebug CLI call, no job. It still reads this machine's registry files, so the Ranks view keeps listing
- * local sessions. Pure, so the decision is unit-tested; workspaceTrust.ts feeds it
- * `vscode.workspace.isTrusted`.
+ * The trust rule (VS Code's Workspace Trust, as the extension applies it): in an untrusted workspace the
+ * extension runs no Python at all — no rtdebug CLI call, no job. It still reads this machine's registry
+ * files, so the Ranks view keeps listing local sessions. Pure, so the decision is unit-tested;
+ * workspaceTrust.ts feeds it `vscode.workspace.isTrusted`.
  */
 export class UntrustedWorkspaceError extends Error {}
 
