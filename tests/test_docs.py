@@ -219,4 +219,6 @@ def test_no_tracked_file_mentions_the_missing_design_document() -> None:
 
 def test_readme_is_a_front_door() -> None:
     lines = README.read_text(encoding="utf-8").count("\n")
-    assert lines <= README_MAX_LINES, f"README.md has {lines} lines; keep it under {README_MAX_LINES} (move detail to docs/)"
+    assert lines <= README_MAX_LINES, (
+        f"README.md has {lines} lines; keep it under {README_MAX_LINES} (move detail to docs/)"
+    )
