@@ -60,9 +60,7 @@ def view_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def debug_options(
-    p: argparse.ArgumentParser, port_flag: str, host_flag: str, allow_flag: str = "--debug-allow"
-) -> None:
+def debug_options(p: argparse.ArgumentParser, port_flag: str, host_flag: str, allow_flag: str = "--debug-allow") -> Any:
     g = p.add_argument_group("rtdebug")
     g.add_argument(
         port_flag,
@@ -120,6 +118,11 @@ def debug_options(
         action="store_true",
         help="run the script's Ray Train trainer in local mode (num_workers=0) whatever it asks for",
     )
+    return g
+
+
+def ray_options(g: Any) -> None:
+    """How Ray Train's local mode behaves in the ranks (``rtdebug.rank.raylocal``)."""
     g.add_argument(
         "--ray-local-mode",
         choices=RAY_LOCAL_MODES,
@@ -140,7 +143,7 @@ def torchrun_parser() -> argparse.ArgumentParser:
         "Start the real torchrun with a debug endpoint in every rank (port = base + RANK). "
         "Harness options go before torchrun's; every torchrun option passes through."
     )
-    debug_options(p, "--debug-port-base", "--debug-host")
+    ray_options(debug_options(p, "--debug-port-base", "--debug-host"))
     p.add_argument(
         "--wait",
         dest="wait_ranks",

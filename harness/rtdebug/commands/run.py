@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from rtdebug.commands.options import Options, debug_options
+from rtdebug.commands.options import Options, debug_options, ray_options
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -30,6 +30,7 @@ class RunOptions(Options):
     pg_timeout: float
     stop_on: str
     force_local: bool
+    ray_local_mode: str
     debug_port_base: int | None
     ray_address: str | None
 
@@ -43,7 +44,7 @@ def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
         help=summary,
         description="Run a script (or -m module) in this process with a debug endpoint.",
     )
-    debug_options(p, "--port", "--host", "--allow")
+    ray_options(debug_options(p, "--port", "--host", "--allow"))
     p.add_argument("--wait", action="store_true", help="block before the script until a client attaches")
     p.add_argument(
         "--debug-port-base",

@@ -18,6 +18,8 @@ from rtdebug.common.ports import DEFAULT_PORT_BASE, MAX_PORT, parse_rank_list
 from rtdebug.common.rankenv import DEFAULT_PG_TIMEOUT_S
 
 DEFAULT_POST_MORTEM_WAIT_S = 600.0
+RAY_LOCAL_MODES = ("cluster", "ray")  # --ray-local-mode
+RAY_LOCAL_MODE_VAR = "RTDEBUG_RAY_LOCAL_MODE"
 WORKER_PORT_BASE_VAR = "RTDEBUG_WORKER_PORT_BASE"  # Ray Train workers' port base (rtdebug run)
 
 
@@ -47,6 +49,7 @@ class RankConfig:
     check_collectives: bool = False  # TORCH_DISTRIBUTED_DEBUG=DETAIL for the ranks
     hang_report_s: float | None = None  # launcher only; None = rtdebug.launcher.hangwatch.default_hang_s
     stop_on: str = ""  # --stop-on conditions (rtdebug.common.stopon), "" = off
+    ray_local_mode: str = "cluster"  # --ray-local-mode: "cluster" (the cluster's semantics) or "ray" (Ray's own)
     wait_ranks: frozenset[int] | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -67,6 +70,8 @@ class RankConfig:
             self.wait_ranks = frozenset()
         else:
             self.wait_ranks = parse_rank_list(self.wait)
+        if self.ray_local_mode not in RAY_LOCAL_MODES:
+            raise usage(f"--ray-local-mode must be one of {', '.join(RAY_LOCAL_MODES)}, got {self.ray_local_mode!r}")
         self.stop_on = stopon.parse(self.stop_on).text()  # a bad condition fails here, before anything starts
 
     def waits(self, rank: int) -> bool:
@@ -95,6 +100,7 @@ class RankConfig:
             env["RTDEBUG_HANG_REPORT"] = repr(self.hang_report_s)
         if self.stop_on:
             env[stopon.ENV] = self.stop_on
+        env[RAY_LOCAL_MODE_VAR] = self.ray_local_mode
         return env
 
     @classmethod
@@ -118,6 +124,7 @@ class RankConfig:
                 check_collectives=env.get("RTDEBUG_CHECK_COLLECTIVES") == "1",
                 hang_report_s=float(env["RTDEBUG_HANG_REPORT"]) if env.get("RTDEBUG_HANG_REPORT") else None,
                 stop_on=env.get(stopon.ENV, ""),
+                ray_local_mode=env.get(RAY_LOCAL_MODE_VAR, "cluster"),
             )
         except ValueError as exc:
             raise usage(f"bad RTDEBUG_* setting: {exc}") from None

@@ -28,9 +28,9 @@ def fixes(pg_timeout_s: float, stop_on: str = "", force_local: bool = False, ray
 
     localmode.install(pg_timeout_s)
     if ray_local_mode == "cluster":
-        from rtdebug.rank import raylocal
+        from rtdebug.rank.raylocal import patch
 
-        raylocal.install()  # Ray Train's local mode with the cluster's semantics
+        patch.install()  # Ray Train's local mode with the cluster's semantics
     meshes.arm()  # each DeviceMesh the job makes goes into the rank's entry (mesh selectors: dp=0,tp=*)
     if stop_on:
         from rtdebug.rank.stopon import arm
