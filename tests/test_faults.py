@@ -2,7 +2,7 @@
 
 For each fault: 0 processes of the session left (launcher, torchrun agent, ranks), 0 of its ports bound,
 and the registry says what happened. CI runs one trial of each; ``RTDEBUG_FAULT_TRIALS=20`` runs the full
-campaign (the README's Reliability table). Faults that need a stopped rank use ``--wait 0`` and a real DAP
+campaign (the table in docs/reliability.md). Faults that need a stopped rank use ``--wait 0`` and a real DAP
 client: rank 0 stops at a breakpoint while rank 1 sits inside the gloo all_reduce (C++) waiting for it.
 """
 
