@@ -67,8 +67,8 @@ Module._load = function (request, ...rest) {
 const OUT = path.join(__dirname, '..', 'out', 'src');
 const { RegistryWatcher } = require(path.join(OUT, 'registry', 'registryWatcher'));
 const { RanksView } = require(path.join(OUT, 'ranks', 'ranksView'));
-const { RankDebugStates } = require(path.join(OUT, 'attach', 'rankDebugState'));
-const { AttachService } = require(path.join(OUT, 'attach', 'attachService'));
+const { RankDebugStates } = require(path.join(OUT, 'attach', 'allstop', 'rankDebugState'));
+const { AttachService } = require(path.join(OUT, 'attach', 'rank', 'attachService'));
 const { linuxCreateTime } = require(path.join(OUT, 'registry', 'processLiveness'));
 
 // A registry with one session of N ranks, all "this process" (so the liveness check passes, as for live ranks).

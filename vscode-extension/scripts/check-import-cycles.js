@@ -13,7 +13,9 @@
  * The feature folders of src/ are layered as well, and checked the same way over the folder graph (an
  * import from src/a/x.ts of src/b/y.ts is an edge a → b): today common ← registry ← stacks ← attach ←
  * ranks ← collectives, and configs ← attach; extension.ts and init.ts (src/ itself) sit on top and are
- * left out. Files may import across folders only downwards, so no two features depend on each other.
+ * left out. Files may import across folders only downwards, so no two features depend on each other. The
+ * lint runs it a second time with `--layers src/attach`: attach's own features (rank, launch, group,
+ * allstop, adopt) are layered the same way.
  * Exit 1 with the cycles listed, 0 with none.
  */
 const fs = require('fs');
@@ -166,7 +168,7 @@ if (fc) {
 }
 
 if (!problems.length) {
-  console.log(`import cycles: none in ${dirs.join(', ')} (${graph.size} modules; src/ folders layered)`);
+  console.log(`import cycles: none in ${dirs.join(', ')} (${graph.size} modules; ${rel(layersRoot)}/ folders layered)`);
   process.exit(0);
 }
 for (const line of problems) console.error(line);

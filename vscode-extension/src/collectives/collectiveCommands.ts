@@ -1,9 +1,9 @@
 import * as vscode from 'vscode';
 import { POSITIONS_DEBOUNCE_MS } from '../common/constants';
 import { CollectiveStepping } from './collectiveStepping';
-import { RankDebugStates, RankKey } from '../attach/rankDebugState';
-import { AllStopController } from '../attach/allStopController';
-import { AttachService } from '../attach/attachService';
+import { RankDebugStates, RankKey } from '../attach/allstop/rankDebugState';
+import { AllStopController } from '../attach/allstop/allStopController';
+import { AttachService } from '../attach/rank/attachService';
 import { RankCommands } from '../ranks/rankCommands';
 import { RanksNode } from '../ranks/ranksView';
 import { RegistryWatcher } from '../registry/registryWatcher';

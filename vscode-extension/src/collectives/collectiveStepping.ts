@@ -1,6 +1,6 @@
-import { AllStop } from '../attach/allStop';
+import { AllStop } from '../attach/allstop/allStop';
 import { Collective } from '../registry/collectiveRecord';
-import { RankDebugInfo, RankDebugStates, RankKey } from '../attach/rankDebugState';
+import { RankDebugInfo, RankDebugStates, RankKey } from '../attach/allstop/rankDebugState';
 
 /**
  * Stepping that knows about collectives (issue 21), without VS Code types so the DAP tests drive it against

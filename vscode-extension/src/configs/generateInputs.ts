@@ -1,4 +1,4 @@
-import { isWaitPolicy } from '../attach/rankSpec';
+import { isWaitPolicy } from '../attach/launch/rankSpec';
 import { GenerateOptions } from './generateCli';
 
 /** Validation for the "Generate Launch Configurations" prompts (and for arguments passed to the command). */

@@ -1,9 +1,9 @@
 import * as vscode from 'vscode';
 import { EVAL_SCHEME } from '../common/constants';
 import { EvalRow, evaluateMarkdown } from './evaluateTable';
-import { RankDebugStates } from '../attach/rankDebugState';
+import { RankDebugStates } from '../attach/allstop/rankDebugState';
 import { basename } from '../common/fileName';
-import { AttachService } from '../attach/attachService';
+import { AttachService } from '../attach/rank/attachService';
 import { RankCommands } from './rankCommands';
 import { RanksNode } from './ranksView';
 

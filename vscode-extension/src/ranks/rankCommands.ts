@@ -1,11 +1,11 @@
 import * as vscode from 'vscode';
 import { Gated, Views } from '../common/constants';
 import { runHarness } from '../common/harnessCli';
-import { AttachDeclinedError } from '../attach/remoteAttach';
+import { AttachDeclinedError } from '../attach/rank/remoteAttach';
 import { HISTORY_N } from '../stacks/stacksHistory';
 import { takeStacks } from '../stacks/stacksReport';
-import { AttachService } from '../attach/attachService';
-import { AllStopController } from '../attach/allStopController';
+import { AttachService } from '../attach/rank/attachService';
+import { AllStopController } from '../attach/allstop/allStopController';
 import { currentHarness } from '../common/harnessCommand';
 import { RanksNode } from './ranksView';
 import { RegistryWatcher } from '../registry/registryWatcher';

@@ -1,4 +1,4 @@
-import { RankDebugInfo } from '../attach/rankDebugState';
+import { RankDebugInfo } from '../attach/allstop/rankDebugState';
 import { GroupBy, groupDim, groupId, groupRanks, groupRow, RankGroup } from './rankGroups';
 import { rankRow, rankTooltip, rankViewState, Row, sessionLive, sessionRow } from './ranksTree';
 import { RankEntry, Session } from '../registry/registryModel';

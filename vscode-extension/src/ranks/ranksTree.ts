@@ -2,12 +2,12 @@ import { basename } from '../common/fileName';
 import { ranksWord } from '../common/rankList';
 import { collectiveSummary, collectiveText, peersTooltip } from './collectiveText';
 import { isBlocked } from '../registry/collectiveRecord';
-import { RankDebugInfo } from '../attach/rankDebugState';
+import { RankDebugInfo } from '../attach/allstop/rankDebugState';
 import { timeoutText, TimeoutText } from './pgTimeout';
 import { isUnverified, RankEntry, Session } from '../registry/registryModel';
 import { coordLabel } from '../registry/meshes';
 import { stopText } from '../registry/stopEntry';
-import { parseStopDescription } from '../attach/stopFocus';
+import { parseStopDescription } from '../attach/allstop/stopFocus';
 
 /**
  * Pure builders for the Ranks view rows: session → ranks, with a state a user can act on and text a

@@ -1,10 +1,10 @@
 import * as vscode from 'vscode';
-import { RankDebugStates } from '../attach/rankDebugState';
+import { RankDebugStates } from '../attach/allstop/rankDebugState';
 import { Row } from './ranksTree';
 import { GROUP_AUTO, GroupBy } from './rankGroups';
 import { RanksModel, RanksNode } from './ranksModel';
 import { LIVE_ROWS_MS } from '../common/constants';
-import { AttachService } from '../attach/attachService';
+import { AttachService } from '../attach/rank/attachService';
 import { RegistryWatcher } from '../registry/registryWatcher';
 
 export type { RanksNode } from './ranksModel';

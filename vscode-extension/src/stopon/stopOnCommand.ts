@@ -1,8 +1,8 @@
 import * as vscode from 'vscode';
-import { AllStop } from '../attach/allStop';
-import { AttachService } from '../attach/attachService';
-import { RankDebugStates } from '../attach/rankDebugState';
-import { evaluateInAll } from '../attach/rankEvaluate';
+import { AllStop } from '../attach/allstop/allStop';
+import { AttachService } from '../attach/rank/attachService';
+import { RankDebugStates } from '../attach/allstop/rankDebugState';
+import { evaluateInAll } from '../attach/allstop/rankEvaluate';
 import { ranksWord } from '../common/rankList';
 import { RankCommands } from '../ranks/rankCommands';
 import { RanksNode } from '../ranks/ranksView';
@@ -36,7 +36,7 @@ const CONDITIONS: CondItem[] = [
  * "Stop All Ranks When…" (issue 30): `--stop-on` conditions set on a running job, in every rank, through
  * its debug session: each evaluates the harness's `arm.configure('<spec>')` and answers one line; the
  * answers are shown as one message (stopOnAnswers.ts). Every rank, and all at one moment
- * (attach/rankEvaluate.ts evaluateInAll: the running ones paused together, then continued together): an
+ * (attach/allstop/rankEvaluate.ts evaluateInAll: the running ones paused together, then continued together): an
  * armed rank joins one vote per step, so ranks armed at different steps, or some not at all, would wait in
  * different collectives for good; for the same reason a rank that does not take it is turned off again in
  * the others. The spec is checked first by the CLI (`rtdebug check --stop-on`: its grammar, its words). args

@@ -1,6 +1,6 @@
 import * as assert from 'assert';
 import { test } from 'node:test';
-import { adoptArgs, adoptPickItems, parseAdoptList } from '../../src/attach/adoptModel';
+import { adoptArgs, adoptPickItems, parseAdoptList } from '../../src/attach/adopt/adoptModel';
 import { formatDuration } from '../../src/common/duration';
 import { cliLine } from '../../src/common/harnessCli';
 

@@ -1,7 +1,7 @@
 import * as assert from 'assert';
 import { test } from 'node:test';
-import { AllStop, RankControl } from '../../src/attach/allStop';
-import { RankDebugStates, RankKey } from '../../src/attach/rankDebugState';
+import { AllStop, RankControl } from '../../src/attach/allstop/allStop';
+import { RankDebugStates, RankKey } from '../../src/attach/allstop/rankDebugState';
 
 /** Fake ranks: what the coordinator asked each one, and the adapter's answers fed back as a tracker would. */
 function setup(ranks = [0, 1, 2], enabled = true) {

@@ -2,10 +2,10 @@ import * as assert from 'assert';
 import * as fs from 'fs';
 import * as path from 'path';
 import { test } from 'node:test';
-import { rankEndpoint, toRankDebugConfig } from '../../src/attach/attachConfig';
-import { AttachInfo } from '../../src/attach/attachCli';
+import { rankEndpoint, toRankDebugConfig } from '../../src/attach/rank/attachConfig';
+import { AttachInfo } from '../../src/attach/rank/attachCli';
 import { readRegistry } from '../../src/registry/registryReader';
-import { rankPickItems, statusText } from '../../src/attach/quickPickItems';
+import { rankPickItems, statusText } from '../../src/attach/rank/quickPickItems';
 import { FIXTURES, fixtureRegistry } from './helpers';
 
 const info: AttachInfo = {

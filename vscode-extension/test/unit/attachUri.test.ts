@@ -1,6 +1,6 @@
 import * as assert from 'assert';
 import { test } from 'node:test';
-import { parseAttachUri } from '../../src/attach/attachUri';
+import { parseAttachUri } from '../../src/attach/rank/attachUri';
 
 test('the vscode:// link that `rtdebug attach --vscode` opens', () => {
   assert.deepEqual(parseAttachUri('/attach', 'session=20261202-1-ab&rank=3'), { kind: 'rank', session: '20261202-1-ab', rank: 3 });

@@ -1,9 +1,9 @@
 import * as assert from 'assert';
 import { test } from 'node:test';
-import { AllStop } from '../../src/attach/allStop';
+import { AllStop } from '../../src/attach/allstop/allStop';
 import { Collective } from '../../src/registry/collectiveRecord';
 import { CollectiveStepping, MAX_AUTO_STEPS, STEP_STUCK_MS, STOP_AT_NEXT_EXPR, stuckStep } from '../../src/collectives/collectiveStepping';
-import { RankDebugStates, RankKey } from '../../src/attach/rankDebugState';
+import { RankDebugStates, RankKey } from '../../src/attach/allstop/rankDebugState';
 
 const T = 1_000_000;
 

@@ -3,7 +3,7 @@ import * as fs from 'fs';
 import * as path from 'path';
 import { test } from 'node:test';
 import Ajv2020 from 'ajv/dist/2020';
-import { chooseRanks, SelectorError, selectorPreview, selectorPrompt } from '../../src/attach/rankSelector';
+import { chooseRanks, SelectorError, selectorPreview, selectorPrompt } from '../../src/attach/rank/rankSelector';
 import { checkWith } from '../../src/common/harnessCheck';
 import { coordLabel, dimsOf, parseMeshes } from '../../src/registry/meshes';
 import { linuxCreateTime } from '../../src/registry/processLiveness';

@@ -4,7 +4,7 @@ import * as fs from 'fs';
 import * as path from 'path';
 import { test } from 'node:test';
 import { checkInstalled, interpreterFlags, runHarness } from '../../src/common/harnessCli';
-import { jobArgs } from '../../src/attach/jobProcess';
+import { jobArgs } from '../../src/attach/launch/jobProcess';
 import { cliFlags, FlagCache, parseVersion, rejectedFlag, VERSION_PROBE } from '../../src/common/pythonFlags';
 import { harnessPython, tmpDir } from './helpers';
 

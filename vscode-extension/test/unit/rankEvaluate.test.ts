@@ -1,8 +1,8 @@
 import * as assert from 'assert';
 import { test } from 'node:test';
-import { AllStop, RankControl } from '../../src/attach/allStop';
-import { RankDebugStates, RankKey } from '../../src/attach/rankDebugState';
-import { evaluateInAll, HoldOptions } from '../../src/attach/rankEvaluate';
+import { AllStop, RankControl } from '../../src/attach/allstop/allStop';
+import { RankDebugStates, RankKey } from '../../src/attach/allstop/rankDebugState';
+import { evaluateInAll, HoldOptions } from '../../src/attach/allstop/rankEvaluate';
 
 /**
  * One expression in every rank at one moment (Stop All Ranks When…): the running ranks paused together,

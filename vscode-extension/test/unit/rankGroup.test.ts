@@ -1,7 +1,7 @@
 import * as assert from 'assert';
 import { test } from 'node:test';
-import { GroupAdapter, DapMessage } from '../../src/attach/groupAdapter';
-import { GroupDeps, GroupJob, RankGroup } from '../../src/attach/rankGroup';
+import { GroupAdapter, DapMessage } from '../../src/attach/group/groupAdapter';
+import { GroupDeps, GroupJob, RankGroup } from '../../src/attach/group/rankGroup';
 import { RankEntry, RankState, Session } from '../../src/registry/registryModel';
 
 function rank(r: number, state: RankState, pid = 100 + r): RankEntry {

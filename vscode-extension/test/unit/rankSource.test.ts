@@ -2,7 +2,7 @@ import * as assert from 'assert';
 import * as fs from 'fs';
 import * as path from 'path';
 import { test } from 'node:test';
-import { rankForEndpoint } from '../../src/attach/attachConfig';
+import { rankForEndpoint } from '../../src/attach/rank/attachConfig';
 import { FileRankSource, mergeSessions, parsePsJson, useCliSource } from '../../src/registry/rankSource';
 import { copyDir, FIXTURES, tmpDir } from './helpers';
 import { rankEntry, sessionOf } from './session';

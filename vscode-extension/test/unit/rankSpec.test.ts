@@ -1,6 +1,6 @@
 import * as assert from 'assert';
 import { test } from 'node:test';
-import { isWaitPolicy, parseRankList, portForRank, RankSpecError } from '../../src/attach/rankSpec';
+import { isWaitPolicy, parseRankList, portForRank, RankSpecError } from '../../src/attach/launch/rankSpec';
 import { checkGenerateOptions, validateHosts, validatePort, validatePositiveInt, validateWait } from '../../src/configs/generateInputs';
 
 test('port rule: base + global rank', () => {

@@ -1,6 +1,6 @@
 import * as assert from 'assert';
 import { test } from 'node:test';
-import { RankDebugInfo } from '../../src/attach/rankDebugState';
+import { RankDebugInfo } from '../../src/attach/allstop/rankDebugState';
 import { GROUP_AUTO, GROUP_NONE, groupByItems, groupDim, groupRanks, groupRow, stateSummary } from '../../src/ranks/rankGroups';
 import { RanksModel, RanksNode } from '../../src/ranks/ranksModel';
 import { RankEntry, Session } from '../../src/registry/registryModel';

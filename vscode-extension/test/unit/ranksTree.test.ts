@@ -1,6 +1,6 @@
 import * as assert from 'assert';
 import { test } from 'node:test';
-import { RankDebugInfo } from '../../src/attach/rankDebugState';
+import { RankDebugInfo } from '../../src/attach/allstop/rankDebugState';
 import { rankRow, rankViewState, sessionRow } from '../../src/ranks/ranksTree';
 import { rankEntry, sessionOf } from './session';
 

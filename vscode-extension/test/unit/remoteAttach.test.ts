@@ -1,8 +1,8 @@
 import * as assert from 'assert';
 import { test } from 'node:test';
-import { AttachInfo } from '../../src/attach/attachCli';
-import { AttachDeclinedError, CONNECT, hostPrompt } from '../../src/attach/remoteAttach';
-import { GroupDeps, RankGroup } from '../../src/attach/rankGroup';
+import { AttachInfo } from '../../src/attach/rank/attachCli';
+import { AttachDeclinedError, CONNECT, hostPrompt } from '../../src/attach/rank/remoteAttach';
+import { GroupDeps, RankGroup } from '../../src/attach/group/rankGroup';
 import { RankEntry, Session } from '../../src/registry/registryModel';
 
 const info = (o: Partial<AttachInfo>): AttachInfo => ({

@@ -1,8 +1,8 @@
 import * as assert from 'assert';
 import { test } from 'node:test';
-import { AllStop } from '../../src/attach/allStop';
-import { RankDebugStates } from '../../src/attach/rankDebugState';
-import { parseStopDescription, StopOnFocus } from '../../src/attach/stopFocus';
+import { AllStop } from '../../src/attach/allstop/allStop';
+import { RankDebugStates } from '../../src/attach/allstop/rankDebugState';
+import { parseStopDescription, StopOnFocus } from '../../src/attach/allstop/stopFocus';
 
 /** Which rank session takes the focus when --stop-on stops every rank (harness: preserveFocusHint false only at the origin). */
 const D = 'rtdebug --stop-on nonfinite: non-finite loss at step 5';

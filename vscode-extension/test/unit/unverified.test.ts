@@ -1,6 +1,6 @@
 import * as assert from 'assert';
 import { test } from 'node:test';
-import { implicitSession, rankPickItems, sessionPickItems } from '../../src/attach/quickPickItems';
+import { implicitSession, rankPickItems, sessionPickItems } from '../../src/attach/rank/quickPickItems';
 import { parsePsJson, psSkipped } from '../../src/registry/rankSource';
 import { rankRow, ranksViewMessage, sessionRow, UNVERIFIED_NOTE } from '../../src/ranks/ranksTree';
 import { findSession } from '../../src/registry/registryReader';

@@ -1,14 +1,14 @@
 import * as vscode from 'vscode';
-import { Gated } from '../common/constants';
-import { rankEndpoint } from './attachConfig';
-import { GroupAdapter } from './groupAdapter';
+import { Gated } from '../../common/constants';
+import { rankEndpoint } from '../rank/attachConfig';
+import { GroupAdapter } from '../group/groupAdapter';
 import { JobProcess, JobSpec } from './jobProcess';
-import { RankGroup } from './rankGroup';
+import { RankGroup } from '../group/rankGroup';
 import { parseRankList } from './rankSpec';
-import { AttachService } from './attachService';
-import { RegistryWatcher } from '../registry/registryWatcher';
-import { harnessEnv, readSettings } from '../common/settings';
-import { requireTrust } from '../common/workspaceTrust';
+import { AttachService } from '../rank/attachService';
+import { RegistryWatcher } from '../../registry/registryWatcher';
+import { harnessEnv, readSettings } from '../../common/settings';
+import { requireTrust } from '../../common/workspaceTrust';
 
 /**
  * Debug adapters for `"type": "rtdebug"`:

@@ -1,5 +1,5 @@
-import { CheckRun, checkRanks } from '../common/harnessCheck';
-import { compressRanks } from '../common/rankList';
+import { CheckRun, checkRanks } from '../../common/harnessCheck';
+import { compressRanks } from '../../common/rankList';
 
 /**
  * "Attach to Ranks…": which ranks a selector chooses in a session — rank numbers (`0,2-3`) or mesh

@@ -1,13 +1,13 @@
 import * as vscode from 'vscode';
-import { BLOCKED_AFTER_MS, Gated } from '../common/constants';
-import { RankRef } from './attachConfig';
+import { BLOCKED_AFTER_MS, Gated } from '../../common/constants';
+import { RankRef } from '../rank/attachConfig';
 import { AllStop, RankControl } from './allStop';
-import { runHarness } from '../common/harnessCli';
+import { runHarness } from '../../common/harnessCli';
 import { RankDebugStates } from './rankDebugState';
-import { parseStacks } from '../stacks/stacksReport';
-import { AttachService } from './attachService';
-import { currentHarness } from '../common/harnessCommand';
-import { readSettings } from '../common/settings';
+import { parseStacks } from '../../stacks/stacksReport';
+import { AttachService } from '../rank/attachService';
+import { currentHarness } from '../../common/harnessCommand';
+import { readSettings } from '../../common/settings';
 
 /**
  * Binds the all-stop coordinator to VS Code debug sessions (DAP `threads` / `pause` / `continue` through

@@ -1,16 +1,16 @@
 import * as fs from 'fs';
 import * as path from 'path';
 import * as vscode from 'vscode';
-import { DEBUG_TYPE, ENTRY_PREFIX, Gated } from '../common/constants';
-import { rankEndpoint } from './attachConfig';
-import { absoluteFrom } from '../common/cliPaths';
-import { checkInstalled } from '../common/harnessCli';
-import { AttachDeclinedError } from './remoteAttach';
-import { trustGate } from '../common/trustGate';
-import { AttachService } from './attachService';
-import { resolvePython } from '../common/interpreter';
-import { harnessEnv, readSettings } from '../common/settings';
-import { workspaceTrusted } from '../common/workspaceTrust';
+import { DEBUG_TYPE, ENTRY_PREFIX, Gated } from '../../common/constants';
+import { rankEndpoint } from '../rank/attachConfig';
+import { absoluteFrom } from '../../common/cliPaths';
+import { checkInstalled } from '../../common/harnessCli';
+import { AttachDeclinedError } from '../rank/remoteAttach';
+import { trustGate } from '../../common/trustGate';
+import { AttachService } from '../rank/attachService';
+import { resolvePython } from '../../common/interpreter';
+import { harnessEnv, readSettings } from '../../common/settings';
+import { workspaceTrusted } from '../../common/workspaceTrust';
 
 /**
  * Resolves `"type": "rtdebug"` configurations before VS Code starts them: fills defaults from the settings,

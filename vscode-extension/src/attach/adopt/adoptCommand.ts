@@ -1,10 +1,10 @@
 import * as vscode from 'vscode';
-import { Gated, Views } from '../common/constants';
+import { Gated, Views } from '../../common/constants';
 import { adoptArgs, adoptPickItems, parseAdoptList } from './adoptModel';
-import { HarnessCliError, runHarness } from '../common/harnessCli';
-import { currentHarness } from '../common/harnessCommand';
-import { RegistryWatcher } from '../registry/registryWatcher';
-import { ensureTrusted } from '../common/workspaceTrust';
+import { HarnessCliError, runHarness } from '../../common/harnessCli';
+import { currentHarness } from '../../common/harnessCommand';
+import { RegistryWatcher } from '../../registry/registryWatcher';
+import { ensureTrusted } from '../../common/workspaceTrust';
 
 /**
  * "rtdebug: Adopt a Running Job…": the torchrun and Ray Train jobs of this user on this machine (`rtdebug

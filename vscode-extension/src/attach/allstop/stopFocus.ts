@@ -1,4 +1,4 @@
-import { oneLine } from '../common/rankList';
+import { oneLine } from '../../common/rankList';
 
 /**
  * Which rank session takes the focus when `--stop-on` stops every rank (issue 30). The harness describes

@@ -1,8 +1,8 @@
 import * as vscode from 'vscode';
-import { DEBUGPY_EXTENSION_ID } from '../common/constants';
+import { DEBUGPY_EXTENSION_ID } from '../../common/constants';
 import { RankDebugConfig, RankRef, rankEndpoint, toRankDebugConfig } from './attachConfig';
 import { attachInfo } from './attachCli';
-import { HarnessCommand } from '../common/harnessCli';
+import { HarnessCommand } from '../../common/harnessCli';
 import { AttachDeclinedError, hostPrompt } from './remoteAttach';
 
 /**

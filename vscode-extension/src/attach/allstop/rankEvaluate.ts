@@ -1,4 +1,4 @@
-import { ranksWord } from '../common/rankList';
+import { ranksWord } from '../../common/rankList';
 import { AllStop } from './allStop';
 import { RankDebugInfo, RankDebugStates, RankKey } from './rankDebugState';
 

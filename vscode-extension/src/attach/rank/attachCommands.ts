@@ -1,15 +1,15 @@
 import * as vscode from 'vscode';
-import { DEBUG_TYPE, ENTRY_PREFIX, Gated } from '../common/constants';
+import { DEBUG_TYPE, ENTRY_PREFIX, Gated } from '../../common/constants';
 import { parseAttachUri } from './attachUri';
 import { implicitSession, rankPickItems, sessionPickItems } from './quickPickItems';
 import { AttachDeclinedError } from './remoteAttach';
 import { AttachService } from './attachService';
 import { chooseRanks, selectorPreview, selectorPrompt } from './rankSelector';
-import { checkWith } from '../common/harnessCheck';
-import { currentHarness } from '../common/harnessCommand';
-import { RegistryWatcher } from '../registry/registryWatcher';
-import { ensureTrusted } from '../common/workspaceTrust';
-import { ranksWord } from '../common/rankList';
+import { checkWith } from '../../common/harnessCheck';
+import { currentHarness } from '../../common/harnessCommand';
+import { RegistryWatcher } from '../../registry/registryWatcher';
+import { ensureTrusted } from '../../common/workspaceTrust';
+import { ranksWord } from '../../common/rankList';
 
 /**
  * "Attach to Rank…", "Attach to All Ranks" and the vscode://rtdebug.rtdebug-vscode/attach URI. Attaching

@@ -1,4 +1,4 @@
-import { RankEntry, Session, isAttachable, isUnverified } from '../registry/registryModel';
+import { RankEntry, Session, isAttachable, isUnverified } from '../../registry/registryModel';
 
 /** Quick-pick rows for "Attach to Rank…": one per live rank, newest session first. */
 export interface RankPickItem {

@@ -1,5 +1,5 @@
 import { ChildProcess, spawn } from 'child_process';
-import { ALL_READY_RE, SESSION_STARTING_RE } from '../common/constants';
+import { ALL_READY_RE, SESSION_STARTING_RE } from '../../common/constants';
 
 /**
  * One `rtdebug torchrun|run` job started by F5. It runs in its own process group; stop() sends SIGTERM to

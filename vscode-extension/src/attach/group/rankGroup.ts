@@ -1,5 +1,5 @@
-import { RankEntry, Session, isAttachable } from '../registry/registryModel';
-import { AttachDeclinedError } from './remoteAttach';
+import { RankEntry, Session, isAttachable } from '../../registry/registryModel';
+import { AttachDeclinedError } from '../rank/remoteAttach';
 
 /**
  * The logic behind one "all ranks" parent debug session: optionally start the job, wait until the wanted

@@ -1,8 +1,8 @@
 import * as vscode from 'vscode';
-import { Commands } from '../common/constants';
+import { Commands } from '../../common/constants';
 import { statusText } from './quickPickItems';
 import { AttachService } from './attachService';
-import { RegistryWatcher } from '../registry/registryWatcher';
+import { RegistryWatcher } from '../../registry/registryWatcher';
 
 /** "rtdebug attached/live" in the status bar while any rtdebug rank is live; click → Attach to Rank…. */
 export class RankStatusBar implements vscode.Disposable {

@@ -1,10 +1,10 @@
 import * as vscode from 'vscode';
-import { RankRef } from './attachConfig';
-import { AllStop } from './allStop';
-import { RankDebugStates } from './rankDebugState';
-import { AttachService } from './attachService';
-import { focusRankSession } from './focusSession';
-import { StopOnFocus } from './stopFocus';
+import { RankRef } from '../rank/attachConfig';
+import { AllStop } from '../allstop/allStop';
+import { RankDebugStates } from '../allstop/rankDebugState';
+import { AttachService } from '../rank/attachService';
+import { focusRankSession } from '../allstop/focusSession';
+import { StopOnFocus } from '../allstop/stopFocus';
 
 const STEPS = new Set(['next', 'stepIn', 'stepOut', 'stepBack', 'reverseContinue', 'goto']);
 

@@ -1,5 +1,5 @@
-import { formatDuration } from '../common/duration';
-import { basename } from '../common/fileName';
+import { formatDuration } from '../../common/duration';
+import { basename } from '../../common/fileName';
 
 /**
  * "Adopt a Running Job…": the candidates `rtdebug adopt --list --json` prints (contract B1) and their quick

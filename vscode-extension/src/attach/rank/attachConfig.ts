@@ -1,6 +1,6 @@
-import { DEBUG_TYPE, DEBUGPY_TYPE, ENTRY_PREFIX } from '../common/constants';
+import { DEBUG_TYPE, DEBUGPY_TYPE, ENTRY_PREFIX } from '../../common/constants';
 import { AttachInfo } from './attachCli';
-import { Session } from '../registry/registryModel';
+import { Session } from '../../registry/registryModel';
 
 /**
  * The one place that turns the harness's attach configuration (`attach --json`, the source of truth for its

@@ -1,9 +1,9 @@
-import { HarnessCliError, HarnessCommand, runHarness } from '../common/harnessCli';
+import { HarnessCliError, HarnessCommand, runHarness } from '../../common/harnessCli';
 
 /** `rtdebug attach --rank N --json`: where a rank listens, and the configuration to attach to it. */
 /**
  * What `attach --json` prints. `verified`: false for a remote entry no job secret here verifies; `local`:
- * whether the host is this machine (both absent from older harnesses: see attach/remoteAttach.ts).
+ * whether the host is this machine (both absent from older harnesses: see remoteAttach.ts).
  */
 export interface AttachInfo {
   session_id: string;
