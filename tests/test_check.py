@@ -69,6 +69,26 @@ def test_disagree_0_is_refused_as_at_least_1():
 
 
 @pytest.mark.parametrize(
+    "policy,shown,ranks",
+    [("none", "none", []), (" ALL ", "all", None), ("0,2-3", "0,2,3", [0, 2, 3]), ("3, 1", "1,3", [1, 3])],
+)
+def test_a_wait_policy_says_the_ranks_it_names(policy, shown, ranks):
+    out = rtdebug("check", f"--wait={policy}")
+    assert (out.returncode, out.stdout) == (0, shown + "\n")
+    js = json.loads(rtdebug("check", f"--wait={policy}", "--json").stdout)
+    assert js == {"valid": True, "wait": policy.strip().lower(), "ranks": ranks}
+
+
+@pytest.mark.parametrize("policy", ["first", "3-1", "-1", "0,x"])
+def test_a_bad_wait_policy_is_the_line_run_and_torchrun_print(policy):
+    line, js = refusal(f"--wait={policy}")
+    assert line == f"rtdebug: error: invalid --wait value {policy!r}: use none, all, or ranks like 0,2-3"
+    assert js == {"valid": False, "error": line.removeprefix("rtdebug: error: ")}
+    gen = rtdebug("vscode", "--script", "t.py", f"--wait={policy}")
+    assert (gen.returncode, gen.stderr.rstrip("\n").splitlines()[-1]) == (2, line)
+
+
+@pytest.mark.parametrize(
     "text,form,ranks",
     [("0,2-3", "ranks", [0, 2, 3]), (" 1 ", "ranks", [1]), ("tp=0", "mesh", None), ("dp=(0,2),tp=*", "mesh", None),
      ("all", "ranks", None)],
@@ -163,10 +183,14 @@ def test_a_session_that_is_not_live_is_a_runtime_error(grid):
     assert out.stderr == "rtdebug: error: no live session 'gone'; see `rtdebug ps`\n"
 
 
+ONE = "rtdebug: error: check: give one of --stop-on SPEC, --wait POLICY or --rank SELECTOR"
+
+
 @pytest.mark.parametrize(
     "args,line",
-    [([], "rtdebug: error: check: give one of --stop-on SPEC or --rank SELECTOR"),
-     (["--stop-on=nonfinite", "--rank=0"], "rtdebug: error: check: give one of --stop-on SPEC or --rank SELECTOR"),
+    [([], ONE),
+     (["--stop-on=nonfinite", "--rank=0"], ONE),
+     (["--wait=all", "--rank=0"], ONE),
      (["--stop-on=nonfinite", "--session", "g1"], "rtdebug: error: check: --session goes with --rank"),
      (["--rank=0", "--session", "../x"], "invalid session id '../x'")],
 )  # fmt: skip
@@ -179,5 +203,5 @@ def test_usage_mistakes_are_one_line_and_exit_2(args, line):
 def test_help_names_every_option():
     out = rtdebug("check", "--help")
     assert out.returncode == 0
-    for flag in ("--stop-on SPEC", "--rank SEL", "--session ID", "--json", "--store HOST:PORT"):
+    for flag in ("--stop-on SPEC", "--wait POLICY", "--rank SEL", "--session ID", "--json", "--store HOST:PORT"):
         assert flag in out.stdout

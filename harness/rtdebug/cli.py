@@ -36,7 +36,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "rtdebug.commands.connect",
         "debug a job on other machines from this one: forward every rank through ssh and register it here",
     ),
-    "check": ("rtdebug.commands.check", "check a --stop-on spec or a rank selector: what it means, or the refusal"),
+    "check": (
+        "rtdebug.commands.check",
+        "check a --stop-on spec, --wait policy or rank selector: its meaning, or the refusal",
+    ),
 }
 
 

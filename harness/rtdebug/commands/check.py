@@ -4,6 +4,7 @@ harness's own parsers (``rtdebug.common.stopon``, ``rtdebug.common.selector``, t
 copy of the grammars and of their error texts.
 
 - ``check --stop-on SPEC``: prints the canonical spelling (what the ranks are given); ``off`` for "".
+- ``check --wait POLICY``: a ``--wait`` policy (``none``, ``all``, ``0,2-3``): prints the ranks it names.
 - ``check --rank SEL``: rank numbers (``0,2-3``, ``all``) or mesh coordinates (``tp=0``, ``dp=0,tp=*``);
   with ``--session ID`` the ranks it chooses in that live session (mesh coordinates among its verified
   entries, as ``attach --rank`` and ``ps --rank`` resolve them), else only whether it parses.
@@ -34,14 +35,15 @@ _NO_MESH = "none: the job has made no DeviceMesh yet"
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CheckOptions(Options):
     stop_on: str | None = None
+    wait: str | None = None
     rank: str | None = None
     session: str | None = None
     json: bool = False
     views: ViewOptions = dataclasses.field(default_factory=ViewOptions)
 
     def __post_init__(self) -> None:
-        if (self.stop_on is None) == (self.rank is None):
-            raise usage("check: give one of --stop-on SPEC or --rank SELECTOR")
+        if [self.stop_on, self.wait, self.rank].count(None) != 2:
+            raise usage("check: give one of --stop-on SPEC, --wait POLICY or --rank SELECTOR")
         if self.session is not None and self.rank is None:
             raise usage("check: --session goes with --rank")
 
@@ -53,10 +55,11 @@ def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
     p = sub.add_parser(
         "check",
         help=summary,
-        description="Check a --stop-on spec or a rank selector with the harness's own parsers: "
+        description="Check a --stop-on spec, a --wait policy or a rank selector with the harness's own parsers: "
         "print what it means (exit 0) or the one-line refusal every command prints for it (exit 2).",
     )
     p.add_argument("--stop-on", metavar="SPEC", help=f"--stop-on conditions: {stopon.FORMS}")
+    p.add_argument("--wait", metavar="POLICY", help="a --wait policy: none, all, or ranks like 0,2-3")
     p.add_argument("--rank", metavar="SEL", help="rank numbers (0,2-3, all) or mesh coordinates (tp=0, dp=0,tp=*)")
     p.add_argument(
         "--session",
@@ -78,6 +81,12 @@ def stop_on(spec: str) -> dict[str, Any]:
         "disagree_every": s.disagree_every,
         "step": s.step,
     }
+
+
+def wait(policy: str) -> dict[str, Any]:
+    """The ranks a ``--wait`` policy names (``ranks`` None: all of them); a HarnessError when refused."""
+    ranks = parse_rank_list(policy)
+    return {"wait": policy.strip().lower(), "ranks": None if ranks is None else sorted(ranks)}
 
 
 def dimensions(entries: list[dict[str, Any]]) -> str:
@@ -145,7 +154,12 @@ def run(opts: CheckOptions) -> int:
     known = [r for r in session["ranks"] if r.get("verified") is not False] if session else []
     extra = {"dimensions": dimensions(known)} if session else {}
     try:
-        answer = stop_on(opts.stop_on) if opts.stop_on is not None else ranks(opts.rank or "", session)
+        if opts.stop_on is not None:
+            answer = stop_on(opts.stop_on)
+        elif opts.wait is not None:
+            answer = wait(opts.wait)
+        else:
+            answer = ranks(opts.rank or "", session)
     except HarnessError as exc:
         if exc.exit_code != 2:
             raise
@@ -156,6 +170,8 @@ def run(opts: CheckOptions) -> int:
         print(json.dumps({"valid": True, **answer, **extra}))
     elif opts.stop_on is not None:
         print(answer["stop_on"] or "off")
+    elif opts.wait is not None:
+        print(answer["wait"] if answer["ranks"] is None or not answer["ranks"] else ",".join(map(str, answer["ranks"])))
     elif answer["ranks"] is None:
         print(f"{answer['rank']}: valid {'mesh coordinates' if answer['form'] == 'mesh' else 'rank list'}")
     else:
