@@ -2,7 +2,7 @@ import { HarnessCommand, runHarnessAnswer } from './harnessCli';
 
 /**
  * Grammars and selectors are the harness's: the extension asks `rtdebug check … --json` whether a
- * `--stop-on` spec or a rank selector is valid and what it means, and shows the CLI's own one-line refusal
+ * `--stop-on` spec, a `--wait` policy or a rank selector is valid and what it means, and shows the CLI's own one-line refusal
  * when it is not (the user's text quoted as Python quotes it). It keeps no copy of either grammar.
  */
 export type Checked<T> = ({ valid: true } & T) | { valid: false; error: string; dimensions?: string };
@@ -14,6 +14,12 @@ export interface StopOnMeaning {
   deep: boolean;
   disagree_every: number | null;
   step: number | null;
+}
+
+/** `check --wait POLICY --json`: the ranks a `--wait` policy names (`ranks` null: all of them). */
+export interface WaitMeaning {
+  wait: string;
+  ranks: number[] | null;
 }
 
 /** `check --rank SEL [--session ID] --json`: `ranks` null when only a session could say (no --session). */
@@ -51,6 +57,19 @@ function answer<T>(stdout: string): Checked<T> {
 /** Options are given as `--flag=value`, so a value that starts with "-" is still the value. */
 export const checkStopOn = async (run: CheckRun, spec: string): Promise<Checked<StopOnMeaning>> =>
   answer<StopOnMeaning>(await run([`--stop-on=${spec}`]));
+
+export const checkWait = async (run: CheckRun, policy: string): Promise<Checked<WaitMeaning>> =>
+  answer<WaitMeaning>(await run([`--wait=${policy}`]));
+
+/** The CLI's refusal of a value, or undefined when it takes it (an input box's validateInput). */
+export async function refusal(check: Promise<Checked<object>>): Promise<string | undefined> {
+  try {
+    const c = await check;
+    return c.valid ? undefined : c.error;
+  } catch (e) {
+    return (e as Error).message;
+  }
+}
 
 export const checkRanks = async (run: CheckRun, selector: string, session?: string): Promise<Checked<RanksMeaning>> =>
   answer<RanksMeaning>(await run([`--rank=${selector}`, ...(session === undefined ? [] : ['--session', session])]));

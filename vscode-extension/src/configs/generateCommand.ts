@@ -3,7 +3,8 @@ import * as vscode from 'vscode';
 import { Gated, PYTHON_EXTENSION_ID } from '../common/constants';
 import { applyGenerated } from './launchFiles';
 import { generateConfigs, GenerateOptions } from './generateCli';
-import { checkGenerateOptions, splitHosts, validateHosts, validatePort, validatePositiveInt, validateWait } from './generateInputs';
+import { checkGenerateOptions, splitHosts, validateHosts, validatePort, validatePositiveInt } from './generateInputs';
+import { checkWait, checkWith, refusal } from '../common/harnessCheck';
 import { currentHarness } from '../common/harnessCommand';
 import { resolvePython } from '../common/interpreter';
 import { readSettings } from '../common/settings';
@@ -120,11 +121,12 @@ async function prompt(folder: vscode.WorkspaceFolder): Promise<GenerateOptions |
   });
   if (base === undefined) return undefined;
   o.portBase = Number(base);
+  const check = checkWith(await currentHarness(Gated.generate, folder));
   const wait = await vscode.window.showInputBox({
     title: `${title} (5/5)`,
     prompt: 'wait policy: ranks that block until a debugger attaches (none, all, 0,2-3)',
     value: s.wait,
-    validateInput: validateWait,
+    validateInput: (v) => refusal(checkWait(check, v)),
   });
   if (wait === undefined) return undefined;
   o.wait = wait.trim();

@@ -8,7 +8,7 @@ import { RankCommands } from '../ranks/rankCommands';
 import { RanksNode } from '../ranks/ranksView';
 import { RegistryWatcher } from '../registry/registryWatcher';
 import { Gated } from '../common/constants';
-import { CheckRun, checkStopOn, checkWith } from '../common/harnessCheck';
+import { CheckRun, checkStopOn, checkWith, refusal } from '../common/harnessCheck';
 import { currentHarness } from '../common/harnessCommand';
 import { AnswersMessage, answersMessage, configureExpression, mustTurnOff, turnedOff } from './stopOnAnswers';
 
@@ -149,11 +149,7 @@ export class StopOnCommand {
       prompt: cond === 'disagree' ? 'N (at least 1; default 100)' : 'N: the optimizer steps taken so far count from 0',
       value: cond === 'disagree' ? '100' : '',
       ignoreFocusOut: true,
-      validateInput: async (v) => {
-        if (!v.trim()) return 'a number';
-        const c = await checkStopOn(check, spec(v)).catch((e: Error) => ({ valid: false as const, error: e.message }));
-        return c.valid ? undefined : c.error;
-      },
+      validateInput: (v) => (v.trim() ? refusal(checkStopOn(check, spec(v))) : 'a number'),
     });
     return n?.trim() || undefined;
   }

@@ -1,25 +1,30 @@
 import * as assert from 'assert';
 import { test } from 'node:test';
-import { isWaitPolicy, parseRankList, portForRank, RankSpecError } from '../../src/attach/launch/rankSpec';
-import { checkGenerateOptions, validateHosts, validatePort, validatePositiveInt, validateWait } from '../../src/configs/generateInputs';
+import { checkWait, checkWith, refusal } from '../../src/common/harnessCheck';
+import { checkGenerateOptions, validateHosts, validatePort, validatePositiveInt } from '../../src/configs/generateInputs';
+import { harnessPython } from './helpers';
 
-test('port rule: base + global rank', () => {
-  assert.equal(portForRank(5678, 0), 5678);
-  assert.equal(portForRank(5678, 3), 5681);
-  assert.equal(portForRank(6000, 15), 6015);
-  assert.throws(() => portForRank(65535, 1), RankSpecError);
-});
+const py = harnessPython();
 
-test('rank lists as the harness writes them', () => {
-  assert.deepEqual(parseRankList('none'), []);
-  assert.deepEqual(parseRankList('all', 3), [0, 1, 2]);
-  assert.deepEqual(parseRankList('0,2-3'), [0, 2, 3]);
-  assert.deepEqual(parseRankList(' 3, 1 ,1-2 '), [1, 2, 3]);
-  assert.throws(() => parseRankList('all'), /world size/);
-  assert.throws(() => parseRankList('3-1'), /bad rank range/);
-  assert.throws(() => parseRankList('a'), /bad rank list/);
-  assert.ok(isWaitPolicy('all') && isWaitPolicy('none') && isWaitPolicy('0,2-3'));
-  assert.ok(!isWaitPolicy('some'));
+test("wait policies and rank lists are the harness's: rtdebug check --wait", { skip: !py && 'no harness venv' }, async () => {
+  const run = checkWith({ python: py!, module: 'rtdebug' });
+  const ranks = async (policy: string) => {
+    const w = await checkWait(run, policy);
+    assert.ok(w.valid, JSON.stringify(w));
+    return w.ranks;
+  };
+  assert.deepEqual(await ranks('none'), []);
+  assert.deepEqual(await ranks('all'), null);
+  assert.deepEqual(await ranks('0,2-3'), [0, 2, 3]);
+  assert.deepEqual(await ranks(' 3, 1 ,1-2 '), [1, 2, 3]);
+  for (const bad of ['3-1', 'first', '-1'])
+    assert.equal(await refusal(checkWait(run, bad)), `invalid --wait value '${bad}': use none, all, or ranks like 0,2-3`);
+  assert.equal(await refusal(checkWait(run, 'all')), undefined);
+  // the CLI missing is one sentence too, never a thrown validator
+  assert.match(
+    (await refusal(checkWait(checkWith({ python: '/nonexistent/python', module: 'rtdebug' }), 'all'))) ?? '',
+    /Python interpreter not found/,
+  );
 });
 
 test('prompt validators', () => {
@@ -28,8 +33,6 @@ test('prompt validators', () => {
   assert.match(validatePositiveInt('x', 'n') ?? '', /whole number/);
   assert.equal(validatePort('5678'), undefined);
   assert.ok(validatePort('70000'));
-  assert.equal(validateWait('0,2-3'), undefined);
-  assert.ok(validateWait('first'));
   assert.equal(validateHosts('a,b', 2), undefined);
   assert.match(validateHosts('a', 2) ?? '', /give 2/);
 });
@@ -38,6 +41,9 @@ test('command arguments are checked like the prompts', () => {
   assert.deepEqual(checkGenerateOptions({ script: 'a.py' }), { script: 'a.py', mode: 'torchrun' });
   assert.throws(() => checkGenerateOptions({}), /script is required/);
   assert.throws(() => checkGenerateOptions({ script: 'a.py', mode: 'x' as 'run' }), /mode/);
-  assert.throws(() => checkGenerateOptions({ script: 'a.py', nprocPerNode: 0, wait: 'bad' }), /nproc per node.*wait policy/);
+  assert.throws(
+    () => checkGenerateOptions({ script: 'a.py', nprocPerNode: 0, wait: 'bad' }),
+    /^Error: nproc per node must be a whole number ≥ 1$/,
+  );
   assert.throws(() => checkGenerateOptions({ script: 'a.py', nnodes: 2, hosts: ['h1'] }), /give 2/);
 });

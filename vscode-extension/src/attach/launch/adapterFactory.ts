@@ -4,7 +4,8 @@ import { rankEndpoint } from '../rank/attachConfig';
 import { GroupAdapter } from '../group/groupAdapter';
 import { JobProcess, JobSpec } from './jobProcess';
 import { RankGroup } from '../group/rankGroup';
-import { parseRankList } from './rankSpec';
+import { checkWait, checkWith } from '../../common/harnessCheck';
+import { currentHarness } from '../../common/harnessCommand';
 import { AttachService } from '../rank/attachService';
 import { RegistryWatcher } from '../../registry/registryWatcher';
 import { harnessEnv, readSettings } from '../../common/settings';
@@ -22,10 +23,11 @@ export class RtdebugAdapterFactory implements vscode.DebugAdapterDescriptorFacto
     private registry: RegistryWatcher,
   ) {}
 
-  createDebugAdapterDescriptor(session: vscode.DebugSession): vscode.ProviderResult<vscode.DebugAdapterDescriptor> {
+  async createDebugAdapterDescriptor(session: vscode.DebugSession): Promise<vscode.DebugAdapterDescriptor> {
     const c = session.configuration;
     const ep = rankEndpoint(c);
     if (ep) return new vscode.DebugAdapterServer(ep.port, ep.host);
+    const ranks = await ranksOf(c);
     const holder: { adapter?: GroupAdapter } = {}; // the group logs through the adapter created below
     const log = (line: string) => holder.adapter?.output(line + '\n');
     const group = new RankGroup(
@@ -45,7 +47,7 @@ export class RtdebugAdapterFactory implements vscode.DebugAdapterDescriptorFacto
       },
       {
         session: c.session,
-        ranks: ranksOf(c),
+        ranks,
         readyTimeoutMs: Number(c.readyTimeoutSeconds ?? 180) * 1000,
       },
     );
@@ -54,10 +56,13 @@ export class RtdebugAdapterFactory implements vscode.DebugAdapterDescriptorFacto
   }
 }
 
-function ranksOf(c: vscode.DebugConfiguration): number[] | undefined {
+/** The config's `ranks`: a list, or a rank list the harness reads as it reads `--wait` (`0,2-3`); undefined: all. */
+async function ranksOf(c: vscode.DebugConfiguration): Promise<number[] | undefined> {
   if (Array.isArray(c.ranks)) return c.ranks.map(Number);
-  if (typeof c.ranks === 'string' && c.ranks !== 'all') return parseRankList(c.ranks);
-  return undefined;
+  if (typeof c.ranks !== 'string' || c.ranks.trim() === 'all') return undefined;
+  const w = await checkWait(checkWith(await currentHarness(Gated.attach)), c.ranks);
+  if (!w.valid) throw new Error(`"ranks": ${w.error}`);
+  return w.ranks ?? undefined;
 }
 
 function jobSpec(c: vscode.DebugConfiguration): JobSpec {
