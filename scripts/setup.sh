@@ -10,6 +10,11 @@ if ! command -v gdb >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
   SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo "sudo -n")
   $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q gdb >/dev/null || echo "setup: could not install gdb (rtdebug adopt on non-x86_64 needs it)"
 fi
+# rtdebug connect runs the system's ssh; its tests start real sshd's in network namespaces.
+if { ! command -v ssh >/dev/null 2>&1 || [ ! -x /usr/sbin/sshd ]; } && command -v apt-get >/dev/null 2>&1; then
+  SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo "sudo -n")
+  $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q openssh-server openssh-client >/dev/null || echo "setup: could not install openssh (rtdebug connect's tests need it)"
+fi
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi

@@ -15,7 +15,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import psutil
@@ -33,6 +32,7 @@ PROBE = SCRIPTS / "dap_probe.py"
 RDZV_PORT = 29500
 REMOTE = str(ROOT / ".venv" / "bin" / "rtdebug") if (ROOT / ".venv" / "bin" / "rtdebug").exists() else "rtdebug"
 NOFWD_PORT = 2200
+BIND_ALL = "import socket,sys\nfor p in sys.argv[1:]:\n s=socket.socket();s.bind(('127.0.0.1',int(p)));s.close()"
 
 
 class Cluster(Hosts):
@@ -217,20 +217,19 @@ def ready_ranks(c: Cluster, h: str) -> list[int]:
     )
 
 
-def start_job(c: Cluster, tmp: Path, nproc: int = 2) -> None:
+def start_job(c: Cluster, tmp: Path, nproc: int = 2) -> list[subprocess.Popen]:
     stop = tmp / "stop"
-    for h in ("n0", "n1"):
-        c.start(h, node_args(c, h, stop, nproc))
+    nodes = [c.start(h, node_args(c, h, stop, nproc)) for h in ("n0", "n1")]
     until(lambda: ready_ranks(c, "n0"), 300, f"{2 * nproc} ready ranks seen from node 0",
           ok=lambda rs: len(rs) == 2 * nproc, every=1, context=c.trouble)  # fmt: skip
+    return nodes
 
 
 def start_connect(c: Cluster, *extra: str) -> subprocess.Popen:
     log = open(c.tmp / "connect.log", "wb")
-    p = subprocess.Popen(
-        ["ip", "netns", "exec", c.names["lap"], PY, "-m", "rtdebug", *connect_args(c, "node0", "--jump", "login", *extra)],
-        cwd=ROOT, env=c.env("lap"), stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    argv = ["ip", "netns", "exec", c.names["lap"], PY, "-m", "rtdebug"]
+    argv += connect_args(c, "node0", "--jump", "login", *extra)
+    p = subprocess.Popen(argv, cwd=ROOT, env=c.env("lap"), stdout=log, stderr=subprocess.STDOUT)
     c.procs.append(p)
     until(lambda: "rtdebug: connected" in (c.tmp / "connect.log").read_text(errors="replace") or p.poll() is not None,
           120, "connect's connected line")  # fmt: skip
@@ -246,56 +245,99 @@ def ssh_processes() -> list[psutil.Process]:
     return out
 
 
+def attach_all(c: Cluster, ranks: list[int]) -> dict[int, str]:
+    """A real DAP client per rank, all at once (as VS Code's Attach to All Ranks): each stops at the breakpoint
+    and reads its rank, its RANK and its node's address; returns rank -> that text."""
+    line = marker_line(SCRIPT, "multinode step")
+    probes = {}
+    for n in ranks:
+        a = c.rtdebug("lap", "attach", "--rank", str(n), "--json", "--timeout", "60")
+        assert a.returncode == 0, a.stderr
+        where = json.loads(a.stdout)
+        assert where["host"] == "127.0.0.1", where
+        expr = "f'{dist.get_rank()}|{os.environ[\"RANK\"]}|{HOST}'"
+        argv = ["ip", "netns", "exec", c.names["lap"], PY, str(PROBE), where["host"], str(where["port"]), str(SCRIPT),
+                str(line), expr]  # fmt: skip
+        probes[n] = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=c.env("lap"))
+    out = {}
+    for n, p in probes.items():
+        stdout, stderr = p.communicate(timeout=240)
+        assert p.returncode == 0, stdout + stderr
+        probe = json.loads(stdout.strip().splitlines()[-1])
+        assert probe["line"] == line, probe
+        out[n] = probe["value"].strip("'\"")
+    return out
+
+
 def test_connect_through_a_jump_host_every_rank_of_two_nodes(cluster, tmp_path):
     c = cluster
-    start_job(c, tmp_path)
+    nodes = start_job(c, tmp_path)
+    job = ps_json(c, "n0")["sessions"][0]
+    node_of = {r["rank"]: r.get("node_ip", c.addr["n0"]) for r in job["ranks"]}
+
+    # a stale local port (something still holds the port rank 0 would get): one line, nothing left
+    holder = c.spawn("lap", PY, "-c", "import socket,sys,time\ns=socket.socket();s.bind(('127.0.0.1',0));s.listen()\n"
+                     "print(s.getsockname()[1],flush=True);time.sleep(3600)")  # fmt: skip
+    busy = int(holder.stdout.readline())
+    err = one_line_error(c, "node0", "--jump", "login", "--local-port-base", str(busy))
+    assert f"local port {busy} (rank 0) is in use" in err, err
+    holder.kill()
+
     conn = start_connect(c)
     listing = ps_json(c, "lap")
     (s,) = listing["sessions"]
-    assert s["mode"] == "connected" and s["verified"] is True
+    assert s["mode"] == "connected" and s["verified"] is True and s["session_id"] == job["session_id"]
     ranks = {r["rank"]: r for r in s["ranks"]}
     assert sorted(ranks) == [0, 1, 2, 3] and all(r["host"] == "127.0.0.1" for r in ranks.values())
     assert {r["tunnel"]["node"] for r in ranks.values()} == {"node0", c.addr["n1"]}
     assert not (c.tmp / "registry-lap" / s["session_id"] / "job.secret").exists()  # in memory only
+    assert not list(c.lap_home.rglob("*secret*"))
 
-    # a real DAP client on the laptop stops rank 3 (node 1) at a breakpoint through the tunnel
-    a = c.rtdebug("lap", "attach", "--rank", "3", "--json", "--timeout", "60")
-    assert a.returncode == 0, a.stderr
-    where = json.loads(a.stdout)
-    line = marker_line(SCRIPT, "multinode step")
-    p = c.run("lap", PY, str(PROBE), where["host"], str(where["port"]), str(SCRIPT), str(line),
-              "f'{dist.get_rank()}|{os.environ[\"RANK\"]}|{HOST}'", timeout=240)  # fmt: skip
-    assert p.returncode == 0, p.stdout + p.stderr
-    probe = json.loads(p.stdout.strip().splitlines()[-1])
-    assert probe["line"] == line and probe["value"].strip("'\"") == f"3|3|{c.addr['n1']}", probe
+    # attach-all from the laptop: every rank stops at the breakpoint; rank 3 is node 1's and says RANK == 3
+    values = attach_all(c, [0, 1, 2, 3])
+    assert values == {n: f"{n}|{n}|{node_of[n]}" for n in range(4)}, values
+    assert node_of[3] == c.addr["n1"]
 
     # stacks from the laptop: every rank, grouped, through the forwarded store and the secret in memory
     st = c.rtdebug("lap", "stacks", "--json", "--timeout", "20")
     assert st.returncode == 0, st.stderr
     snap = json.loads(st.stdout)
-    grouped = sorted(r for g in snap["groups"] for r in g["ranks"])
-    assert grouped == [0, 1, 2, 3], snap
+    assert sorted(r for g in snap["groups"] for r in g["ranks"]) == [0, 1, 2, 3], snap
+    text = c.rtdebug("lap", "stacks", "--timeout", "20")
+    assert text.returncode == 0 and "multinode_train.py" in text.stdout, text.stderr
 
     # SIGKILL of connect: no ssh left, no port bound, the job runs on, the local session is seen ended
     ports = [r["port"] for r in ranks.values()]
-    masters = ssh_processes()
-    assert masters
+    assert ssh_processes()
     conn.send_signal(signal.SIGKILL)
     conn.wait(timeout=30)
     until(ssh_processes, 30, "no ssh process of connect left", ok=lambda ps: not ps)
-    free = c.run("lap", PY, "-c", "import socket,sys\nfor p in sys.argv[1:]:\n s=socket.socket();s.bind(('127.0.0.1',int(p)));s.close()",
-                 *map(str, ports))  # fmt: skip
+    free = c.run("lap", PY, "-c", BIND_ALL, *map(str, ports))
     assert free.returncode == 0, free.stderr
     assert ps_json(c, "lap")["sessions"] == []
     stale = c.rtdebug("lap", "attach", "--rank", "3", "--timeout", "2")
     assert stale.returncode == 1 and len(stale.stderr.strip().splitlines()) == 1, stale.stderr
-    time.sleep(0)  # (the job's own liveness is read next, not waited for)
     assert ready_ranks(c, "n0") == [0, 1, 2, 3]
 
-    # connect again, then Ctrl-C (SIGINT): it says so, removes its session, closes every tunnel
+    # again: `rtdebug stop` on the laptop ends the connection only (the job runs on)
+    conn = start_connect(c)
+    stop = c.rtdebug("lap", "stop", "--session", s["session_id"])
+    assert stop.returncode == 0, stop.stderr
+    assert conn.wait(timeout=60) == 0
+    assert not ssh_processes() and ps_json(c, "lap", "--all")["sessions"] == []
+    assert ready_ranks(c, "n0") == [0, 1, 2, 3]
+
+    # and Ctrl-C: it says so, removes its session, closes every tunnel
     conn = start_connect(c)
     conn.send_signal(signal.SIGINT)
     assert conn.wait(timeout=60) == 0
     assert not ssh_processes() and ps_json(c, "lap", "--all")["sessions"] == []
-    assert not [p for p in (c.tmp / "registry-lap").iterdir() if p.is_dir()]
+
+    # connected when the job ends: connect sees it, closes everything and exits 0; the job ended well
+    conn = start_connect(c)
     (tmp_path / "stop").write_text("")
+    assert conn.wait(timeout=120) == 0
+    assert "has ended on node0" in (c.tmp / "connect.log").read_text()
+    assert not ssh_processes() and not [p for p in (c.tmp / "registry-lap").iterdir() if p.is_dir()]
+    for p in nodes:
+        assert p.wait(timeout=120) == 0, c.trouble()

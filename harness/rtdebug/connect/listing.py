@@ -143,8 +143,34 @@ def _rank(r: Any, sid: str, where: str) -> RemoteRank:
         entry["meshes"] = m
     if "stop" in r:
         entry["stop"] = _stop(r["stop"])
-    node_rank = r.get("node_rank") if isinstance(r.get("node_rank"), int) and not isinstance(r.get("node_rank"), bool) else 0
+    node_rank = r["node_rank"] if _int(r.get("node_rank")) else 0
     return RemoteRank(r["rank"], r["host"], r["port"], r["state"], node_rank, node_ip, r["pid"], entry)
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _nodes(raw: Any, ranks: list[RemoteRank], sid: str, where: str) -> tuple[dict[int, str], int | None]:
+    """Node rank -> address, and the node rank of the host that answered (its own files name no node address)."""
+    nodes: dict[int, str] = {}
+    home = None
+    for n in raw[:MAX_RANKS] if isinstance(raw, list) else []:
+        if not isinstance(n, dict) or not _int(n.get("node_rank")):
+            raise _bad(where, f"session {sid} with a node entry that is not valid")
+        addr = n.get("node_ip") or n.get("host")
+        if addr is not None and is_address(addr):
+            nodes[n["node_rank"]] = addr
+        if n.get("session_id") == sid:
+            home = n["node_rank"]
+    for r in ranks:  # a rank's own node address, where the node list has none
+        if r.node_ip is not None:
+            nodes.setdefault(r.node_rank, r.node_ip)
+    if home is None:
+        here = {r.node_rank for r in ranks if r.node_ip is None}
+        every = {r.node_rank for r in ranks}
+        home = here.pop() if len(here) == 1 else (every.pop() if len(every) == 1 else None)
+    return nodes, home
 
 
 def _session(s: Any, where: str) -> RemoteSession:
@@ -163,24 +189,7 @@ def _session(s: Any, where: str) -> RemoteSession:
         store = split_store(s["store"])
         if store is None:
             raise _bad(where, f"session {sid} with a store address that is not HOST:PORT")
-    nodes: dict[int, str] = {}
-    home = None
-    raw_nodes = s.get("nodes", [])
-    if isinstance(raw_nodes, list):
-        for n in raw_nodes[:MAX_RANKS]:
-            if not isinstance(n, dict) or not isinstance(n.get("node_rank"), int) or isinstance(n["node_rank"], bool):
-                raise _bad(where, f"session {sid} with a node entry that is not valid")
-            addr = n.get("node_ip") or n.get("host")
-            if addr is not None and is_address(addr):
-                nodes[n["node_rank"]] = addr
-            if n.get("session_id") == sid:
-                home = n["node_rank"]
-    for r in ranks:  # a rank's own node address, where the node list has none
-        if r.node_ip is not None:
-            nodes.setdefault(r.node_rank, r.node_ip)
-    if home is None:
-        here = {r.node_rank for r in ranks if r.node_ip is None}  # this node's own files carry no node address
-        home = here.pop() if len(here) == 1 else (ranks[0].node_rank if len({r.node_rank for r in ranks}) == 1 and ranks else None)
+    nodes, home = _nodes(s.get("nodes", []), ranks, sid, where)
     keep = {k: s[k] for k in ("script", "nnodes", "nproc_per_node", "mode", "rdzv_id", "started_at") if k in s}
     return RemoteSession(sid, s["state"], s.get("verified") is not False, store, ranks, nodes, home, keep)
 

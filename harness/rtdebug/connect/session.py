@@ -162,7 +162,7 @@ class Connection:
         if port > 65535:
             raise HarnessError(f"--local-port-base {base}: rank {rank} would get port {port}, above 65535", 2)
         if not is_port_free(port):
-            holder = port_holder(port) or "another process"
+            holder = " ".join((port_holder(port) or "another process").split())  # a command line may hold newlines
             raise HarnessError(
                 f"local port {port} (rank {rank}) is in use by {holder}: a stale tunnel? end it, or pick "
                 "another --local-port-base"
@@ -195,7 +195,9 @@ class Connection:
             self._home().forward([self.store_forward])
         self.sync(s)
         self.reg.update_session(
-            self.sid, state="running", **({"store": f"127.0.0.1:{self.store_forward.local_port}"} if self.store_forward else {})
+            self.sid,
+            state="running",
+            **({"store": f"127.0.0.1:{self.store_forward.local_port}"} if self.store_forward else {}),
         )
         return s
 
@@ -205,7 +207,16 @@ class Connection:
         self.remote = s
         live = {r.rank: r for r in s.ranks if r.state in LIVE_RANK_STATES}
         want: dict[int, tuple[str, RemoteRank]] = {n: (self._node_of(s, r), r) for n, r in live.items()}
-        for node in sorted({node for node, _ in want.values()} - {n for n, lk in self.links.items() if lk.alive()}):
+        self._open_links({node for node, _ in want.values()})
+        self._reconcile(want)
+        for r in s.ranks:
+            self._write_rank(r, want)
+        ports = sorted(self.local_ports.values())
+        self.reg.update_session(self.sid, ports=ports, port_base=ports[0] if ports else 1)
+
+    def _open_links(self, nodes: set[str]) -> None:
+        """A live link to each of ``nodes`` (a dead one replaced: its forwards went with it)."""
+        for node in sorted(nodes - {n for n, lk in self.links.items() if lk.alive()}):
             old = self.links.pop(node, None)
             if old is not None:
                 old.close()
@@ -214,35 +225,39 @@ class Connection:
                 self.links.update(self.transport.open_many([node]))
             except HarnessError as exc:
                 warn(f"ranks on {node} are not forwarded: {exc.message}")
-        by_node: dict[str, list[Forward]] = {}
+
+    def _reconcile(self, want: dict[int, tuple[str, RemoteRank]]) -> None:
         gone: dict[str, list[Forward]] = {}
         for n, (node, f) in list(self.tunnels.items()):
-            if n not in want or want[n][0] != node or (want[n][1].host, want[n][1].port) != (f.remote_host, f.remote_port):
+            w = want.get(n)
+            if w is None or w[0] != node or (w[1].host, w[1].port) != (f.remote_host, f.remote_port):
                 gone.setdefault(node, []).append(f)
                 del self.tunnels[n]
         for node, fs in gone.items():
             if node in self.links:
                 self.links[node].cancel(fs)
+        new: dict[str, list[Forward]] = {}
         for n, (node, r) in sorted(want.items()):
             if n not in self.tunnels and node in self.links:
                 f = Forward(self._port_for(n), "127.0.0.1" if r.host in ("0.0.0.0", "::") else r.host, r.port)
-                by_node.setdefault(node, []).append(f)
+                new.setdefault(node, []).append(f)
                 self.tunnels[n] = (node, f)
-        for node, fs in by_node.items():
+        for node, fs in new.items():
             self.links[node].forward(fs)
-        for r in s.ranks:
-            if r.rank in self.tunnels:
-                node, f = self.tunnels[r.rank]
-                entry = self._rank_entry(r, node, self.links[node], f.local_port)
-            elif r.rank in self.local_ports:  # ended (or its node is out of reach): no forward, not live
-                entry = self._rank_entry(r, self.opts.host, self._home(), self.local_ports[r.rank])
-                if entry["state"] in LIVE_RANK_STATES:
-                    entry.update(state="failed", error=f"its node {want.get(r.rank, ('?',))[0]} is out of reach")
-            else:
-                continue
-            write_json_atomic(self.reg.rank_path(self.sid, r.rank), entry)
-        ports = sorted(self.local_ports.values())
-        self.reg.update_session(self.sid, ports=ports, port_base=ports[0] if ports else 1)
+
+    def _write_rank(self, r: RemoteRank, want: dict[int, tuple[str, RemoteRank]]) -> None:
+        assert self.sid is not None
+        if r.rank in self.tunnels:
+            node, f = self.tunnels[r.rank]
+            entry = self._rank_entry(r, node, self.links[node], f.local_port)
+        elif r.rank in self.local_ports:  # ended (or its node is out of reach): no forward, not live
+            entry = self._rank_entry(r, self.opts.host, self._home(), self.local_ports[r.rank])
+            if entry["state"] in LIVE_RANK_STATES:
+                node = want[r.rank][0] if r.rank in want else "?"
+                entry.update(state="failed", error=f"its node {node} is out of reach")
+        else:
+            return
+        write_json_atomic(self.reg.rank_path(self.sid, r.rank), entry)
 
     def refresh(self) -> bool:
         """Re-read the job; False once it has ended there (or is no longer listed)."""

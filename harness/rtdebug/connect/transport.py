@@ -123,7 +123,7 @@ def explain(stderr: str, node: str, jumps: list[str]) -> str:
     if "administratively prohibited" in low or "stdio forwarding failed" in low:
         hop = jumps[-1] if jumps else node
         why = _line_with(stderr, "administratively prohibited")
-        return f"jump host {hop} refused to forward the connection to {node} (its sshd has AllowTcpForwarding no?): {why}"
+        return f"jump host {hop} refused to forward the connection to {node} (sshd: AllowTcpForwarding no?): {why}"
     if "host key verification failed" in low:
         return f"{node}: host key verification failed; connect once with plain ssh to check and record its key"
     return f"cannot connect to {node}{via}: {last_line(stderr) or 'ssh exited'}"

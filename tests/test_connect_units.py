@@ -1,0 +1,189 @@
+"""``rtdebug connect``'s parts without a network: the remote listing read as hostile input, ssh's errors in one
+line, the options' checks, and the secret socket (a real unix socket and a real second uid)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rtdebug.cli import main
+from rtdebug.common.errors import HarnessError
+from rtdebug.connect import listing
+from rtdebug.connect.secretsock import SecretServer
+from rtdebug.connect.transport import Forward, check_node_name, explain, last_line
+from rtdebug.registry import signing
+from rtdebug.registry.entry import problem
+
+
+def rank(n: int, **kw) -> dict:
+    e = dict(schema_version=1, kind="rank", session_id="s1", rank=n, pid=100 + n, create_time=1.0, state="ready",
+             host="127.0.0.1", port=5678 + n, world_size=4, local_rank=n % 2, node_rank=n // 2)  # fmt: skip
+    return {**e, **kw}
+
+
+def session(ranks: list[dict], **kw) -> dict:
+    e = dict(schema_version=1, kind="session", session_id="s1", mode="torchrun", launcher_pid=1,
+             launcher_create_time=1.0, state="running", host="127.0.0.1", ports=[5678], started_at=1.0,
+             script="train.py", ranks=ranks)  # fmt: skip
+    return {**e, **kw}
+
+
+def ps(*sessions: dict, registry: object = "/home/u/.rtdebug/registry") -> bytes:
+    return json.dumps({"schema_version": 1, "registry": registry, "sessions": list(sessions)}).encode()
+
+
+def test_a_two_node_listing_names_each_rank_s_node_and_the_home_node():
+    ranks = [rank(0), rank(1), rank(2, node_ip="10.0.0.2"), rank(3, node_ip="10.0.0.2")]
+    nodes = [{"node_rank": 0, "node_ip": "10.0.0.1", "session_id": "s1"}, {"node_rank": 1, "node_ip": "10.0.0.2"}]
+    got = listing.parse(ps(session(ranks, nodes=nodes, store="10.0.0.1:29500")), "node0")
+    (s,) = got.sessions
+    assert s.home_node == 0 and s.nodes == {0: "10.0.0.1", 1: "10.0.0.2"} and s.store == ("10.0.0.1", 29500)
+    assert [r.node_rank for r in s.ranks] == [0, 0, 1, 1]
+    assert listing.choose(got, None, "node0") is s and listing.choose(got, "s1", "node0") is s
+
+
+def test_only_whitelisted_rank_fields_reach_the_local_entry():
+    r = rank(0, stacks={"request": "../../etc/passwd", "answer": "x", "main_thread": "0x1", "bottom": ["a", "b"]},
+             collectives={"file": "/etc/shadow"}, evil="yes", lazy="not a bool", stop={"kind": "step", "reason": "x"})  # fmt: skip
+    (s,) = listing.parse(ps(session([r])), "h").sessions
+    e = s.ranks[0].entry
+    assert "stacks" not in e and "collectives" not in e and "evil" not in e and "lazy" not in e
+    assert e["stop"] == {"kind": "step", "reason": "x", "origin": None}
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        (b"", "printed nothing"),
+        (b"\x00\xff garbage", "not JSON"),
+        (b"[]", "schema-1 listing"),
+        (json.dumps({"schema_version": 2, "registry": "/r", "sessions": []}).encode(), "schema-1 listing"),
+        (ps(registry="relative/path"), "registry path"),
+        (ps(registry="/r/../../etc"), "registry path"),
+        (ps(registry="/r\n; rm -rf ~"), "registry path"),
+        (ps(registry="/r/$(id)"), "registry path"),
+        (ps(session([], session_id="../x")), "not valid"),
+        (ps(session([rank(0, port=0)])), "bad address"),
+        (ps(session([rank(0, host="-oProxyCommand=x")])), "bad address"),
+        (ps(session([rank(0, host="a b")])), "bad address"),
+        (ps(session([rank(0, node_ip="$(id)")])), "bad node address"),
+        (ps(session([rank(0), rank(0)])), "listed twice"),
+        (ps(session([rank(0, rank="0")])), "not valid"),
+        (ps(session([rank(0)], store="10.0.0.1")), "HOST:PORT"),
+        (ps(dict(session([]), ranks="x")), "rank list"),
+        (ps(session([rank(0)], nodes=[{"node_rank": True}])), "node entry"),
+        (b"[" * 100000, "not JSON"),
+    ],
+)
+def test_hostile_listings_are_one_line(raw, why):
+    with pytest.raises(HarnessError) as exc:
+        listing.parse(raw, "node0")
+    assert why in exc.value.message and exc.value.message.startswith("node0: ") and "\n" not in exc.value.message
+
+
+def test_choosing_a_session_is_one_line_when_there_is_none():
+    empty = listing.parse(ps(), "node0")
+    with pytest.raises(HarnessError, match="^no live rtdebug session on node0$"):
+        listing.choose(empty, None, "node0")
+    unverified = listing.parse(ps(session([rank(0)], verified=False)), "node0")
+    with pytest.raises(HarnessError, match="only unverified sessions"):
+        listing.choose(unverified, None, "node0")
+    assert listing.choose(unverified, "s1", "node0").session_id == "s1"
+    with pytest.raises(HarnessError, match="no live rtdebug session 'other' on node0"):
+        listing.choose(unverified, "other", "node0")
+    ended = listing.parse(ps(session([rank(0)], state="exited")), "node0")
+    assert ended.sessions == []
+
+
+@pytest.mark.parametrize(
+    ("stderr", "says"),
+    [
+        ("ssh: Could not resolve hostname nosuch: Name or service not known\r\n", "cannot reach nosuch"),
+        ("root@10.0.0.2: Permission denied (publickey).\nkex_exchange_identification: closed\n", "refused the login"),
+        ("channel 0: open failed: administratively prohibited: open failed\nstdio forwarding failed\n", "AllowTcp"),
+        ("Host key verification failed.\n", "host key verification failed"),
+        ("ssh: connect to host 10.0.0.9 port 22: Connection timed out\n", "cannot connect to nosuch"),
+        ("", "ssh exited"),
+    ],
+)
+def test_ssh_errors_become_one_line(stderr, says):
+    line = explain(stderr, "nosuch", ["login"])
+    assert says in line and "\n" not in line and "\r" not in line
+
+
+def test_last_line_drops_control_characters_and_known_host_notes():
+    assert last_line("Warning: Permanently added 'x'\nreal \x1b[31mreason\x07\n") == "real ?[31mreason?"
+
+
+def test_node_names_are_never_options():
+    for bad in ("-oProxyCommand=x", "a b", "a;b", "", "x" * 300, "$(id)"):
+        with pytest.raises(HarnessError):
+            check_node_name(bad)
+    for good in ("node0", "user@host.example", "10.0.0.1", "[::1]", "gpu-17.cluster"):
+        assert check_node_name(good) == good
+    assert Forward(4000, "::1", 22).spec() == "127.0.0.1:4000:[::1]:22"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-oProxyCommand=x"],
+        ["node0", "--jump", "a,-oProxyCommand=x"],
+        ["node0", "--store", "nope"],
+        ["node0", "--session", "s1", "--store", "h:1"],
+        ["node0", "--refresh", "0"],
+        ["node0", "--local-port-base", "80"],
+        ["node0", "--ssh-option=-F/etc/passwd"],
+        ["node0", "--remote-rtdebug", ""],
+    ],
+)
+def test_usage_mistakes_exit_2_in_one_line(argv, capsys):
+    assert main(["connect", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()  # ours: one line; argparse's: its usage, then one line
+    assert err[-1].startswith(("rtdebug: error:", "rtdebug connect: error:")), err
+    assert len(err) == 1 or err[0].startswith("usage: rtdebug connect"), err
+
+
+def test_local_entries_are_schema_entries(tmp_path):
+    """What connect writes is a registry entry every reader takes (mode connected, tunnel)."""
+    from rtdebug.connect.session import Connection, Options
+    from rtdebug.registry.files import Registry
+
+    class FakeLink:
+        node, pid, create_time = "node0", os.getpid(), 1.0
+
+    conn = Connection(transport=None, opts=Options(host="node0"), registry=Registry(tmp_path))  # type: ignore[arg-type]
+    (s,) = listing.parse(ps(session([rank(0)])), "node0").sessions
+    e = conn._rank_entry(s.ranks[0], "node0", FakeLink(), 40000)  # type: ignore[arg-type]
+    assert problem(e, "rank") is None and e["host"] == "127.0.0.1" and e["port"] == 40000
+    assert e["tunnel"] == {"node": "node0", "remote_host": "127.0.0.1", "remote_port": 5678, "remote_pid": 100}
+    schema = json.loads(Path(signing.__file__).with_name("registry.schema.json").read_text())
+    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema.validate(e, schema)
+
+
+def test_the_secret_socket_answers_its_own_user_only(tmp_path):
+    d = tmp_path / ("d" * 150)  # longer than a socket address may be: bound through /proc/self/fd
+    d.mkdir(mode=0o700)
+    server = SecretServer(d, "s" * 40)
+    try:
+        assert signing.read_secret(d) == "s" * 40
+        assert signing.known_secrets([d]).count("s" * 40) == 1
+        if os.geteuid() == 0:  # another uid, given a way in to the directory, gets nothing
+            d.chmod(0o755)
+            tmp_path.chmod(0o755)
+            code = f"import sys; sys.path.insert(0, {str(Path(signing.__file__).parents[2])!r})\n"
+            code += f"from rtdebug.registry import signing; print(signing._ask_socket(__import__('pathlib').Path({str(d)!r})))"
+            other = subprocess.run(
+                ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code],
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert other.stdout.strip() == "None", other.stdout + other.stderr
+    finally:
+        server.close()
+    assert not (d / signing.SECRET_SOCKET).exists() and signing.read_secret(d) is None
