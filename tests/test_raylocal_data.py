@@ -131,3 +131,26 @@ def test_a_killed_rank_leaves_no_ray_process(tmp_path, killed):
     assert _finish(proc, log) != 0
     seen = _seen(out)
     _no_ray_left(seen, log)
+
+
+def test_rtdebug_torchrun_trainer_shards_train_dataset(job, tmp_path, port_base):
+    """End to end: ``rtdebug torchrun --nproc-per-node 2`` of ``TorchTrainer(datasets={"train": ds},
+    ScalingConfig(num_workers=0))``: each rank's ``get_dataset_shard("train")`` is its share."""
+    out = tmp_path / "seen"
+    out.mkdir()
+    script = str(SCRIPTS / "ray_data_two_ranks.py")
+    j = job(
+        "torchrun", "--debug-port-base", str(port_base), "--nproc-per-node", "2", script, env={"RAYDATA_OUT": str(out)}
+    )
+    assert j.wait(240) == 0, j.output()[-4000:]
+    assert j.output().count("ray data done None") == 2
+    seen = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    shares = [set(s["epochs"][0]) for s in seen]
+    assert [len(s["epochs"][0]) for s in seen] == [20, 20]
+    assert not shares[0] & shares[1] and shares[0] | shares[1] == set(range(40))
+    for s, share in zip(seen, shares, strict=True):
+        assert s["type"] == "StreamSplitDataIterator"
+        assert sorted(s["epochs"][1]) == sorted(s["torch"]) == s["materialize"] == sorted(share)
+    pids = [p for s in seen for p in s["ray_pids"]]
+    assert pids
+    until(lambda: alive(pids), 60, "every Ray process of the job ended", ok=lambda a: not a, context=j.output)

@@ -121,15 +121,18 @@ def shard_datasets(
         shared, error = _agree(exchange, _start_or_use_head, rank)
     else:
         shared, error = _agree(exchange, None, rank)
-    _shared = shared
-    if error:
+    if error:  # every rank raises it (it was broadcast): each ends what it made alone, close() has nothing
+        _end(shared)
         raise HarnessError(error)
     assert shared is not None
+    _shared = shared
     if rank == 0:
         mine, error = _hand_out(exchange, lambda: _configure(resolve(datasets), data_config, world_size, shared))
     else:
         mine, error = _hand_out(exchange, None)
     if error:
+        _shared = None
+        _end(shared)
         raise HarnessError(error)
     return mine
 
@@ -145,18 +148,32 @@ def close() -> None:
     try:
         if shared.joined:
             ray.shutdown()
+            shared.joined = False
         shared.exchange.barrier()
     except Exception:  # a peer that died: the head still ends below
         pass
     finally:
-        if shared.rank == 0:
-            _stop_executors(shared.keep)
-            shared.keep.clear()
-            if shared.started_head:
-                ray.shutdown()
-            if shared.temp_dir:
-                shutil.rmtree(shared.temp_dir, ignore_errors=True)
-                atexit.unregister(_at_exit)
+        _end(shared)
+
+
+def _end(shared: Shared | None) -> None:
+    """This rank's part of the teardown, with no collective: a joined rank leaves; rank 0 stops the split
+    coordinators' executors and the head it started."""
+    if shared is None:
+        return
+    import ray
+
+    if shared.joined:
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+    if shared.rank == 0:
+        _stop_executors(shared.keep)
+        shared.keep.clear()
+        if shared.started_head:
+            ray.shutdown()
+        if shared.temp_dir:
+            shutil.rmtree(shared.temp_dir, ignore_errors=True)
+            atexit.unregister(_at_exit)
 
 
 def _agree(exchange: Exchange, start: Callable[[int, Exchange], Shared] | None, rank: int) -> tuple:
@@ -221,7 +238,7 @@ def _join(rank: int, exchange: Exchange, address: str, auth: str | None) -> Shar
 def _at_exit(temp_dir: str) -> None:
     import ray
 
-    if _shared is not None and _shared.temp_dir == temp_dir:
+    if _shared is not None and _shared.temp_dir == temp_dir:  # still open: fit() raised before close()
         with contextlib.suppress(Exception):
             ray.shutdown()
     shutil.rmtree(temp_dir, ignore_errors=True)
@@ -263,7 +280,7 @@ def _hand_out(exchange: Exchange, make: Callable[[], list[dict[str, Any]]] | Non
     blobs, message = exchange.broadcast((blobs, message), src=0)
     if message:
         return {}, message
-    rank = _shared.rank if _shared else 0
+    rank = _shared.rank if _shared is not None else 0
     if make is not None:
         return per_rank[0], None
     assert blobs is not None
