@@ -5,7 +5,8 @@
  * them as it does every second and its own RanksView builds the tree. VS Code's side is stood in for by what it
  * asks the provider: getChildren/getTreeItem of every node it shows (sessions expanded, groups collapsed) and,
  * after a change, getTreeItem of each node the view fired plus the children of the expanded ones. The time VS
- * Code itself spends (IPC to the renderer, painting) is not in these numbers.
+ * Code itself spends (IPC to the renderer, painting) is not in these numbers. Last, the same registry is
+ * listed by `rtdebug ps --json`, to compare a poll through the CLI with the extension's own reader.
  *
  *   node scripts/bench-ranks-view.js [--ranks 1024] [--tp 8] [--repeat 7]      (after npm run build)
  */
@@ -205,5 +206,25 @@ for (const [name, groupBy, expanded] of [
   console.log(`    --stop-on holds one rank (poll + rows + ${b.stop.items} items re-asked; the session row says it too): ${b.stop.times}`);
   console.log(`    one attached rank stops (rows + items re-asked): ${b.dap}`);
 }
+// The same registry listed by the harness (`rtdebug ps --json`, a Python process per read): what a poll through
+// the CLI alone would cost. Needs the harness's interpreter (RTDEBUG_PYTHON, default ../.venv/bin/python).
+const py = process.env.RTDEBUG_PYTHON ?? path.join(__dirname, '..', '..', '.venv', 'bin', 'python');
+if (fs.existsSync(py)) {
+  const { spawnSync } = require('child_process');
+  const times = [];
+  let listed = 0;
+  for (let i = 0; i < REPEAT; i++) {
+    const t0 = performance.now();
+    const r = spawnSync(py, ['-m', 'rtdebug', 'ps', '--json'], {
+      cwd: os.tmpdir(),
+      env: process.env,
+      encoding: 'utf8',
+      maxBuffer: 64 << 20,
+    });
+    times.push(ms(t0));
+    listed = (JSON.parse(r.stdout).sessions[0]?.ranks ?? []).length;
+  }
+  console.log(`- rtdebug ps --json of the same registry (${listed} ranks listed), process start included: ${fmt(times)}`);
+} else console.log(`- rtdebug ps --json: not measured (no interpreter at ${py}; set RTDEBUG_PYTHON)`);
 if (!process.env.BENCH_KEEP) fs.rmSync(root, { recursive: true, force: true });
 else console.log(root);

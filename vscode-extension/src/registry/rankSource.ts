@@ -1,32 +1,13 @@
 import { parseCollective } from './collectiveRecord';
-import { LivenessCheck, isProcessLive } from './processLiveness';
 import { parseRankEntry, parseSessionEntry, RankEntry, Session, SessionEntry } from './registryModel';
-import { readRegistry } from './registryReader';
 
 /**
- * Where the Ranks view, the status bar and the commands learn which sessions and ranks exist: one
- * interface, several backends. The files backend reads this machine's registry (cheap, every second);
- * the CLI backend runs `rtdebug ps --json`, the harness's backend-independent listing, which also sees
- * ranks on other nodes (c10d store, Ray GCS) — a Python process per read, so it is polled less often.
+ * What only the harness can list: `rtdebug ps --json`, its backend-independent listing, sees ranks on
+ * other nodes (c10d store, Ray GCS), each rank's collective position and the job's pg timeout source. This
+ * machine's own files are read by registryReader.ts (why both: registryWatcher.ts); the two are merged
+ * here, by session id.
  */
-export interface RankSource {
-  readonly label: string;
-  read(): Promise<Session[]>;
-}
-
-export class FileRankSource implements RankSource {
-  readonly label = 'files';
-  constructor(
-    private dir: () => string,
-    private live: LivenessCheck = isProcessLive,
-  ) {}
-  async read(): Promise<Session[]> {
-    return readRegistry(this.dir(), this.live).sessions;
-  }
-}
-
-export class CliRankSource implements RankSource {
-  readonly label = 'rtdebug ps --json';
+export class CliRankSource {
   /** The remote entries the last listing skipped (not valid records), one line each. */
   skipped: string[] = [];
   /** `run` returns the stdout of `<python> -m <harness> ps --json`. */

@@ -3,7 +3,8 @@ import * as fs from 'fs';
 import * as path from 'path';
 import { test } from 'node:test';
 import { rankForEndpoint } from '../../src/attach/rank/attachConfig';
-import { FileRankSource, mergeSessions, parsePsJson, useCliSource } from '../../src/registry/rankSource';
+import { mergeSessions, parsePsJson, useCliSource } from '../../src/registry/rankSource';
+import { readRegistry } from '../../src/registry/registryReader';
 import { copyDir, FIXTURES, tmpDir } from './helpers';
 import { rankEntry, sessionOf } from './session';
 
@@ -65,13 +66,13 @@ test('useCliSource: files / cli / auto (cluster listing configured)', () => {
   assert.equal(useCliSource('auto', { RTDEBUG_STORE: 'h:1' }), true);
 });
 
-test('FileRankSource: a session whose launcher is gone but a rank lives is orphaned; a live failed rank is kept', async () => {
+test('the registry files: a session whose launcher is gone but a rank lives is orphaned; a live failed rank is kept', async () => {
   const dir = tmpDir();
   copyDir(path.join(FIXTURES, 'registry'), dir);
   const r1 = JSON.parse(fs.readFileSync(path.join(dir, 's1/rank-1.json'), 'utf8'));
   fs.writeFileSync(path.join(dir, 's1/rank-1.json'), JSON.stringify({ ...r1, state: 'failed', error: 'ValueError: boom' }));
   const live = (pid: number) => pid !== 2001;
-  let sessions = await new FileRankSource(() => dir, live).read();
+  let sessions = readRegistry(dir, live).sessions;
   assert.deepEqual(
     sessions[0].ranks.map((r) => [r.rank, r.state]),
     [
@@ -79,19 +80,13 @@ test('FileRankSource: a session whose launcher is gone but a rank lives is orpha
       [1, 'failed'],
     ],
   );
-  sessions = await new FileRankSource(
-    () => dir,
-    (pid) => pid !== 2001 && pid !== 1001,
-  ).read();
+  sessions = readRegistry(dir, (pid) => pid !== 2001 && pid !== 1001).sessions;
   assert.equal(sessions[0].entry.state, 'orphaned');
   assert.deepEqual(
     sessions[0].ranks.map((r) => r.state),
     ['orphaned', 'orphaned'],
   );
-  sessions = await new FileRankSource(
-    () => dir,
-    (pid) => pid > 5000,
-  ).read();
+  sessions = readRegistry(dir, (pid) => pid > 5000).sessions;
   assert.deepEqual(sessions, [], 'launcher and ranks gone: nothing to show');
 });
 
