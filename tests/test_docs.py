@@ -15,6 +15,7 @@ import importlib.util
 import io
 import re
 import subprocess
+import warnings
 from pathlib import Path
 
 import pytest
@@ -113,6 +114,7 @@ def help_parsers(command: str) -> list[argparse.ArgumentParser]:
 
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(io.StringIO()):
         mp.setattr(argparse.ArgumentParser, "print_help", record)
+        mp.setattr(warnings, "formatwarning", warnings.formatwarning)  # cli.main sets its own; put it back after
         assert cli.main([command, "--help"]) == 0
     return printed
 
