@@ -18,6 +18,7 @@ from support.dap import DAPClient, DAPError
 from support.jobs import read_ranks, wait_ranks
 from support.paths import EXAMPLES, ROOT, marker_line
 from support.ports import port_free
+from support.wait import until
 
 pytestmark = pytest.mark.e2e
 
@@ -363,3 +364,100 @@ def test_torchrun_debug_allow_reaches_the_ranks(tmp_path, two_hosts, registry_di
             child.kill()
         p.kill()
         p.wait()
+
+
+# -- the last client leaves and the next comes at once (VS Code's restart): the entry never says ready ----
+
+RECONNECT = textwrap.dedent("""
+    import random, sys, threading, time
+    from rtdebug.rank.endpoint import Endpoint
+    from rtdebug.rank.state import RankState
+    from rtdebug.registry.files import Registry
+    port, root, sid = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    reg = Registry(root)
+    reg.session_dir(sid).mkdir(parents=True)
+    record = RankState(reg, sid, 0, "127.0.0.1", port, False, "prog.py")
+    ep = Endpoint("127.0.0.1", port)
+    record.connect(ep)
+    write = ep.on_state
+    def report(state):  # its thread loses the GIL for up to 5 ms first, as in a rank whose other threads are busy
+        time.sleep(random.uniform(0, 0.005))
+        write(state)
+    ep.on_state = report
+    ep.start(eager=True)
+    record.ready(ep)
+    print("READY", flush=True)
+    def serving(f):  # a client's thread of the endpoint (its gate, relay, then its report of the client leaving)
+        while f is not None and not (f.f_code.co_name == "_serve" and f.f_globals["__name__"].startswith(ENDPOINT)):
+            f = f.f_back
+        return f is not None
+    ENDPOINT = "rtdebug.rank.endpoint"
+    def answer():
+        for _ in sys.stdin:  # a line in, a count out (pydevd hides its daemon threads from threading.enumerate)
+            print(sum(serving(f) for f in sys._current_frames().values()), flush=True)
+    threading.Thread(target=answer, daemon=True).start()
+    while True:  # the rank trains: its main thread wants the GIL back from every other thread at once
+        sum(i * i for i in range(1000))
+""")
+INITIALIZE = json.dumps({"seq": 1, "type": "request", "command": "initialize", "arguments": {}}).encode()
+
+
+def _connecting(port: int) -> socket.socket:
+    """A client that sent all of DAP's ``initialize`` but its last byte: the endpoint's gate still reads it."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.sendall((b"Content-Length: %d\r\n\r\n" % len(INITIALIZE) + INITIALIZE)[:-1])
+    return s
+
+
+def _initialized(s: socket.socket) -> socket.socket:
+    """Send the last byte and read debugpy's answer: the endpoint has counted this client attached."""
+    s.sendall(INITIALIZE[-1:])
+    got = b""
+    while b'"command": "initialize"' not in got and b'"command":"initialize"' not in got:
+        chunk = s.recv(65536)
+        assert chunk, f"closed before the initialize response: {got[-500:]!r}"
+        got += chunk
+    return s
+
+
+def test_a_client_that_comes_as_the_last_one_leaves_is_never_overwritten_by_ready(tmp_path, port_base):
+    """The client leaves and the next connects at once, 300 times (each relay's leaving and the next's
+    arrival overlap at every timing the machine gives): whenever a client is attached and the one before
+    has finished leaving, the entry -- read as ``ps`` reads it -- says ``attached``, never ``ready``; and
+    once the last leaves it says ``ready``."""
+    from rtdebug.registry.files import Registry
+
+    root, sid = tmp_path / "registry", "race"
+    script = tmp_path / "prog.py"
+    script.write_text(RECONNECT)
+    log = open(tmp_path / "out.log", "w+")
+    p = subprocess.Popen([sys.executable, str(script), str(port_base), str(root), sid], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=log, text=True)  # fmt: skip
+    assert p.stdin is not None and p.stdout is not None
+
+    def relays() -> int:
+        p.stdin.write("?\n")
+        p.stdin.flush()
+        return int(p.stdout.readline())
+
+    def entry() -> dict:
+        (rank,) = Registry(root).ranks(sid)
+        return rank
+
+    try:
+        assert p.stdout.readline() == "READY\n", (tmp_path / "out.log").read_text()
+        client = _initialized(_connecting(port_base))
+        for i in range(300):
+            nxt = _connecting(port_base)  # its gate waits on the last byte: it comes in as the other leaves
+            client.close()
+            client = _initialized(nxt)
+            until(relays, 30, "the client before has finished leaving", ok=lambda n: n == 1)
+            e = entry()
+            assert (e["state"], e["attach_count"]) == ("attached", i + 2), f"reconnect {i}: {e}"
+        client.close()
+        until(entry, 30, "ready once the last client left", ok=lambda e: e["state"] == "ready" and relays() == 0)
+    finally:
+        p.kill()
+        p.wait()
+        log.close()
+    assert port_free(port_base)

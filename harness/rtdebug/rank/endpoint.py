@@ -221,7 +221,6 @@ class Endpoint:
                 self._pending.pop(client, None)
         upstream = self._hand_over(client)
         if upstream is not None:
-            self.on_state("attached")
             self._relay(client, upstream, first)
 
     def _hand_over(self, client: socket.socket) -> socket.socket | None:
@@ -234,11 +233,12 @@ class Endpoint:
             print(f"rtdebug: could not start debugpy on port {self.port}: {exc}", file=sys.stderr)
             client.close()
             return None
-        with self._trace_lock:
+        with self._trace_lock:  # the count, tracing and the report move together (see ``_relay``'s end)
             tracing.on()  # before pydevd reads a byte: the client's breakpoints must bind
             with self._lock:
                 self._clients += 1
                 self.attach_count += 1
+            self.on_state("attached")
         return upstream
 
     def _relay(self, client: socket.socket, upstream: socket.socket, first: bytes) -> None:
@@ -262,15 +262,15 @@ class Endpoint:
             self._report(f"closed a client after its 'initialize': it sent {why}")
         client.close()
         upstream.close()
-        with self._lock:
-            self._clients -= 1
-            left = self._clients
-        if left == 0:
-            with self._trace_lock:
-                if self._clients == 0:
-                    tracing.client_gone()
-                    gil.end()
-            self.on_state("ready")
+        # Under the lock a client coming in counts itself with: else one reconnecting now has ``ready`` last
+        with self._trace_lock:
+            with self._lock:
+                self._clients -= 1
+                left = self._clients
+            if left == 0:
+                tracing.client_gone()
+                gil.end()
+                self.on_state("ready")
 
     def client_connected(self) -> bool:
         if self._inner is None:
