@@ -110,7 +110,7 @@ def help_parsers(command: str) -> list[argparse.ArgumentParser]:
 
     def record(self: argparse.ArgumentParser, file: object = None) -> None:
         printed.append(self)
-        real(self, io.StringIO())  # type: ignore[arg-type]
+        real(self, io.StringIO())
 
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(io.StringIO()):
         mp.setattr(argparse.ArgumentParser, "print_help", record)
