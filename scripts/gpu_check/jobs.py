@@ -124,6 +124,7 @@ class Ctx:
     def env(self, **extra: str) -> dict[str, str]:
         e = {k: v for k, v in os.environ.items() if not k.startswith("RTDEBUG_")}
         e.update(RTDEBUG_REGISTRY_DIR=str(self.registry), PYTHONUNBUFFERED="1", GPU_CHECK_DEVICE=self.device)
+        e["XDG_CONFIG_HOME"] = str(self.work / "config")  # the job secret of this run, never the user's own
         e.update(extra)
         return e
 

@@ -118,16 +118,48 @@ def _num(v: Any) -> str:
     return f"{v:.3f}" if isinstance(v, (int, float)) and not isinstance(v, bool) else "n/a"
 
 
+def markdown(meta: dict[str, Any], results: list[Result]) -> str:
+    """bench/results/gpu-check.md for one run: where, each check's verdict and gist, the ratios."""
+    failed = [r.name for r in results if not r.ok]
+    lines = [
+        "# GPU check: the last run",
+        "",
+        f"Run {meta.get('started', '?')} by `bash scripts/gpu-check.sh` "
+        "(docs/gpu-check.md); the whole result is that run's `$OUT/gpu-check.json`.",
+        "",
+    ]
+    lines += [f"- {k}: {meta[k]}" for k in ("gpu", "nvidia_smi", "torch", "cuda", "python", "dry") if k in meta]
+    verdict = f"{len(failed)} of {len(results)} checks failed: {', '.join(failed)}" if failed else "every check ok"
+    lines += ["", f"**{verdict}.**", "", "| check | ok | s | what it found |", "|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r.name} | {'ok' if r.ok else 'FAIL'} | {r.seconds:.1f} | {_gist(r).replace('|', '/')} |")
+    ratios = next((r.details.get("ratios") for r in results if isinstance(r.details.get("ratios"), dict)), None)
+    if ratios:
+        lines += [
+            "",
+            "steps/s ratios, measured in the same run: " + ", ".join(f"{k} {_num(ratios.get(k))}" for k in RATIOS),
+        ]
+    return "\n".join(lines) + "\n"
+
+
+USAGE = "usage: results.py [--markdown] GPU_CHECK_JSON   (the one-screen summary, or bench/results/gpu-check.md)"
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 1 or argv[0] in ("-h", "--help"):
-        print("usage: results.py GPU_CHECK_JSON   (prints the one-screen summary of a GPU check's results)")
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    if argv and argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    md = argv[:1] == ["--markdown"]
+    args = argv[1:] if md else argv
+    if len(args) != 1 or args[0].startswith("-"):
+        print(f"gpu-check: error: {USAGE}", file=sys.stderr)
+        return 2
     try:
-        meta, results = load(Path(argv[0]))
+        meta, results = load(Path(args[0]))
     except (OSError, ResultsError) as exc:
-        print(f"gpu-check: error: {argv[0]}: {exc}", file=sys.stderr)
+        print(f"gpu-check: error: {args[0]}: {exc}", file=sys.stderr)
         return 1
-    sys.stdout.write(summary(meta, results))
+    sys.stdout.write(markdown(meta, results) if md else summary(meta, results))
     return 0 if all(r.ok for r in results) else 1
 
 
