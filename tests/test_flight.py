@@ -221,3 +221,15 @@ def test_a_plain_tie_still_names_nobody():
     dumps = {r: d for r, d in uneven_dumps().items() if r < 2}
     snap = verdict.annotate(snap_of({0: BARRIER[:1] + BACKWARD[2:], 1: BARRIER}), dumps)  # no backward frames
     assert snap["culprit"] is None and snap["verdict"].startswith("ranks are blocked in different collectives")
+
+
+def test_a_ray_train_op_the_flight_recorder_never_sees_is_taken_from_the_record():
+    """Ranks 0 and 2 wait in ray.train.report (Ray's own collective: torch's recorder shows their last
+    all-reduce returned); rank 1 is still in backward. The records of the named op decide."""
+    report = {"op": "ray.train.report", "seq": 3, "state": "entered", "file": "/job/train.py", "line": 30,
+              "pg": "ray.train"}  # fmt: skip
+    dumps = {r: {"flight": ddp_rank(6, None), "collective": dict(report)} for r in (0, 2)}
+    dumps[1] = {"flight": ddp_rank(6, "all_reduce"), "collective": dict(report, seq=2, state="returned")}
+    snap = verdict.annotate(snap_of({0: BARRIER, 1: BACKWARD, 2: BARRIER}), dumps)
+    assert snap["collectives_from"] == "flight recorder" and snap["culprit"] == 1
+    assert snap["verdict"] == "rank 1 never entered ray.train.report #3; ranks 0,2 wait in it"

@@ -147,6 +147,8 @@ def test_entries_are_built_in_those_two_places_only():
 TYPED = [  # (the type, where the schema defines it)
     (schema_types_mod.SessionEntry, ("session",)),
     (schema_types_mod.NodeInfo, ("session", "nodes", "[]")),
+    (schema_types_mod.ConnectInfo, ("session", "connect")),
+    (schema_types_mod.TunnelInfo, ("rank", "tunnel")),
     (schema_types_mod.RankEntry, ("rank",)),
     (schema_types_mod.StacksField, ("rank", "stacks")),
     (schema_types_mod.MeshInfo, ("rank", "meshes", "[]")),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from rtdebug.stacks import verdict
@@ -163,3 +165,93 @@ def test_an_adopted_jobs_skewed_numbers_do_not_name_a_healthy_rank():
     assert adopted["culprit"] == 3
     assert adopted["verdict"].startswith("rank 3 never entered ALLREDUCE #812 (train.py:42): it is in barrier")
     assert adopted["verdict"].endswith("ranks 0-2 wait in it")
+
+
+# -- the verdict is a value, rendered once ------------------------------------------------------------
+
+
+def test_the_verdict_is_a_value_with_its_kind_ranks_and_collective():
+    from rtdebug.stacks.position import Position
+
+    found = {r: Position.of(rec(), "record") for r in (0, 2, 3)} | {1: Position.of(rec("BARRIER", line=26), "record")}
+    v = verdict.decide(found, {1: BARRIER})
+    assert v is not None and (v.kind, v.culprit, v.waiting, v.missing) == ("never_entered", 1, [0, 2, 3], [1])
+    assert (v.op, v.seq, v.group, v.waited.where(), v.culprit_label) == (
+        "ALLREDUCE",
+        812,
+        "0",
+        "ALLREDUCE #812 (train.py:42)",
+        BARRIER,
+    )
+    assert v.render() == (
+        f"rank 1 never entered ALLREDUCE #812 (train.py:42): it is in {BARRIER}, inside BARRIER #812; "
+        "ranks 0,2-3 wait in it"
+    )
+    v.coords = {1: "dp=0, tp=1", 0: "dp=0, tp=0"}  # said at a rank's first mention alone, never in "ranks ..."
+    assert (
+        v.render().startswith("rank 1 (dp=0, tp=1) never entered ALLREDUCE #812") and "(dp=0, tp=0)" not in v.render()
+    )
+
+
+def test_mesh_coordinates_go_to_each_ranks_first_mention_alone():
+    snap, dumps = snap_of({REDUCE: {0: rec(), 2: rec()}, FORWARD: {1: None, 3: None}})
+    snap["coords"] = {0: "tp=0", 1: "tp=1", 3: "tp=1"}
+    s = verdict.annotate(snap, dumps)
+    assert s["verdict"] == (
+        f"ranks 1,3 never entered ALLREDUCE #812 (train.py:42): rank 1 (tp=1) is in {FORWARD}, before any "
+        "collective; ranks 0,2 wait in it"
+    )
+
+
+def test_a_records_source_is_its_own_not_guessed_from_its_keys():
+    """A record that carries Flight Recorder keys (a forged answer, say) is still a record: it says who issued
+    nothing, and its group entry keeps the record's keys only."""
+    forged = dict(rec("BARRIER", line=26), issued="torch", by="DDP", during="backward()")
+    s = annotate({REDUCE: {0: rec(), 2: rec()}, BARRIER: {1: forged}})
+    assert "issued by" not in s["verdict"] and s["collectives_from"] == "record"
+    assert set(s["groups"][1]["collectives"][0]) == {"rank", "op", "seq", "state", "file", "line"}
+
+
+# -- Ray Train's own collectives (named ops, rtdebug.registry.collseq.NAMED_OPS) ---------------------
+
+
+def ray(op="ray.train.report", seq=3, state="entered", line=30):
+    return rec(op, seq=seq, state=state, line=line, pg="ray.train")
+
+
+def test_a_rank_that_never_entered_a_ray_train_op_is_named_by_the_op_and_its_number():
+    s = annotate({"report (train.py:30)": {0: ray(), 2: ray()}, FORWARD: {1: ray(seq=2, state="returned")}})
+    assert s["culprit"] == 1
+    assert s["verdict"] == "rank 1 never entered ray.train.report #3; ranks 0,2 wait in it"
+    s = annotate({"b": {0: ray("ray.train.collective.barrier", seq=1)}, FORWARD: {1: None, 2: None}})
+    assert s["verdict"] == "ranks 1-2 never entered ray.train.collective.barrier #1; rank 0 waits in it"
+
+
+def test_a_ray_train_op_recorded_in_the_rank_reads_back_and_is_said(tmp_path):
+    """The rank's API (``recorder.entering``/``returned``) writes the real record file; ``collseq`` reads it."""
+    from rtdebug.rank.collectives import recorder
+    from rtdebug.registry import collseq
+
+    assert recorder.arm(tmp_path, 1) == {"file": "coll-1.bin"}
+    try:
+        for _ in range(2):
+            gen = recorder.entering("ray.train.report")
+            recorder.returned(gen)
+        gen, line = recorder.entering("ray.train.report"), sys._getframe().f_lineno
+        entered = collseq.read(tmp_path / "coll-1.bin")
+        recorder.returned(gen)
+        back = collseq.read(tmp_path / "coll-1.bin")
+        assert recorder.entering("not.an.op") == -1
+    finally:
+        recorder.disarm()
+    assert entered is not None and back is not None
+    assert (entered["op"], entered["seq"], entered["pg"], entered["state"]) == (
+        "ray.train.report",
+        3,
+        "ray.train",
+        "entered",
+    )
+    assert (entered["file"], entered["line"], entered["func"]) == (__file__, line, sys._getframe().f_code.co_name)
+    assert back["state"] == "returned" and back["seq"] == 3
+    s = annotate({"x": {0: entered, 2: dict(entered)}, FORWARD: {1: dict(back, seq=2)}})
+    assert s["verdict"] == "rank 1 never entered ray.train.report #3; ranks 0,2 wait in it"

@@ -16,6 +16,7 @@ entries that name it, so that the rank, the views and the shell share one defini
 from __future__ import annotations
 
 import math
+import mmap
 import os
 import stat
 import struct
@@ -46,8 +47,16 @@ OPS: dict[str, str] = {
     "send": "SEND",
     "recv": "RECV",
 }
-OP_NAMES: tuple[str, ...] = ("",) + tuple(OPS.values())  # code 0 is no op
-OP_CODES = {fn: OP_NAMES.index(name) for fn, name in OPS.items()}
+# Ops outside torch.distributed, recorded by name from Python code in the rank (``recorder.entering``):
+# Ray Train's own collectives. Their codes are reserved apart from torch's, which keep 1 to 63.
+NAMED_OPS: dict[str, int] = {
+    "ray.train.report": 64,
+    "ray.train.collective.barrier": 65,
+    "ray.train.collective.broadcast_from_rank_zero": 66,
+}
+NAMED_GROUP = "ray.train"  # the group a named op is numbered in: one sequence for the whole Ray Train run
+OP_CODES = {fn: code for code, fn in enumerate(OPS, 1)}  # the torch.distributed functions the recorder wraps
+OP_NAMES: dict[int, str] = {OP_CODES[fn]: name for fn, name in OPS.items()} | {c: n for n, c in NAMED_OPS.items()}
 # The record is three parts, so a rank rewrites only what changed (bytes are identical to one struct):
 HEAD = struct.Struct("<4sBBHQ QdI")  # magic, version, state, op, gen | seq, since, line: every collective
 STATIC = struct.Struct("<B32s B16s B96s H240s B80s")  # pg, dtype, shapes, file, func: when one changes
@@ -60,6 +69,22 @@ LIMITS = {"pg": 32, "dtype": 16, "shapes": 96, "file": 240, "func": 80}
 
 
 ARMED = MAGIC + bytes([VERSION]) + bytes(SIZE - STATE_OFFSET)  # what a rank writes at arm: nothing entered yet
+
+
+def map_new(path: Path) -> mmap.mmap | None:
+    """A fresh ``SIZE``-byte record file at ``path`` (replacing what was there, never through a link), mapped
+    for the rank to write; None when it cannot be made."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return None
+    try:
+        os.ftruncate(fd, SIZE)
+        return mmap.mmap(fd, SIZE)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def coll_file(rank: int) -> str:
@@ -105,7 +130,7 @@ def decode(buf: bytes) -> CollectiveRecord | None:
     magic, version, state, op, gen, seq, since, line, *rest, gen2 = RECORD.unpack(buf)
     if magic != MAGIC or version != VERSION or state not in STATES or gen != gen2 or gen == 0:
         return None
-    if not 0 < op < len(OP_NAMES) or seq < 1 or not math.isfinite(since) or since < 0:
+    if op not in OP_NAMES or seq < 1 or not math.isfinite(since) or since < 0:
         return None
     texts = [text for i in range(0, len(rest), 2) if (text := _text(rest[i], rest[i + 1])) is not None]
     if len(texts) != len(rest) // 2:
@@ -144,9 +169,19 @@ def plausible(rec: Any) -> bool:
     )
 
 
+def name(op: object, seq: object) -> str:
+    """``ALLREDUCE #812``: a collective by its op and its number in the group."""
+    return f"{op} #{seq}"
+
+
+def call_site(file: object, line: object) -> str:
+    """``train.py:42``: where the user called it (``?`` for a file the record does not have)."""
+    return f"{os.path.basename(str(file or '?'))}:{line}"
+
+
 def where(rec: dict[str, Any]) -> str:
     """``ALLREDUCE #812 (train.py:42)``: how ``ps``, the verdict and the views name a record's collective."""
-    return f"{rec.get('op')} #{rec.get('seq')} ({os.path.basename(str(rec.get('file') or '?'))}:{rec.get('line', '?')})"
+    return f"{name(rec.get('op'), rec.get('seq'))} ({call_site(rec.get('file'), rec.get('line', '?'))})"
 
 
 def read(path: str | os.PathLike[str]) -> CollectiveRecord | None:

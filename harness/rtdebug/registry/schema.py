@@ -28,11 +28,20 @@ class NodeInfo(TypedDict, total=False):
     launcher_pid: int | None
 
 
+class ConnectInfo(TypedDict, total=False):
+    """Mode connected: how ``rtdebug connect`` reaches the job."""
+
+    transport: str
+    host: str
+    jumps: list[str]
+    remote_session: str
+
+
 class _SessionRequired(TypedDict):
     schema_version: Literal[1]
     kind: Literal["session"]
     session_id: str
-    mode: Literal["run", "torchrun", "ray", "adopted"]
+    mode: Literal["run", "torchrun", "ray", "adopted", "connected"]
     launcher_pid: int
     launcher_create_time: float
     command: list[str]
@@ -66,6 +75,7 @@ class SessionEntry(_SessionRequired, total=False):
     agent_create_time: float | None
     orphaned_at: float | None
     error: str | None
+    connect: ConnectInfo
     store: str
     rdzv_id: str | None
     verified: bool
@@ -109,6 +119,18 @@ class StopInfo(_StopRequired, total=False):
 
     origin: bool | None
     step: int | None
+
+
+class _TunnelRequired(TypedDict):
+    node: str
+    remote_host: str
+    remote_port: int
+
+
+class TunnelInfo(_TunnelRequired, total=False):
+    """Mode connected: the forward behind a rank's local host:port, and the rank at its far end."""
+
+    remote_pid: int
 
 
 class CollectivesField(TypedDict):
@@ -164,6 +186,7 @@ class RankEntry(_RankRequired, total=False):
     node_ip: str
     hostname: str
     verified: bool
+    tunnel: TunnelInfo
     refused_count: int
     stacks: StacksField | None
     meshes: list[MeshInfo]

@@ -1,26 +1,23 @@
 """Each rank's place in the collective sequence: the last collective it entered, and whether it returned.
 
-torch's Flight Recorder keeps much of this (for gloo too since torch 2.x, on by default in 2.13),
-but in the rank's memory, where only Python code in the rank can read it. ``ps``, ``stacks`` and
-the hang report read ranks from outside, by file and signal, so the ``torch.distributed``
-collectives are wrapped instead (both ``torch.distributed.X`` and
-``torch.distributed.distributed_c10d.X``, the moment torch.distributed is imported). Entering one
-writes op, per-group sequence number, shapes, dtype, group and the user's call site into a
-fixed-size record (``rtdebug.registry.collseq``) in an mmap of ``coll-<rank>.bin``; returning
-flips one byte. No thread, no lock: one cache lookup per call finds what a loop repeats (call site
-and line, group, shapes, dtype, as record bytes built once), so a call rewrites the header, the
-tail's generation and, only when those changed, the static block. Anyone can read the file without
-signalling the rank, even while it is blocked in C++. What it costs: bench/COLLREC_RESULTS.md.
+torch's Flight Recorder keeps much of this, but in the rank's memory, where only Python code in the rank can
+read it; ``ps``, ``stacks`` and the hang report read ranks from outside. So the ``torch.distributed``
+collectives are wrapped (``torch.distributed.X`` and ``distributed_c10d.X``, the moment torch.distributed is
+imported): entering one writes op, per-group sequence number, shapes, dtype, group and the user's call site
+into a fixed-size record (``rtdebug.registry.collseq``) in an mmap of ``coll-<rank>.bin``; returning flips
+one byte. No thread, no lock: one cache lookup per call finds what a loop repeats (call site, group, shapes,
+dtype, as record bytes built once), so a call rewrites the header, the tail's generation and, only when
+those changed, the static block. Anyone can read the file without signalling the rank, even while it is
+blocked in C++. What it costs: bench/results/2026-12-04-collective-record.md.
 
-Limits, said plainly: collectives issued from C++ (DDP's gradient buckets, the reducer) never pass
-through Python and are not counted; ``seq`` counts the Python-level collectives this rank entered
-on a group (1-based), which agrees across ranks that run the same code. ``async_op=True`` calls
-record ``returned`` when the call returns its Work, not when the work completes.
+Limits: collectives issued from C++ (DDP's gradient buckets) never pass through Python and are not counted;
+``seq`` counts the Python-level collectives this rank entered on a group (1-based), which agrees across ranks
+that run the same code; ``async_op=True`` records ``returned`` when the call returns its Work. Ops outside
+torch.distributed (``collseq.NAMED_OPS``: Ray Train's) are recorded by the code that calls them, through
+``entering`` and ``returned``, numbered in one group of their own (``collseq.NAMED_GROUP``).
 
-``stop_at_next()`` arms a one-shot stop: the next collective this rank enters suspends in the
-debugger (``collstop``), in the user's calling frame at the collective's line, before it runs, so
-"run every rank to its next collective" shows each rank's op and seq before any of them blocks.
-``RTDEBUG_COLLECTIVES=0`` turns the record off (the bench's baseline).
+``stop_at_next()`` arms a one-shot stop: the next collective this rank enters suspends in the debugger
+(``collstop``) in the user's frame, before it runs. ``RTDEBUG_COLLECTIVES=0`` turns the record off.
 """
 
 from __future__ import annotations
@@ -47,7 +44,8 @@ _user: dict[str, bool] = {}  # code file -> is it the user's (not torch's, not r
 # (file, func, group, shapes key, dtype) -> (pg name, the record's static block): one lookup per call;
 # holds its groups only until destroy_process_group, as c10d itself does
 _static: dict[Any, tuple[Any, list[int], int, bytes]] = {}
-_pg: dict[str, Any] = {}  # the patched module's pieces the wrapper needs
+_pg: dict[str, Any] = {"tensor": ()}  # the patched module's pieces the wrapper needs (no torch: no tensor)
+_NAMED = type("NamedGroup", (), {"group_name": collseq.NAMED_GROUP})  # the group named ops are numbered in
 _PATCHED = (*collseq.OP_CODES, "destroy_process_group")
 _HEAD, _TAIL = collseq.MOVING.pack_into, collseq.TAIL.pack_into  # the header after its magic and version
 _STATE, _ENTERED, _RETURNED = collseq.STATE_OFFSET, collseq.ENTERED, collseq.RETURNED
@@ -58,27 +56,12 @@ def enabled() -> bool:
 
 
 def arm(session_dir: str | os.PathLike[str] | None, rank: int) -> dict[str, str] | None:
-    """Start recording in this rank; returns the rank entry's ``collectives`` field (None: no file).
-
-    Without a session directory (a Ray worker, whose entry is in the KV) the record lives in anonymous
-    memory: ``snapshot()`` still answers inside the rank.
-    """
+    """Start recording in this rank; returns the rank entry's ``collectives`` field (None: no file). Without a
+    session directory (a Ray worker, whose entry is in the KV) the record lives in anonymous memory."""
     if not enabled():
         return None
-    field = None
-    mm = None
-    if session_dir is not None:
-        path = Path(session_dir) / collseq.coll_file(rank)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            try:
-                os.ftruncate(fd, collseq.SIZE)
-                mm = mmap.mmap(fd, collseq.SIZE)
-            finally:
-                os.close(fd)
-            field = {"file": path.name}
-        except OSError:
-            mm = None
+    mm = None if session_dir is None else collseq.map_new(Path(session_dir) / collseq.coll_file(rank))
+    field = None if mm is None else {"file": collseq.coll_file(rank)}
     _rec["mm"] = mm if mm is not None else mmap.mmap(-1, collseq.SIZE)
     _rec["mm"][: collseq.SIZE] = collseq.ARMED  # its magic and version are never rewritten
     _rec["static"] = None
@@ -87,10 +70,9 @@ def arm(session_dir: str | os.PathLike[str] | None, rank: int) -> dict[str, str]
 
 
 def disarm() -> None:
-    """Undo ``arm``: torch's own collectives back in place of the wrapper, no hook left (an adopted rank's
-    detach, after which nothing of rtdebug runs there). The record moves to anonymous memory: a collective
-    in flight still flips its byte when it returns, and the file's mapping (and the fd it holds on
-    ``coll-<rank>.bin``) goes with its last reference, never under a wrapper that is using it."""
+    """Undo ``arm``: torch's own collectives back in place of the wrapper, no hook left (an adopted rank's detach,
+    after which nothing of rtdebug runs there). The record moves to anonymous memory: a collective in flight
+    still flips its byte when it returns, and the file's mapping goes with its last reference."""
     if _rec["mm"] is not None:
         _rec["mm"] = mmap.mmap(-1, collseq.SIZE)
     cancel("torch.distributed", _patch)
@@ -117,6 +99,24 @@ def snapshot() -> collseq.CollectiveRecord | None:
     """This rank's last collective (a ``CollectiveRecord``), or None before the first; any thread may call it."""
     mm = _rec["mm"]
     return None if mm is None else collseq.decode(bytes(mm[: collseq.SIZE]))
+
+
+def entering(op: str) -> int:
+    """Record that this rank enters ``op``, one of ``collseq.NAMED_OPS`` (``"ray.train.report"``), called by
+    the first frame outside rtdebug and torch; returns the generation ``returned`` takes (-1: not recorded)."""
+    if _rec["mm"] is None or op not in collseq.NAMED_OPS:
+        return -1
+    try:
+        return _enter(collseq.NAMED_OPS[op], 0, None, (_NAMED,), {})
+    except Exception:  # the record never breaks the user's call
+        log.swallowed("rank.collectives.recorder: a named op is recorded or not; it never fails the call")
+        return -1
+
+
+def returned(gen: int) -> None:
+    """The op ``entering`` recorded as ``gen`` returned (unless a later collective was entered since)."""
+    if gen != -1 and _rec["gen"] == gen:
+        _rec["mm"][_STATE] = _RETURNED
 
 
 def stop_at_next() -> str:
@@ -222,9 +222,9 @@ def _user_frame(frame: Any) -> Any:
 def _enter(op: int, gpos: int, first_name: str | None, args: tuple, kwargs: dict) -> int:
     """Write the record for a collective being entered; returns its generation.
 
-    This runs right after the rank wakes from the previous collective, when every Python operation is
-    cold (~4x its warm cost, bench/COLLREC_RESULTS.md), so it does one cache lookup for all that a loop
-    repeats (call site, line, group, shapes, dtype) and rewrites the static block only when that changed."""
+    This runs right after the rank wakes from the previous collective, when every Python operation is cold (~4x
+    its warm cost), so it does one cache lookup for all that a loop repeats (call site, line, group, shapes,
+    dtype) and rewrites the static block only when that changed."""
     frame: Any
     try:
         frame = sys._getframe(2)  # whoever called the collective
