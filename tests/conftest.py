@@ -22,6 +22,15 @@ def own_config_dir(tmp_path_factory, monkeypatch) -> Path:
     return d
 
 
+@pytest.fixture(autouse=True)
+def own_ray_results(tmp_path_factory, monkeypatch) -> Path:
+    """Ray Train runs keep checkpoints under ``RunConfig(storage_path)`` (local mode too, under rtdebug): the
+    test scripts read ``RTDEBUG_TEST_STORAGE`` for it, a directory of each test's own, never ~/ray_results."""
+    d = tmp_path_factory.mktemp("ray_results")
+    monkeypatch.setenv("RTDEBUG_TEST_STORAGE", str(d))
+    return d
+
+
 @pytest.fixture
 def registry_dir(tmp_path, monkeypatch) -> Path:
     d = tmp_path / "registry"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
 
 import pytest
@@ -18,10 +19,11 @@ from support.wait import stays
 pytestmark = pytest.mark.e2e
 
 
-def test_run_single_process_breakpoint_and_result(job, registry_dir, port_base):
+def test_run_single_process_breakpoint_and_result(job, registry_dir, port_base, tmp_path):
     script = EXAMPLES / "local_linear.py"
     line = marker_line(script, "local step")
-    j = job("run", "--port", str(port_base), "--wait", str(script), "--epochs", "5")
+    storage = ("--storage", str(tmp_path), "--name", "lin")
+    j = job("run", "--port", str(port_base), "--wait", str(script), "--epochs", "5", *storage)
     sid = j.session_id()
     wait_ranks(registry_dir, sid, 1)
     c = DAPClient("127.0.0.1", port_base)
@@ -37,7 +39,15 @@ def test_run_single_process_breakpoint_and_result(job, registry_dir, port_base):
     assert j.wait(120) == 0, j.output()[-3000:]
     metrics = ast.literal_eval(re.search(r"final metrics: (\{.*\})", j.output()).group(1))
     assert metrics["epoch"] == 4 and 0 < metrics["loss"] < 30  # 5 SGD steps from ~29
+    final = re.search(r"final checkpoint: (\S+)", j.output()).group(1)
+    assert os.listdir(final) == ["model.pt"] and os.path.dirname(final) == str(tmp_path / "lin")
     assert port_free(port_base)
+    # the same name again resumes from the last checkpoint, as a cluster's restore does
+    again = job("run", "--port", str(port_base), str(script), "--epochs", "2", *storage)
+    assert again.wait(120) == 0, again.output()[-3000:]
+    assert f"resuming from {final}" in again.output()
+    metrics = ast.literal_eval(re.search(r"final metrics: (\{.*\})", again.output()).group(1))
+    assert metrics["epoch"] == 6
 
 
 def test_wait_rank0_blocks_rank1_runs_then_stop_cleans_up(job, registry_dir, port_base):

@@ -352,8 +352,10 @@ def _open(trainer: Any, world: World, exchange: Exchange) -> LocalRun:
     rc = trainer.run_config
     n = exchange.next_call(FIT)
     with recording.call(FIT, n):
-        names = exchange.meet(FIT, n, rc.name) or [rc.name]
-        rc.name = names[0]
+        # a default name is a timestamp each rank takes, a storage path may be a temp dir of each rank's own:
+        # every rank takes rank 0's, as every worker of a cluster takes the driver's
+        chosen = (exchange.meet(FIT, n, (rc.name, rc.storage_path)) or [(rc.name, rc.storage_path)])[0]
+        rc.name, rc.storage_path = chosen
         controller = None
         if world.rank == 0:
             try:
