@@ -48,8 +48,9 @@ def test_a_two_node_listing_names_each_rank_s_node_and_the_home_node():
 
 
 def test_only_whitelisted_rank_fields_reach_the_local_entry():
-    r = rank(0, stacks={"request": "../../etc/passwd", "answer": "x", "main_thread": "0x1", "bottom": ["a", "b"]},
-             collectives={"file": "/etc/shadow"}, evil="yes", lazy="not a bool", stop={"kind": "step", "reason": "x"})  # fmt: skip
+    stacks = {"request": "../../etc/passwd", "answer": "x", "main_thread": "0x1", "bottom": ["a", "b"]}
+    stop = {"kind": "step", "reason": "x"}
+    r = rank(0, stacks=stacks, collectives={"file": "/etc/shadow"}, evil="yes", lazy="not a bool", stop=stop)
     (s,) = listing.parse(ps(session([r])), "h").sessions
     e = s.ranks[0].entry
     assert "stacks" not in e and "collectives" not in e and "evil" not in e and "lazy" not in e
@@ -178,7 +179,8 @@ def test_the_secret_socket_answers_its_own_user_only(tmp_path):
             d.chmod(0o755)
             tmp_path.chmod(0o755)
             code = f"import sys; sys.path.insert(0, {str(Path(signing.__file__).parents[2])!r})\n"
-            code += f"from rtdebug.registry import signing; print(signing._ask_socket(__import__('pathlib').Path({str(d)!r})))"
+            code += "from pathlib import Path; from rtdebug.registry import signing\n"
+            code += f"print(signing.read_secret(Path({str(d)!r})))"
             other = subprocess.run(
                 ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code],
                 capture_output=True, text=True, timeout=60,
@@ -187,3 +189,81 @@ def test_the_secret_socket_answers_its_own_user_only(tmp_path):
     finally:
         server.close()
     assert not (d / signing.SECRET_SOCKET).exists() and signing.read_secret(d) is None
+
+
+class FakeLink:
+    """A link whose forwards are a set: what sync asks of a transport, without ssh."""
+
+    def __init__(self, node: str) -> None:
+        self.node, self.pid, self.create_time = node, os.getpid(), __import__("psutil").Process().create_time()
+        self.forwards: set[Forward] = set()
+        self.up = True
+
+    def run(self, argv, timeout):
+        raise AssertionError("not in this test")
+
+    def forward(self, forwards):
+        self.forwards.update(forwards)
+
+    def cancel(self, forwards):
+        self.forwards.difference_update(forwards)
+
+    def alive(self):
+        return self.up
+
+    def close(self):
+        self.up = False
+        self.forwards.clear()
+
+
+class FakeTransport:
+    label = "fake"
+
+    def __init__(self) -> None:
+        self.opened: list[FakeLink] = []
+
+    def open(self, node, timeout=0):
+        return self.open_many([node])[node]
+
+    def open_many(self, nodes, timeout=0):
+        links = {n: FakeLink(n) for n in nodes}
+        self.opened += links.values()
+        return links
+
+
+def test_sync_follows_ranks_that_appear_move_and_end(tmp_path):
+    from rtdebug.connect.session import Connection, Options
+    from rtdebug.registry.files import Registry
+    from rtdebug.views.api import Views
+
+    reg = Registry(tmp_path / "reg")
+    t = FakeTransport()
+    conn = Connection(t, Options(host="node0"), registry=reg)  # type: ignore[arg-type]
+    nodes = [{"node_rank": 0, "node_ip": "10.0.0.1", "session_id": "s1"}, {"node_rank": 1, "node_ip": "10.0.0.2"}]
+
+    def job(*ranks: dict):
+        return listing.parse(ps(session(list(ranks), nodes=nodes)), "node0").sessions[0]
+
+    conn._register(job(rank(0)))
+    try:
+        conn.sync(job(rank(0), rank(1)))  # one node
+        assert sorted(conn.links) == ["node0"] and len(conn.links["node0"].forwards) == 2  # type: ignore[attr-defined]
+        conn.sync(job(rank(0), rank(1), rank(2, node_ip="10.0.0.2"), rank(3, node_ip="10.0.0.2")))  # node 1 joins
+        assert sorted(conn.links) == ["10.0.0.2", "node0"]
+        far = conn.links["10.0.0.2"].forwards  # type: ignore[attr-defined]
+        assert sorted(f.remote_port for f in far) == [5680, 5681]
+        port3 = conn.local_ports[3]
+        conn.sync(job(rank(0), rank(1), rank(2, node_ip="10.0.0.2"), rank(3, node_ip="10.0.0.2", port=7000)))  # restart
+        assert sorted(f.remote_port for f in far) == [5680, 7000] and conn.local_ports[3] == port3
+        conn.sync(job(rank(0), rank(1, state="exited"), rank(2, node_ip="10.0.0.2"), rank(3, node_ip="10.0.0.2")))
+        assert len(conn.links["node0"].forwards) == 1  # type: ignore[attr-defined]
+        seen = Views.open(registry=reg).find_session("s1")
+        states = {r["rank"]: r["state"] for r in seen["ranks"]}
+        assert states == {0: "ready", 1: "exited", 2: "ready", 3: "ready"}
+        assert {r["rank"]: r["port"] for r in seen["ranks"]} == conn.local_ports
+        conn.links["10.0.0.2"].up = False  # type: ignore[attr-defined]
+        conn.sync(job(rank(0), rank(2, node_ip="10.0.0.2"), rank(3, node_ip="10.0.0.2")))  # its link died: a new one
+        assert len(t.opened) == 3 and len(conn.links["10.0.0.2"].forwards) == 2  # type: ignore[attr-defined]
+    finally:
+        conn.close()
+    assert not (tmp_path / "reg" / "s1").exists() and not any(lk.up for lk in t.opened)

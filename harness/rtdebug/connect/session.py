@@ -15,9 +15,11 @@ import shutil
 import socket
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from rtdebug.common import log
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.ports import is_port_free, port_holder
 from rtdebug.common.procinfo import is_alive
@@ -91,13 +93,13 @@ class Connection:
             raise HarnessError(f"{host}: `rtdebug ps --json` failed (exit {rc}): {err or 'no message'}")
         return listing.parse(out, host)
 
-    def _secret(self, registry: str, sid: str) -> str | None:
+    def _secret(self, home: Link, registry: str, sid: str) -> str | None:
         """The job's secret, read over ssh into memory: the session's own, else the user's default there."""
         script = (
             f"cat -- {registry}/{sid}/{signing.SECRET_FILE} 2>/dev/null || "
             f'cat -- "${{XDG_CONFIG_HOME:-$HOME/.config}}/rtdebug/{signing.SECRET_FILE}" 2>/dev/null'
         )
-        rc, out, _ = self._home().run(["sh", "-c", script], 30)
+        rc, out, _ = home.run(["sh", "-c", script], 30)  # (from a worker thread: never opens a link)
         text = out[: signing.MAX_FILE].decode(errors="replace").strip()
         if rc != 0 or len(text) < signing.MIN_LEN or not text.isascii() or not text.isprintable() or " " in text:
             return None
@@ -180,25 +182,34 @@ class Connection:
 
     # -- start, refresh, close ----------------------------------------------------------------------------
     def start(self) -> RemoteSession:
+        t0 = time.monotonic()
+
+        def took(what: str) -> None:  # RTDEBUG_LOG=info: where connect's time goes
+            log.info(f"connect: {what} at {time.monotonic() - t0:.3f} s")
+
+        home = self._home()
+        took(f"link to {home.node}")
         found = self._list()
+        took("listing read")
         s = listing.choose(found, self.opts.session_id, self.opts.host)
         self.unverified = not s.verified
         self._register(s)
         assert self.sid is not None
-        secret = self._secret(found.registry, s.session_id)
+        with ThreadPoolExecutor(1) as pool:  # the secret is read while the other nodes' links open
+            pending = pool.submit(self._secret, home, found.registry, s.session_id)
+            if s.store is not None:
+                self.store_forward = Forward(free_port(), *s.store)
+                home.forward([self.store_forward])
+            self.sync(s)
+            took("every rank forwarded")
+            secret = pending.result()
+        took("secret read")
         if secret is not None:
             self.secret_server = SecretServer(self.reg.session_dir(self.sid), secret)
         else:
             warn(f"no job secret readable on {self.opts.host}: `rtdebug stacks` from here cannot ask the job's ranks")
-        if s.store is not None:
-            self.store_forward = Forward(free_port(), *s.store)
-            self._home().forward([self.store_forward])
-        self.sync(s)
-        self.reg.update_session(
-            self.sid,
-            state="running",
-            **({"store": f"127.0.0.1:{self.store_forward.local_port}"} if self.store_forward else {}),
-        )
+        store = {"store": f"127.0.0.1:{self.store_forward.local_port}"} if self.store_forward else {}
+        self.reg.update_session(self.sid, state="running", **store)
         return s
 
     def sync(self, s: RemoteSession) -> None:

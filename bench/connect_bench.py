@@ -1,0 +1,234 @@
+"""``rtdebug connect``'s three goals on a 2-node, 8-rank c10d job, in network namespaces with real sshd's.
+
+    .venv/bin/python bench/connect_bench.py [--rounds 5] [--window 8]
+
+The hosts are the e2e test's (tests/test_connect.py: ``lap`` reaches only ``login``; ``n0``, ``n1`` run the
+job, 4 ranks each, tests/scripts/connect_steps.py: all_reduce as fast as it can). Measured:
+
+1. connect -> every rank attachable: from the wall time ``rtdebug connect node0 --jump login`` is started
+   to the moment every one of the 8 local ports answers a real DAP client's handshake (initialize, attach,
+   a breakpoint, configurationDone; tests/scripts/connect_attach_all.py --ready). Goal <= 2 s.
+2. attach-all through the tunnels vs on the node: the same 8 handshakes at once from the laptop through
+   the tunnels, and from each node to its own 4 ranks (both nodes at once; the slower node counts);
+   alternating order each round, after one warm-up round. Goal: ratio of medians <= 1.5.
+3. the job's steps/s while connected and idle vs not connected, in alternating windows. Goal >= 0.99.
+
+Needs root (network namespaces) and openssh-server/openssh-client (scripts/setup.sh). Writes
+bench/results/DATE-connect.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "harness")]
+
+from test_connect import RDZV_PORT, Cluster, connect_args, setup_ssh  # noqa: E402
+
+from support.netns import sweep  # noqa: E402
+from support.paths import PY, SCRIPTS, marker_line  # noqa: E402
+from support.wait import until  # noqa: E402
+
+JOB = SCRIPTS / "connect_steps.py"
+ATTACH = SCRIPTS / "connect_attach_all.py"
+LINE = marker_line(JOB, "never")
+NPROC = 4
+
+
+def log(msg: str) -> None:
+    print(f"[connect-bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def start_job(c: Cluster, work: Path, sleep: float) -> list[subprocess.Popen]:
+    n0 = c.addr["n0"]
+    procs = []
+    for i, h in enumerate(("n0", "n1")):
+        args = ["torchrun", "--nnodes=2", f"--nproc-per-node={NPROC}", f"--node_rank={i}", "--rdzv_backend=c10d",
+                f"--rdzv_endpoint={n0}:{RDZV_PORT}", "--rdzv_id=job", f"--rdzv-conf=is_host={1 - i}",
+                "--local-addr", c.addr[h], str(JOB), str(work), str(sleep)]  # fmt: skip
+        procs.append(c.start(h, args, RTDEBUG_WARM_S="1"))
+    until(lambda: len(ready(c)) == 2 * NPROC, 300, "8 ready ranks", every=1, context=c.trouble)
+    return procs
+
+
+def ready(c: Cluster) -> list[dict]:
+    r = c.rtdebug("n0", "ps", "--json")
+    if r.returncode != 0:
+        return []
+    return [x for s in json.loads(r.stdout)["sessions"] for x in s["ranks"] if x["state"] in ("ready", "attached")]
+
+
+def connect(c: Cluster) -> subprocess.Popen:
+    argv = ["ip", "netns", "exec", c.names["lap"], PY, "-m", "rtdebug", *connect_args(c, "node0", "--jump", "login")]
+    return subprocess.Popen(argv, env=c.env("lap"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def disconnect(p: subprocess.Popen) -> None:
+    p.send_signal(signal.SIGINT)
+    p.wait(timeout=60)
+
+
+def attach_time(c: Cluster, h: str, endpoints: list[str]) -> subprocess.Popen:
+    argv = ["ip", "netns", "exec", c.names[h], PY, str(ATTACH), str(JOB), str(LINE), *endpoints]
+    return subprocess.Popen(argv, env=c.env(h), stdout=subprocess.PIPE, text=True)
+
+
+def elapsed(p: subprocess.Popen) -> float:
+    out, _ = p.communicate(timeout=300)
+    assert p.returncode == 0, out
+    return float(json.loads(out.strip().splitlines()[-1])["elapsed"])
+
+
+def connect_times(c: Cluster, rounds: int) -> list[float]:
+    out = []
+    reg = c.tmp / "registry-lap"
+    for _ in range(rounds):
+        t0 = time.time()
+        conn = connect(c)
+        probe = c.run("lap", PY, str(ATTACH), "--ready", str(t0), str(reg), str(2 * NPROC), str(JOB), str(LINE),
+                      timeout=120)  # fmt: skip
+        assert probe.returncode == 0, probe.stdout + probe.stderr
+        out.append(float(json.loads(probe.stdout.strip().splitlines()[-1])["elapsed"]))
+        disconnect(conn)
+        log(f"connect -> 8 attachable: {out[-1]:.3f} s")
+    return out
+
+
+def local_ports(c: Cluster) -> list[str]:
+    r = c.rtdebug("lap", "ps", "--json")
+    return [f"127.0.0.1:{x['port']}" for s in json.loads(r.stdout)["sessions"] for x in s["ranks"]]
+
+
+def attach_rounds(c: Cluster, rounds: int) -> tuple[list[float], list[float]]:
+    on_node = {h: [] for h in ("n0", "n1")}
+    for x in ready(c):
+        on_node["n1" if x.get("node_ip") == c.addr["n1"] else "n0"].append(f"127.0.0.1:{x['port']}")
+    conn = connect(c)
+    until(lambda: len(local_ports(c)) == 2 * NPROC, 60, "connected")
+    tunnel_eps = local_ports(c)
+    tunnel, node = [], []
+    for i in range(rounds + 1):
+        for kind in ("tunnel", "node") if i % 2 else ("node", "tunnel"):
+            if kind == "tunnel":
+                t = elapsed(attach_time(c, "lap", tunnel_eps))
+            else:
+                ps = [attach_time(c, h, eps) for h, eps in on_node.items()]
+                t = max(elapsed(p) for p in ps)
+            if i:  # round 0 warms up (each rank's first client starts debugpy's adapter)
+                (tunnel if kind == "tunnel" else node).append(t)
+            log(f"attach-all {kind}: {t:.3f} s{'' if i else ' (warm-up)'}")
+    disconnect(conn)
+    return tunnel, node
+
+
+def steps_at(work: Path) -> tuple[float, int]:
+    t, n = (work / "steps").read_text().split()
+    return float(t), int(n)
+
+
+def rate(work: Path, window: float) -> float:
+    t0, s0 = steps_at(work)
+    time.sleep(window)  # the measurement window itself, not a wait for a state
+    t1, s1 = steps_at(work)
+    return (s1 - s0) / (t1 - t0)
+
+
+def steps_windows(c: Cluster, work: Path, rounds: int, window: float) -> tuple[list[float], list[float]]:
+    off, on = [], []
+    for i in range(rounds):
+        for connected in (False, True) if i % 2 == 0 else (True, False):
+            conn = None
+            if connected:
+                conn = connect(c)
+                until(lambda: len(local_ports(c)) == 2 * NPROC, 60, "connected")
+                time.sleep(1)  # let connect settle into its idle refresh loop before the window
+            (on if connected else off).append(rate(work, window))
+            log(f"steps/s {'connected' if connected else 'not connected'}: {(on if connected else off)[-1]:.1f}")
+            if conn is not None:
+                disconnect(conn)
+    return on, off
+
+
+def md(xs: list[float], d: int = 3) -> str:
+    return f"{statistics.median(xs):.{d}f} (min {min(xs):.{d}f}, max {max(xs):.{d}f}, n={len(xs)})"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--window", type=float, default=8.0)
+    ap.add_argument("--sleep", type=float, default=0.005, help="each rank sleeps this long after each step")
+    args = ap.parse_args()
+    sweep()
+    tmp = Path(tempfile.mkdtemp(prefix="connect-bench-"))
+    os.environ["XDG_CONFIG_HOME"] = str(tmp / "config")
+    c = Cluster(tmp)
+    load = [os.getloadavg()[0]]
+    try:
+        c.up()
+        c.cluster_home.mkdir()
+        c.lap_home.mkdir()
+        c.cfg = setup_ssh(c)  # type: ignore[attr-defined]
+        work = tmp / "work"
+        work.mkdir()
+        nodes = start_job(c, work, args.sleep)
+        ct = connect_times(c, args.rounds)
+        load.append(os.getloadavg()[0])
+        tunnel, node = attach_rounds(c, args.rounds)
+        load.append(os.getloadavg()[0])
+        on, off = steps_windows(c, work, args.rounds, args.window)
+        load.append(os.getloadavg()[0])
+        (work / "stop").write_text("")
+        for p in nodes:
+            p.wait(timeout=120)
+    finally:
+        c.down()
+    ratio = statistics.median(tunnel) / statistics.median(node)
+    srat = statistics.median(on) / statistics.median(off)
+    cores = os.cpu_count()
+    yes = {True: "yes", False: "no"}
+    row1 = f"| connect -> every rank of 8 attachable | {md(ct)} s | <= 2 s | {yes[statistics.median(ct) <= 2]} |"
+    row2 = f"| attach-all through the tunnels / on the nodes | {ratio:.2f}x (tunnel {md(tunnel)} s, node {md(node)} s)"
+    row2 += f" | <= 1.5x | {yes[ratio <= 1.5]} |"
+    row3 = f"| steps/s connected and idle / not connected | {srat:.3f}x (connected {md(on, 1)}, not {md(off, 1)})"
+    row3 += f" | >= 0.99x | {yes[srat >= 0.99]} |"
+    text = f"""# rtdebug connect: 2 nodes x {NPROC} ranks through a jump host ({time.strftime("%Y-%m-%d")})
+
+`.venv/bin/python bench/connect_bench.py --rounds {args.rounds} --window {args.window:g} --sleep {args.sleep:g}` (each
+rank sleeps {args.sleep:g} s after each all_reduce) on this machine
+({cores} cores, shared; load average {", ".join(f"{x:.1f}" for x in load)} across the run). Hosts are network
+namespaces on one bridge with real sshd's (tests/test_connect.py), so ssh's own cost is real and the
+network's is nil.
+
+| goal | measured | target | met |
+|---|---|---|---|
+{row1}
+{row2}
+{row3}
+
+"attachable" is a real DAP handshake (initialize, attach, setBreakpoints, configurationDone) answered on
+every local port, timed from the moment `rtdebug connect` is started (its Python start, both ssh masters,
+the remote `rtdebug ps --json`, the secret read and the forwards included). Attach-all is the same
+handshake to all 8 at once; on the nodes, each node's 4 ranks from that node, both nodes at once (the
+slower counts). Steps/s: rank 0's own count over {args.window:g} s windows, connected and not in turn;
+while connected and idle, `connect` runs `rtdebug ps --json` on node 0 every 3 s (its refresh).
+"""
+    out = ROOT / "bench" / "results" / f"{time.strftime('%Y-%m-%d')}-connect.md"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
