@@ -97,6 +97,16 @@ def test_list_names_every_check_in_order():
         (["--bench-rounds", "0"], {}, "--bench-rounds must be 1 or more"),
         (["--python", "/nonexistent/python3"], {}, "--python /nonexistent/python3: no such interpreter"),
         ([], {"OUT": ""}, "no output folder: set $OUT or pass --out DIR"),
+        (
+            ["--limit", "adopt"],
+            {},
+            "--limit adopt: want NAME=SECONDS with a check's name (the checks: " + ",".join(NAMES) + ")",
+        ),
+        (
+            ["--limit", "x=3"],
+            {},
+            "--limit x=3: want NAME=SECONDS with a check's name (the checks: " + ",".join(NAMES) + ")",
+        ),
     ],
 )
 def test_a_bad_argument_is_one_line_exit_2(args, env, message):
@@ -259,3 +269,16 @@ def test_markdown_for_bench_results_names_the_run_and_each_check(tmp_path):
     assert lines[-1].startswith("steps/s ratios, measured in the same run: lazy_vs_plain 0.998")
     bad = subprocess.run([PY, str(ROOT / "scripts/gpu_check/results.py")], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("gpu-check: error: usage: results.py") and bad.stdout == ""
+
+
+@pytest.mark.e2e
+def test_a_check_past_its_limit_is_recorded_its_jobs_ended_and_the_next_one_runs(tmp_path):
+    out = tmp_path / "out"
+    args = ["--dry", "--python", PY, "--out", str(out), "--only", "stop_on_nonfinite,stacks_flight"]
+    r = gpu_check(*args, "--limit", "stop_on_nonfinite=1", env={"TMPDIR": str(tmp_path)}, timeout=300)
+    got = {c.name: c for c in results.load(out / "gpu-check.json")[1]}
+    assert r.returncode == 1 and list(got) == ["install", "stop_on_nonfinite", "stacks_flight"], r.stdout
+    assert not got["stop_on_nonfinite"].ok and got["stop_on_nonfinite"].details["error"] == "timed out after 1 s"
+    assert got["stacks_flight"].ok, got["stacks_flight"].details
+    assert "FAIL stop_on_nonfinite" in r.stdout and r.stdout.splitlines()[-1].startswith("failed: stop_on_nonfinite")
+    assert _ours(tmp_path) == []

@@ -68,6 +68,7 @@ def parser() -> Parser:
     p.add_argument("--wheelhouse", default=str(ROOT / ".gpu-wheelhouse"), help="default: %(default)s")
     p.add_argument("--budget", type=float, default=450.0, help="seconds for everything (default %(default)s)")
     p.add_argument("--hold", type=float, default=40.0, help="seconds pg_timeout holds a rank (default %(default)s)")
+    p.add_argument("--limit", action="append", default=[], metavar="NAME=S", help="a check's own time limit")
     p.add_argument("--bench-seconds", type=float, default=6.0, help="timed seconds per bench job (%(default)s)")
     p.add_argument("--bench-rounds", type=int, default=2, help="rounds of the 4 bench jobs (default %(default)s)")
     return p
@@ -86,6 +87,16 @@ def options(argv: list[str]) -> argparse.Namespace:
     for flag in ("budget", "hold", "bench_seconds"):
         if not getattr(a, flag) > 0:
             p.error(f"--{flag.replace('_', '-')} must be a positive number of seconds")
+    a.limits = {}
+    for spec in a.limit:
+        name, _, value = spec.partition("=")
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = 0.0
+        if name not in names or not seconds > 0:
+            p.error(f"--limit {spec}: want NAME=SECONDS with a check's name (the checks: {','.join(names)})")
+        a.limits[name] = seconds
     if a.bench_rounds < 1:
         p.error("--bench-rounds must be 1 or more")
     if a.python:
@@ -137,13 +148,16 @@ def run_one(ctx: Ctx, name: str, fn: Callable[[Ctx], tuple[bool, dict]], limit: 
 
     ctx.partial = {}
     t0 = time.monotonic()
-    t = threading.Thread(target=body, daemon=True, name=name)
+    t = threading.Thread(target=body, daemon=True, name=f"check {name}")
+    ctx.owner = t.name  # only this thread may start processes now (jobs.Ctx.start)
     t.start()
     t.join(limit)
-    if t.is_alive():
-        box["error"] = f"timed out after {limit:.0f} s"
+    late = t.is_alive()
+    ctx.owner = ""  # a check past its limit starts nothing more
     ctx.end_all()
     t.join(10)
+    if late:  # what the check then raised, its jobs ended under it, says nothing more
+        box["error"] = f"timed out after {limit:.0f} s"
     seconds = round(time.monotonic() - t0, 2)
     if "error" in box:
         return res.Result(name, False, {"error": str(box["error"])[:2000], **ctx.partial}, seconds)
@@ -160,13 +174,11 @@ def meta_of(a: argparse.Namespace, probe: dict[str, str]) -> dict[str, object]:
     }
     m.update({k: probe[k] for k in ("gpu", "torch", "cuda", "python") if probe.get(k)})
     if not a.dry and shutil.which("nvidia-smi"):
-        r = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        m["nvidia_smi"] = r.stdout.strip()[:200]
+        query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
+        try:
+            m["nvidia_smi"] = subprocess.run(query, capture_output=True, text=True, timeout=30).stdout.strip()[:200]
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            m["nvidia_smi"] = f"no answer: {type(exc).__name__}"
     return m
 
 
@@ -214,7 +226,7 @@ def main(argv: list[str]) -> int:
             elif left < 10:
                 done.append(res.Result(name, False, {"error": f"not run: the run's {a.budget:.0f} s were spent"}))
             else:
-                done.append(run_one(ctx, name, fn, min(limit, left)))
+                done.append(run_one(ctx, name, fn, min(a.limits.get(name, limit), left)))
             _write(out, meta, done)
     except (Ended, KeyboardInterrupt) as exc:
         done.append(res.Result(name, False, {"error": str(exc) or "interrupted", **ctx.partial}))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import site
 import statistics
 import subprocess
@@ -56,6 +57,7 @@ def install(ctx: Ctx) -> tuple[bool, Details]:
     made = _run([sys.executable, "-m", "venv", "--system-site-packages", venv], 120)
     pip: list[object] = [vpy, "-m", "pip"]
     if made.returncode != 0:  # no ensurepip: a venv without pip, filled by this Python's own pip
+        shutil.rmtree(venv, ignore_errors=True)
         made = _run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv], 120)
         pip = [sys.executable, "-m", "pip", "--python", vpy]
     if made.returncode != 0:

@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,7 @@ class Ctx:
     procs: list[Proc] = field(default_factory=list)
     clients: list[DAPClient] = field(default_factory=list)
     partial: dict[str, Any] = field(default_factory=dict)  # what a check learned so far (kept if it times out)
+    owner: str = ""  # the thread of the check that runs now: the one thread that may start processes
     _n: int = 0
     _port: int = 21000 + os.getpid() % 9000
 
@@ -129,6 +131,8 @@ class Ctx:
         return e
 
     def start(self, name: str, argv: list[str], **env: str) -> Proc:
+        if threading.current_thread().name != self.owner:
+            raise AssertionError(f"not started: {name} (its check is over)")
         p = Proc(name, argv, self.env(**env), self.work, self.logs / f"{name}.log")
         self.procs.append(p)
         return p
