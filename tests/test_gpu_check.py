@@ -139,7 +139,7 @@ def test_results_round_trip_and_the_summary_fits_one_screen(tmp_path):
     assert "steps/s ratios (same run): lazy_vs_plain 0.998, stopon_vs_off 0.970, collrec_on_vs_off n/a" in lines
     assert lines[-1] == "failed: lazy_dap (details in gpu-check.json, logs in logs/)"
     assert len(lines) <= 24 and max(map(len, lines)) <= results.WIDTH
-    assert sum(1 for ln in lines if ln.startswith(" " * 36 + "x")) == 2  # a long gist: 3 lines at most, then cut
+    assert sum(1 for ln in lines if ln.startswith(" " * 36 + "x")) == 1  # a long gist: 2 lines at most, then cut
     r = subprocess.run([PY, str(ROOT / "scripts/gpu_check/results.py"), str(path)], capture_output=True, text=True)
     assert (r.returncode, r.stdout) == (1, text)  # a failed check: exit 1, the same summary
 

@@ -127,8 +127,9 @@ def mode_collectives(a: argparse.Namespace, dev: torch.device) -> None:
     for _ in range(a.steps):
         dist.all_reduce(t)
     dist.broadcast(t, 0)
-    if DEVICE == "cuda" and a.busy_cycles > 0:
-        torch.cuda._sleep(a.busy_cycles)  # the compute stream is busy: the next collective waits behind it
+    busy = getattr(torch.cuda, "_sleep", None) if DEVICE == "cuda" and a.busy_cycles > 0 else None
+    if busy is not None:
+        busy(a.busy_cycles)  # the compute stream is busy: the next collective waits behind it
     work = dist.all_reduce(torch.ones(8, device=dev), async_op=True)
     note(a.info, inflight=True, backend=dist.get_backend(), t=time.time())
     work.wait()

@@ -77,7 +77,7 @@ def _cut(line: str) -> str:
     return line if len(line) <= WIDTH else line[: WIDTH - 3] + "..."
 
 
-def _wrapped(head: str, gist: str, most: int = 3) -> list[str]:
+def _wrapped(head: str, gist: str, most: int = 2) -> list[str]:
     """A check's line, its gist wrapped under it at most ``most`` lines deep (the rest is in the JSON)."""
     lines = textwrap.wrap(gist, WIDTH - len(head)) or [""]
     out = [(head + lines[0]).rstrip()] + [" " * len(head) + ln for ln in lines[1:most]]
