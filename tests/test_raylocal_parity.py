@@ -116,7 +116,7 @@ def _local_runs(tmp: Path, data: bool, mode: str = "cluster") -> list[dict]:
 
 def _compare(cluster_seen: list[dict], local_seen: list[dict]) -> list[str]:
     diffs = []
-    for run, (c, loc) in enumerate(zip(cluster_seen, local_seen), 1):
+    for run, (c, loc) in enumerate(zip(cluster_seen, local_seen, strict=True), 1):
         for key in sorted(set(c) | set(loc)):
             if key in ("callback_processes", "results_agree"):
                 continue

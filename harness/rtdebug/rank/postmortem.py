@@ -53,4 +53,14 @@ def handle(endpoint, exc: BaseException, wait_s: float, rank: int) -> None:
         if not endpoint.wait_for_client(wait_s):
             print(f"rtdebug: rank {rank}: no debugger attached, exiting", file=sys.stderr, flush=True)
             return
+    exc = raise_site(exc)
     _stop_at_raise(type(exc), exc, exc.__traceback__)
+
+
+def raise_site(exc: BaseException) -> BaseException:
+    """The exception whose traceback holds the raise site: the ``WorkerGroupError`` local mode's ``fit()``
+    raises as a cluster's does (``rtdebug.rank.raylocal``) stands for the train function's own exception."""
+    cause = exc.__cause__
+    if getattr(exc, "worker_failures", None) and cause is not None and cause.__traceback__ is not None:
+        return cause
+    return exc

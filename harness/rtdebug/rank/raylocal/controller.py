@@ -69,6 +69,7 @@ class LocalRun:
     def __init__(self, world: World, exchange: Exchange, run_config: Any, storage: Any, snapshot: Snapshot) -> None:
         self.world, self.exchange, self.run_config, self.storage = world, exchange, run_config, storage
         self.snapshot = snapshot
+        self.run_context: Any = None  # the trainer's TrainRunContext, for the callbacks
         self.controller: Controller | None = None  # rank 0's
         self.pending: Pending | None = None
         self.noted: set[str] = set()
@@ -370,7 +371,7 @@ def _open(trainer: Any, world: World, exchange: Exchange) -> LocalRun:
             raise HarnessError(snap.error)
         storage = controller.storage if controller is not None else _storage(rc)
     local = LocalRun(world, exchange, rc, storage, snap)
-    local.controller = controller
+    local.controller, local.run_context = controller, trainer.train_run_context
     return local
 
 
@@ -464,7 +465,7 @@ def _after_exception(local: LocalRun, exc: BaseException) -> None:
         cbs = [cb for cb in (local.run_config.callbacks or []) if isinstance(cb, UserCallback)]
         for cb in cbs:
             try:
-                cb.after_exception(run_context=None, worker_exceptions={local.world.rank: exc})
+                cb.after_exception(run_context=local.run_context, worker_exceptions={local.world.rank: exc})
             except Exception as cb_exc:
                 what = f"{type(cb).__name__}.after_exception raised {type(cb_exc).__name__}: {cb_exc}"
                 raise HarnessError(f"RunConfig(callbacks=): {what}") from cb_exc
