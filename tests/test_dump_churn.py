@@ -3,7 +3,7 @@
 CPython's signal-time dump (faulthandler) walks the thread list without the GIL, and a churning process
 died by SIGSEGV after 3 to 32 such signals on 3.11-3.13. The dump thread takes the stacks as Python with
 the GIL, so no thread state can be freed under it. Each supported Python runs ``scripts/churn_torture.py``
-(the rank side armed by ``rtdebug.stacks.dump.arm``, the requester ``rtdebug.stacks.collect``'s own
+(the rank side armed by ``rtdebug.rank.stacks.dump.arm``, the requester ``rtdebug.stacks.collect``'s own
 ``ask``) in its ``.venv-3.X``. ``RTDEBUG_CHURN_DUMPS`` changes the count (default 5000).
 
 The control (``RTDEBUG_CHURN_CONTROL=1``, off in CI: it proves a crash, which is luck-dependent in its

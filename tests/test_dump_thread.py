@@ -1,4 +1,4 @@
-"""The rank's dump thread (rtdebug.stacks.dump) and its requester (rtdebug.stacks.collect.ask / Asked).
+"""The rank's dump thread (rtdebug.rank.stacks.dump) and its requester (rtdebug.stacks.collect.ask / Asked).
 
 A child process arms the dump as a rank does; the test is the requester. What it must hold: the answer
 is whole, names every thread and ends with the main thread; junk in the FIFO makes no dump; a symlink
@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from rtdebug.stacks import collect, dump
+from rtdebug.stacks import collect, contract
 
 from support.paths import ROOT
 from support.wait import finishes, stays
@@ -25,7 +25,7 @@ from support.wait import finishes, stays
 CHILD = textwrap.dedent("""
     import json, sys, threading, time
     from pathlib import Path
-    from rtdebug.stacks import dump
+    from rtdebug.rank.stacks import dump
 
     info = dump.arm(Path(sys.argv[1]), 2)
     threading.Thread(target=time.sleep, args=(600,), name="worker-[x]\\x1b", daemon=True).start()
@@ -125,4 +125,4 @@ def test_disarm_leaves_no_thread_and_no_fifo(rank):
 
 def test_fallback_bound_is_half_the_timeout_at_most():
     assert collect.fallback_after(3.0) == 1.5 and collect.fallback_after(1.0) == 0.5
-    assert dump.request_file(7) == "stacks-7.req" and dump.answer_file(7) == "stacks-7.json"
+    assert contract.request_file(7) == "stacks-7.req" and contract.answer_file(7) == "stacks-7.json"

@@ -1,4 +1,4 @@
-"""torch's Flight Recorder as the verdict's source (rtdebug.stacks.flight, rtdebug.stacks.verdict).
+"""torch's Flight Recorder as the verdict's source (rtdebug.rank.stacks.flight, rtdebug.stacks.flight and .verdict).
 
 The entries below have the shape torch 2.13 writes for gloo and for NCCL (``_dump_fr_trace_json``): the
 same code reads both, so NCCL's decisions (its op names, a ring that wrapped, p2p entries) are tested
@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from rtdebug.rank.stacks import flight as rankflight
 from rtdebug.stacks import flight, verdict
 from rtdebug.stacks import group as stackgroup
 
@@ -44,7 +45,7 @@ def ddp_rank(n_allreduce, last, backend="gloo"):
         es.append(
             fr_entry(3 + n_allreduce, f"{backend}:{last}", retired=False, sizes=() if last == "barrier" else ((81,),))
         )
-    return flight.summarize(trace(*es))
+    return rankflight.summarize(trace(*es))
 
 
 BACKWARD = [
@@ -106,19 +107,19 @@ def test_a_ring_that_wrapped_gives_no_counts_but_the_same_culprit():
 
 
 def test_nccl_op_names_map_to_the_records_spelling():
-    assert flight.op_name("nccl:all_reduce") == "ALLREDUCE"
-    assert flight.op_name("nccl:_reduce_scatter_base") == "REDUCE_SCATTER_BASE"
-    assert flight.op_name("nccl:all_gather_into_tensor_coalesced") == "ALL_GATHER_INTO_TENSOR_COALESCED"
-    assert flight.op_name("gloo:barrier") == "BARRIER"
+    assert rankflight.op_name("nccl:all_reduce") == "ALLREDUCE"
+    assert rankflight.op_name("nccl:_reduce_scatter_base") == "REDUCE_SCATTER_BASE"
+    assert rankflight.op_name("nccl:all_gather_into_tensor_coalesced") == "ALL_GATHER_INTO_TENSOR_COALESCED"
+    assert rankflight.op_name("gloo:barrier") == "BARRIER"
 
 
 def test_p2p_entries_are_not_a_ranks_collective_position():
-    s = flight.summarize(trace(fr_entry(1, "nccl:all_reduce"), fr_entry(1, "nccl:send", p2p=True, retired=False)))
+    s = rankflight.summarize(trace(fr_entry(1, "nccl:all_reduce"), fr_entry(1, "nccl:send", p2p=True, retired=False)))
     assert flight.last(s)["op"] == "ALLREDUCE" and flight.last(s)["state"] == "returned"
 
 
 def test_a_python_level_collective_keeps_the_records_call_site():
-    s = flight.summarize(trace(fr_entry(1, "gloo:all_reduce", retired=False)))
+    s = rankflight.summarize(trace(fr_entry(1, "gloo:all_reduce", retired=False)))
     rec = {"op": "ALLREDUCE", "seq": 1, "state": "entered", "file": "/job/t.py", "line": 9, "func": "f", "pg": "0"}
     pos = flight.position(s, rec, BARRIER)
     assert (pos["file"], pos["line"], pos["issued"]) == ("/job/t.py", 9, "python")
@@ -162,7 +163,7 @@ FORGED = [
         * 3,
         "counts": {},
     },
-    {"entries": [flight._compact(fr_entry(1, "gloo:all_reduce"))] * (flight.KEEP + 1), "counts": {}},
+    {"entries": [rankflight._compact(fr_entry(1, "gloo:all_reduce"))] * (flight.KEEP + 1), "counts": {}},
 ]
 
 
@@ -224,12 +225,12 @@ def test_a_plain_tie_still_names_nobody():
 
 
 def test_a_ray_train_op_the_flight_recorder_never_sees_is_taken_from_the_record():
-    """Ranks 0 and 2 wait in ray.train.report (Ray's own collective: torch's recorder shows their last
-    all-reduce returned); rank 1 is still in backward. The records of the named op decide."""
+    """Ranks 0 and 2 wait in ray.train.report (Ray's own collective: torch's recorder shows only their last
+    all-reduce, returned); rank 1 computes, past the same all-reduce. The records of the named op decide."""
     report = {"op": "ray.train.report", "seq": 3, "state": "entered", "file": "/job/train.py", "line": 30,
               "pg": "ray.train"}  # fmt: skip
     dumps = {r: {"flight": ddp_rank(6, None), "collective": dict(report)} for r in (0, 2)}
-    dumps[1] = {"flight": ddp_rank(6, "all_reduce"), "collective": dict(report, seq=2, state="returned")}
+    dumps[1] = {"flight": ddp_rank(6, None), "collective": dict(report, seq=2, state="returned")}
     snap = verdict.annotate(snap_of({0: BARRIER, 1: BACKWARD, 2: BARRIER}), dumps)
     assert snap["collectives_from"] == "flight recorder" and snap["culprit"] == 1
     assert snap["verdict"] == "rank 1 never entered ray.train.report #3; ranks 0,2 wait in it"

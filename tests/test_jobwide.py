@@ -13,6 +13,7 @@ from datetime import timedelta
 import pytest
 
 from rtdebug.rank import stackwatch
+from rtdebug.rank.stacks import take as taker
 from rtdebug.registry import c10d, ray_kv, signing
 from rtdebug.registry.tcpstore import TCPStoreClient
 from rtdebug.stacks import jobwide, wire
@@ -141,7 +142,7 @@ def test_hostile_answers_are_marked_or_refused():
     """A rank's answer key forged by someone who reaches the store: wrong MAC, junk, oversized, replayed."""
     n, nonce = 10_000, wire.new_nonce()
     known = [SECRET]
-    dump = wire.take()
+    dump = taker.with_flight()
 
     def key(r: int) -> str:
         return wire.answer_key(RUN, n, nonce, r)
@@ -296,7 +297,7 @@ def test_a_ray_answer_is_read_once_while_the_requester_waits_for_the_rest(monkey
     rank 0's answer once, not on every poll. An answer left from an earlier request is not taken."""
     kv = MemoryKV()
     kv.data[wire.dump_answer_key("rayjob", 1)] = wire.answer(
-        wire.dump_answer_key("rayjob", 1), 1, 1, wire.new_nonce(), wire.take(), SECRET
+        wire.dump_answer_key("rayjob", 1), 1, 1, wire.new_nonce(), taker.with_flight(), SECRET
     )
     watch = stackwatch.KVWatch(kv, "rayjob", 0, SECRET, {"hostname": "h"}).start()
     seen: list[int] = []
@@ -352,7 +353,7 @@ def test_a_forged_answer_never_steers_the_verdict_nor_the_terminal():
     characters print as '?'."""
     n, nonce = 10_001, wire.new_nonce()
     rec = {"op": "ALLREDUCE", "seq": 4, "state": "entered", "file": "/j/hang.py", "line": 22, "pg": "0"}
-    real = dict(wire.take(), text=REAL)
+    real = dict(taker.with_flight(), text=REAL)
     evil = dict(real, text=real["text"].replace("train_step", "x\x1b[2K\x9bhealthy"))
     k0, k1 = wire.answer_key(RUN, n, nonce, 0), wire.answer_key(RUN, n, nonce, 1)
     raws = {
@@ -380,7 +381,7 @@ def test_warnings_come_before_the_verdict_and_another_secret_is_one_line():
     n, nonce = 10_002, wire.new_nonce()
     entered = {"op": "ALLREDUCE", "seq": 4, "state": "entered", "file": "/j/hang.py", "line": 22, "pg": "0"}
     behind = dict(entered, seq=3, state="returned")
-    real = dict(wire.take(), text=REAL)
+    real = dict(taker.with_flight(), text=REAL)
     raws = {}
     for r, rec, secret in ((0, entered, SECRET), (1, entered, None), (2, behind, SECRET)):
         key = wire.answer_key(RUN, n, nonce, r)
@@ -425,7 +426,7 @@ def test_planted_answers_and_done_counts_for_future_requests_change_nothing(stor
         last = c.add(wire.dump_seq_key(RUN), 0)
         replay = _answers(c, last)
         old_nonce = next(iter(replay.values()))[0].split("/")[-2]
-        fake = {r: dict(wire.take(), text=REAL.replace("train_step", f"elsewhere_{r}")) for r in range(3)}
+        fake = {r: dict(taker.with_flight(), text=REAL.replace("train_step", f"elsewhere_{r}")) for r in range(3)}
         ahead = {"op": "ALLREDUCE", "seq": 9, "state": "entered", "file": "/j/hang.py", "line": 22, "pg": "0"}
         recs = {0: dict(ahead, seq=8, state="returned"), 1: ahead, 2: ahead}
         planted = []
@@ -483,7 +484,9 @@ class _Racer(TCPStoreClient):
             self.add(wire.dump_done_key(RUN, n, nonce), 99)
             key1 = wire.answer_key(RUN, n, nonce, 1)
             rec = {"op": "ALLREDUCE", "seq": 2, "state": "entered", "file": "/j/x.py", "line": 1, "pg": "0"}
-            super().set(key1, wire.answer(key1, 1, n, nonce, dict(wire.take(), text=REAL), None, collective=rec))
+            super().set(
+                key1, wire.answer(key1, 1, n, nonce, dict(taker.with_flight(), text=REAL), None, collective=rec)
+            )
         super().set(key, value)
 
 

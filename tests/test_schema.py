@@ -20,11 +20,11 @@ import pytest
 from rtdebug.common.config import RankConfig, Target
 from rtdebug.launcher import single
 from rtdebug.rank import state as rankstate
+from rtdebug.rank.stacks import dump
 from rtdebug.registry import collseq
 from rtdebug.registry import entry as registry_entry
 from rtdebug.registry import schema as schema_types_mod
 from rtdebug.registry.entry import REQUIRED, SCHEMA_PATH, session_entry
-from rtdebug.stacks import dump
 
 from support.paths import EXAMPLES, ROOT
 from support.wait import until
@@ -230,7 +230,7 @@ def test_a_decoded_collective_record_is_its_type_and_schema_valid():
 
 
 def test_a_dump_threads_answer_is_its_type_and_schema_valid(tmp_path):
-    """The real thread's ``answer`` (``rtdebug.stacks.dump``), asked through its FIFO and read from its file."""
+    """The real thread's ``answer`` (``rtdebug.rank.stacks.dump``), asked through its FIFO and read from its file."""
     stacks = dump.arm(tmp_path, 0)
     try:
         assert stacks is not None

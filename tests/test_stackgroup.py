@@ -14,7 +14,7 @@ from rtdebug.common.config import RankConfig
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.paths import PACKAGE_DIR
 from rtdebug.rank.collectives import mismatch as collectives
-from rtdebug.stacks import dump as stacks
+from rtdebug.stacks import contract
 from rtdebug.stacks import format as stackformat
 from rtdebug.stacks import group as stackgroup
 
@@ -23,7 +23,7 @@ from support.paths import ROOT
 DUMPER = textwrap.dedent("""
     import json, os, signal, sys, threading, time
     from pathlib import Path
-    from rtdebug.stacks import dump as stacks
+    from rtdebug.rank.stacks import dump as stacks
 
     info = stacks.arm(Path(sys.argv[1]), 3)
     ready = threading.Event()
@@ -69,7 +69,7 @@ def real_dump(tmp_path_factory):
 
 def test_arm_writes_a_whole_dump_of_every_thread(real_dump):
     info, text, script, kill, helper = real_dump
-    assert info["file"] == "stacks-3.txt" and info["signal"] == stacks.SIGNAL
+    assert info["file"] == "stacks-3.txt" and info["signal"] == contract.SIGNAL
     threads = stackgroup.parse_dump(text)
     assert len(threads) == 3  # newest first: the helper, rtdebug's dump thread (blocked on its FIFO), main
     assert stackgroup.own_thread(threads[1]) and not stackgroup.own_thread(threads[0])
@@ -290,8 +290,8 @@ def test_every_rtdebug_subpackage_counts_as_rtdebug_not_user_code():
     """The frames of rtdebug's rank, launcher and stacks modules are rtdebug's own, wherever they live."""
     import rtdebug.launcher.agent
     import rtdebug.rank.bootstrap
-    import rtdebug.stacks.dump
+    import rtdebug.rank.stacks.dump
 
-    for mod in (rtdebug.rank.bootstrap, rtdebug.stacks.dump, rtdebug.launcher.agent):
+    for mod in (rtdebug.rank.bootstrap, rtdebug.rank.stacks.dump, rtdebug.launcher.agent):
         assert stackgroup.frame_kind(mod.__file__) != "user", mod.__file__
     assert stackgroup.frame_kind(str(ROOT / "examples" / "hang.py")) == "user"

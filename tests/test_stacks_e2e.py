@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 from rtdebug.registry.entry import SCHEMA_PATH
-from rtdebug.stacks.dump import SIGNAL
+from rtdebug.stacks.contract import SIGNAL
 from rtdebug.stacks.native import find_py_spy
 
 from support.dap import DAPClient

@@ -21,7 +21,7 @@ from pathlib import Path
 
 
 def churn(d: Path) -> None:
-    from rtdebug.stacks import dump
+    from rtdebug.rank.stacks import dump
 
     info = dump.arm(d, 0)
     (d / "info.json").write_text(json.dumps(info))

@@ -14,7 +14,7 @@ import threading
 import time
 
 if "--take-signal" in sys.argv:
-    from rtdebug.stacks.dump import SIGNAL
+    from rtdebug.stacks.contract import SIGNAL
 
     signal.signal(SIGNAL, lambda s, f: None)
 

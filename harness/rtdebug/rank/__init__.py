@@ -3,7 +3,7 @@
 ``bootstrap`` is the per-rank entry point torchrun starts. In order, it: arms the ``localmode`` and
 ``forcelocal`` fixes (post-import hooks), the launcher-watch guard (``rtdebug.common.lifetime``), the
 rank's ``state`` (its registry entry and state machine) and, in a multi-node job, the store
-``publish``er; arms the stacks dump (``rtdebug.stacks.dump``); opens the lazy ``endpoint`` (each
+``publish``er; arms the stacks dump (``rtdebug.rank.stacks.dump``); opens the lazy ``endpoint`` (each
 client checked by ``access``, handed to pydevd through ``pydevd_socket``, traced only while attached by
 ``tracing``, with a short GIL switch interval while it connects: ``gil``); with ``--wait`` pre-imports
 torch and waits for a client; then ``execute``s the user's script. A raise is reported as python would

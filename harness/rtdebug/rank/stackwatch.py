@@ -5,7 +5,7 @@ reach the store, not the rank's process; and a server-side ``WAIT`` on the next 
 the thread in a ``recv`` without the GIL, so a 1024-rank job costs the store one idle connection per
 rank and no traffic until someone asks (a bounded wait re-reads the counter now and then, in case a
 requester took a number and died before writing its request). The dump is taken by this thread, as
-Python with the GIL (``rtdebug.stacks.wire.take``), while the main thread runs, sits at a breakpoint
+Python with the GIL (``rtdebug.rank.stacks.take.with_flight``), while the main thread runs, sits at a breakpoint
 or blocks in a C++ collective; it is the same text a local ``rtdebug stacks`` parses.
 
 Anyone who reaches the store can write the key a rank waits on, so a request costs the rank almost
@@ -26,6 +26,7 @@ from typing import Any
 
 from rtdebug.common import log
 from rtdebug.common.threads import hidden_thread
+from rtdebug.rank.stacks import take as taker
 from rtdebug.registry.tcpstore import GET, StoreError, TCPStoreClient, _key
 from rtdebug.stacks import wire
 
@@ -135,7 +136,7 @@ class StoreWatch:
             return
         nonce = got[1]
         out = wire.answer_key(self.run_id, n, nonce, self.rank)
-        value = wire.answer(out, self.rank, n, nonce, wire.take(), self.secret, **collective(), **self.where)
+        value = wire.answer(out, self.rank, n, nonce, taker.with_flight(), self.secret, **collective(), **self.where)
         client.set(out, value)
         if self._last_answer is not None:
             client.delete_key(self._last_answer)  # one answer per rank in the store, at most
@@ -178,7 +179,7 @@ class KVWatch:
                 n, nonce = got
                 self.last_n = n
                 out = dump_answer_key(self.sid, self.rank)
-                dump = wire.take(self.main_ident)
+                dump = taker.with_flight(self.main_ident)
                 value = wire.answer(out, self.rank, n, nonce, dump, self.secret, **collective(), **self.where)
                 self.kv.put_raw(out, value)
             except Exception:  # the cluster is going away with the run

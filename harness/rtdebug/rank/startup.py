@@ -44,7 +44,7 @@ def fixes(pg_timeout_s: float, stop_on: str = "", force_local: bool = False, ray
 
 def dumps(session_dir: Path | str, rank: int) -> dict[str, Any] | None:
     """The rank's dump thread (and the signal fallback): the entry's ``stacks`` field."""
-    from rtdebug.stacks import dump
+    from rtdebug.rank.stacks import dump
 
     return dump.arm(Path(session_dir), rank)
 
@@ -68,7 +68,7 @@ def serve(entry: Any, endpoint: Any, eager: bool, warm_after: float = 0.0) -> No
 def disarm() -> None:
     """What detach takes out of an adopted rank: the dump thread and signal, and the collective record."""
     from rtdebug.rank.collectives import recorder as collrec
-    from rtdebug.stacks import dump
+    from rtdebug.rank.stacks import dump
 
     dump.disarm()
     collrec.disarm()

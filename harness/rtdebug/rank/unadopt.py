@@ -84,7 +84,7 @@ def release(stacks: dict[str, Any] | None) -> None:
     access check's netlink socket: what the rank opened besides the endpoint."""
     from rtdebug.common import sockdiag
     from rtdebug.rank.collectives import recorder as collrec
-    from rtdebug.stacks import dump
+    from rtdebug.rank.stacks import dump
 
     if stacks is not None:
         dump.disarm()

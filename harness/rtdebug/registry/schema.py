@@ -88,7 +88,7 @@ class _StacksRequired(TypedDict):
 
 
 class StacksField(_StacksRequired, total=False):
-    """How ``rtdebug stacks`` reaches a rank (``rtdebug.stacks.dump.arm``): its FIFO and answer, or its signal."""
+    """How ``rtdebug stacks`` reaches a rank (``rtdebug.rank.stacks.dump.arm``): its FIFO and answer, or its signal."""
 
     request: str
     answer: str
@@ -198,7 +198,7 @@ class RankEntry(_RankRequired, total=False):
 
 
 class RankStacks(TypedDict):
-    """This process's stacks as text (``rtdebug.stacks.take.take``): what every dump of a rank carries."""
+    """This process's stacks as text (``rtdebug.rank.stacks.take.take``): what every dump of a rank carries."""
 
     text: str
     main_id: str
@@ -207,7 +207,7 @@ class RankStacks(TypedDict):
 
 class StacksAnswer(RankStacks):
     """What a rank's dump thread writes to its ``answer`` file (the schema's ``stacks_answer``): its stacks,
-    the request's nonce, and torch's Flight Recorder summary (``rtdebug.stacks.flight``; None: no group)."""
+    the request's nonce, and torch's Flight Recorder summary (``rtdebug.rank.stacks.flight``; None: no group)."""
 
     nonce: str
     how: Literal["thread"]

@@ -1,9 +1,12 @@
-"""Stacks of every rank without a debugger: ``dump`` (armed inside each rank, written by CPython's C-level
-faulthandler at signal time), ``collect`` (the requester: signal, read, wait), ``group`` and ``format``,
-``native`` (py-spy), ``verdict`` (who the others wait for, from the collective records), ``jobwide``
-(every rank of a job through its store or the Ray KV) and ``answer`` (a rank's signed answer to it).
+"""Stacks of every rank without a debugger, the requester's half: ``ask`` and ``collect`` (write a nonce
+into each rank's FIFO, read its dump thread's answer; the signal fallback for a rank that cannot answer),
+``group`` and ``format``, ``native`` (py-spy), ``flight`` (a rank's Flight Recorder summary, read as
+forgeable input), ``verdict`` (who the others wait for: each rank's ``position``, the ``finding`` said
+once), ``history``, ``stops`` and ``jobwide`` (every rank of a job through its store or the Ray KV).
 
-``dump`` and ``answer`` run in ranks; the rest in the shell (``rtdebug stacks``) and the launcher
-(hang watch).
-Imports ``rtdebug.common`` and ``rtdebug.registry`` only (it may use ``rtdebug.views``, below it).
+The rank's half (its dump thread, the stacks it takes, the Flight Recorder it reads) runs in each rank:
+``rtdebug.rank.stacks``. What both halves share is here, below the rank: ``contract`` (the files, the
+signal, the size of a dump) and ``wire`` (the job-wide protocol, both ends). Everything else runs in the
+shell (``rtdebug stacks``) and the launcher (hang watch). Imports ``rtdebug.common`` and
+``rtdebug.registry`` only (it may use ``rtdebug.views``, below it).
 """

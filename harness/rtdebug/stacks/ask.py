@@ -1,4 +1,4 @@
-"""Asking a rank's dump thread for its stacks (the requester's half of ``rtdebug.stacks.dump``).
+"""Asking a rank's dump thread for its stacks (the requester's half of ``rtdebug.rank.stacks.dump``).
 
 ``ask`` writes a fresh nonce into the rank's FIFO -- opened write-only, non-blocking (``ENXIO`` at once when
 no thread reads it, never a hang), without following links, and only if it is a FIFO -- and ``Asked.read``
@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rtdebug.stacks import dump as rankdump
+from rtdebug.stacks import contract
 from rtdebug.stacks import group as stackgroup
 
 Entry = dict[str, Any]
 FALLBACK_S = 1.5  # see fallback_after
-MAX_ANSWER = 512 << 10  # a dump thread's answer: the text (take.MAX_TEXT) and the recorder's summary
+MAX_ANSWER = 512 << 10  # a dump thread's answer: the text (contract.MAX_TEXT) and the recorder's summary
 
 
 @dataclass
@@ -72,13 +72,13 @@ def ask(sdir: Path, e: Entry) -> Asked | None:
     """Write a fresh nonce into rank ``e``'s dump FIFO; None when it has no dump thread to ask."""
     info = e.get("stacks")
     rank = e["rank"]
-    if not isinstance(info, dict) or info.get("request") != rankdump.request_file(rank):
+    if not isinstance(info, dict) or info.get("request") != contract.request_file(rank):
         return None
-    if info.get("answer") != rankdump.answer_file(rank):
+    if info.get("answer") != contract.answer_file(rank):
         return None
     nonce = secrets.token_hex(16)
     try:  # O_NONBLOCK: ENXIO at once when no thread reads it (the rank's thread is gone), never a hang
-        fd = os.open(sdir / rankdump.request_file(rank), os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(sdir / contract.request_file(rank), os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
     try:
@@ -89,7 +89,7 @@ def ask(sdir: Path, e: Entry) -> Asked | None:
         return None
     finally:
         os.close(fd)
-    return Asked(e, sdir / rankdump.answer_file(rank), nonce)
+    return Asked(e, sdir / contract.answer_file(rank), nonce)
 
 
 def fallback_after(timeout: float) -> float:

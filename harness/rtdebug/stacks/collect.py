@@ -1,6 +1,6 @@
 """Requester side of ``rtdebug stacks``: ask each live rank's dump thread, read its answer, group them.
 
-Under the session's stacks lock: write a fresh nonce into each rank's FIFO (``rtdebug.stacks.dump``);
+Under the session's stacks lock: write a fresh nonce into each rank's FIFO (``rtdebug.rank.stacks.dump``);
 its dump thread answers with the stacks, taken as Python with the GIL, and its Flight Recorder. A rank
 whose thread has not answered within ``fallback_s`` (a C call holds its GIL; see ``fallback_after``)
 gets the signal fallback: its signal-time dump file is truncated and read until it is whole (its main
@@ -31,7 +31,7 @@ from rtdebug.registry.files import Registry
 from rtdebug.stacks import group as stackgroup
 from rtdebug.stacks import stops, verdict
 from rtdebug.stacks.ask import Asked, ask, fallback_after
-from rtdebug.stacks.dump import SIGNAL, dump_file
+from rtdebug.stacks.contract import SIGNAL, dump_file
 from rtdebug.stacks.native import native_dumps
 
 STABLE_S = 0.3  # a dump that stops growing without reaching its bottom frame is taken as it is
@@ -72,7 +72,7 @@ class Pending:
 
 
 def _stopped(pid: int) -> bool:
-    import psutil  # the requester only: ranks import rtdebug.stacks.dump, never this module
+    import psutil  # the requester only: ranks import rtdebug.rank.stacks.dump, never this module
 
     try:
         return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)

@@ -43,8 +43,7 @@ from rtdebug.registry import signing
 from rtdebug.registry.c10d import PREFIX
 from rtdebug.stacks import flight as flightrec
 from rtdebug.stacks import group as stackgroup
-from rtdebug.stacks import take as taker
-from rtdebug.stacks.take import MAX_TEXT
+from rtdebug.stacks.contract import MAX_TEXT
 
 MAX_ANSWER = MAX_TEXT + flightrec.MAX_JSON + (16 << 10)
 MAX_REQUEST = 4096  # bytes: a genuine request is ~100 plus 65 per MAC
@@ -99,12 +98,6 @@ def request_ok(key: str, raw: bytes | None, secret: str | None) -> tuple[int, st
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         return None
     return n, value["nonce"]
-
-
-def take(main_ident: int | None = None) -> dict[str, Any]:
-    """This process's stacks now, taken as Python by the calling (watcher) thread with the GIL, and its
-    Flight Recorder (``rtdebug.stacks.take``, ``rtdebug.stacks.flight``)."""
-    return dict(taker.take(main_ident), flight=flightrec.read())
 
 
 def answer(key: str, rank: int, n: int, nonce: str, dump: dict[str, Any], secret: str | None, **extra: Any) -> bytes:

@@ -2,8 +2,8 @@
 
 ``arm`` starts the rank's dump thread. It blocks in ``read`` on a FIFO ``stacks-<rank>.req`` in the
 session directory (the GIL released, nothing per step); a requester writes a nonce line there, and the
-thread answers with ``stacks-<rank>.json``: every thread's frames and names (``rtdebug.stacks.take``),
-the nonce, and torch's Flight Recorder read at that moment (``rtdebug.stacks.flight``: the collectives
+thread answers with ``stacks-<rank>.json``: every thread's frames and names (``rtdebug.rank.stacks.take``),
+the nonce, and torch's Flight Recorder read at that moment (``rtdebug.rank.stacks.flight``: the collectives
 DDP and FSDP issue from C++). The answer is written to a fresh temp name (``O_EXCL|O_NOFOLLOW``,
 relative to the directory fd checked at arm) and renamed into place (``rtdebug.common.atomic``), so a
 requester never reads half an answer and no symlink planted in the directory is ever written through.
@@ -34,31 +34,14 @@ from typing import Any
 
 from rtdebug.common import atomic, log
 from rtdebug.common.threads import hidden_thread
+from rtdebug.rank.stacks import take
 from rtdebug.registry.schema import StacksAnswer
-from rtdebug.stacks import take
+from rtdebug.stacks.contract import SIGNAL, answer_file, dump_file, request_file
 
-# A real-time signal, not SIGUSR1/2: schedulers and frameworks use those (SLURM's --signal, preemption
-# checkpoint handlers).
-SIGNAL: int = int(signal.SIGRTMIN) + 6 if hasattr(signal, "SIGRTMIN") else int(signal.SIGUSR2)
 NONCE_RE = re.compile(rb"^[0-9a-f]{16,64}$")
 STOP = b"stop\n"  # written by disarm to wake the thread (only the owner can write into the 0700 session dir)
 MIN_GAP_S = 0.005  # requests queued meanwhile are answered once, with the newest nonce
 _armed: dict[str, Any] = {}
-
-
-def dump_file(rank: int) -> str:
-    """The signal fallback's file in the session directory (the only name a requester truncates)."""
-    return f"stacks-{rank}.txt"
-
-
-def request_file(rank: int) -> str:
-    """The FIFO a requester writes a nonce line into."""
-    return f"stacks-{rank}.req"
-
-
-def answer_file(rank: int) -> str:
-    """The dump thread's answer (JSON), renamed into place whole."""
-    return f"stacks-{rank}.json"
 
 
 def _newest_nonce(buf: bytes) -> bytes | None:
@@ -117,11 +100,11 @@ class DumpThread:
             try:
                 self.answer(nonce.decode())
             except Exception:  # the rank must go on whatever happens here
-                log.swallowed("stacks.dump: the rank must go on whatever happens here")
+                log.swallowed("rank.stacks.dump: the rank must go on whatever happens here")
                 continue
 
     def answer(self, nonce: str) -> None:
-        from rtdebug.stacks import flight
+        from rtdebug.rank.stacks import flight
 
         stacks = take.take(self.main_ident)
         value: StacksAnswer = {

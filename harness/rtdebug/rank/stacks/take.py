@@ -20,8 +20,8 @@ import threading
 from typing import Any
 
 from rtdebug.registry.schema import RankStacks
+from rtdebug.stacks.contract import MAX_TEXT
 
-MAX_TEXT = 256 << 10  # bytes of text a rank sends (faulthandler caps threads and frames; this caps the bytes)
 MAX_THREADS = 100
 MAX_FRAMES = 100
 
@@ -73,3 +73,11 @@ def take(main_ident: int | None = None) -> RankStacks:
     """``{"text", "main_id", "pid"}``: the dump a local or job-wide answer carries."""
     ident = main_ident if main_ident is not None else threading.main_thread().ident
     return {"text": text(ident), "main_id": hex(ident or 0), "pid": os.getpid()}
+
+
+def with_flight(main_ident: int | None = None) -> dict[str, Any]:
+    """This process's stacks now, taken as Python by the calling (watcher) thread with the GIL, and its
+    Flight Recorder (``rtdebug.rank.stacks.flight``): what a job-wide answer carries (``rtdebug.stacks.wire``)."""
+    from rtdebug.rank.stacks import flight
+
+    return dict(take(main_ident), flight=flight.read())
