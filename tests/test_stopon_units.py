@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
+import gc
 import subprocess
+import weakref
 
 import pytest
 
@@ -12,6 +14,7 @@ torch = pytest.importorskip("torch")
 
 from rtdebug.commands.adoptstopon import summary  # noqa: E402
 from rtdebug.rank.stopon import agree, ddp, finite, together  # noqa: E402
+from rtdebug.rank.stopon.state import STATE, WeakIdMap  # noqa: E402
 
 from support.paths import PY, SCRIPTS  # noqa: E402
 
@@ -77,20 +80,53 @@ def test_deep_names_the_first_non_finite_output_of_a_training_forward_only():
     """``nonfinite:deep``'s forward hook: an evaluation (no_grad) forward with a NaN output is not looked at
     (it would name a module in the next training step's event); the first training output that is, is."""
     fc1, fc2 = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
-    ddp._modules.update({id(fc1): "fc1", id(fc2): "fc2"})
+    STATE.modules[fc1], STATE.modules[fc2] = "fc1", "fc2"
     nan = torch.tensor([float("nan")])
     try:
         with torch.no_grad():
             ddp._forward(fc1, (), nan)
-        assert ddp._step["deep"] is None
+        assert STATE.step.deep is None
         ddp._forward(fc1, (), torch.ones(1))
         ddp._forward(fc2, (), (nan, torch.ones(1)))  # a tuple output: its first tensor
         ddp._forward(fc1, (), nan)  # not the first: fc2 stays
-        assert ddp._step["deep"] == "fc2"
+        assert STATE.step.deep == "fc2"
     finally:
-        ddp._step["deep"] = None
+        STATE.step.deep = None
         for m in (fc1, fc2):
-            ddp._modules.pop(id(m))
+            STATE.modules.pop(m)
+
+
+def test_a_later_model_is_never_given_a_dead_models_parameter_names():
+    """stop-on knows parameters by identity and weakly: once a model is gone, a parameter of a later model
+    made at the very same address (the same ``id()``) has no name of the dead one's -- it would name the
+    wrong parameter as a NaN's origin. The test makes later models until one does reuse an address."""
+    dead = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    ddp.watch(dead, hooks=False)
+    assert ddp.name_of(dead[0].weight) == "0.weight" and ddp.order_of(dead[0].bias) == 1
+    addresses = {id(p) for p in dead.parameters()}
+    known = len(STATE.names)
+    del dead
+    gc.collect()
+    assert len(STATE.names) == known - 2  # its entries went with it
+    later, reused = [], None
+    for _ in range(10000):  # each kept alive, so that each takes fresh memory until a freed address comes
+        model = torch.nn.Linear(2, 2)
+        later.append(model)
+        reused = next((p for p in model.parameters() if id(p) in addresses), None)
+        if reused is not None:
+            break
+    assert reused is not None, "no later parameter was made at a dead one's address: the test proves nothing"
+    assert ddp.name_of(reused) is None and ddp.order_of(reused) == 1 << 30
+
+
+def test_weak_id_map_holds_nothing_alive_and_matches_identity_only():
+    m = WeakIdMap()
+    a, b = torch.zeros(3), torch.zeros(3)  # equal tensors: told apart by identity, never compared
+    m[a] = "a"
+    assert a in m and b not in m and m.get(b) is None and m.get(a) == "a" and list(m.keys()) == [a]
+    ref = weakref.ref(a)
+    del a
+    assert ref() is None and len(m) == 0 and list(m.keys()) == []
 
 
 def test_adopt_summary():

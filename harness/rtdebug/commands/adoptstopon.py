@@ -17,11 +17,9 @@ from rtdebug.inject import run as inject
 from rtdebug.registry.entry import ATTACHABLE_STATES
 from rtdebug.registry.files import Registry
 
-_CONFIGURE = (
+_CONFIGURE = (  # ``rtdebug.rank.adopted.set_stop_on``: its answer, or "not adopted" where rtdebug never ran
     "import sys\nm = sys.modules.get('rtdebug.rank.adopted')\n"
-    "if m is None or not m._state.get('session_id'):\n result = dict(status='not adopted')\n"
-    "else:\n import rtdebug.rank.stopon.arm as a\n"
-    " result = dict(status='set', stop_on=a.configure(SPEC, gen=GEN))\n"
+    "result = dict(status='not adopted') if m is None else m.set_stop_on(SPEC, GEN)\n"
 )
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import threading
 from typing import Any
@@ -91,6 +90,20 @@ def main(spec_json: str, added: str | None = None) -> dict[str, Any]:
     return result
 
 
+def session_id() -> str | None:
+    """The session this rank is adopted into; None: not adopted (or detached)."""
+    return _state.get("session_id") or None
+
+
+def set_stop_on(spec: str, gen: str) -> dict[str, Any]:
+    """``rtdebug adopt --stop-on`` on an adopted rank (injected, ``rtdebug.commands.adoptstopon``): its answer."""
+    if session_id() is None:
+        return {"status": "not adopted"}
+    from rtdebug.rank.stopon import arm
+
+    return {"status": "set", "stop_on": arm.configure(spec, gen=gen)}
+
+
 def pg_timeout() -> tuple[float | None, str]:
     """The default process group's timeout, read from torch in this rank, and where it came from: torch's
     default for its backend, or the job's own ``timeout=`` (None and why: no group yet, or unknown)."""
@@ -139,7 +152,6 @@ def adopt(spec: dict[str, Any]) -> dict[str, Any]:
         entry_file.close()
         raise
     endpoint = Endpoint(spec["host"], int(spec["port"]), allow=spec.get("allow", ""))
-    _track_clients(endpoint)
     stacks = _main_bottom(startup.dumps(reg.session_dir(sid), rank))
     record.connect(endpoint)
     try:  # all or nothing: a failure leaves no listener, handler, wrapper or publisher behind
@@ -179,7 +191,7 @@ def _stop_on_off(sid: str) -> None:
     """A detached rank stops on nothing: --stop-on goes off from the next step all ranks reach together (the
     detach reaches them one by one; none may stop checking alone). Its idle hooks stay (a flag test each)."""
     arm = sys.modules.get("rtdebug.rank.stopon.arm")
-    if arm is not None and (arm.armed() or arm._state.get("pending") is not None):
+    if arm is not None and (arm.armed() or arm.changing()):
         arm.configure("", gen=f"detach-{sid}")
 
 
@@ -214,28 +226,6 @@ def _publish(record: Any, spec: dict[str, Any], reg: Any) -> None:
         pub.node = dict(node) if node else None
     record.publisher = pub
     pub.update(record.entry)
-
-
-def _track_clients(endpoint: Any) -> None:
-    """Keep this rank's end of every client's relay (``Handoff.connect``), so that ``detach`` can end the
-    connections of clients still attached (the endpoint has no close of its own)."""
-    start = endpoint.start_debugpy
-    upstreams: list[socket.socket] = _state.setdefault("upstreams", [])
-
-    def start_debugpy() -> Any:
-        handoff = start()
-        if not getattr(handoff, "rtdebug_tracked", False):
-            connect = handoff.connect
-
-            def tracked() -> socket.socket:
-                s = connect()
-                upstreams.append(s)
-                return s
-
-            handoff.connect, handoff.rtdebug_tracked = tracked, True
-        return handoff
-
-    endpoint.start_debugpy = start_debugpy
 
 
 def _at_exit() -> None:
@@ -273,7 +263,7 @@ def _detach() -> dict[str, Any]:
 
     endpoint, record = _state["endpoint"], _state["record"]
     unadopt.shut(endpoint)
-    unadopt.end_clients(endpoint, _state.get("upstreams", []))
+    unadopt.end_clients(endpoint)
     unadopt.stop_debugger(endpoint)
     unadopt.release(_state["stacks"])  # torch's own collectives back: no per-call work after the adoption
     runtime.endpoint = _state["prior"]

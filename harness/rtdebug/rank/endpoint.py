@@ -45,11 +45,13 @@ of every installed package, seconds on a first attach) is skipped when no
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import struct
 import sys
 import threading
+import time
 from collections.abc import Callable
 
 from rtdebug.common import log
@@ -76,6 +78,11 @@ def debugger_active() -> bool:
 
 
 class Endpoint:
+    """One rank's debug port. Its surface: ``start``, ``start_debugpy``, ``wait_for_client``,
+    ``client_connected``; what ``RankState.connect`` wires (``on_state``, ``on_refused``, ``label``) and reads
+    (``lazy``, ``attach_count``, ``refused_count``); ``clients``; and for detach, ``close``, ``end_clients``
+    and ``close_handoff`` (``rtdebug.rank.unadopt``)."""
+
     def __init__(
         self,
         host: str,
@@ -101,10 +108,43 @@ class Endpoint:
         self._sock: socket.socket | None = None
         self._refusals = RefusalLog(self._report)
         self._pending: dict[socket.socket, Peer] = {}  # half-open: admitted, first message not yet read
+        self._upstreams: set[socket.socket] = set()  # each attached client's end of the handoff (``end_clients``)
 
     @property
     def lazy(self) -> bool:
         return self._inner is None
+
+    @property
+    def clients(self) -> int:
+        """How many clients are attached now."""
+        return self._clients
+
+    def close(self) -> None:
+        """Close the listening socket: the accept thread ends, and no one else gets in."""
+        sock = self._sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the accept thread (close alone would not, on Linux)
+            sock.close()
+
+    def end_clients(self, within: float) -> None:
+        """End every attached client's relay (its connection closes) and wait, at most ``within`` seconds,
+        until each has ended. No state or refusal is reported from now on."""
+        self.on_state = lambda state: None
+        self.on_refused = lambda: None
+        with self._lock:
+            upstreams = list(self._upstreams)
+        for s in upstreams:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+        deadline = time.monotonic() + within
+        while self._clients > 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def close_handoff(self) -> None:
+        """pydevd's accept loop on the handoff ends (debugpy is being stopped); nothing if it never started."""
+        if self._inner is not None:
+            self._inner.close()
 
     def start(self, eager: bool = False, warm_after: float = 0.0) -> None:
         """Bind and serve; ``eager`` starts debugpy now, else ``warm_after`` > 0 imports it in the
@@ -238,6 +278,7 @@ class Endpoint:
             with self._lock:
                 self._clients += 1
                 self.attach_count += 1
+                self._upstreams.add(upstream)
             self.on_state("attached")
         return upstream
 
@@ -266,6 +307,7 @@ class Endpoint:
         with self._trace_lock:
             with self._lock:
                 self._clients -= 1
+                self._upstreams.discard(upstream)
                 left = self._clients
             if left == 0:
                 tracing.client_gone()

@@ -27,7 +27,7 @@ from typing import Any
 from rtdebug.common import log
 from rtdebug.common.threads import hidden_thread
 from rtdebug.rank.stacks import take as taker
-from rtdebug.registry.tcpstore import GET, StoreError, TCPStoreClient, _key
+from rtdebug.registry.tcpstore import GET, StoreError, TCPStoreClient, encoded_key
 from rtdebug.stacks import wire
 
 WAIT_S = 30.0  # a bounded wait, then re-read the request counter
@@ -62,7 +62,7 @@ class WatchClient(TCPStoreClient):
 
     def get_small(self, key: str, limit: int) -> bytes:
         """The value (b"" when absent); ``Oversized`` from its length alone when it is longer than ``limit``."""
-        self._ask(bytes([GET]) + _key(key))
+        self._ask(bytes([GET]) + encoded_key(key))
         n = self._u64()
         if n > limit:
             self.close()  # unread: the rest is reset, never copied

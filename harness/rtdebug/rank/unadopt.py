@@ -13,7 +13,6 @@ import contextlib
 import socket
 import sys
 import threading
-import time
 from typing import Any
 
 from rtdebug.common import log
@@ -24,24 +23,13 @@ PYDEVD_END_S = 1.0  # and for each of pydevd's reader and writer threads
 
 def shut(endpoint: Any) -> None:
     """Close the endpoint's listening socket; its accept thread ends."""
-    sock = endpoint._sock
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)  # wakes the accept thread (close alone would not, on Linux)
-        sock.close()
+    endpoint.close()
 
 
-def end_clients(endpoint: Any, upstreams: list[socket.socket]) -> None:
+def end_clients(endpoint: Any) -> None:
     """End every client's relay (its connection closes) and wait, bounded, until each relay has closed its
     sockets; the endpoint reports no state from now on."""
-    endpoint.on_state = lambda state: None
-    endpoint.on_refused = lambda: None
-    for s in upstreams:
-        with contextlib.suppress(OSError):
-            s.shutdown(socket.SHUT_RDWR)
-    deadline = time.monotonic() + RELAY_END_S
-    while getattr(endpoint, "_clients", 0) > 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    endpoint.end_clients(RELAY_END_S)
 
 
 def stop_debugger(endpoint: Any) -> None:
@@ -54,7 +42,7 @@ def stop_debugger(endpoint: Any) -> None:
     try:
         if waiting is not None:
             waiting.do_kill_pydev_thread()  # pydevd's accept loop on our handoff: closed, it ends
-        endpoint._inner.close()
+        endpoint.close_handoff()
         if pydevd is not None:
             pydevd.stoptrace()  # tracing off in every thread, pydevd's reader/writer threads end
         _close_pydevd_sockets(py_db)

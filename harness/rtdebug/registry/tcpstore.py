@@ -45,7 +45,8 @@ def _str(value: str | bytes) -> bytes:
     return struct.pack("<Q", len(raw)) + raw
 
 
-def _key(key: str) -> bytes:
+def encoded_key(key: str) -> bytes:
+    """``key`` as the wire carries it: torch's key prefix, length-prefixed (a request's key field)."""
     return _str(KEY_PREFIX + key)
 
 
@@ -103,31 +104,31 @@ class TCPStoreClient:
 
     # -- API ----------------------------------------------------------------
     def set(self, key: str, value: bytes | str) -> None:
-        self._ask(bytes([SET]) + _key(key) + _str(value))
+        self._ask(bytes([SET]) + encoded_key(key) + _str(value))
 
     def get(self, key: str) -> bytes:
         """The value, or b"" when the key is absent (the server does not wait, unlike torch's ``get``)."""
-        self._ask(bytes([GET]) + _key(key))
+        self._ask(bytes([GET]) + encoded_key(key))
         return self._bytes()
 
     def add(self, key: str, amount: int) -> int:
-        self._ask(bytes([ADD]) + _key(key) + struct.pack("<q", amount))
+        self._ask(bytes([ADD]) + encoded_key(key) + struct.pack("<q", amount))
         return struct.unpack("<q", self._recv(8))[0]
 
     def check(self, keys: Sequence[str]) -> bool:
-        self._ask(bytes([CHECK]) + struct.pack("<Q", len(keys)) + b"".join(_key(k) for k in keys))
+        self._ask(bytes([CHECK]) + struct.pack("<Q", len(keys)) + b"".join(encoded_key(k) for k in keys))
         return self._recv(1)[0] == READY
 
     def delete_key(self, key: str) -> bool:
-        self._ask(bytes([DELETE_KEY]) + _key(key))
+        self._ask(bytes([DELETE_KEY]) + encoded_key(key))
         return struct.unpack("<q", self._recv(8))[0] > 0
 
     def multi_get(self, keys: Sequence[str]) -> list[bytes]:
-        self._ask(bytes([MULTI_GET]) + struct.pack("<Q", len(keys)) + b"".join(_key(k) for k in keys))
+        self._ask(bytes([MULTI_GET]) + struct.pack("<Q", len(keys)) + b"".join(encoded_key(k) for k in keys))
         return [self._bytes() for _ in keys]
 
     def multi_set(self, keys: Sequence[str], values: Iterable[bytes | str]) -> None:
-        pairs = b"".join(_key(k) + _str(v) for k, v in zip(keys, values, strict=True))
+        pairs = b"".join(encoded_key(k) + _str(v) for k, v in zip(keys, values, strict=True))
         self._ask(bytes([MULTI_SET]) + struct.pack("<Q", len(keys)) + pairs)
 
     def list_keys(self) -> list[str]:
@@ -137,7 +138,7 @@ class TCPStoreClient:
 
     def wait(self, keys: Sequence[str], timeout: float | None) -> bool:
         """Block until every key exists (True) or ``timeout`` passes (False; the wait is cancelled)."""
-        self._ask(bytes([WAIT]) + struct.pack("<Q", len(keys)) + b"".join(_key(k) for k in keys))
+        self._ask(bytes([WAIT]) + struct.pack("<Q", len(keys)) + b"".join(encoded_key(k) for k in keys))
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())

@@ -25,8 +25,7 @@ from typing import Any
 
 from rtdebug.common import log
 from rtdebug.rank.stopon import ddp, finite, reduction
-
-_state: dict[str, Any] = {"pending": None, "micro": 0}  # a no_sync micro-batch's finding, its index
+from rtdebug.rank.stopon.state import STATE
 
 
 def begin(loss: Any) -> Any:
@@ -36,32 +35,30 @@ def begin(loss: Any) -> Any:
     except Exception:  # not a tensor we can read: nothing to check
         log.swallowed("rank.stopon.agree: a loss that is no tensor we can read: nothing to check")
         lf = False
-    s = ddp._step
-    s.update(pre=[], saved={}, fsdp=None, active=True)
-    s["carry"] = True if _state["pending"] is not None else lf
+    STATE.step.begin(carry=True if STATE.pending is not None else lf)
     return lf
 
 
 def abandon() -> None:
     """The job's backward raised: this step is not ours to decide."""
-    ddp._step.update(pre=[], saved={}, sync=None, fsdp=None, deep=None, carry=False, model=None, active=False)
+    STATE.step.reset()
 
 
 def end(lf: Any, step: int) -> dict[str, Any] | None:
     """After backward: the event every rank that must stop with this one agrees on (None: none)."""
-    s = ddp._step
-    pre, saved, sync, fsdp, deep, model = s["pre"], s["saved"], s["sync"], s["fsdp"], s["deep"], s["model"]
-    carries = bool(sync) and s["carries"]
-    s.update(pre=[], saved={}, sync=None, fsdp=None, deep=None, carry=False, model=None, active=False)
+    s = STATE.step
+    pre, saved, sync, fsdp, deep, model = s.pre, s.saved, s.sync, s.fsdp, s.deep, s.model
+    carries = bool(sync) and s.carries
+    s.reset()
     # where DDP's own reduction carried the findings, one element per gradient says it all (``ddp``)
     posts = ddp.heads(model) if carries else _posts(model)
     # a clean step (the usual one) is read in one go: one wait for the device, none on CPU
-    if fsdp is None and _state["pending"] is None and not finite.any_true([lf, *(f for _, f in pre), *posts]):
-        _state["micro"] = _state["micro"] + 1 if sync is False else 0
+    if fsdp is None and STATE.pending is None and not finite.any_true([lf, *(f for _, f in pre), *posts]):
+        STATE.micro = STATE.micro + 1 if sync is False else 0
         return None
     loss_bad, post = finite.truthy(lf), finite.any_true(posts)
     origin = _origin([(p, f) for p, f in pre]) if finite.any_true([f for _, f in pre]) else None
-    mine = {"loss": loss_bad, "origin": origin, "post": post, "deep": deep, "pending": _state["pending"]}
+    mine = {"loss": loss_bad, "origin": origin, "post": post, "deep": deep, "pending": STATE.pending}
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return _alone(mine, distributed=False)
@@ -69,19 +66,17 @@ def end(lf: Any, step: int) -> dict[str, Any] | None:
         return _ddp(dist, sync, mine, (saved if carries else None, model))
     if fsdp is not None:
         return _vote(dist, fsdp[0], mine)
-    if sync is False or (
-        sync is None and ddp._group.get("fsdp")
-    ):  # a no_sync micro-batch: the step's synchronised backward decides
-        if (loss_bad or origin) and _state["pending"] is None:
-            _state["pending"] = (_what(mine), f"micro-batch {_state['micro']} under no_sync")
-        _state["micro"] += 1
+    if sync is False or (sync is None and STATE.fsdp_seen):  # a no_sync micro-batch: the synchronised one decides
+        if (loss_bad or origin) and STATE.pending is None:
+            STATE.pending = (_what(mine), f"micro-batch {STATE.micro} under no_sync")
+        STATE.micro += 1
         return None
     return _alone(mine, distributed=True)
 
 
 def _origin(pre: list[tuple[Any, Any]]) -> str:
-    bad = sorted((p for p, f in pre if finite.truthy(f)), key=lambda p: ddp._order.get(id(p), 1 << 30))
-    first = "FSDP's reduce-scatter input" if bad[0] is None else ddp._names.get(id(bad[0]), "a parameter")
+    bad = sorted((p for p, f in pre if finite.truthy(f)), key=ddp.order_of)
+    first = "FSDP's reduce-scatter input" if bad[0] is None else (ddp.name_of(bad[0]) or "a parameter")
     return first + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else "")
 
 
@@ -95,7 +90,7 @@ def _what(mine: dict[str, Any]) -> str:
 def _alone(mine: dict[str, Any], distributed: bool, why: str = "") -> dict[str, Any] | None:
     if not (mine["loss"] or mine["origin"] or mine["post"]):
         return None
-    _state["pending"], _state["micro"] = None, 0
+    STATE.pending, STATE.micro = None, 0
     origins = [int(os.environ.get("RANK", "0") or 0)] if mine["loss"] or mine["origin"] else []
     if distributed and not why:
         why = "; this rank alone: no gradient sync in this backward that every rank sees alike"
@@ -123,7 +118,7 @@ def _ddp(dist: Any, pg: Any, mine: dict[str, Any], this: tuple[Any, Any]) -> dic
     if not mine["post"]:
         if carried or mine["origin"]:  # it did not reach the others (no carrier under a comm hook): alone
             return _alone(mine, distributed=True, why="; this rank alone: the others did not receive it")
-        _state["micro"] = 0
+        STATE.micro = 0
         return None
     import torch
 
@@ -138,7 +133,7 @@ def _ddp(dist: Any, pg: Any, mine: dict[str, Any], this: tuple[Any, Any]) -> dic
     rows[me] = 1.0 if mine["origin"] else (2.0 if carried else 0.0)
     if saved:
         for i, p in enumerate(params):
-            v = saved.get(id(p))
+            v = saved[id(p)][1] if id(p) in saved else None
             if v is not None:
                 rows[len(members) + i] = v if isinstance(v, float) else v.double().reshape(())
     _reduce(dist)(rows, group=pg)
@@ -147,7 +142,7 @@ def _ddp(dist: Any, pg: Any, mine: dict[str, Any], this: tuple[Any, Any]) -> dic
     if saved is not None:
         _restore(params, table[len(members) :], len(members))
         mine["post"] = _post(model)
-    _state["pending"], _state["micro"] = None, 0
+    STATE.pending, STATE.micro = None, 0
     return {"local": mine, "origins": sorted(kinds), "kinds": kinds, "via": "all-reduce"}
 
 
@@ -180,9 +175,9 @@ def _vote(dist: Any, group: Any, mine: dict[str, Any]) -> dict[str, Any] | None:
     _reduce(dist)(rows, group=group)
     table = rows.cpu().tolist()
     if not any(r[0] or r[1] for r in table):
-        _state["micro"] = 0
+        STATE.micro = 0
         return None
-    _state["pending"], _state["micro"] = None, 0
+    STATE.pending, STATE.micro = None, 0
     kinds = {members[i]: int(r[0]) for i, r in enumerate(table) if r[0] > 0}
     return {"local": mine, "origins": sorted(kinds), "kinds": kinds, "via": "reduce-scatter"}
 

@@ -13,31 +13,48 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import weakref
+from dataclasses import dataclass, field
 from typing import Any
 
 from rtdebug.common import log, stopon
 from rtdebug.common.imports import when_imported
 from rtdebug.rank.stopon import agree, ddp, halt, together
+from rtdebug.rank.stopon.state import WeakIdMap
 
 _TORCH_DIR: list[str] = []
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
-# cond: the conditions in force; pending: set on a running job, in force from the step all ranks meet at
-_state: dict[str, Any] = {"cond": stopon.StopOn(), "pending": None, "steps": 0, "clock": None, "installed": set(),
-                          "configured": 0}  # fmt: skip
+
+
+@dataclass
+class Arming:
+    """What is armed in this rank, and the step clock."""
+
+    cond: stopon.StopOn = field(default_factory=stopon.StopOn)  # the conditions in force
+    pending: stopon.StopOn | None = None  # set on a running job: in force from the step all ranks meet at
+    steps: int = 0  # optimizer steps the clock has taken
+    clock: weakref.ref[Any] | None = None  # the first optimizer that stepped (weakly: a later one is not it)
+    installed: set[str] = field(default_factory=set)  # "steps", "backward": torch's hooks that are in
+    optimizers: WeakIdMap[bool] = field(default_factory=WeakIdMap)  # optimizers whose parameters are hooked
+    configured: int = 0  # changes set on a running job (``configure``)
+    existing: bool = False  # set on a running job: its DDP models are hooked at the next step's start
+
+
+ARMING = Arming()
 
 
 def install(spec: str) -> stopon.StopOn:
     """Arm the conditions in ``spec`` (``rtdebug.common.stopon``) at once, replacing any armed before; off
     installs nothing. For a rank that starts with them (every rank is armed before its first step)."""
     cond = stopon.parse(spec)
-    _state["pending"] = None
+    ARMING.pending = None
     together.cancel()
     _activate(cond)
     return cond
 
 
 def _activate(cond: stopon.StopOn) -> None:
-    _state["cond"] = cond
+    ARMING.cond = cond
     ddp.enable(cond.nonfinite)
     if cond.any:
         when_imported("torch", _on_torch)
@@ -45,8 +62,13 @@ def _activate(cond: stopon.StopOn) -> None:
 
 def armed() -> str:
     """The conditions in force in this rank ('' when none; a pending change is not yet in force)."""
-    cond: stopon.StopOn = _state["cond"]
+    cond = ARMING.cond
     return cond.text() if cond.any else ""
+
+
+def changing() -> bool:
+    """Whether a change set on a running job waits for the step all ranks reach together."""
+    return ARMING.pending is not None
 
 
 def configure(spec: str, gen: str | None = None) -> str:
@@ -63,13 +85,13 @@ def configure(spec: str, gen: str | None = None) -> str:
         cond = stopon.parse(spec)
     except HarnessError as exc:
         return f"rtdebug: {exc.message}"
-    _state["configured"] += 1
+    ARMING.configured += 1
     try:
-        if together.pending(gen or f"{_state['configured']}-{cond.text()}") is None:
+        if together.pending(gen or f"{ARMING.configured}-{cond.text()}") is None:
             install(spec)  # no process group: nothing to agree on
         else:
-            _state["pending"] = cond
-        _state["existing"] = cond.any  # DDP models made before: hooked at the next step's start (below)
+            ARMING.pending = cond
+        ARMING.existing = cond.any  # DDP models made before: hooked at the next step's start (below)
         when_imported("torch", _on_torch)  # the step hooks, where the ranks meet
     except Exception as exc:  # an answer through DAP, never an exception in the rank's evaluate
         log.swallowed("rank.stopon.arm: configure failed: answered as one line")
@@ -79,7 +101,7 @@ def configure(spec: str, gen: str | None = None) -> str:
 
 def steps() -> int:
     """Optimizer steps this rank has taken (the step clock)."""
-    return int(_state["steps"])
+    return ARMING.steps
 
 
 def user_frame(depth: int = 2) -> Any:
@@ -91,10 +113,10 @@ def user_frame(depth: int = 2) -> Any:
 
 
 def _on_torch(torch: Any) -> None:
-    done: set[str] = _state["installed"]
+    done = ARMING.installed
     if not _TORCH_DIR:
         _TORCH_DIR.append(os.path.dirname(torch.__file__) + os.sep)
-    cond: stopon.StopOn = _state["pending"] or _state["cond"]
+    cond = ARMING.pending or ARMING.cond
     if "steps" not in done:
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
@@ -113,7 +135,7 @@ def _wrap_backward(torch: Any) -> None:
 
     @functools.wraps(original)
     def backward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not _state["cond"].nonfinite:
+        if not ARMING.cond.nonfinite:
             return original(self, *args, **kwargs)
         bad = agree.begin(self)  # never raises
         try:
@@ -133,38 +155,43 @@ def _wrap_backward(torch: Any) -> None:
     torch.Tensor.backward = backward
 
 
+def _is_clock(optimizer: Any) -> bool:
+    return ARMING.clock is not None and ARMING.clock() is optimizer
+
+
 def _before_step(optimizer: Any, args: Any, kwargs: Any) -> None:
-    if _state["clock"] is None:
-        _state["clock"] = id(optimizer)  # the first optimizer that steps is the clock
-    if _state.pop("existing", False):
+    if ARMING.clock is None or ARMING.clock() is None:
+        ARMING.clock = weakref.ref(optimizer)  # the first optimizer that steps is the clock
+    if ARMING.existing:
+        ARMING.existing = False
         # set on a running rank: its DDP models' gradients are hooked here, in the thread that trains,
         # between two backwards (``adopt`` may run configure in a thread of its own, mid-backward)
         ddp.adopt_existing()
-    if _state["cond"].nonfinite and id(optimizer) not in _state["installed"]:
-        _state["installed"].add(id(optimizer))  # a job without DDP: its gradients are watched from now on
+    if ARMING.cond.nonfinite and optimizer not in ARMING.optimizers:
+        ARMING.optimizers[optimizer] = True  # a job without DDP: its gradients are watched from now on
         for group in optimizer.param_groups:
             for p in group["params"]:
                 ddp.hook(p)
-    if _state["clock"] != id(optimizer):
+    if not _is_clock(optimizer):
         return
-    if _state["pending"] is not None and together.meet():  # every rank changes here, at this step
-        _state["steps"] = -1  # counted from here: this step is 0 once it is taken
-        _activate(_state["pending"])
-        _state["pending"] = None
+    if ARMING.pending is not None and together.meet():  # every rank changes here, at this step
+        ARMING.steps = -1  # counted from here: this step is 0 once it is taken
+        _activate(ARMING.pending)
+        ARMING.pending = None
         return
-    cond: stopon.StopOn = _state["cond"]
+    cond = ARMING.cond
     n = steps()
     if cond.step is not None and n == cond.step:
         halt.stop("step", f"before optimizer step {n}", user_frame(1), None, n)
     if cond.disagree_every is not None and n > 0 and n % cond.disagree_every == 0:
         from rtdebug.rank.stopon import disagree
 
-        found = disagree.check(optimizer, ddp.names(), ddp.replica_group())
+        found = disagree.check(optimizer, ddp.name_of, ddp.replica_group())
         if found is not None:
             reason, odd = found
             halt.stop("disagree", f"{reason} at step {n}", user_frame(1), odd, n)
 
 
 def _after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
-    if _state["clock"] == id(optimizer):
-        _state["steps"] += 1
+    if _is_clock(optimizer):
+        ARMING.steps += 1

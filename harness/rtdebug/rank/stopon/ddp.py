@@ -19,9 +19,9 @@ cost ~18 % of a DDP step (bench/STOPON_RESULTS.md). Instead:
 - **which backward synchronises**: DDP's ``forward`` says so (``require_backward_grad_sync``, as DDP's own
   reducer decides): a ``no_sync`` micro-batch reduces nothing, so nothing is decided there.
 
-``agree`` reads all of this after backward. The names come from DDP's module (``named_parameters``,
-``named_modules``); ``nonfinite:deep`` adds one global forward hook that names the first module whose
-output went non-finite (one check per module).
+``agree`` reads all of this after backward (``state.STATE``: the models known, held weakly, and this
+backward). The names come from DDP's module (``named_parameters``, ``named_modules``); ``nonfinite:deep``
+adds one global forward hook that names the first module whose output went non-finite (one check per module).
 """
 
 from __future__ import annotations
@@ -32,40 +32,35 @@ from typing import Any
 
 from rtdebug.common import log
 from rtdebug.rank.stopon import finite, reduction
-
-_names: dict[int, str] = {}  # id(parameter) -> its name in a DDP module
-_order: dict[int, int] = {}  # id(parameter) -> its place in the module's own order
-_modules: dict[int, str] = {}  # id(module) -> its qualified name (for nonfinite:deep)
-_params: dict[int, Any] = {}  # id(parameter) -> parameter, for the check after the all-reduce
-# this backward: the "before" flags, the carriers' own values, the carry, DDP's sync group (None: no DDP forward; False:
-# no_sync), FSDP's reduce-scatter group, the first non-finite module (deep)
-_step: dict[str, Any] = {
-    "pre": [], "saved": {}, "carry": False, "carries": False, "sync": None, "fsdp": None, "deep": None,
-    "model": None, "active": False,
-}  # fmt: skip
-_of_model: dict[int, list[Any]] = {}  # id(DDP module) -> its watched parameters (the check after its all-reduce)
-_group: dict[str, Any] = {"pg": None}
-_patched: dict[str, Any] = {}
+from rtdebug.rank.stopon.state import STATE
 
 
-def names() -> dict[int, str]:
-    return _names
+def name_of(p: Any) -> str | None:
+    """The parameter's name in its DDP module (None: not one of a live model rtdebug has seen)."""
+    known = STATE.names.get(p)
+    return known[0] if known is not None else None
+
+
+def order_of(p: Any) -> int:
+    """The parameter's place in its module's own order (unknown ones last)."""
+    known = STATE.names.get(p)
+    return known[1] if known is not None else 1 << 30
 
 
 def replica_group() -> Any:
     """The process group of the job's (last made) DDP module: its ranks hold replicas; None: none made."""
-    return _group["pg"]
+    return STATE.group
 
 
 def patch(torch: Any, deep: bool = False) -> None:
     """Every DDP module made from now on tells us its names and group, and gets the "before" hooks."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    if deep and "deep" not in _patched:
+    if deep and not STATE.deep_hooked:
         from torch.nn.modules.module import register_module_forward_hook
 
         register_module_forward_hook(_forward)
-        _patched["deep"] = True
+        STATE.deep_hooked = True
     if getattr(DDP, "_rtdebug_stopon", False):
         return
     import torch.distributed as dist
@@ -75,25 +70,26 @@ def patch(torch: Any, deep: bool = False) -> None:
 
     @functools.wraps(init)
     def __init__(self: Any, module: Any, *args: Any, **kwargs: Any) -> None:
-        watch(module, hooks=bool(_patched.get("on")))
+        watch(module, hooks=STATE.armed)
         init(self, module, *args, **kwargs)
-        if _patched.get("on"):
-            _of_model[id(self)] = [p for p in module.parameters() if id(p) in _params]
-        _group["pg"] = self.process_group
+        if STATE.armed:
+            STATE.of_model[self] = [p for p in module.parameters() if p in STATE.params]
+        STATE.group = self.process_group
 
     @functools.wraps(forward)
     def ddp_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if _patched.get("on") and torch.is_grad_enabled():  # (a no_grad forward prepares no backward)
+        if STATE.armed and torch.is_grad_enabled():  # (a no_grad forward prepares no backward)
             # DDP's reducer prepares a synchronised backward exactly when this holds
-            _step["sync"] = self.process_group if self.require_backward_grad_sync else False
-            _step["model"], _step["carries"] = self, reduction.carries(self)
+            step = STATE.step
+            step.sync = self.process_group if self.require_backward_grad_sync else False
+            step.model, step.carries = self, reduction.carries(self, STATE.builtin_hooked)
         return forward(self, *args, **kwargs)
 
     builtin = DDP._register_builtin_comm_hook
 
     @functools.wraps(builtin)
     def register_builtin(self: Any, *args: Any, **kwargs: Any) -> Any:
-        reduction.hooked.add(id(self))  # a C++ hook (FP16_COMPRESS): not in DDP's _comm_hooks
+        STATE.builtin_hooked[self] = True  # a C++ hook (FP16_COMPRESS): not in DDP's _comm_hooks
         return builtin(self, *args, **kwargs)
 
     DDP.__init__, DDP.forward, DDP._register_builtin_comm_hook = __init__, ddp_forward, register_builtin
@@ -104,15 +100,15 @@ def watch(module: Any, hooks: bool = True) -> None:
     """Learn ``module``'s names and (``nonfinite`` armed) hook its parameters' gradients (once each); a
     model made while ``nonfinite`` is off gets no hook (``configure`` hooks it when it is set later)."""
     for i, (name, p) in enumerate(module.named_parameters()):
-        _names[id(p)], _order[id(p)] = name, i
+        STATE.names[p] = (name, i)
         if hooks:
             hook(p)
     for name, m in module.named_modules():
-        _modules[id(m)] = name or type(m).__name__
+        STATE.modules[m] = name or type(m).__name__
 
 
 def hook(p: Any) -> None:
-    if id(p) in _params or not getattr(p, "requires_grad", False):
+    if p in STATE.params or not getattr(p, "requires_grad", False):
         return
     try:
         p.register_post_accumulate_grad_hook(_before)
@@ -120,14 +116,14 @@ def hook(p: Any) -> None:
         log.swallowed("rank.stopon.ddp: never the job's failure: this parameter goes unchecked, said once")
         print(f"rtdebug: --stop-on nonfinite cannot watch a parameter's gradient: {exc}", file=sys.stderr)
         return
-    _params[id(p)] = p
+    STATE.params[p] = True
 
 
 def watched(model: Any = None) -> list[Any]:
     """The parameters whose gradients the check after backward reads: the DDP module's that ran forward
     (another model's gradients are not this step's), else every watched one."""
-    got = _of_model.get(id(model)) if model is not None else None
-    return got if got is not None else list(_params.values())
+    got = STATE.of_model.get(model) if model is not None else None
+    return got if got is not None else list(STATE.params.keys())
 
 
 def adopt_existing() -> int:
@@ -139,14 +135,14 @@ def adopt_existing() -> int:
     found = [o for o in gc.get_objects() if isinstance(o, DDP) and hasattr(o, "module")]  # not half-built
     for model in found:
         watch(model.module)
-        _of_model[id(model)] = [p for p in model.module.parameters() if id(p) in _params]
-        _group["pg"] = model.process_group
+        STATE.of_model[model] = [p for p in model.module.parameters() if p in STATE.params]
+        STATE.group = model.process_group
     return len(found)
 
 
 def enable(on: bool) -> None:
     """Whether ``nonfinite`` is armed (``arm`` says so each time the conditions change): hooks stay, idle."""
-    _patched["on"] = on
+    STATE.armed = on
 
 
 def local(t: Any) -> Any:
@@ -160,13 +156,13 @@ def _before(p: Any) -> None:
     # runs once per gradient per backward: kept to the least Python (bench/STOPON_RESULTS.md); never raises
     # a DTensor's gradient arrives already reduce-scattered (FSDP2): "before" is FSDP's input (below)
     g = p.grad
-    step = _step
-    if g is None or not step["active"] or hasattr(g, "to_local"):
+    step = STATE.step
+    if g is None or not step.active or hasattr(g, "to_local"):
         return  # not inside a Tensor.backward of ours (torch.autograd.backward called directly): unchecked
     try:
         f = finite.flag(g)
-        step["pre"].append((p, f))
-        if step["sync"] and step["carries"]:
+        step.pre.append((p, f))
+        if step.sync and step.carries:
             _carry(p, g, f)
     except Exception:
         log.swallowed("rank.stopon.ddp: a gradient's check failed: it goes unchecked, the job goes on")
@@ -183,15 +179,15 @@ def _carry(p: Any, g: Any, f: Any) -> None:
         flat = g.detach().view(-1)
     except RuntimeError:  # not viewable as flat (strided, sparse): ``heads`` reads it whole, on every rank
         return
-    saved = _step["saved"]
-    carry = f if saved else _or(f, _step["carry"])
+    saved = STATE.step.saved
+    carry = f if saved else _or(f, STATE.step.carry)
     if flat.is_cpu:  # a Python float: the cheapest copy there is (a device value stays on the device)
-        saved[id(p)] = flat[0].item()
+        saved[id(p)] = (p, flat[0].item())
         if carry is True:
             flat[:1].fill_(float("nan"))
         return
     g0 = flat[:1]
-    saved[id(p)] = g0.clone()
+    saved[id(p)] = (p, g0.clone())
     if carry is True:
         g0.fill_(float("nan"))
     elif carry is not False:
@@ -234,15 +230,16 @@ def _wrap_reduce_scatter(dist: Any) -> None:
 
     @functools.wraps(fn)
     def reduce_scatter_single(*args: Any, **kwargs: Any) -> Any:
-        if _patched.get("on") and _step["active"]:
+        step = STATE.step
+        if STATE.armed and step.active:
             inp = kwargs.get("input", args[1] if len(args) > 1 else None)
             if inp is not None:
                 try:
-                    _step["pre"].append((None, finite.flag(inp)))
+                    step.pre.append((None, finite.flag(inp)))
                 except Exception:
                     log.swallowed("rank.stopon.ddp: a reduce-scatter input's check failed: unchecked")
-                _step["fsdp"] = (kwargs.get("group", args[3] if len(args) > 3 else None),)
-                _group["fsdp"] = True
+                step.fsdp = (kwargs.get("group", args[3] if len(args) > 3 else None),)
+                STATE.fsdp_seen = True
         return fn(*args, **kwargs)
 
     reduce_scatter_single._rtdebug_stopon = True  # type: ignore[attr-defined]
@@ -252,7 +249,7 @@ def _wrap_reduce_scatter(dist: Any) -> None:
 def _forward(module: Any, args: Any, output: Any) -> None:
     """nonfinite:deep -- the first module this step whose output is not finite (a forward under no_grad,
     an evaluation, has no backward of ours to name it in: it is not looked at)."""
-    if _step["deep"] is not None:
+    if STATE.step.deep is not None:
         return
     import torch
 
@@ -260,4 +257,4 @@ def _forward(module: Any, args: Any, output: Any) -> None:
         return
     t = output[0] if isinstance(output, (tuple, list)) and output else output
     if isinstance(t, torch.Tensor) and finite.truthy(finite.flag(t)):
-        _step["deep"] = _modules.get(id(module), type(module).__name__)
+        STATE.step.deep = STATE.modules.get(module, type(module).__name__)

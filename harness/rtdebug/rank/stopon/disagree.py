@@ -9,6 +9,7 @@ with the first parameter that differs. The group is the DDP module's (its ranks 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 _INT = {8: "int64", 4: "int32", 2: "int16", 1: "int8"}
@@ -22,9 +23,9 @@ def _hash(torch: Any, p: Any) -> Any:
     return t.view(getattr(torch, view)).sum(dtype=torch.int64)
 
 
-def check(optimizer: Any, names: dict[int, str], pg: Any) -> tuple[str, bool] | None:
+def check(optimizer: Any, name_of: Callable[[Any], str | None], pg: Any) -> tuple[str, bool] | None:
     """(the reason, is this rank the odd one) when the replicas differ; None when they agree or there is
-    no group of replicas."""
+    no group of replicas. ``name_of``: a parameter's name in its DDP module (``ddp.name_of``)."""
     import torch
     import torch.distributed as dist
 
@@ -45,7 +46,7 @@ def check(optimizer: Any, names: dict[int, str], pg: Any) -> tuple[str, bool] | 
         majority = Counter(col).most_common(1)[0][0]
         odd = [members[r] for r, v in enumerate(col) if v != majority]
         agree = [members[r] for r, v in enumerate(col) if v == majority]
-        name = names.get(id(p), f"parameter {i}")
+        name = name_of(p) or f"parameter {i}"
         ranks = ", ".join(map(str, odd))
         with_ = ", ".join(map(str, agree))
         reason = f"rank{'s' if len(odd) > 1 else ''} {ranks} differ{'' if len(odd) > 1 else 's'} from {with_} in {name}"

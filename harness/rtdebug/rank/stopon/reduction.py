@@ -6,10 +6,8 @@ model's own configuration, the same on every rank.
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import Any
-
-hooked: set[int] = set()  # id(DDP module) with a built-in (C++) comm hook (not in DDP's _comm_hooks)
-
 
 # comm hooks whose result is one all-reduce over DDP's whole group: every replica ends with the same
 # gradients, as with DDP's own (their module, their name)
@@ -31,16 +29,18 @@ def _joining(model: Any) -> bool:
     return bool(getattr(config, "enable", False))
 
 
-def carries(model: Any) -> bool:
+def carries(model: Any, builtin_hooked: Container[Any] = ()) -> bool:
     """Whether this model's backward carries findings in element 0 (``_carry``) and the check after it
     reads one element per gradient: DDP's own reduction only -- it divides each gradient by the world
     size before summing, so finite gradients stay finite and a carried NaN reaches every replica. A comm
     hook (compression may overflow, PowerSGD keeps an error buffer) or DDP's ``join()`` (joined ranks only
-    shadow DDP's collectives) turns it off. The same on every rank: the model's own configuration."""
+    shadow DDP's collectives) turns it off; so does a built-in (C++) comm hook, which DDP's ``_comm_hooks``
+    does not list (``builtin_hooked``: the models that registered one). The same on every rank: the model's
+    own configuration."""
     return (
         model is not None
         and not getattr(model, "_comm_hooks", True)
-        and id(model) not in hooked
+        and model not in builtin_hooked
         and not _joining(model)
     )
 
