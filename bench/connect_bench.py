@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -68,14 +69,25 @@ def ready(c: Cluster) -> list[dict]:
     return [x for s in json.loads(r.stdout)["sessions"] for x in s["ranks"] if x["state"] in ("ready", "attached")]
 
 
-def connect(c: Cluster) -> subprocess.Popen:
+PHASES: dict[str, list[float]] = {}
+
+
+def connect(c: Cluster, trace: bool = False) -> subprocess.Popen:
+    """``rtdebug connect node0 --jump login`` on the laptop; with ``trace``, its RTDEBUG_LOG=info step times
+    (seconds since its start() began) are kept in PHASES when it ends (``disconnect``)."""
     argv = ["ip", "netns", "exec", c.names["lap"], PY, "-m", "rtdebug", *connect_args(c, "node0", "--jump", "login")]
-    return subprocess.Popen(argv, env=c.env("lap"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = dict(c.env("lap"), RTDEBUG_LOG="info") if trace else c.env("lap")
+    err = subprocess.PIPE if trace else subprocess.DEVNULL
+    return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
 
 
 def disconnect(p: subprocess.Popen) -> None:
     p.send_signal(signal.SIGINT)
-    p.wait(timeout=60)
+    _, err = p.communicate(timeout=60)
+    for line in (err or "").splitlines():
+        m = re.search(r"connect: (.+) at ([0-9.]+) s$", line)
+        if m:
+            PHASES.setdefault(re.sub(r"link to \S+", "link to HOST", m.group(1)), []).append(float(m.group(2)))
 
 
 def attach_time(c: Cluster, h: str, endpoints: list[str]) -> subprocess.Popen:
@@ -94,7 +106,7 @@ def connect_times(c: Cluster, rounds: int) -> list[float]:
     reg = c.tmp / "registry-lap"
     for _ in range(rounds):
         t0 = time.time()
-        conn = connect(c)
+        conn = connect(c, trace=True)
         probe = c.run("lap", PY, str(ATTACH), "--ready", str(t0), str(reg), str(2 * NPROC), str(JOB), str(LINE),
                       timeout=120)  # fmt: skip
         assert probe.returncode == 0, probe.stdout + probe.stderr
@@ -119,6 +131,8 @@ def attach_rounds(c: Cluster, rounds: int) -> tuple[list[float], list[float]]:
     tunnel, node = [], []
     for i in range(rounds + 1):
         for kind in ("tunnel", "node") if i % 2 else ("node", "tunnel"):
+            # the last round's clients are gone: every rank is back to ready (debugpy takes one client at a time)
+            until(lambda: sorted(x["state"] for x in ready(c)) == ["ready"] * 2 * NPROC, 60, "every rank ready")
             if kind == "tunnel":
                 t = elapsed(attach_time(c, "lap", tunnel_eps))
             else:
@@ -202,6 +216,7 @@ def main() -> int:
     row2 += f" | <= 1.5x | {yes[ratio <= 1.5]} |"
     row3 = f"| steps/s connected and idle / not connected | {srat:.3f}x (connected {md(on, 1)}, not {md(off, 1)})"
     row3 += f" | >= 0.99x | {yes[srat >= 0.99]} |"
+    phases = "\n".join(f"| {k} | {md(v)} |" for k, v in PHASES.items())
     text = f"""# rtdebug connect: 2 nodes x {NPROC} ranks through a jump host ({time.strftime("%Y-%m-%d")})
 
 `.venv/bin/python bench/connect_bench.py --rounds {args.rounds} --window {args.window:g} --sleep {args.sleep:g}` (each
@@ -221,7 +236,15 @@ every local port, timed from the moment `rtdebug connect` is started (its Python
 the remote `rtdebug ps --json`, the secret read and the forwards included). Attach-all is the same
 handshake to all 8 at once; on the nodes, each node's 4 ranks from that node, both nodes at once (the
 slower counts). Steps/s: rank 0's own count over {args.window:g} s windows, connected and not in turn;
-while connected and idle, `connect` runs `rtdebug ps --json` on node 0 every 3 s (its refresh).
+while connected and idle, `connect` reads the job's store through its forward every 3 s (its refresh:
+nothing runs on a node for it).
+
+Where connect's time goes (RTDEBUG_LOG=info; seconds from the start of its work, after its own Python
+start, to the end of each step; the secret is read while the other node's link opens):
+
+| step | at (s) |
+|---|---|
+{phases}
 """
     out = ROOT / "bench" / "results" / f"{time.strftime('%Y-%m-%d')}-connect.md"
     out.parent.mkdir(exist_ok=True)

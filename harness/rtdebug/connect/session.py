@@ -6,11 +6,13 @@ rank entry's ``pid`` is the link (ssh master) that carries its forward, so a lin
 ``failed`` and a SIGKILLed ``connect`` (whose links die with it) leaves a session every later ``ps`` sees
 ended. ``rtdebug stop`` on it signals only ``connect`` (its links die with it; the job runs on): the
 remote pids are kept under ``tunnel`` and are never anything's to signal. Each ``refresh`` re-reads the
-job from its home node and adds or removes forwards for ranks that appeared, moved or ended.
+job (from its store, through the forward, so nothing runs on a node for it; else from the home node's
+``ps --json``) and adds or removes forwards for ranks that appeared, moved or ended.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import sys
@@ -68,6 +70,7 @@ class Connection:
         self.remote: RemoteSession | None = None
         self.registered = False
         self.unverified = False
+        self.store_view: Any = None  # rtdebug.views.store.StoreView on the forwarded store: refresh reads it
 
     # -- the remote side -------------------------------------------------------------------------------------
     def _home(self) -> Link:
@@ -206,6 +209,11 @@ class Connection:
         took("secret read")
         if secret is not None:
             self.secret_server = SecretServer(self.reg.session_dir(self.sid), secret)
+        if self.store_forward is not None:
+            from rtdebug.views.store import StoreView
+
+            trust = ([secret] if secret else [], frozenset[str]())
+            self.store_view = StoreView("127.0.0.1", self.store_forward.local_port, explicit=True, trust=trust)
         else:
             warn(f"no job secret readable on {self.opts.host}: `rtdebug stacks` from here cannot ask the job's ranks")
         store = {"store": f"127.0.0.1:{self.store_forward.local_port}"} if self.store_forward else {}
@@ -270,19 +278,39 @@ class Connection:
             return
         write_json_atomic(self.reg.rank_path(self.sid, r.rank), entry)
 
+    def _from_store(self) -> RemoteSession | None:
+        """The job as its store says, read through the forward (nothing runs on a node for it); None: ask
+        the home node (no store, or the store is gone or no longer lists the job as live)."""
+        if self.store_view is None or self.sid is None:
+            return None
+        try:
+            found = self.store_view.session(self.sid)
+        except (HarnessError, OSError):
+            return None
+        if found is None:
+            return None
+        raw = json.dumps({"schema_version": SCHEMA_VERSION, "registry": "/", "sessions": [found]}).encode()
+        live = listing.parse(raw, "the job's store").sessions
+        return live[0] if live else None
+
     def refresh(self) -> bool:
-        """Re-read the job; False once it has ended there (or is no longer listed)."""
+        """Re-read the job (from its store, else from the home node); False once it has ended there."""
         assert self.remote is not None
-        found = [s for s in self._list().sessions if s.session_id == self.remote.session_id]
-        if not found:
-            return False
-        self.sync(found[0])
-        return any(r.state in LIVE_RANK_STATES for r in found[0].ranks)
+        s = self._from_store()
+        if s is None:
+            found = [x for x in self._list().sessions if x.session_id == self.remote.session_id]
+            if not found:
+                return False
+            s = found[0]
+        self.sync(s)
+        return any(r.state in LIVE_RANK_STATES for r in s.ranks)
 
     def close(self) -> None:
         """Every forward and link closed, the local session removed: nothing left running, bound or registered."""
         if self.secret_server is not None:
             self.secret_server.close()
+        if self.store_view is not None:
+            self.store_view.close()
         for link in self.links.values():
             link.close()
         self.links.clear()
