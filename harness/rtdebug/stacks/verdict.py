@@ -194,6 +194,11 @@ def annotate(snap: dict[str, Any], dumps: dict[int, dict[str, Any]], by_site: bo
             found[rank] = pos
             if pos is not None:
                 g["collectives"].append(pos.entry(rank))
+    if found and any(p is not None and p.entered for p in found.values()):
+        for e in snap.get("exited", []):  # a rank that ended while others wait in a collective never entered it
+            if isinstance(e.get("rank"), int) and e["rank"] not in found:
+                found[e["rank"]] = None
+                labels[e["rank"]] = f"{e.get('state', 'exited')} (exit code {e.get('exit_code')})"
     v = None if missing or not found else decide(found, labels, by_site and not flight_pos)
     if v is not None:
         v.coords = {int(r): str(c).replace("\\", "") for r, c in (snap.get("coords") or {}).items()}

@@ -113,6 +113,16 @@ def entering(op: str) -> int:
         return -1
 
 
+def not_the_call_site(path: str) -> None:
+    """Frames under ``path`` are never a collective's call site either (Ray Train's API around a named op: the
+    site is the user's line that called ``ray.train.report``, not Ray's wrapper of it)."""
+    prefix = path.rstrip(os.sep) + os.sep
+    if prefix not in _rec["internal"]:
+        _rec["also"] = (*_rec.get("also", ()), prefix)  # kept when torch.distributed is patched later
+        _rec["internal"] = (*_rec["internal"], prefix)
+        _user.clear()
+
+
 def returned(gen: int) -> None:
     """The op ``entering`` recorded as ``gen`` returned (unless a later collective was entered since)."""
     if gen != -1 and _rec["gen"] == gen:
@@ -134,7 +144,7 @@ def _patch(dist: Any) -> None:
         return
     import torch
 
-    _rec["internal"] = (*_OWN_DIRS, os.path.dirname(torch.__file__) + os.sep)
+    _rec["internal"] = (*_OWN_DIRS, os.path.dirname(torch.__file__) + os.sep, *_rec.get("also", ()))
     world = getattr(c10d, "_world", None)  # its _default_pg is GroupMember.WORLD without two property calls
     _pg.update(c10d=c10d, world=world if hasattr(world, "_default_pg") else None, tensor=torch.Tensor)
     _pg["compiling"] = _compiling

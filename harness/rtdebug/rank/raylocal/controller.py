@@ -31,7 +31,7 @@ from rtdebug.rank.raylocal.history import Controller, Snapshot
 REPORT = "ray.train.report"
 BARRIER = "ray.train.collective.barrier"
 BROADCAST = "ray.train.collective.broadcast_from_rank_zero"
-FIT = "ray.train.fit"
+FIT = "rtdebug.fit"  # the ranks agree on the run (not one of Ray Train's collectives)
 
 
 @dataclass(frozen=True)
@@ -79,13 +79,13 @@ class LocalRun:
     def barrier(self) -> None:
         self.settle()
         n = self.exchange.next_call(BARRIER)
-        with recording.call(BARRIER, n):
+        with recording.call(BARRIER):
             self.exchange.meet(BARRIER, n, None, want_all=False)
 
     def broadcast_from_rank_zero(self, data: Any) -> Any:
         self.settle()
         n = self.exchange.next_call(BROADCAST)
-        with recording.call(BROADCAST, n):
+        with recording.call(BROADCAST):
             mine = data if self.world.rank == 0 else None
             if self.world.rank == 0:
                 self.exchange.meet(BROADCAST, n, mine, want_all=False)
@@ -115,7 +115,7 @@ class LocalRun:
         mode = CheckpointUploadMode(mode)
         self.settle()
         n = self.exchange.next_call(REPORT)
-        with recording.call(REPORT, n):
+        with recording.call(REPORT):
             mine = Proposal(
                 dir_name or self.storage.make_default_checkpoint_dir_name(),
                 dir_name is not None,
@@ -170,8 +170,7 @@ class LocalRun:
         if p is None:
             return
         p.thread.join()
-        with recording.call(REPORT, p.n):
-            self.finish_report(p.n, p.dir_name, p.metrics, p.result[0] if p.result else Upload(error="upload died"))
+        self.finish_report(p.n, p.dir_name, p.metrics, p.result[0] if p.result else Upload(error="upload died"))
 
     def upload(self, checkpoint: Any, dir_name: str, delete_after: bool, upload_fn: Any, mode: Any) -> Upload:
         """Copy this rank's checkpoint into the run's directory (Ray's own copy), or say in one line why not."""
@@ -352,24 +351,23 @@ def _open(trainer: Any, world: World, exchange: Exchange) -> LocalRun:
     """Everyone takes rank 0's run name; rank 0 opens the history (a resume) and tells the others."""
     rc = trainer.run_config
     n = exchange.next_call(FIT)
-    with recording.call(FIT, n):
-        # a default name is a timestamp each rank takes, a storage path may be a temp dir of each rank's own:
-        # every rank takes rank 0's, as every worker of a cluster takes the driver's
-        chosen = (exchange.meet(FIT, n, (rc.name, rc.storage_path)) or [(rc.name, rc.storage_path)])[0]
-        rc.name, rc.storage_path = chosen
-        controller = None
-        if world.rank == 0:
-            try:
-                controller = Controller(rc, trainer.train_run_context)
-                snap = controller.snapshot()
-            except HarnessError as exc:
-                snap = Snapshot("", None, error=exc.message)
-            exchange.publish(FIT, n, snap)
-        else:
-            snap = exchange.answer(FIT, n)
-        if snap.error:
-            raise HarnessError(snap.error)
-        storage = controller.storage if controller is not None else _storage(rc)
+    # a default name is a timestamp each rank takes, a storage path may be a temp dir of each rank's own:
+    # every rank takes rank 0's, as every worker of a cluster takes the driver's
+    chosen = (exchange.meet(FIT, n, (rc.name, rc.storage_path)) or [(rc.name, rc.storage_path)])[0]
+    rc.name, rc.storage_path = chosen
+    controller = None
+    if world.rank == 0:
+        try:
+            controller = Controller(rc, trainer.train_run_context)
+            snap = controller.snapshot()
+        except HarnessError as exc:
+            snap = Snapshot("", None, error=exc.message)
+        exchange.publish(FIT, n, snap)
+    else:
+        snap = exchange.answer(FIT, n)
+    if snap.error:
+        raise HarnessError(snap.error)
+    storage = controller.storage if controller is not None else _storage(rc)
     local = LocalRun(world, exchange, rc, storage, snap)
     local.controller, local.run_context = controller, trainer.train_run_context
     return local

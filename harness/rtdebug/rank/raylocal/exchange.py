@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+SEQUENCE = "ray.train"  # report, barrier, broadcast_from_rank_zero: one sequence of calls
 WARN_INTERVAL_S = 30.0  # as Ray's synchronization actor: say who is missing while the others wait
 
 
@@ -53,7 +54,10 @@ class Exchange:
         return cls(world, dist.PrefixStore(f"rtdebug/ray.train/{attempt}/", base))
 
     def next_call(self, op: str) -> int:
-        n = self.calls[op] = self.calls.get(op, 0) + 1
+        """The call's number: Ray Train's collectives share one sequence (as Ray numbers them), others count
+        alone."""
+        key = SEQUENCE if op.startswith(SEQUENCE + ".") else op
+        n = self.calls[key] = self.calls.get(key, 0) + 1
         return n
 
     def meet(self, op: str, n: int, mine: Any, want_all: bool = True) -> list[Any] | None:
