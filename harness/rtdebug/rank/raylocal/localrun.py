@@ -1,0 +1,294 @@
+"""One rank's part of one ``fit()`` (``LocalRun``): what the train function's Ray Train calls do.
+
+``report()`` is the cluster's: the ranks meet (``exchange``) and take rank 0's checkpoint directory name
+(Ray's ``checkpoint_<date>`` or ``checkpoint_dir_name=``); each rank copies its files into
+``storage_path/name/<dir>`` before ``report()`` returns (``checkpoint_upload_mode=SYNC``; ``ASYNC``
+copies in a thread and is registered at the next Ray Train call; ``NO_UPLOAD`` keeps a checkpoint already
+in the run's directory); rank 0 registers it in the history and calls the callbacks with every rank's
+metrics in rank order; every rank learns the new history before it goes on. ``barrier`` and
+``broadcast_from_rank_zero`` meet every rank the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from rtdebug.common.errors import HarnessError
+from rtdebug.rank.raylocal import recording
+from rtdebug.rank.raylocal.exchange import Exchange, World
+from rtdebug.rank.raylocal.history import Controller, Snapshot
+
+REPORT = "ray.train.report"
+BARRIER = "ray.train.collective.barrier"
+BROADCAST = "ray.train.collective.broadcast_from_rank_zero"
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """What a rank brings to a ``report()``: the meeting agrees on one directory from these."""
+
+    dir_name: str
+    explicit: bool  # checkpoint_dir_name= was given
+    has_checkpoint: bool
+    metrics: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Upload:
+    """How a rank's copy went: the persisted checkpoint, or one line saying why not."""
+
+    checkpoint: Any = None
+    error: str | None = None
+
+
+@dataclass
+class Pending:
+    """An ``ASYNC`` upload still copying: registered at the next Ray Train call of this rank."""
+
+    n: int
+    dir_name: str
+    metrics: list[dict[str, Any]]
+    thread: threading.Thread
+    result: list[Upload]
+
+
+class LocalRun:
+    """One rank's part of one ``fit()``."""
+
+    def __init__(self, world: World, exchange: Exchange, run_config: Any, storage: Any, snapshot: Snapshot) -> None:
+        self.world, self.exchange, self.run_config, self.storage = world, exchange, run_config, storage
+        self.snapshot = snapshot
+        self.run_context: Any = None  # the trainer's TrainRunContext, for the callbacks
+        self.controller: Controller | None = None  # rank 0's
+        self.pending: Pending | None = None
+        self.noted: set[str] = set()
+
+    # -- the user's calls -------------------------------------------------------------------------
+
+    def barrier(self) -> None:
+        self.settle()
+        n = self.exchange.next_call(BARRIER)
+        with recording.call(BARRIER):
+            self.exchange.meet(BARRIER, n, None, want_all=False)
+
+    def broadcast_from_rank_zero(self, data: Any) -> Any:
+        self.settle()
+        n = self.exchange.next_call(BROADCAST)
+        with recording.call(BROADCAST):
+            mine = data if self.world.rank == 0 else None
+            if self.world.rank == 0:
+                self.exchange.meet(BROADCAST, n, mine, want_all=False)
+                self.exchange.publish(BROADCAST, n, data)
+                return data
+            self.exchange.meet(BROADCAST, n, None, want_all=False)
+            return self.exchange.answer(BROADCAST, n)
+
+    def report(
+        self,
+        metrics: dict[str, Any],
+        checkpoint: Any,
+        dir_name: str | None,
+        mode: Any,
+        delete_after: bool,
+        upload_fn: Any,
+        validation: Any,
+    ) -> None:
+        from ray.train.v2.api.report_config import CheckpointUploadMode
+
+        _check_metrics(metrics)
+        if validation:
+            self.note_once(
+                "validation",
+                "report(validation=...) is not run in local mode: the checkpoint is registered unvalidated",
+            )
+        mode = CheckpointUploadMode(mode)
+        self.settle()
+        n = self.exchange.next_call(REPORT)
+        with recording.call(REPORT):
+            mine = Proposal(
+                dir_name or self.storage.make_default_checkpoint_dir_name(),
+                dir_name is not None,
+                checkpoint is not None,
+                metrics,
+            )
+            proposals: list[Proposal] = self.exchange.meet(REPORT, n, mine) or [mine]
+            named = {r: p.dir_name for r, p in enumerate(proposals) if p.explicit}
+            if len(set(named.values())) > 1:
+                listed = ", ".join(f"rank {r}: {v!r}" for r, v in sorted(named.items()))
+                raise HarnessError(f"ray.train.report #{n}: checkpoint_dir_name differs across ranks ({listed})")
+            chosen = proposals[0].dir_name  # rank 0's, as Ray broadcasts it from rank zero
+            all_metrics = [p.metrics for p in proposals]
+            if not any(p.has_checkpoint for p in proposals):
+                self.register(n, chosen, all_metrics, [])
+                return
+            if mode == CheckpointUploadMode.ASYNC and checkpoint is not None:
+                box: list[Upload] = []
+                t = threading.Thread(
+                    target=lambda: box.append(self.upload(checkpoint, chosen, delete_after, upload_fn, mode)),
+                    name="rtdebug-ray-train-upload",
+                    daemon=True,
+                )
+                t.start()
+                self.pending = Pending(n, chosen, all_metrics, t, box)
+                return
+            if mode == CheckpointUploadMode.ASYNC:  # this rank has nothing to copy: it can register at once
+                self.pending = Pending(n, chosen, all_metrics, _done_thread(), [Upload()])
+                return
+            mine_up = self.upload(checkpoint, chosen, delete_after, upload_fn, mode)
+            self.finish_report(n, chosen, all_metrics, mine_up)
+
+    def latest_checkpoint(self) -> Any:
+        self.settle()
+        latest = self.snapshot.latest
+        return latest[0] if latest else None
+
+    def reported_checkpoints(self) -> list[Any]:
+        from ray.train.v2.api.reported_checkpoint import ReportedCheckpoint, ReportedCheckpointStatus
+
+        self.settle()
+        return [
+            ReportedCheckpoint(checkpoint=c, metrics=m, status=ReportedCheckpointStatus.COMMITTED)
+            for c, m in self.snapshot.history
+        ]
+
+    # -- the parts --------------------------------------------------------------------------------
+
+    def settle(self) -> None:
+        """Register an ``ASYNC`` upload still pending (before any later Ray Train call, and at the end)."""
+        p, self.pending = self.pending, None
+        if p is None:
+            return
+        p.thread.join()
+        self.finish_report(p.n, p.dir_name, p.metrics, p.result[0] if p.result else Upload(error="upload died"))
+
+    def upload(self, checkpoint: Any, dir_name: str, delete_after: bool, upload_fn: Any, mode: Any) -> Upload:
+        """Copy this rank's checkpoint into the run's directory (Ray's own copy), or say in one line why not."""
+        from ray.train.v2._internal.execution.context import is_managed_checkpoint
+        from ray.train.v2.api.report_config import CheckpointUploadMode
+
+        if checkpoint is None:
+            return Upload()
+        rank = self.world.rank
+        if mode == CheckpointUploadMode.NO_UPLOAD:
+            if not is_managed_checkpoint(self.storage, checkpoint):
+                raise ValueError(
+                    "Your `ray.train.report(checkpoint)` is outside the experiment directory "
+                    f"({self.storage.experiment_fs_path}): with checkpoint_upload_mode=NO_UPLOAD it must be in it"
+                )
+            return Upload(checkpoint)
+        if not os.path.exists(checkpoint.path) and _is_local(checkpoint):
+            return Upload(error=_vanished(rank, checkpoint))
+        dest = self.storage.build_checkpoint_path_from_name(dir_name)
+        try:
+            if upload_fn is not None:
+                persisted = upload_fn(checkpoint, dir_name)
+                from ray.train import Checkpoint
+
+                if not isinstance(persisted, Checkpoint):
+                    raise ValueError(
+                        f"checkpoint_upload_fn must return a `ray.train.Checkpoint`. Actual type is {type(persisted)}"
+                    )
+                if not is_managed_checkpoint(self.storage, persisted):
+                    raise ValueError(
+                        "Your `checkpoint_upload_fn` returned a checkpoint outside the experiment directory "
+                        f"({self.storage.experiment_fs_path})"
+                    )
+            else:
+                persisted = self.storage.persist_current_checkpoint(checkpoint, dir_name)
+        except FileNotFoundError:
+            return Upload(error=_vanished(rank, checkpoint))
+        except OSError as exc:
+            return Upload(error=f"rank {rank} could not write its checkpoint into {dest}: {reason(exc)}")
+        if delete_after:
+            from ray.train.v2._internal.execution.storage import delete_fs_path
+
+            try:
+                delete_fs_path(checkpoint.filesystem, checkpoint.path)
+            except Exception as exc:
+                print(f"rtdebug: could not delete the local checkpoint {checkpoint.path}: {exc}", file=sys.stderr)
+        return Upload(persisted)
+
+    def finish_report(self, n: int, dir_name: str, metrics: list[dict[str, Any]], mine: Upload) -> None:
+        op = REPORT + "/upload"
+        uploads: list[Upload] = self.exchange.meet(op, n, mine, want_all=self.world.rank == 0) or [mine]
+        self.register(n, dir_name, metrics, uploads)
+
+    def register(self, n: int, dir_name: str, metrics: list[dict[str, Any]], uploads: list[Upload]) -> None:
+        """Rank 0 registers the report as the cluster's controller does; every rank learns the history."""
+        if self.world.rank == 0:
+            assert self.controller is not None
+            error = None
+            try:
+                errors = [u.error for u in uploads if u.error]
+                if errors:
+                    self.discard(dir_name)
+                    error = f"ray.train.report #{n}: {errors[0]}; nothing of it was kept"
+                else:
+                    persisted = [u.checkpoint for u in uploads if u.checkpoint is not None]
+                    paths = {c.path for c in persisted}
+                    if len(paths) > 1:
+                        error = (
+                            f"ray.train.report #{n}: the ranks' checkpoints are in different directories "
+                            f"({', '.join(sorted(paths))}); they must be one"
+                        )
+                    else:
+                        self.controller.after_report(persisted[0] if persisted else None, metrics)
+            except HarnessError as exc:
+                error = exc.message
+            snap = self.controller.snapshot(error)
+            self.exchange.publish(REPORT, n, snap)
+        else:
+            snap = self.exchange.answer(REPORT, n)
+        self.snapshot = snap
+        if snap.error:
+            raise HarnessError(snap.error)
+
+    def discard(self, dir_name: str) -> None:
+        """A report that failed leaves nothing half-written: its directory goes, unless the history has it."""
+        path = self.storage.build_checkpoint_path_from_name(dir_name)
+        if any(c.path == path for c, _ in self.snapshot.history):
+            return
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+
+    def note_once(self, key: str, line: str) -> None:
+        if key not in self.noted and self.world.rank == 0:
+            self.noted.add(key)
+            print(f"rtdebug: {line}", file=sys.stderr, flush=True)
+
+
+def _check_metrics(metrics: dict[str, Any]) -> None:
+    if "torch" in sys.modules:
+        from ray.air._internal.torch_utils import contains_tensor
+
+        if contains_tensor(metrics):
+            raise ValueError(
+                "Passing objects containing Torch tensors as metrics is not supported as it will throw an "
+                "exception on deserialization. You can either convert the tensors to Python objects (ex: "
+                "`.numpy()`, `.item()`, etc.) or save tensors as part of the checkpoint files instead."
+            )
+
+
+def _is_local(checkpoint: Any) -> bool:
+    fs = getattr(checkpoint, "filesystem", None)
+    return fs is None or getattr(fs, "type_name", "local") == "local"
+
+
+def _done_thread() -> threading.Thread:
+    t = threading.Thread(target=lambda: None, daemon=True)
+    t.start()
+    return t
+
+
+def _vanished(rank: int, checkpoint: Any) -> str:
+    return f"rank {rank}'s checkpoint directory {checkpoint.path} does not exist (deleted before report()?)"
+
+
+def reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
