@@ -330,6 +330,20 @@ def test_full_guide_command_ray_local_mode(hosts, tmp_path):
     assert not wait_empty(hosts, ["n0", "n1"], timeout=60)
 
 
+def test_ray_train_report_meets_every_rank_across_two_hosts(hosts, tmp_path):
+    """Local mode with the cluster's semantics on two hosts: report() meets every rank through the job's c10d
+    store, both hosts' files land in one checkpoint directory, and one process calls the callback."""
+    storage = tmp_path / "results"
+    job = [str(SCRIPTS / "raylocal_faults.py"), "ok", str(storage)]
+    procs = {node: hosts.start(node, ["torchrun", *node_args(hosts, node, job)]) for node in ("n0", "n1")}
+    for node, p in procs.items():
+        assert p.wait(timeout=400) == 0, hosts.log(node)
+    kept = sorted(d for d in (storage / "faults").iterdir() if d.is_dir())
+    assert len(kept) == 2 and all(sorted(os.listdir(d)) == ["rank0.txt", "rank1.txt"] for d in kept)
+    assert hosts.log("n0").count("callback after_report ranks=[0, 1]") == 3
+    assert "callback after_report" not in hosts.log("n1")
+
+
 @pytest.mark.skipif(not FULL, reason="RTDEBUG_FULL=1: static rendezvous on two hosts")
 def test_full_static_rendezvous_view_through_the_agent_store(hosts, tmp_path):
     """Static rendezvous: the ranks publish into the agent store at --master-addr:--master-port."""
