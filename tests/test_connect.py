@@ -30,7 +30,7 @@ SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 SCRIPT = SCRIPTS / "multinode_train.py"
 PROBE = SCRIPTS / "dap_probe.py"
 RDZV_PORT = 29500
-REMOTE = str(ROOT / ".venv" / "bin" / "rtdebug") if (ROOT / ".venv" / "bin" / "rtdebug").exists() else "rtdebug"
+REMOTE = f"{PY} -m rtdebug"  # how the nodes' sshd runs rtdebug (this interpreter: no PATH needed)
 NOFWD_PORT = 2200
 BIND_ALL = "import socket,sys\nfor p in sys.argv[1:]:\n s=socket.socket();s.bind(('127.0.0.1',int(p)));s.close()"
 
@@ -74,6 +74,7 @@ def _keygen(path: Path, kind: str = "ed25519") -> str:
 def sshd_config(c: Cluster, h: str, port: int, forwarding: bool) -> Path:
     d = c.tmp / "ssh"
     reg = c.tmp / f"registry-{h}"
+    pythonpath = f" PYTHONPATH={os.environ['PYTHONPATH']}" if os.environ.get("PYTHONPATH") else ""
     text = f"""
 Port {port}
 ListenAddress {c.addr[h]}
@@ -87,7 +88,7 @@ PasswordAuthentication no
 KbdInteractiveAuthentication no
 AllowTcpForwarding {"yes" if forwarding else "no"}
 DisableForwarding no
-SetEnv RTDEBUG_REGISTRY_DIR={reg} XDG_CONFIG_HOME={c.cluster_home} PYTHONUNBUFFERED=1
+SetEnv RTDEBUG_REGISTRY_DIR={reg} XDG_CONFIG_HOME={c.cluster_home} PYTHONUNBUFFERED=1{pythonpath}
 LogLevel ERROR
 """
     path = d / f"sshd-{h}-{port}.conf"
