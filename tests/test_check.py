@@ -76,7 +76,16 @@ def test_a_wait_policy_says_the_ranks_it_names(policy, shown, ranks):
     out = rtdebug("check", f"--wait={policy}")
     assert (out.returncode, out.stdout) == (0, shown + "\n")
     js = json.loads(rtdebug("check", f"--wait={policy}", "--json").stdout)
-    assert js == {"valid": True, "wait": policy.strip().lower(), "ranks": ranks}
+    assert js == {"valid": True, "wait": policy.strip().lower(), "form": "ranks", "ranks": ranks}
+
+
+def test_a_wait_by_mesh_coordinates_is_parsed_as_run_parses_it():
+    js = json.loads(rtdebug("check", "--wait=dp=0,tp=*", "--json").stdout)
+    assert js == {"valid": True, "wait": "dp=0,tp=*", "form": "mesh", "ranks": None}
+    line, js = refusal("--wait=tp=x")
+    assert line == "rtdebug: error: --wait 'tp=x': 'tp=x' is not DIM=N, DIM=*, DIM=A:B or DIM=(A,B,...)"
+    gen = rtdebug("vscode", "--script", "t.py", "--wait=tp=x")
+    assert (gen.returncode, gen.stderr.rstrip("\n").splitlines()[-1]) == (2, line)
 
 
 @pytest.mark.parametrize("policy", ["first", "3-1", "-1", "0,x"])

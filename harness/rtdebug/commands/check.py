@@ -4,7 +4,8 @@ harness's own parsers (``rtdebug.common.stopon``, ``rtdebug.common.selector``, t
 copy of the grammars and of their error texts.
 
 - ``check --stop-on SPEC``: prints the canonical spelling (what the ranks are given); ``off`` for "".
-- ``check --wait POLICY``: a ``--wait`` policy (``none``, ``all``, ``0,2-3``): prints the ranks it names.
+- ``check --wait POLICY``: a ``--wait`` policy (``none``, ``all``, ``0,2-3``, or mesh coordinates ``tp=1``,
+  which only the job's meshes resolve): prints the ranks it names, as ``run`` and ``torchrun`` read it.
 - ``check --rank SEL``: rank numbers (``0,2-3``, ``all``) or mesh coordinates (``tp=0``, ``dp=0,tp=*``);
   with ``--session ID`` the ranks it chooses in that live session (mesh coordinates among its verified
   entries, as ``attach --rank`` and ``ps --rank`` resolve them), else only whether it parses.
@@ -59,7 +60,7 @@ def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
         "print what it means (exit 0) or the one-line refusal every command prints for it (exit 2).",
     )
     p.add_argument("--stop-on", metavar="SPEC", help=f"--stop-on conditions: {stopon.FORMS}")
-    p.add_argument("--wait", metavar="POLICY", help="a --wait policy: none, all, or ranks like 0,2-3")
+    p.add_argument("--wait", metavar="POLICY", help="a --wait policy: none, all, ranks like 0,2-3, or tp=1")
     p.add_argument("--rank", metavar="SEL", help="rank numbers (0,2-3, all) or mesh coordinates (tp=0, dp=0,tp=*)")
     p.add_argument(
         "--session",
@@ -84,9 +85,13 @@ def stop_on(spec: str) -> dict[str, Any]:
 
 
 def wait(policy: str) -> dict[str, Any]:
-    """The ranks a ``--wait`` policy names (``ranks`` None: all of them); a HarnessError when refused."""
+    """The ranks a ``--wait`` policy names (``ranks`` None: all of them, or mesh coordinates, which the
+    job's meshes resolve once it makes them); a HarnessError when refused, as ``rtdebug.common.config``."""
+    if selector.is_mesh(policy):
+        selector.parse(policy, "--wait")
+        return {"wait": policy, "form": "mesh", "ranks": None}
     ranks = parse_rank_list(policy)
-    return {"wait": policy.strip().lower(), "ranks": None if ranks is None else sorted(ranks)}
+    return {"wait": policy.strip().lower(), "form": "ranks", "ranks": None if ranks is None else sorted(ranks)}
 
 
 def dimensions(entries: list[dict[str, Any]]) -> str:

@@ -16,9 +16,10 @@ export interface StopOnMeaning {
   step: number | null;
 }
 
-/** `check --wait POLICY --json`: the ranks a `--wait` policy names (`ranks` null: all of them). */
+/** `check --wait POLICY --json`: the ranks a `--wait` policy names (`ranks` null: all, or mesh coordinates). */
 export interface WaitMeaning {
   wait: string;
+  form: 'ranks' | 'mesh';
   ranks: number[] | null;
 }
 

@@ -20,6 +20,8 @@ test("wait policies and rank lists are the harness's: rtdebug check --wait", { s
   for (const bad of ['3-1', 'first', '-1'])
     assert.equal(await refusal(checkWait(run, bad)), `invalid --wait value '${bad}': use none, all, or ranks like 0,2-3`);
   assert.equal(await refusal(checkWait(run, 'all')), undefined);
+  assert.equal(await refusal(checkWait(run, 'tp=1')), undefined, 'mesh coordinates: the job resolves them');
+  assert.equal(await refusal(checkWait(run, 'tp=x')), "--wait 'tp=x': 'tp=x' is not DIM=N, DIM=*, DIM=A:B or DIM=(A,B,...)");
   // the CLI missing is one sentence too, never a thrown validator
   assert.match(
     (await refusal(checkWait(checkWith({ python: '/nonexistent/python', module: 'rtdebug' }), 'all'))) ?? '',

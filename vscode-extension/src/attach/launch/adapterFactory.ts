@@ -62,6 +62,7 @@ async function ranksOf(c: vscode.DebugConfiguration): Promise<number[] | undefin
   if (typeof c.ranks !== 'string' || c.ranks.trim() === 'all') return undefined;
   const w = await checkWait(checkWith(await currentHarness(Gated.attach)), c.ranks);
   if (!w.valid) throw new Error(`"ranks": ${w.error}`);
+  if (w.form === 'mesh') throw new Error(`"ranks": ${c.ranks}: rank numbers here (0,2-3); mesh coordinates: Attach to Ranks…`);
   return w.ranks ?? undefined;
 }
 
