@@ -21,8 +21,8 @@ BUNDLE_SH = ROOT / "scripts" / "gpu-bundle.sh"
 sys.path.insert(0, str(ROOT / "scripts" / "gpu_check"))
 import results  # noqa: E402
 
-NAMES = ["install", "lazy_dap", "stop_on_nonfinite", "stacks_flight", "pg_timeout", "post_mortem_oom", "adopt",
-         "bench", "post_mortem_assert"]  # fmt: skip
+NAMES = ["install", "lazy_dap", "stop_on_nonfinite", "stacks_flight", "stacks_gloo_cuda", "pg_timeout",
+         "post_mortem_oom", "adopt", "bench", "post_mortem_assert"]  # fmt: skip
 
 
 def gpu_check(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -236,12 +236,13 @@ def test_every_check_runs_dry_on_cpu_with_gloo_and_leaves_nothing_running(tmp_pa
     failed = {c.name: c.details for c in got if not c.ok}
     assert r.returncode == 0 and not failed, (r.stdout, r.stderr, failed)
     assert [c.name for c in got] == NAMES and meta["dry"] is True
-    assert (out / "summary.txt").read_text() == r.stdout and r.stdout.startswith("gpu-check: all 9 ok (dry run")
+    assert (out / "summary.txt").read_text() == r.stdout and r.stdout.startswith("gpu-check: all 10 ok (dry run")
     by = {c.name: c.details for c in got}
     assert by["lazy_dap"]["evaluated"] == {"device": "'cpu'", "sum": "18.0", "backend": "'gloo'"}
     assert by["stop_on_nonfinite"]["stop"]["reason"].endswith("at step 3 (origin)")
     assert by["pg_timeout"]["rank_saw"]["group_timeout_s"] == 7200.0
     assert "ALLREDUCE [[8]] Float" in by["stacks_flight"]["history_cells"]
+    assert by["stacks_gloo_cuda"]["verdict"].startswith("ranks are blocked in different collectives: rank 0 in ALLR")
     assert set(by["bench"]["ratios"]) == set(results.RATIOS)
     assert {p.name for p in (out / "logs").iterdir()} >= {"lazy_dap.log", "adopt_job.log", "commands.log"}
     assert _ours(tmp_path) == []

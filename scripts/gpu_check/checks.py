@@ -221,6 +221,36 @@ def stacks_flight(ctx: Ctx) -> tuple[bool, Details]:
     }
 
 
+def stacks_gloo_cuda(ctx: Ctx) -> tuple[bool, Details]:
+    """The multi-rank path NCCL cannot take on one GPU: two gloo ranks with CUDA tensors, one skips a collective."""
+    base = ctx.free_base()
+    info, _ = ctx.files("hang")
+    j = ctx.torchrun("stacks_gloo_cuda", base, ["hang", info, "--steps", 3], nproc=2, GPU_CHECK_BACKEND="gloo")
+    sid = j.session_id()
+    seen = [ctx.note(Path(f"{info}.r{r}"), 1, 120, j) for r in (0, 1)]
+    raw = ctx.cmd("stacks", "--session", sid, "--json", "--timeout", "10")
+    text = ctx.cmd("stacks", "--session", sid).stdout
+    stopped = ctx.cmd("stop", "--session", sid)
+    j.wait(60)
+    js = json.loads(raw.stdout) if raw.returncode == 0 else {}
+    verdict = js.get("verdict") or ""
+    ok = (
+        all(s.get("device") == _device(ctx).strip("'") and s.get("backend") == "gloo" for s in seen)
+        and js.get("collectives_from") == "flight recorder"
+        and "BARRIER" in verdict
+        and "ALLREDUCE" in verdict
+    )
+    return ok, {
+        "summary": f"verdict: {verdict or None}",
+        "verdict": verdict or None,
+        "culprit": js.get("culprit"),
+        "collectives_from": js.get("collectives_from"),
+        "ranks_saw": seen,
+        "text": text.splitlines()[:12],
+        "stop_exit": stopped.returncode,
+    }
+
+
 def pg_timeout(ctx: Ctx) -> tuple[bool, Details]:
     base = ctx.free_base()
     info, control = ctx.files("hold")
@@ -440,6 +470,12 @@ CHECKS = [
         150,
         "rtdebug stacks: the Flight Recorder's NCCL entries in the verdict's "
         "data and --history, one collective in flight",
+    ),
+    (
+        "stacks_gloo_cuda",
+        stacks_gloo_cuda,
+        120,
+        "rtdebug stacks' verdict on 2 gloo ranks with CUDA tensors on the one GPU, one skipping an all_reduce",
     ),
     (
         "pg_timeout",

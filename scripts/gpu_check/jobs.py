@@ -140,8 +140,10 @@ class Ctx:
     def rtdebug(self, name: str, *args: object, **env: str) -> Proc:
         return self.start(name, [self.python, "-m", "rtdebug", *map(str, args)], **env)
 
-    def torchrun(self, name: str, base: int, rank_args: list[object], *opts: object, **env: str) -> Proc:
-        """``rtdebug torchrun [opts]`` of one rank of rank_job.py, its ports from ``base``."""
+    def torchrun(
+        self, name: str, base: int, rank_args: list[object], *opts: object, nproc: int = 1, **env: str
+    ) -> Proc:
+        """``rtdebug torchrun [opts]`` of ``nproc`` ranks of rank_job.py, their ports from ``base``."""
         return self.rtdebug(
             name,
             "torchrun",
@@ -149,7 +151,7 @@ class Ctx:
             base,
             *opts,
             "--nproc-per-node",
-            "1",
+            nproc,
             "--rdzv-endpoint",
             f"127.0.0.1:{base + 8}",
             RANK_SCRIPT,

@@ -9,6 +9,7 @@ so the same script runs in the CPU-side test (tests/test_gpu_check.py) and canno
     dap          a CUDA tensor ``x``, one all_reduce, then a loop until CONTROL (the breakpoint's line)
     hold         the process-group timeout and the NCCL heartbeat as this rank sees them, then (after CONTROL) a
                  line the client holds the rank at, and a collective after the hold
+    hang         two gloo ranks on the one GPU with CUDA tensors: rank 1 skips an all_reduce (a hang to explain)
     collectives  a few collectives, then one issued behind a busy CUDA stream (still in flight while asked for
                  stacks), then waits for CONTROL
     stopon       a DDP training loop with a NaN in the batch at --nan-step (for --stop-on nonfinite)
@@ -30,7 +31,7 @@ import torch.distributed as dist
 from torch import nn
 
 DEVICE = os.environ.get("GPU_CHECK_DEVICE", "cuda")
-BACKEND = "nccl" if DEVICE == "cuda" else "gloo"
+BACKEND = os.environ.get("GPU_CHECK_BACKEND") or ("nccl" if DEVICE == "cuda" else "gloo")  # gloo: CUDA tensors too
 NOTES = [0]
 
 
@@ -50,7 +51,8 @@ def wait_for(control: str) -> None:
 
 def setup() -> torch.device:
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    if DEVICE == "cuda":
+    if DEVICE == "cuda":  # two gloo ranks share the one GPU
+        local %= torch.cuda.device_count()
         torch.cuda.set_device(local)
     dist.init_process_group(BACKEND)  # no timeout=: the default, as rtdebug raised it (or torch's own)
     return torch.device(DEVICE, local) if DEVICE == "cuda" else torch.device("cpu")
@@ -139,6 +141,20 @@ def mode_collectives(a: argparse.Namespace, dev: torch.device) -> None:
     dist.destroy_process_group()
 
 
+def mode_hang(a: argparse.Namespace, dev: torch.device) -> None:
+    """Two gloo ranks, CUDA tensors: rank 1 skips the all_reduce rank 0 is in and waits in a barrier (a hang)."""
+    rank = dist.get_rank()
+    t = torch.ones(4, device=dev)
+    for _ in range(a.steps):
+        dist.all_reduce(t)
+    a.info = f"{a.info}.r{rank}"
+    note(a.info, rank=rank, device=str(t.device), backend=dist.get_backend())
+    if rank == 1:
+        dist.barrier()  # HANG: rank 1 skipped one all_reduce
+    else:
+        dist.all_reduce(t)  # HANG: rank 0 waits here for rank 1
+
+
 class Net(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -221,6 +237,7 @@ MODES = {
     "dap": mode_dap,
     "hold": mode_hold,
     "collectives": mode_collectives,
+    "hang": mode_hang,
     "stopon": mode_stopon,
     "raise": mode_raise,
     "bench": mode_bench,
