@@ -173,6 +173,11 @@ def meta_of(a: argparse.Namespace, probe: dict[str, str]) -> dict[str, object]:
         "budget_s": a.budget,
     }
     m.update({k: probe[k] for k in ("gpu", "torch", "cuda", "python") if probe.get(k)})
+    try:  # the checkout this run checked (a copied tree may have no .git)
+        head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        m["commit"] = head.stdout.strip() or None
+    except OSError:
+        m["commit"] = None
     if not a.dry and shutil.which("nvidia-smi"):
         query = ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
         try:

@@ -128,7 +128,8 @@ def markdown(meta: dict[str, Any], results: list[Result]) -> str:
         "(docs/gpu-check.md); the whole result is that run's `$OUT/gpu-check.json`.",
         "",
     ]
-    lines += [f"- {k}: {meta[k]}" for k in ("gpu", "nvidia_smi", "torch", "cuda", "python", "dry") if k in meta]
+    keys = ("gpu", "nvidia_smi", "torch", "cuda", "python", "commit", "dry")
+    lines += [f"- {k}: {meta[k]}" for k in keys if k in meta]
     verdict = f"{len(failed)} of {len(results)} checks failed: {', '.join(failed)}" if failed else "every check ok"
     lines += ["", f"**{verdict}.**", "", "| check | ok | s | what it found |", "|---|---|---|---|"]
     for r in results:
