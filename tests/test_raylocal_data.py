@@ -93,9 +93,24 @@ def _seen(out: Path) -> list[dict]:
 
 
 def _no_ray_left(seen: list[dict], log: Path) -> None:
+    """After torchrun ended: every Ray process of the job ends within 20 s (a deadline for a hang, not a
+    speed: without rtdebug's watchdog Ray's two agents outlive a SIGKILLed rank 0 by about 60 s)."""
     pids = [p for s in seen for p in s["ray_pids"] + s["own_pids"]]
     assert seen[0]["ray_pids"], "rank 0's Ray processes were not found"
-    until(lambda: alive(pids), 60, "every Ray process of the job ended", ok=lambda a: not a, context=log.read_text)
+    until(lambda: alive(pids), 20, "every Ray process of the job ended", ok=lambda a: not a, context=log.read_text)
+
+
+def _partitions(seen: list[dict]) -> None:
+    """Every pass over the shares (two epochs of iter_batches, iter_torch_batches, materialize) splits
+    range(40) as the cluster does: 20 rows each, disjoint, together the whole. Which blocks a rank gets may
+    change from one pass to the next (streaming_split hands blocks to whichever split asks), as on a cluster."""
+    passes = {"epoch 1": lambda s: s["epochs"][0], "epoch 2": lambda s: s["epochs"][1]}
+    passes.update(torch=lambda s: s["torch"], materialize=lambda s: s["materialize"])
+    for name, rows in passes.items():
+        got = [rows(s) for s in seen]
+        assert [len(r) for r in got] == [20, 20], (name, got)  # no row twice within a share
+        assert not set(got[0]) & set(got[1]), (name, got)
+        assert set(got[0]) | set(got[1]) == set(range(40)), (name, got)
 
 
 @pytest.mark.parametrize("mode", ["script", "callables"])
@@ -105,15 +120,9 @@ def test_two_ranks_share_range_40_as_the_cluster_does(tmp_path, mode):
     proc, out, log = _torchrun(tmp_path, RAYDATA_MODE=mode)
     assert _finish(proc, log) == 0, log.read_text(errors="replace")[-4000:]
     seen = _seen(out)
-    shares = [set(s["epochs"][0]) for s in seen]
-    assert [len(s["epochs"][0]) for s in seen] == [20, 20]  # no row twice within a share
-    assert not shares[0] & shares[1]
-    assert shares[0] | shares[1] == set(range(40))
-    for s, share in zip(seen, shares, strict=True):
-        assert s["type"] == "StreamSplitDataIterator"
-        assert sorted(s["epochs"][1]) == sorted(share)  # epoch 2: the same share again, all of it
-        assert s["torch_type"] == "Tensor" and sorted(s["torch"]) == sorted(share)
-        assert s["materialize"] == sorted(share)
+    _partitions(seen)
+    for s in seen:
+        assert s["type"] == "StreamSplitDataIterator" and s["torch_type"] == "Tensor"
         assert s["eval"] == list(range(6))  # not in datasets_to_split: whole on every rank
     assert seen[0]["session_dir"] == seen[1]["session_dir"]  # one Ray instance for the job
     assert not seen[1]["ray_pids"]  # a joined rank starts no Ray process of its own
@@ -145,12 +154,20 @@ def test_rtdebug_torchrun_trainer_shards_train_dataset(job, tmp_path, port_base)
     assert j.wait(240) == 0, j.output()[-4000:]
     assert j.output().count("ray data done None") == 2
     seen = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
-    shares = [set(s["epochs"][0]) for s in seen]
-    assert [len(s["epochs"][0]) for s in seen] == [20, 20]
-    assert not shares[0] & shares[1] and shares[0] | shares[1] == set(range(40))
-    for s, share in zip(seen, shares, strict=True):
-        assert s["type"] == "StreamSplitDataIterator"
-        assert sorted(s["epochs"][1]) == sorted(s["torch"]) == s["materialize"] == sorted(share)
+    _partitions(seen)
+    assert [s["type"] for s in seen] == ["StreamSplitDataIterator"] * 2
     pids = [p for s in seen for p in s["ray_pids"]]
     assert pids
     until(lambda: alive(pids), 60, "every Ray process of the job ended", ok=lambda a: not a, context=j.output)
+
+
+def test_a_bad_data_config_fails_every_rank_in_one_line(tmp_path):
+    """A ``DataConfig`` subclass that gives fewer shards than ranks: every rank raises the same one line
+    (none waits on a peer), and each ends what it made: no Ray process is left."""
+    proc, out, log = _torchrun(tmp_path, RAYDATA_MODE="callables", RAYDATA_BAD_CONFIG="1")
+    assert _finish(proc, log) != 0
+    seen = _seen(out)
+    expected = "DataConfig.configure gave 1 shards of 'train' for 2 ranks"
+    assert [s["error"] for s in seen] == [expected, expected]
+    # rank 1 left rank 0's instance and rank 0 shut its head down before either wrote its file
+    assert [s["ray_pids"] for s in seen] == [[], []], seen

@@ -15,6 +15,7 @@ import torch.distributed as dist
 from ray.train import DataConfig
 from raydata_exchange import TorchExchange
 
+from rtdebug.common.errors import HarnessError
 from rtdebug.rank.raylocal import data
 
 dist.init_process_group("gloo")
@@ -26,7 +27,23 @@ if mode == "script":
 else:  # callables, nothing started by the script: rank 0 starts the head
     datasets = {"train": lambda: ray.data.range(40), "eval": lambda: ray.data.range(6)}
 own = [p.pid for p in psutil.Process().children(recursive=True)]  # the Ray instance the script started
-shards = data.shard_datasets(datasets, DataConfig(datasets_to_split=["train"]), world, rank, ex)
+config = DataConfig(datasets_to_split=["train"])
+if os.environ.get("RAYDATA_BAD_CONFIG"):
+
+    class OneShard(DataConfig):  # a user's DataConfig that gets the world size wrong
+        def configure(self, datasets, world_size, worker_handles, worker_node_ids, **kwargs):
+            return super().configure(datasets, 1, worker_handles, worker_node_ids[:1], **kwargs)
+
+    config = OneShard()
+try:
+    shards = data.shard_datasets(datasets, config, world, rank, ex)
+except HarnessError as e:
+    out = os.environ["RAYDATA_OUT"]
+    kids = [p.pid for p in psutil.Process().children(recursive=True)]
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump({"rank": rank, "error": str(e), "own_pids": own, "ray_pids": kids}, f)
+    dist.destroy_process_group()
+    sys.exit(f"rank {rank}: {e}")
 train = shards["train"]
 seen = {"rank": rank, "pid": os.getpid(), "own_pids": own, "epochs": [], "type": type(train).__name__}
 for _ in range(2):

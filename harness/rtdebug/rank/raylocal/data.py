@@ -14,8 +14,9 @@ broadcast over the job's gloo group; every other rank leaves the Ray instance it
 joins rank 0's as a driver (``ray.init(address=...)``). The per-rank iterators (``StreamSplitDataIterator``:
 the split coordinator actor's handle and the rank's index) are pickled with Ray's cloudpickle and
 broadcast; rank 0 keeps all of them, so the coordinator lives until ``close()``. The shares are then
-Ray's own: disjoint, equal (``equal=True``), their union the whole dataset, streamed in blocks through one
-``SplitCoordinator``, so the object store (capped by ``object_store_memory`` where rank 0's instance was
+Ray's own: in every epoch disjoint, equal (``equal=True``), their union the whole dataset, streamed in
+blocks through one ``SplitCoordinator`` (which blocks a rank gets may change from one epoch to the next, as
+on a cluster), so the object store (capped by ``object_store_memory`` where rank 0's instance was
 started) bounds the memory for a dataset larger than RAM, and every block is read and transformed once.
 
 Why not one Ray instance per rank, each reading the whole dataset and keeping its own share: a
@@ -77,9 +78,35 @@ class Shared:
     joined: bool = False  # a non-zero rank connected to rank 0's head
     temp_dir: str | None = None
     keep: list[dict[str, Any]] = field(default_factory=list)  # rank 0: every rank's iterators
+    watchdog: Any = None  # rank 0, a head started here: its Popen (see _watch)
 
 
 _shared: Shared | None = None
+_script_watchdogs: dict[str, Any] = {}  # rank 0's own (the script's) instance: one watchdog each, for life
+
+# The watchdog: a tiny process in a session of its own (Ray's reaper kills rank 0's process group) that
+# reads its stdin, a pipe from rank 0, until EOF: rank 0 closed it, or rank 0 is gone however it died.
+# It then SIGKILLs the Ray processes it was given that still run (each checked by its start time, so a
+# reused pid is never hit). Without it, Ray's DashboardAgent and RuntimeEnvAgent outlive a SIGKILLed
+# driver by about 60 s (measured with plain Ray 2.60: they wait for their GCS to come back).
+WATCHDOG = r"""
+import os, signal, sys
+def start(pid):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+pids = [tuple(map(int, a.split(":"))) for a in sys.argv[1:]]
+while sys.stdin.buffer.read(65536):
+    pass
+for pid, st in pids:
+    if start(pid) == st:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+"""
 
 
 def datasets_to_split(names: Iterable[str], data_config: Any) -> set[str]:
@@ -121,6 +148,7 @@ def shard_datasets(
         shared, error = _agree(exchange, _start_or_use_head, rank)
     else:
         shared, error = _agree(exchange, None, rank)
+    error = _first_error(exchange, world_size, rank, error)
     if error:  # every rank raises it (it was broadcast): each ends what it made alone, close() has nothing
         _end(shared)
         raise HarnessError(error)
@@ -130,6 +158,7 @@ def shard_datasets(
         mine, error = _hand_out(exchange, lambda: _configure(resolve(datasets), data_config, world_size, shared))
     else:
         mine, error = _hand_out(exchange, None)
+    error = _first_error(exchange, world_size, rank, error)
     if error:
         _shared = None
         _end(shared)
@@ -171,6 +200,8 @@ def _end(shared: Shared | None) -> None:
         shared.keep.clear()
         if shared.started_head:
             ray.shutdown()
+        _release(shared.watchdog)
+        shared.watchdog = None
         if shared.temp_dir:
             shutil.rmtree(shared.temp_dir, ignore_errors=True)
             atexit.unregister(_at_exit)
@@ -195,11 +226,24 @@ def _agree(exchange: Exchange, start: Callable[[int, Exchange], Shared] | None, 
         return None, f"rank {rank} could not join rank 0's Ray instance at {address}: {e}"
 
 
+def _first_error(exchange: Exchange, world_size: int, rank: int, mine: str | None) -> str | None:
+    """The first rank's error, on every rank: a rank that failed alone would leave its peers waiting in the
+    next meeting (one broadcast per rank, at start-up only)."""
+    first = None
+    for src in range(world_size):
+        theirs = exchange.broadcast(mine if rank == src else None, src=src)
+        first = first or theirs
+    return first
+
+
 def _start_or_use_head(rank: int, exchange: Exchange) -> Shared:
     import ray
 
     if ray.is_initialized():  # the script's own instance (ray.data auto-starts one): the job's now
-        return Shared(rank, exchange, ray.get_runtime_context().gcs_address)
+        address = ray.get_runtime_context().gcs_address
+        if address not in _script_watchdogs:  # kept open until this process ends: the instance is the script's
+            _script_watchdogs[address] = _watch()
+        return Shared(rank, exchange, address)
     temp_dir = tempfile.mkdtemp(prefix="rtdray-")  # short: Ray's socket paths live under it
     atexit.register(_at_exit, temp_dir)  # a raise out of fit() before close(): the head and its dir end
     try:
@@ -213,7 +257,49 @@ def _start_or_use_head(rank: int, exchange: Exchange) -> Shared:
     except BaseException:
         shutil.rmtree(temp_dir, ignore_errors=True)
         raise
-    return Shared(rank, exchange, ray.get_runtime_context().gcs_address, started_head=True, temp_dir=temp_dir)
+    address = ray.get_runtime_context().gcs_address
+    return Shared(rank, exchange, address, started_head=True, temp_dir=temp_dir, watchdog=_watch())
+
+
+def _starttime(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _watch() -> Any:
+    """A watchdog (``WATCHDOG``) over this process's Ray processes now; None where /proc is not there."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    pids = []
+    for p in psutil.Process().children(recursive=True):
+        st = _starttime(p.pid)
+        if st is not None:
+            pids.append(f"{p.pid}:{st}")
+    if not pids:
+        return None
+    return subprocess.Popen(
+        [sys.executable, "-S", "-c", WATCHDOG, *pids],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+
+
+def _release(watchdog: Any) -> None:
+    """Let a watchdog go: it kills what of its processes still runs, and ends."""
+    if watchdog is None:
+        return
+    with contextlib.suppress(Exception):
+        watchdog.stdin.close()
+        watchdog.wait(10)
 
 
 def _join(rank: int, exchange: Exchange, address: str, auth: str | None) -> Shared:
@@ -284,7 +370,10 @@ def _hand_out(exchange: Exchange, make: Callable[[], list[dict[str, Any]]] | Non
     if make is not None:
         return per_rank[0], None
     assert blobs is not None
-    return cloudpickle.loads(blobs[rank]), None
+    try:
+        return cloudpickle.loads(blobs[rank]), None
+    except Exception as e:
+        return {}, f"rank {rank} could not take its dataset shards from rank 0: {e}"
 
 
 def _stop_executors(per_rank: list[dict[str, Any]]) -> None:
