@@ -70,6 +70,8 @@ class Connection:
         self.remote: RemoteSession | None = None
         self.registered = False
         self.unverified = False
+        self.written: dict[int, Entry] = {}
+        self.ports: list[int] = []  # rank -> its entry as last written (less updated_at)
         self.store_view: Any = None  # rtdebug.views.store.StoreView on the forwarded store: refresh reads it
 
     # -- the remote side -------------------------------------------------------------------------------------
@@ -231,7 +233,9 @@ class Connection:
         for r in s.ranks:
             self._write_rank(r, want)
         ports = sorted(self.local_ports.values())
-        self.reg.update_session(self.sid, ports=ports, port_base=ports[0] if ports else 1)
+        if ports != self.ports:
+            self.reg.update_session(self.sid, ports=ports, port_base=ports[0] if ports else 1)
+            self.ports = ports
 
     def _open_links(self, nodes: set[str]) -> None:
         """A live link to each of ``nodes`` (a dead one replaced: its forwards went with it)."""
@@ -276,7 +280,10 @@ class Connection:
                 entry.update(state="failed", error=f"its node {node} is out of reach")
         else:
             return
-        write_json_atomic(self.reg.rank_path(self.sid, r.rank), entry)
+        same = {k: v for k, v in entry.items() if k != "updated_at"}
+        if self.written.get(r.rank) != same:  # an idle refresh writes nothing
+            write_json_atomic(self.reg.rank_path(self.sid, r.rank), entry)
+            self.written[r.rank] = same
 
     def _from_store(self) -> RemoteSession | None:
         """The job as its store says, read through the forward (nothing runs on a node for it); None: ask
