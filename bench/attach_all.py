@@ -10,7 +10,7 @@ bench creates ``ctl/go``, the ranks agree on it with an all-reduce every ``CHECK
 run the breakpoint line in that step. Reported: connect -> every rank attached, and connect -> every rank
 ``stopped`` (the goal's figure, which includes the few traced steps until the agreed one).
 
-Kinds: ``lazy`` (the default rank: debugpy imported in the background ``--warm`` s in, rtdebug.rank.warmup;
+Kinds: ``lazy`` (the default rank: debugpy imported in the background ``--warm`` s in, rtdebug.rank.endpoint.warmup;
 60 s in a real job, shortened here and waited out before connecting), ``cold`` (lazy without that import,
 ``RTDEBUG_WARM_S=0``: a first attach imports debugpy, in every rank at once) and ``eager``.
 Rounds rotate the order, with a fresh job each time, so machine load hits every kind alike. Each ratio is
@@ -125,7 +125,7 @@ def measure(r, n: int, line: int) -> dict[str, float]:
 def one_job(kind: str, n: int, line: int, settle: float, warm: float) -> dict[str, float]:
     from bench.jobs import Run, wait_files
 
-    # lazy ranks import debugpy in the background `warm` s after they start (rtdebug.rank.warmup; 60 s by
+    # lazy ranks import debugpy in the background `warm` s after they start (rtdebug.rank.endpoint.warmup; 60 s by
     # default, shortened here so a round takes less); "cold" ranks never do: the lazy rank before it
     extra = {"RTDEBUG_WARM_S": repr(warm)} if kind == "lazy" else {}
     r = Run(kind, n, ["--train"], script=Path(__file__).resolve(), env_extra=extra)

@@ -71,7 +71,7 @@ FLOOD = textwrap.dedent("""
 
 RANK = textwrap.dedent("""
     import sys, time
-    from rtdebug.rank import access
+    from rtdebug.rank.endpoint import access
     from rtdebug.rank.endpoint import Endpoint
     access._diag_broken = sys.argv[2] == "proc"  # --proc: the /proc fallback, as where netlink cannot answer
     ep = Endpoint("127.0.0.1", int(sys.argv[1]), on_refused=lambda: None)

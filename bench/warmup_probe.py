@@ -1,4 +1,4 @@
-"""What the background debugpy import (``rtdebug.rank.warmup``) costs a lazy rank's main thread, once.
+"""What the background debugpy import (``rtdebug.rank.endpoint.warmup``) costs a lazy rank's main thread, once.
 
     .venv/bin/python bench/warmup_probe.py [--rounds 5] [--busy torch|py]
 

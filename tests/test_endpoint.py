@@ -182,9 +182,9 @@ CLIENT = textwrap.dedent('''
         s = socket.socket()
         s.bind((source, 0))
         s.settimeout(10)
-        s.connect((host, port))
-        s.sendall(b"Content-Length: %d\\r\\n\\r\\n" % len(body) + body)
-        try:
+        try:  # a refusal resets the connection: that may reach this end as early as its connect
+            s.connect((host, port))
+            s.sendall(b"Content-Length: %d\\r\\n\\r\\n" % len(body) + body)
             return s.recv(1000).decode("latin-1")
         except OSError as exc:
             return "error " + str(exc)

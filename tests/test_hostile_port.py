@@ -1,6 +1,6 @@
 """Hostile bytes and floods against a rank's debug port (issue 19): the port admits DAP only, refusals are cheap.
 
-* the first-message parser (``rtdebug.rank.dapgate``): exact reasons for each kind of non-DAP opening;
+* the first-message parser (``rtdebug.rank.endpoint.dapgate``): exact reasons for each kind of non-DAP opening;
 * the bytes a browser sends for a no-cors ``fetch`` POST whose body is a DAP ``evaluate``, a TLS
   ClientHello, a WebSocket upgrade and garbage, against a lazy and an eager ``rtdebug run`` rank:
   nothing runs (the marker file the evaluate would write never appears), a lazy rank does not even
@@ -21,9 +21,9 @@ import time
 import pytest
 
 from bench.refusal_bench import cpu_seconds, flood
-from rtdebug.rank import dapgate
-from rtdebug.rank.dapgate import MAX_MESSAGE, NotDAP, message_end, read_first
-from rtdebug.rank.refusals import RefusalLog
+from rtdebug.rank.endpoint import dapgate
+from rtdebug.rank.endpoint.dapgate import MAX_MESSAGE, NotDAP, message_end, read_first
+from rtdebug.rank.endpoint.refusals import RefusalLog
 
 from support.dap import DAPClient
 from support.hostile import browser_post, send
@@ -280,7 +280,7 @@ def test_a_flood_from_another_uid_costs_the_rank_little_and_never_stalls_the_own
 def test_half_open_owner_connections_never_keep_the_owner_out(job, registry_dir, port_base, tmp_path):
     """More half-open connections than the rank keeps (each sent half a header and stopped): the oldest are
     dropped for newer ones, so the owner's real client always gets in."""
-    from rtdebug.rank.endpoint import MAX_PENDING
+    from rtdebug.rank.endpoint.port import MAX_PENDING
 
     rank = _start(job, registry_dir, port_base, tmp_path)
     held = []

@@ -48,6 +48,8 @@ ENTRY_POINTS = {
 STRING_MODULE = re.compile(r"^rtdebug(\.\w+)+$")
 PLACEHOLDER = re.compile(r"\{\w*(![rsa])?\}")  # a str.format template's field: code once filled in
 SOFT_LINES, HARD_LINES = 500, 900
+# packages that are one concept with one public face: their __init__ re-exports it (and nothing else)
+FACADES = {"rtdebug.rank.endpoint": {"Endpoint", "debugger_active"}}
 
 
 def module_name(path: Path) -> str:
@@ -347,21 +349,36 @@ CODE += "r = m._state.get('session_id')\\nimport rtdebug.rank.stopon.arm as a\\n
         f"{m}:8 reaches into rtdebug.rank.adopted._lock",
     ], found
     assert reaches("rtdebug.rank.stopon.ddp", ast.parse("import rtdebug.rank.stopon.ddp as me\nme._x")) == []
-    assert "_sock" in PRIVATE_ATTRS["rtdebug.rank.endpoint"]
+    assert "_sock" in PRIVATE_ATTRS["rtdebug.rank.endpoint.port"]
     reach = object_reaches("rtdebug.rank.unadopt", ast.parse("def shut(endpoint):\n    endpoint._sock.close()"))
-    assert reach == ["rtdebug.rank.unadopt:2 reaches into endpoint._sock (rtdebug.rank.endpoint keeps it)"], reach
+    assert reach == ["rtdebug.rank.unadopt:2 reaches into endpoint._sock (rtdebug.rank.endpoint.port keeps it)"], reach
     shell_to_rank = [t for code in code_strings(tree) for t, lazy in _edges(m, code, True) if lazy]
     assert "rtdebug.rank.stopon.arm" in shell_to_rank  # the injected import is an edge the layers see
 
 
 def test_the_checker_can_fail(monkeypatch):
     """A rank module importing the shell, and a common module importing the registry, are caught."""
-    monkeypatch.setitem(GRAPH, "rtdebug.rank.gil", [("rtdebug.commands.control", True)])
+    monkeypatch.setitem(GRAPH, "rtdebug.rank.endpoint.gil", [("rtdebug.commands.control", True)])
     monkeypatch.setitem(GRAPH, "rtdebug.common.ports", [("rtdebug.registry.files", False)])
     bad = crossings()
-    assert "rtdebug.rank.gil (rank) imports rtdebug.commands.control (shell)" in bad
+    assert "rtdebug.rank.endpoint.gil (rank) imports rtdebug.commands.control (shell)" in bad
     assert "rtdebug.common.ports (common) imports rtdebug.registry.files (registry)" in bad
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def _facade(package: str, body: list[ast.stmt]) -> set[str] | None:
+    """The names a facade ``__init__`` re-exports: ``from <its own module> import ...`` and a matching
+    ``__all__``; None if it does anything else."""
+    names: set[str] = set()
+    listed: set[str] | None = None
+    for node in body:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(package + ".") and not node.level:
+            names |= {a.asname or a.name for a in node.names}
+        elif isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["__all__"]:
+            listed = set(ast.literal_eval(node.value))
+        else:
+            return None
+    return names if listed == names else None
 
 
 @pytest.mark.parametrize("path", sorted(MODULES.values()), ids=lambda p: str(p.relative_to(PKG)))
@@ -370,8 +387,13 @@ def test_init_is_a_docstring_and_modules_stay_small(path):
     above ``HARD_LINES``; a function stays under 60 lines."""
     tree = ast.parse(path.read_text())
     if path.name == "__init__.py" and path.parent != PKG:
-        assert len(tree.body) == 1 and isinstance(tree.body[0], ast.Expr), f"{path}: docstring only"
+        assert isinstance(tree.body[0], ast.Expr), f"{path}: a docstring first"
         assert isinstance(tree.body[0].value, ast.Constant) and "import" in tree.body[0].value.value.lower()
+        face = FACADES.get(module_name(path))
+        if face is None:
+            assert len(tree.body) == 1, f"{path}: docstring only"
+        else:
+            assert _facade(module_name(path), tree.body[1:]) == face, f"{path}: re-exports of its own modules only"
     lines = len(path.read_text().splitlines())
     assert lines <= HARD_LINES, f"{path} is {lines} lines (limit {HARD_LINES})"
     if lines > SOFT_LINES:

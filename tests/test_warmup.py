@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from rtdebug.rank import warmup
+from rtdebug.rank.endpoint import warmup
 
 
 def test_delay_defaults_parses_and_refuses_bad_values_in_one_line(capsys):

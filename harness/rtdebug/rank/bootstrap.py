@@ -20,8 +20,8 @@ from rtdebug.common import lifetime, log, rankenv
 from rtdebug.common.config import RankConfig, Target
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.ports import port_for_rank
-from rtdebug.rank import localmode, postmortem, publish, startup, warmup
-from rtdebug.rank.endpoint import Endpoint, debugger_active
+from rtdebug.rank import localmode, postmortem, publish, startup
+from rtdebug.rank.endpoint import Endpoint, debugger_active, warmup
 from rtdebug.rank.execute import execute, preimport, print_failure
 from rtdebug.rank.state import RankState
 from rtdebug.registry.files import Registry
@@ -48,7 +48,7 @@ def serve_and_run(target: Target, record: RankState, endpoint: Endpoint, cfg: Ra
     sdir = record.registry.session_dir(str(record.entry["session_id"]))
     record.set(stacks=startup.dumps(sdir, rank), collectives=startup.record(sdir, rank))
     if wait:  # the client attaches before the script runs, so its imports would be traced; an eager
-        preimport(target)  # rank without --wait stays untraced until a client comes (rtdebug.rank.tracing)
+        preimport(target)  # rank without --wait stays untraced until a client comes (rtdebug.rank.endpoint.tracing)
     startup.serve(record, endpoint, eager=cfg.eager or wait, warm_after=warmup.delay_s())
     record.ready(endpoint)
     if wait:

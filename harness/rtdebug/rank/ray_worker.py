@@ -212,7 +212,7 @@ def _start_worker(cb: RtdebugCallback) -> None:
 def _start_endpoint(endpoint, eager: bool, patience_s: float = 15.0) -> None:
     """Bind, giving a restarted group's predecessor on this node a moment to release the port."""
     from rtdebug.common.errors import HarnessError
-    from rtdebug.rank import warmup
+    from rtdebug.rank.endpoint import warmup
 
     deadline = time.monotonic() + patience_s
     while True:

@@ -3,21 +3,22 @@
 Plain ``debugpy.listen()`` in every rank slows a Python-heavy loop (~0.72x) and doubles ``import ray.train``
 time even with no client attached. So the rank owns its port with a plain socket; debugpy is started only
 when the first client connects (or at once with ``eager``; imported a minute in, in the background:
-``rtdebug.rank.warmup``), with pydevd's in-process adapter; bytes are relayed both ways (stock attach configs work).
+``rtdebug.rank.endpoint.warmup``), with pydevd's in-process adapter; bytes are relayed both ways (stock
+attach configs work).
 
 Why the in-process adapter: no adapter process can outlive the rank and keep a port bound, and there is one
 hop fewer. Its cost: no automatic debugging of the rank's subprocesses (DataLoader workers), rarely needed.
 
-Who gets in (``rtdebug.rank.access``): the accept thread checks every connection
+Who gets in (``rtdebug.rank.endpoint.access``): the accept thread checks every connection
 before debugpy sees a byte -- on this host only sockets of the rank's own uid,
-from elsewhere only allow-listed addresses. What gets in (``rtdebug.rank.dapgate``):
+from elsewhere only allow-listed addresses. What gets in (``rtdebug.rank.endpoint.dapgate``):
 an admitted connection gets a thread of its own, which reads its first message
 (bounded in size and time) and starts debugpy only if it is a DAP ``initialize``
 request; pydevd then gets those bytes first. So a browser (it connects as the
 owner) never reaches pydevd with an HTTP request, and a slow client never holds
 up the accept thread. Refused connections are reset and counted; at most one line
 a second goes to stderr and to ``on_refused`` (the registry's ``refused_count``),
-the rest follow as a count (``rtdebug.rank.refusals``). A refusal costs the rank
+the rest follow as a count (``rtdebug.rank.endpoint.refusals``). A refusal costs the rank
 one accept, one netlink lookup and one reset (0.02 ms of CPU measured,
 ``bench/refusal_bench.py``); the backlog holds a flood so that the owner's
 connect is queued, not dropped.
@@ -37,8 +38,8 @@ start, or a breakpoint that suspends the process would freeze the relay that car
 
 Speed: debugpy traces only while a client is connected -- an eager rank runs
 untraced until one comes, and when the last one leaves the rank is resumed and
-untraced again (``rtdebug.rank.tracing``); each new connection gets a short GIL switch interval for
-its handshake (``rtdebug.rank.gil``); and debugpy's environment description (metadata
+untraced again (``rtdebug.rank.endpoint.tracing``); each new connection gets a short GIL switch interval for
+its handshake (``rtdebug.rank.endpoint.gil``); and debugpy's environment description (metadata
 of every installed package, seconds on a first attach) is skipped when no
 ``DEBUGPY_LOG_DIR`` would receive it.
 """
@@ -58,11 +59,11 @@ from rtdebug.common import log
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.ports import port_holder
 from rtdebug.common.threads import hidden_thread
-from rtdebug.rank import gil, tracing, warmup
-from rtdebug.rank.access import AllowList, Peer, judge
-from rtdebug.rank.dapgate import DapFramer, NotDAP, message_end, read_first
-from rtdebug.rank.pydevd_socket import Handoff, close_both, listen_via_handoff, pump
-from rtdebug.rank.refusals import RefusalLog
+from rtdebug.rank.endpoint import gil, tracing, warmup
+from rtdebug.rank.endpoint.access import AllowList, Peer, judge
+from rtdebug.rank.endpoint.dapgate import DapFramer, NotDAP, message_end, read_first
+from rtdebug.rank.endpoint.pydevd_socket import Handoff, close_both, listen_via_handoff, pump
+from rtdebug.rank.endpoint.refusals import RefusalLog
 
 StateCallback = Callable[[str], None]
 ATTACH_BOOST_S = 5.0
@@ -148,7 +149,7 @@ class Endpoint:
 
     def start(self, eager: bool = False, warm_after: float = 0.0) -> None:
         """Bind and serve; ``eager`` starts debugpy now, else ``warm_after`` > 0 imports it in the
-        background that many seconds from now, unless a client came first (``rtdebug.rank.warmup``)."""
+        background that many seconds from now, unless a client came first (``rtdebug.rank.endpoint.warmup``)."""
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         # Without SO_REUSEADDR a restarted rank could not rebind while old connections sit in TIME_WAIT.
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -265,7 +266,7 @@ class Endpoint:
 
     def _hand_over(self, client: socket.socket) -> socket.socket | None:
         """Start debugpy if need be and give pydevd a socket for this client; None (client closed) if not."""
-        gil.boost(ATTACH_BOOST_S)  # the handshake: hundreds of GIL round trips (rtdebug.rank.gil)
+        gil.boost(ATTACH_BOOST_S)  # the handshake: hundreds of GIL round trips (rtdebug.rank.endpoint.gil)
         try:
             upstream = self.start_debugpy().connect()  # pydevd reads nothing before the relay sends
         except Exception as exc:  # debugpy failed to start: tell the client by closing
