@@ -27,7 +27,7 @@ from support.wait import until
 pytestmark = [pytest.mark.e2e, pytest.mark.netns]
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
-SCRIPT = SCRIPTS / "multinode_train.py"
+SCRIPT = SCRIPTS / "connect_steps.py"  # the ranks agree on the stop, so the job ends well
 PROBE = SCRIPTS / "dap_probe.py"
 RDZV_PORT = 29500
 REMOTE = f"{PY} -m rtdebug"  # how the nodes' sshd runs rtdebug (this interpreter: no PATH needed)
@@ -200,7 +200,7 @@ def node_args(c: Cluster, node: str, stop: Path, nproc: int) -> list[str]:
     rdzv = (f"--node_rank={0 if node == 'n0' else 1} --rdzv_backend=c10d --rdzv_endpoint={n0}:{RDZV_PORT} "
             f"--rdzv_id=job --rdzv-conf is_host={1 if node == 'n0' else 0}")  # fmt: skip
     return ["torchrun", "--nnodes=2", f"--nproc-per-node={nproc}", *rdzv.split(), "--local-addr", c.addr[node],
-            str(SCRIPT), str(stop)]  # fmt: skip
+            str(SCRIPT), str(stop.parent), "0.05"]  # fmt: skip
 
 
 def ps_json(c: Cluster, h: str, *extra: str) -> dict:
@@ -249,14 +249,14 @@ def ssh_processes() -> list[psutil.Process]:
 def attach_all(c: Cluster, ranks: list[int]) -> dict[int, str]:
     """A real DAP client per rank, all at once (as VS Code's Attach to All Ranks): each stops at the breakpoint
     and reads its rank, its RANK and its node's address; returns rank -> that text."""
-    line = marker_line(SCRIPT, "multinode step")
+    line = marker_line(SCRIPT, "connect step")
     probes = {}
     for n in ranks:
         a = c.rtdebug("lap", "attach", "--rank", str(n), "--json", "--timeout", "60")
         assert a.returncode == 0, a.stderr
         where = json.loads(a.stdout)
         assert where["host"] == "127.0.0.1", where
-        expr = "f'{dist.get_rank()}|{os.environ[\"RANK\"]}|{HOST}'"
+        expr = 'f\'{dist.get_rank()}|{os.environ["RANK"]}|{os.environ["NODE_ADDR"]}\''
         argv = ["ip", "netns", "exec", c.names["lap"], PY, str(PROBE), where["host"], str(where["port"]), str(SCRIPT),
                 str(line), expr]  # fmt: skip
         probes[n] = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=c.env("lap"))
@@ -305,7 +305,7 @@ def test_connect_through_a_jump_host_every_rank_of_two_nodes(cluster, tmp_path):
     snap = json.loads(st.stdout)
     assert sorted(r for g in snap["groups"] for r in g["ranks"]) == [0, 1, 2, 3], snap
     text = c.rtdebug("lap", "stacks", "--timeout", "20")
-    assert text.returncode == 0 and "multinode_train.py" in text.stdout, text.stderr
+    assert text.returncode == 0 and "connect_steps.py" in text.stdout, text.stderr
 
     # SIGKILL of connect: no ssh left, no port bound, the job runs on, the local session is seen ended
     ports = [r["port"] for r in ranks.values()]

@@ -1,6 +1,7 @@
 """A c10d job for connect's bench: every rank all_reduces as fast as it can until a stop file appears;
 rank 0 writes ``<dir>/steps`` (wall time and step count) a few times a second, so the bench reads the
-job's speed from outside. ``never`` holds the line a breakpoint is set on that no rank ever runs.
+job's speed from outside. The ranks agree on the stop (an all_reduce of the flag), so every rank ends at
+the same step and the job exits 0. ``never`` holds the line a breakpoint is set on that no rank ever runs.
 
     python connect_steps.py DIR [SLEEP]
 
@@ -35,7 +36,7 @@ while True:
         if flag.item():
             break
     dist.all_reduce(t)
-    step += 1
+    step += 1  # BREAKPOINT: connect step
     if SLEEP:
         time.sleep(SLEEP)
     now = time.time()
