@@ -1,8 +1,12 @@
 import * as vscode from 'vscode';
 import { registerAll } from './init';
+import { registerConnect } from './connect/connectCommand';
 
 export function activate(context: vscode.ExtensionContext): void {
   registerAll(context);
+  const connectLog = vscode.window.createOutputChannel('rtdebug connect');
+  context.subscriptions.push(connectLog);
+  registerConnect(context, connectLog);
 }
 
 export function deactivate(): void {
