@@ -157,6 +157,26 @@ def rate(work: Path, window: float) -> float:
     return (s1 - s0) / (t1 - t0)
 
 
+IDLE_CPU: list[float] = []  # CPU share of one core: connect, its ssh children and every sshd, per window
+
+
+def cpu_seconds(conn: subprocess.Popen) -> float:
+    """CPU time so far of ``connect`` (its process and ssh children) and of every sshd of the test hosts."""
+    import psutil
+
+    top = psutil.Process(conn.pid)
+    sshd = [p for p in psutil.process_iter(["name"]) if p.info["name"] == "sshd"]
+    procs = [top, *top.children(recursive=True), *sshd]
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        except psutil.Error:
+            continue
+    return total
+
+
 def steps_windows(c: Cluster, work: Path, rounds: int, window: float) -> tuple[list[float], list[float]]:
     off, on = [], []
     for i in range(rounds):
@@ -166,7 +186,10 @@ def steps_windows(c: Cluster, work: Path, rounds: int, window: float) -> tuple[l
                 conn = connect(c)
                 until(lambda: len(local_ports(c)) == 2 * NPROC, 60, "connected")
                 time.sleep(1)  # let connect settle into its idle refresh loop before the window
+            before = cpu_seconds(conn) if conn is not None else 0.0
             (on if connected else off).append(rate(work, window))
+            if conn is not None:
+                IDLE_CPU.append((cpu_seconds(conn) - before) / window)
             log(f"steps/s {'connected' if connected else 'not connected'}: {(on if connected else off)[-1]:.1f}")
             if conn is not None:
                 disconnect(conn)
@@ -238,6 +261,10 @@ handshake to all 8 at once; on the nodes, each node's 4 ranks from that node, bo
 slower counts). Steps/s: rank 0's own count over {args.window:g} s windows, connected and not in turn;
 while connected and idle, `connect` reads the job's store through its forward every 3 s (its refresh:
 nothing runs on a node for it).
+
+While connected and idle, `connect`, its ssh masters and every sshd of the hosts together used
+{md([x * 100 for x in IDLE_CPU], 2)} % of one core (CPU time over each connected window), so the
+steps/s ratio's spread is this shared machine's, not connect's.
 
 Where connect's time goes (RTDEBUG_LOG=info; seconds from the start of its work, after its own Python
 start, to the end of each step; the secret is read while the other node's link opens):
