@@ -310,6 +310,8 @@ def test_connect_through_a_jump_host_every_rank_of_two_nodes(cluster, tmp_path):
     # SIGKILL of connect: no ssh left, no port bound, the job runs on, the local session is seen ended
     ports = [r["port"] for r in ranks.values()]
     assert ssh_processes()
+    killed_dirs = set(Path("/tmp").glob(f"rtdebug-connect-{conn.pid}-*"))  # its ssh control directory
+    assert killed_dirs
     conn.send_signal(signal.SIGKILL)
     conn.wait(timeout=30)
     until(ssh_processes, 30, "no ssh process of connect left", ok=lambda ps: not ps)
@@ -320,8 +322,10 @@ def test_connect_through_a_jump_host_every_rank_of_two_nodes(cluster, tmp_path):
     assert stale.returncode == 1 and len(stale.stderr.strip().splitlines()) == 1, stale.stderr
     assert ready_ranks(c, "n0") == [0, 1, 2, 3]
 
-    # again: `rtdebug stop` on the laptop ends the connection only (the job runs on)
+    # again: `rtdebug stop` on the laptop ends the connection only (the job runs on); the killed connect's
+    # control directory is swept by this one
     conn = start_connect(c)
+    assert not killed_dirs & set(Path("/tmp").glob("rtdebug-connect-*"))
     stop = c.rtdebug("lap", "stop", "--session", s["session_id"])
     assert stop.returncode == 0, stop.stderr
     assert conn.wait(timeout=60) == 0

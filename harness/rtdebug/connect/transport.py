@@ -21,6 +21,7 @@ import re
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -36,6 +37,25 @@ CONNECT_TIMEOUT_S = 15.0
 MAX_OUTPUT = 8 << 20  # bytes: what a remote command may print (a ps --json of thousands of ranks)
 # a node name as ssh takes it: an alias, a host name, user@host, an IPv4/IPv6 address (never an option)
 NODE_NAME = re.compile(r"[A-Za-z0-9_.%\[\]:@-]{1,255}")
+
+
+DIR_PREFIX = "rtdebug-connect-"
+
+
+def sweep_stale(tmp: str | None = None) -> None:
+    """Remove the control directories of earlier connects that died without cleaning up (SIGKILL): each is
+    named by its connect's pid; only the user's own real directories, only when that pid is gone."""
+    for d in Path(tmp or tempfile.gettempdir()).glob(f"{DIR_PREFIX}*-*"):
+        pid = d.name[len(DIR_PREFIX) :].split("-", 1)[0]
+        try:
+            st = d.lstat()
+            if not pid.isdigit() or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except OSError:
+            continue
 
 
 def check_node_name(name: str, what: str = "host") -> str:
@@ -229,7 +249,8 @@ class SshTransport:
         if not found:
             raise HarnessError("rtdebug connect needs the ssh client: install openssh-client")
         self.ssh = found
-        self.dir = Path(tempfile.mkdtemp(prefix="rtdebug-connect-"))  # 0700: the control sockets
+        sweep_stale()
+        self.dir = Path(tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-"))  # 0700: the control sockets
         self._n = 0
 
     def base_options(self) -> list[str]:
