@@ -154,8 +154,8 @@ def shard_datasets(
     else:
         shared, error = _agree(exchange, None, rank)
     error = _first_error(exchange, world_size, rank, error)
-    if error:  # every rank raises it (it was broadcast): each ends what it made alone, close() has nothing
-        _end(shared)
+    if error:  # every rank raises it (it was agreed): what they made ends here, close() has nothing to do
+        _abort(shared, exchange)
         raise HarnessError(error)
     assert shared is not None
     _shared = shared
@@ -166,7 +166,7 @@ def shard_datasets(
     error = _first_error(exchange, world_size, rank, error)
     if error:
         _shared = None
-        _end(shared)
+        _abort(shared, exchange)
         raise HarnessError(error)
     return mine
 
@@ -188,6 +188,21 @@ def close() -> None:
         pass
     finally:
         _end(shared)
+
+
+def _abort(shared: Shared | None, exchange: Exchange) -> None:
+    """close()'s order on an error every rank has agreed on, then one more meeting: no rank raises (and
+    exits, which makes torchrun kill the others) before rank 0 has ended its head."""
+    import ray
+
+    with contextlib.suppress(Exception):
+        if shared is not None and shared.joined:
+            ray.shutdown()
+            shared.joined = False
+        exchange.barrier()
+    _end(shared)
+    with contextlib.suppress(Exception):
+        exchange.barrier()
 
 
 def _end(shared: Shared | None) -> None:
