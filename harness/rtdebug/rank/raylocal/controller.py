@@ -62,7 +62,7 @@ def run(trainer: Any, train_func: Any) -> Any:
                 if world.size > 1 and _torchrun_restarts_left(max_failures, attempt):
                     raise  # torchrun restarts every rank together; the new ranks resume from the history
                 raise _training_failed(world, exc) from exc
-        return _result(local.snapshot, value)
+        return _result(local, value)
     finally:
         if shards is not None and world.size > 1:
             from rtdebug.rank.raylocal import data
@@ -233,9 +233,10 @@ def _training_failed(world: World, exc: BaseException) -> BaseException:
     return WorkerGroupError(message, {world.rank: exc})
 
 
-def _result(snap: Snapshot, value: Any) -> Any:
+def _result(local: LocalRun, value: Any) -> Any:
     from ray.train import Result
 
+    snap = local.snapshot
     latest = snap.latest
     frame = None
     if snap.best:
@@ -244,10 +245,10 @@ def _result(snap: Snapshot, value: Any) -> Any:
         frame = pd.DataFrame([m for _, m in snap.best])
     return Result(
         metrics=latest[1] if latest else None,
-        checkpoint=latest[0] if latest else None,
+        checkpoint=local.checkpoint(latest[0]) if latest else None,
         error=None,
         path=snap.experiment_path,
-        best_checkpoints=snap.best,
+        best_checkpoints=[(local.checkpoint(p), m) for p, m in snap.best],
         metrics_dataframe=frame,
         _storage_filesystem=snap.filesystem,
         return_value=value,

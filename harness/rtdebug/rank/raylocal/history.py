@@ -21,10 +21,10 @@ class Snapshot:
     """What every rank knows of the run, as rank 0's history has it after the last report."""
 
     experiment_path: str
-    filesystem: Any  # pyarrow filesystem of the storage path
-    history: list[tuple[Any, dict[str, Any]]] = field(default_factory=list)  # (Checkpoint, metrics), Ray's order
-    latest: tuple[Any, dict[str, Any]] | None = None  # the latest checkpoint and its metrics
-    best: list[tuple[Any, dict[str, Any]]] = field(default_factory=list)  # Result.best_checkpoints
+    filesystem: Any  # pyarrow filesystem of the storage path (sent once, at the start)
+    history: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (path, metrics), Ray's order
+    latest: tuple[str, dict[str, Any]] | None = None  # the latest checkpoint's path and its metrics
+    best: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # Result.best_checkpoints
     reports: int = 0  # report() calls the run has processed (a resumed run's earlier ones included)
     resumed_from: str | None = None  # the checkpoint a resumed run starts from
     error: str | None = None  # a controller-side failure every rank raises (one line)
@@ -102,15 +102,16 @@ class Controller:
                     f"RunConfig(callbacks=): {type(cb).__name__}.after_exception raised {type(exc).__name__}: {exc}"
                 ) from exc
 
-    def snapshot(self, error: str | None = None) -> Snapshot:
+    def snapshot(self, error: str | None = None, with_filesystem: bool = True) -> Snapshot:
+        """The history as paths and metrics (the filesystem only when asked: it is sent once, at the start)."""
         m = self.manager
         latest = m.latest_checkpoint_result
         return Snapshot(
             experiment_path=str(self.storage.experiment_fs_path),
-            filesystem=self.storage.storage_filesystem,
-            history=[(r.checkpoint, r.metrics) for r in getattr(m, "_checkpoint_results", m.best_checkpoint_results)],
-            latest=(latest.checkpoint, latest.metrics) if latest is not None else None,
-            best=[(r.checkpoint, r.metrics) for r in m.best_checkpoint_results],
+            filesystem=self.storage.storage_filesystem if with_filesystem else None,
+            history=[(r.checkpoint.path, r.metrics) for r in getattr(m, "_checkpoint_results", [])],
+            latest=(latest.checkpoint.path, latest.metrics) if latest is not None else None,
+            best=[(r.checkpoint.path, r.metrics) for r in m.best_checkpoint_results],
             reports=int(getattr(m, "_current_report_index", 0)),
             resumed_from=self.resumed_from,
             error=error,

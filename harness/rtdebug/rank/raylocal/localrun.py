@@ -63,6 +63,8 @@ class LocalRun:
     def __init__(self, world: World, exchange: Exchange, run_config: Any, storage: Any, snapshot: Snapshot) -> None:
         self.world, self.exchange, self.run_config, self.storage = world, exchange, run_config, storage
         self.snapshot = snapshot
+        self.filesystem = snapshot.filesystem
+        self._checkpoints: dict[str, Any] = {}  # path -> the one Checkpoint object this rank hands out for it
         self.run_context: Any = None  # the trainer's TrainRunContext, for the callbacks
         self.controller: Controller | None = None  # rank 0's
         self.pending: Pending | None = None
@@ -124,7 +126,7 @@ class LocalRun:
             chosen = proposals[0].dir_name  # rank 0's, as Ray broadcasts it from rank zero
             all_metrics = [p.metrics for p in proposals]
             if not any(p.has_checkpoint for p in proposals):
-                self.register(n, chosen, all_metrics, [])
+                self.register_metrics(all_metrics)
                 return
             if mode == CheckpointUploadMode.ASYNC and checkpoint is not None:
                 box: list[Upload] = []
@@ -142,18 +144,27 @@ class LocalRun:
             mine_up = self.upload(checkpoint, chosen, delete_after, upload_fn, mode)
             self.finish_report(n, chosen, all_metrics, mine_up)
 
+    def checkpoint(self, path: str) -> Any:
+        """The ``Checkpoint`` at ``path`` in the run's storage (one object per path, as the history keeps)."""
+        c = self._checkpoints.get(path)
+        if c is None:
+            from ray.train import Checkpoint
+
+            c = self._checkpoints[path] = Checkpoint(path, self.filesystem)
+        return c
+
     def latest_checkpoint(self) -> Any:
         self.settle()
         latest = self.snapshot.latest
-        return latest[0] if latest else None
+        return self.checkpoint(latest[0]) if latest else None
 
     def reported_checkpoints(self) -> list[Any]:
         from ray.train.v2.api.reported_checkpoint import ReportedCheckpoint, ReportedCheckpointStatus
 
         self.settle()
         return [
-            ReportedCheckpoint(checkpoint=c, metrics=m, status=ReportedCheckpointStatus.COMMITTED)
-            for c, m in self.snapshot.history
+            ReportedCheckpoint(checkpoint=self.checkpoint(p), metrics=m, status=ReportedCheckpointStatus.COMMITTED)
+            for p, m in self.snapshot.history
         ]
 
     # -- the parts --------------------------------------------------------------------------------
@@ -215,8 +226,19 @@ class LocalRun:
 
     def finish_report(self, n: int, dir_name: str, metrics: list[dict[str, Any]], mine: Upload) -> None:
         op = REPORT + "/upload"
-        uploads: list[Upload] = self.exchange.meet(op, n, mine, want_all=self.world.rank == 0) or [mine]
+        if self.world.rank == 0:
+            uploads: list[Upload] = self.exchange.meet(op, n, mine) or [mine]
+        else:
+            self.exchange.post(op, n, mine)
+            uploads = []
         self.register(n, dir_name, metrics, uploads)
+
+    def register_metrics(self, metrics: list[dict[str, Any]]) -> None:
+        """A report without a checkpoint on any rank: rank 0's history counts it and the callbacks see every
+        rank's metrics; the other ranks go on at once, as a cluster's workers do (the history is unchanged).
+        A callback that raises fails rank 0, and torchrun ends the others."""
+        if self.controller is not None:
+            self.controller.after_report(None, metrics)
 
     def register(self, n: int, dir_name: str, metrics: list[dict[str, Any]], uploads: list[Upload]) -> None:
         """Rank 0 registers the report as the cluster's controller does; every rank learns the history."""
@@ -240,10 +262,11 @@ class LocalRun:
                         self.controller.after_report(persisted[0] if persisted else None, metrics)
             except HarnessError as exc:
                 error = exc.message
-            snap = self.controller.snapshot(error)
+            snap = self.controller.snapshot(error, with_filesystem=False)
             self.exchange.publish(REPORT, n, snap)
         else:
             snap = self.exchange.answer(REPORT, n)
+        snap.filesystem = self.filesystem
         self.snapshot = snap
         if snap.error:
             raise HarnessError(snap.error)
@@ -251,7 +274,7 @@ class LocalRun:
     def discard(self, dir_name: str) -> None:
         """A report that failed leaves nothing half-written: its directory goes, unless the history has it."""
         path = self.storage.build_checkpoint_path_from_name(dir_name)
-        if any(c.path == path for c, _ in self.snapshot.history):
+        if any(p == path for p, _ in self.snapshot.history):
             return
         if os.path.isdir(path):
             shutil.rmtree(path, ignore_errors=True)
