@@ -9,6 +9,7 @@ bash scripts/lint.sh  # ruff check, ruff format --check, mypy (the rtdebug packa
 export RTDEBUG_PYTHONS_REQUIRED=${RTDEBUG_PYTHONS_REQUIRED:-1}  # CI: every supported Python must be there
 bash scripts/pythons.sh
 .venv/bin/python -m pytest tests
+bash scripts/test-signals-ignored.sh -q  # the signal tests once more, SIGINT/SIGQUIT/SIGHUP ignored (nohup, a background job)
 if [ -f vscode-extension/scripts/ci.sh ] && [ "${SKIP_VSCODE:-0}" != 1 ]; then
   RTDEBUG_PYTHON="$PWD/.venv/bin/python" bash vscode-extension/scripts/ci.sh
 fi
