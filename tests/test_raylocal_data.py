@@ -140,6 +140,8 @@ def test_a_killed_rank_leaves_no_ray_process(tmp_path, killed):
     assert _finish(proc, log) != 0
     seen = _seen(out)
     _no_ray_left(seen, log)
+    head_dir = Path(seen[0]["session_dir"]).parent  # rank 0's temp dir: its watchdog removes it too
+    until(lambda: not head_dir.exists(), 20, f"{head_dir} removed", context=log.read_text)
 
 
 def test_rtdebug_torchrun_trainer_shards_train_dataset(job, tmp_path, port_base):

@@ -92,8 +92,9 @@ _script_watchdogs: dict[str, Any] = {}  # rank 0's own (the script's) instance: 
 # The watchdog: a tiny process in a session of its own (Ray's reaper kills rank 0's process group) that
 # reads its stdin, a pipe from rank 0, until EOF: rank 0 closed it, or rank 0 is gone however it died.
 # It then SIGKILLs the Ray processes it was given that still run (each checked by its start time, so a
-# reused pid is never hit). Without it, Ray's DashboardAgent and RuntimeEnvAgent outlive a SIGKILLed
-# driver by about 60 s (measured with plain Ray 2.60: they wait for their GCS to come back).
+# reused pid is never hit) and removes the head's temp dir, if rank 0 made one. Without it, Ray's
+# DashboardAgent and RuntimeEnvAgent outlive a SIGKILLed driver by about 60 s (measured with plain Ray
+# 2.60: they wait for their GCS to come back).
 WATCHDOG = r"""
 import os, signal, sys
 def start(pid):
@@ -102,7 +103,7 @@ def start(pid):
             return int(f.read().rsplit(b")", 1)[1].split()[19])
     except (OSError, ValueError, IndexError):
         return None
-pids = [tuple(map(int, a.split(":"))) for a in sys.argv[1:]]
+pids = [tuple(map(int, a.split(":"))) for a in sys.argv[2:]]
 while sys.stdin.buffer.read(65536):
     pass
 for pid, st in pids:
@@ -111,6 +112,9 @@ for pid, st in pids:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+if sys.argv[1] != "-":
+    import shutil
+    shutil.rmtree(sys.argv[1], ignore_errors=True)
 """
 
 
@@ -278,7 +282,7 @@ def _start_or_use_head(rank: int, exchange: Exchange) -> Shared:
         shutil.rmtree(temp_dir, ignore_errors=True)
         raise
     address = ray.get_runtime_context().gcs_address
-    return Shared(rank, exchange, address, started_head=True, temp_dir=temp_dir, watchdog=_watch())
+    return Shared(rank, exchange, address, started_head=True, temp_dir=temp_dir, watchdog=_watch(temp_dir))
 
 
 def _starttime(pid: int) -> int | None:
@@ -289,7 +293,7 @@ def _starttime(pid: int) -> int | None:
         return None
 
 
-def _watch() -> Any:
+def _watch(temp_dir: str | None = None) -> Any:
     """A watchdog (``WATCHDOG``) over this process's Ray processes now; None where /proc is not there."""
     import subprocess
     import sys
@@ -304,7 +308,7 @@ def _watch() -> Any:
     if not pids:
         return None
     return subprocess.Popen(
-        [sys.executable, "-S", "-c", WATCHDOG, *pids],
+        [sys.executable, "-S", "-c", WATCHDOG, temp_dir or "-", *pids],
         stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
