@@ -115,8 +115,9 @@ def test_ray_data_with_two_ranks_in_rays_own_local_mode(job, registry_dir, port_
     assert j.wait(180) != 0
     out = j.output()
     assert (
-        "Ray Data (datasets=) is not supported in local mode with more than one rank; "
-        "load data with a torch DataLoader + DistributedSampler" in out
+        "Ray Data (datasets=) is not supported in Ray's own local mode with more than one rank; "
+        "drop --ray-local-mode=ray (rtdebug's default shards it), or load data with a torch DataLoader + "
+        "DistributedSampler" in out
     )
     assert "AssertionError" not in out
 

@@ -20,8 +20,9 @@ from rtdebug.common.rankenv import FALSE, V2_VAR
 
 RAY_DATA_ASSERT = "Ray Data is not supported in local mode with multiple workers."
 RAY_DATA_MESSAGE = (
-    "Ray Data (datasets=) is not supported in local mode with more than one rank; "
-    "load data with a torch DataLoader + DistributedSampler (ray.train.torch.prepare_data_loader) instead"
+    "Ray Data (datasets=) is not supported in Ray's own local mode with more than one rank; "
+    "drop --ray-local-mode=ray (rtdebug's default shards it), or load data with a torch DataLoader + "
+    "DistributedSampler (ray.train.torch.prepare_data_loader)"
 )
 V2_OFF_MESSAGE = (
     f"the script set {V2_VAR}=0, but Ray Train local mode (num_workers=0) needs Ray Train V2; "
