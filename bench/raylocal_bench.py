@@ -27,14 +27,19 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 JOB = BENCH / "raylocal_job.py"
+sys.path.insert(0, str(ROOT))
+from bench.common import base_env, free_range  # noqa: E402
 
 
 def run_job(mode: str, ranks: int, calls: int, first_step_only: bool = False) -> tuple[dict, float]:
     with tempfile.TemporaryDirectory() as storage:
         args = [sys.executable, "-m", "rtdebug", "torchrun", "--ray-local-mode", mode]
+        args += ["--debug-port-base", str(free_range(ranks))]
         args += ["--nproc-per-node", str(ranks), str(JOB), storage, str(calls), "first" if first_step_only else "all"]
         t0 = time.time()
-        p = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+        p = subprocess.run(
+            args, cwd=ROOT, env=base_env(), capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL
+        )
         if p.returncode != 0:
             raise SystemExit(f"{mode}: exit {p.returncode}\n{p.stderr[-3000:]}")
         line = next(x for x in p.stdout.splitlines() if x.startswith("BENCH "))
