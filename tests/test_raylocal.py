@@ -12,6 +12,7 @@ import pytest
 
 from support.jobs import rtdebug
 from support.paths import SCRIPTS
+from support.ports import free_port_base
 from support.wait import until
 
 pytestmark = pytest.mark.e2e
@@ -19,8 +20,19 @@ JOB = str(SCRIPTS / "raylocal_faults.py")
 CKPT = re.compile(r"^checkpoint_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d\.\d{6}$")
 
 
+@pytest.fixture(autouse=True)
+def own_registry(registry_dir):
+    """Every job here registers in the test's own registry, never the machine's."""
+    return registry_dir
+
+
 def _torchrun(*args: str, nproc: int = 2, extra: tuple[str, ...] = (), timeout: float = 240):
-    return rtdebug("torchrun", *extra, "--nproc-per-node", str(nproc), JOB, *args, timeout=timeout)
+    base = ("--debug-port-base", str(free_port_base(8)))  # never the default 5678 another job may hold
+    return rtdebug("torchrun", *base, *extra, "--nproc-per-node", str(nproc), JOB, *args, timeout=timeout)
+
+
+def _run(*args: str, timeout: float = 240):
+    return rtdebug("run", "--port", str(free_port_base(2)), *args, timeout=timeout)
 
 
 def _checkpoints(storage, name="faults") -> list[str]:
@@ -45,7 +57,7 @@ def test_two_ranks_keep_every_rank_file_and_num_to_keep(tmp_path):
 
 
 def test_single_process_restarts_per_failure_config_and_resumes(tmp_path):
-    r = rtdebug("run", JOB, "fail-once", str(tmp_path), timeout=240)
+    r = _run(JOB, "fail-once", str(tmp_path))
     assert r.returncode == 0, r.stderr[-3000:]
     out = r.stdout + r.stderr
     assert "FailureConfig restarts it (1 of 1) from " in out
@@ -124,7 +136,7 @@ def test_a_storage_path_that_cannot_be_written_is_one_line(tmp_path, where):
         storage.mkdir()
         subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(storage)], check=True)
     try:
-        r = rtdebug("run", JOB, "ok", str(storage), timeout=240)
+        r = _run(JOB, "ok", str(storage))
     finally:
         if where == "readonly":
             subprocess.run(["umount", str(storage)], check=True)
@@ -161,7 +173,7 @@ def test_a_resume_whose_checkpoint_was_deleted_by_hand_is_one_line(tmp_path):
 
 
 def test_ray_local_mode_ray_keeps_rays_own(tmp_path):
-    r = rtdebug("run", "--ray-local-mode", "ray", JOB, "ok", str(tmp_path), timeout=240)
+    r = _run("--ray-local-mode", "ray", JOB, "ok", str(tmp_path))
     assert "cluster's semantics" not in r.stderr
     assert _checkpoints(tmp_path) == []  # Ray's own local mode persists nothing
 

@@ -20,6 +20,7 @@ import pytest
 
 from support.jobs import rtdebug
 from support.paths import SCRIPTS
+from support.ports import free_port_base
 
 sys.path.insert(0, str(SCRIPTS))
 from ray_cluster import AUTH_MODE, RayCluster  # noqa: E402
@@ -67,6 +68,12 @@ def _observe(out: Path, run: int) -> dict:
     return seen
 
 
+@pytest.fixture(autouse=True)
+def own_registry(registry_dir):
+    """Every job here registers in the test's own registry, never the machine's."""
+    return registry_dir
+
+
 @pytest.fixture(scope="module")
 def cluster():
     c = RayCluster()
@@ -103,7 +110,8 @@ def _local_runs(tmp: Path, data: bool, mode: str = "cluster") -> list[dict]:
     out.mkdir()
     seen = []
     for run in (1, 2):
-        args = ["torchrun", "--ray-local-mode", mode, "--nproc-per-node", "2", str(JOB), "--workers", "0"]
+        args = ["torchrun", "--debug-port-base", str(free_port_base(4)), "--ray-local-mode", mode]
+        args += ["--nproc-per-node", "2", str(JOB), "--workers", "0"]
         args += ["--storage", str(storage), "--out", str(out), "--pass", str(run)] + (["--data"] if data else [])
         r = rtdebug(*args, timeout=300)
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

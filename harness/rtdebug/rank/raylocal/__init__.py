@@ -8,12 +8,15 @@ restored, ``RunConfig(callbacks=)`` and ``FailureConfig`` are ignored, and Ray D
 one rank. Under ``rtdebug run`` / ``rtdebug torchrun`` (``--ray-local-mode=cluster``, the default) the V2
 trainer's local controller is replaced by ``controller.run``, which keeps the cluster's semantics:
 
-- ``exchange``: the ranks' own gloo group (never queued behind NCCL work) for ``barrier``,
-  ``broadcast_from_rank_zero`` and ``report``'s agreement, each recorded as ``ray.train.*`` in the
-  collective record so ``stacks`` names them;
+- ``exchange``: where the ranks meet for ``barrier``, ``broadcast_from_rank_zero`` and ``report``: the
+  job's own c10d store, nothing through NCCL or a process group, so never queued behind the training's
+  collectives; ``recording`` puts each call in the collective record as ``ray.train.*``, so ``stacks``
+  names them;
 - ``history``: rank 0 plays the controller: Ray's own ``CheckpointManager`` (the same snapshot file, so a
   second run with the same ``name`` resumes, ``CheckpointConfig`` is honoured and dropped checkpoints are
   deleted), and the user's callbacks;
+- ``controller``: ``fit()``'s lifecycle (the process group, the run's name and storage, ``FailureConfig``,
+  the ``Result``); ``localrun``: what each of the train function's calls does;
 - ``fnutils``: the ``TrainFnUtils`` the train function's ``ray.train.*`` calls reach;
 - ``data``: Ray Data shards for any number of ranks.
 

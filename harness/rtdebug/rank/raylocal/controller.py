@@ -78,6 +78,11 @@ def run(trainer: Any, train_func: Any) -> Any:
 def _init_world(trainer: Any) -> tuple[World, bool]:
     """The process group, made as Ray's ``LocalTorchController`` makes it (torchrun's variables)."""
     if not _is_torch_trainer(trainer):
+        if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+            raise HarnessError(
+                f"{type(trainer).__name__} in local mode on {os.environ['WORLD_SIZE']} torchrun ranks: only a "
+                "TorchTrainer joins torchrun's ranks; use TorchTrainer, or --ray-local-mode=ray"
+            )
         return World(), False
     from ray.train.v2._internal.execution.local_mode.torch import has_torchrun_env
 
@@ -86,7 +91,11 @@ def _init_world(trainer: Any) -> tuple[World, bool]:
     import torch
     import torch.distributed as dist
 
-    assert not dist.is_initialized(), "torch.distributed is already initialized"
+    if dist.is_initialized():
+        raise HarnessError(
+            "the script called torch.distributed.init_process_group before fit(): in local mode under torchrun, "
+            "fit() makes the process group itself (as Ray's LocalTorchController does); remove that call"
+        )
     dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
     rank, size = dist.get_rank(), dist.get_world_size()
     local_rank = int(os.environ["LOCAL_RANK"])
@@ -143,10 +152,10 @@ def _datasets(trainer: Any, world: World, exchange: Exchange) -> dict[str, Any] 
         return {k: v() if callable(v) else v for k, v in datasets.items()}
     from rtdebug.rank.raylocal import data
 
-    return data.shard_datasets(datasets, trainer.data_config, world.size, world.rank, _DataExchange(exchange))
+    return data.shard_datasets(datasets, trainer.data_config, world.size, world.rank, DataMeetings(exchange))
 
 
-class _DataExchange:
+class DataMeetings:
     """``data``'s view of the meetings: a broadcast from one rank, and a barrier."""
 
     def __init__(self, exchange: Exchange) -> None:
@@ -192,10 +201,17 @@ def _say_at_start(local: LocalRun, trainer: Any, max_failures: int) -> None:
     if ctl is not None and ctl.ignored_callbacks:
         names = ", ".join(type(cb).__name__ for cb in ctl.ignored_callbacks)
         print(f"rtdebug: RunConfig(callbacks=): {names}: not UserCallbacks, not called in local mode", file=sys.stderr)
-    if w.size > 1 and max_failures != 0:
+    if w.size > 1 and (max_failures != 0 or int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0) > 0):
         max_restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
         wanted = "unlimited" if max_failures < 0 else str(max_failures)
-        if max_failures < 0 or max_restarts < max_failures:
+        if 0 <= max_failures < max_restarts:
+            print(
+                f"rtdebug: torchrun's --max-restarts {max_restarts} goes past FailureConfig(max_failures="
+                f"{max_failures}): torchrun restarts the ranks even once FailureConfig would not",
+                file=sys.stderr,
+                flush=True,
+            )
+        elif max_failures < 0 or max_restarts < max_failures:
             print(
                 f"rtdebug: FailureConfig(max_failures={max_failures}) restarts every rank together through torchrun: "
                 f"this job allows {max_restarts} restart(s); pass --max-restarts {wanted if max_failures > 0 else 'N'} "

@@ -10,14 +10,15 @@ once per dataset, as Ray's ``DatasetManager`` does, and hands each rank its iter
 Mechanism: one Ray instance the ranks share. Rank 0's Ray instance is the job's (the one
 ``ray.data.range`` at the script's top level already auto-started in it, or a head started here on
 loopback in a temp dir of its own when the datasets are callables and no Ray runs yet); its GCS address is
-broadcast over the job's gloo group; every other rank leaves the Ray instance it may have auto-started and
-joins rank 0's as a driver (``ray.init(address=...)``). The per-rank iterators (``StreamSplitDataIterator``:
-the split coordinator actor's handle and the rank's index) are pickled with Ray's cloudpickle and
-broadcast; rank 0 keeps all of them, so the coordinator lives until ``close()``. The shares are then
-Ray's own: in every epoch disjoint, equal (``equal=True``), their union the whole dataset, streamed in
-blocks through one ``SplitCoordinator`` (which blocks a rank gets may change from one epoch to the next, as
-on a cluster), so the object store (capped by ``object_store_memory`` where rank 0's instance was
-started) bounds the memory for a dataset larger than RAM, and every block is read and transformed once.
+broadcast through the ranks' meetings (the job's c10d store); every other rank leaves the Ray instance it
+may have auto-started and joins rank 0's as a driver (``ray.init(address=...)``). The per-rank iterators
+(``StreamSplitDataIterator``: the split coordinator actor's handle and the rank's index) are pickled
+with Ray's cloudpickle and broadcast; rank 0 keeps all of them, so the coordinator lives until
+``close()``. The shares are then Ray's own: in every epoch disjoint, equal (``equal=True``), their union
+the whole dataset, streamed in blocks through one ``SplitCoordinator`` (which blocks a rank gets may change
+from one epoch to the next, as on a cluster), so the object store (capped by ``object_store_memory`` where
+rank 0's instance was started) bounds the memory for a dataset larger than RAM, and every block is read and
+transformed once.
 
 Why not one Ray instance per rank, each reading the whole dataset and keeping its own share: a
 ``streaming_split`` hands blocks to whichever split asks first, so n independent instances would not give
@@ -65,7 +66,7 @@ AUTH_MODE_VAR = "RAY_AUTH_MODE"
 
 
 class Exchange(Protocol):
-    """The job's object collectives (``rtdebug.rank.raylocal.exchange.Exchange`` has these)."""
+    """The meetings ``shard_datasets`` needs (``controller.DataMeetings`` gives them, over ``exchange``)."""
 
     def broadcast(self, obj: Any, src: int = 0) -> Any: ...
 

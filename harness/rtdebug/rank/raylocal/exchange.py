@@ -98,10 +98,17 @@ class Exchange:
                 self.store.wait(keys, timedelta(seconds=WARN_INTERVAL_S))
                 return
             except Exception as exc:  # torch's DistStoreError (a timeout), or the store went away
-                if "timeout" not in str(exc).lower() and "timed out" not in str(exc).lower():
+                if type(exc).__name__ != "DistStoreError" and "timeout" not in str(exc).lower():
                     raise
-            missing = [r for r, k in enumerate(keys) if not self.store.check([k])] if len(keys) > 1 else [0]
             waited = time.monotonic() - since
+            if keys[0].endswith("/out"):
+                print(
+                    f"rtdebug: rank {self.world.rank} has waited {waited:.0f}s in {op} #{n}: rank 0 has not answered",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                continue
+            missing = [r for r, k in enumerate(keys) if not self.store.check([k])]
             print(
                 f"rtdebug: rank {self.world.rank} has waited {waited:.0f}s in {op} #{n}: "
                 f"{'ranks' if len(missing) > 1 else 'rank'} {','.join(map(str, missing))} "

@@ -82,9 +82,8 @@ class LocalRun:
         self.settle()
         n = self.exchange.next_call(BROADCAST)
         with recording.call(BROADCAST):
-            mine = data if self.world.rank == 0 else None
             if self.world.rank == 0:
-                self.exchange.meet(BROADCAST, n, mine, want_all=False)
+                self.exchange.meet(BROADCAST, n, None, want_all=False)
                 self.exchange.publish(BROADCAST, n, data)
                 return data
             self.exchange.meet(BROADCAST, n, None, want_all=False)

@@ -14,12 +14,49 @@ def install() -> None:
     when_imported(TRAINER_MODULE, _patch)
 
 
+# the pieces of Ray Train the local controller of ours is built on (Ray 2.60); a Ray without them keeps its own
+NEEDED = {
+    "ray.train.v2._internal.execution.train_fn_utils": ("LocalTrainFnUtils", "set_train_fn_utils"),
+    "ray.train.v2._internal.execution.checkpoint.checkpoint_manager": ("CheckpointManager",),
+    "ray.train.v2._internal.execution.training_report": ("_TrainingReport",),
+    "ray.train.v2._internal.execution.local_mode.torch": ("has_torchrun_env",),
+    "ray.train.v2.api.context": ("LocalTrainContext",),
+}
+
+
+def missing() -> str | None:
+    """The first piece of Ray Train this Ray lacks ("module.name"), or None."""
+    import importlib
+
+    for mod, names in NEEDED.items():
+        try:
+            m = importlib.import_module(mod)
+        except ImportError:
+            return mod
+        for name in names:
+            if not hasattr(m, name):
+                return f"{mod}.{name}"
+    return None
+
+
 def _patch(module: Any) -> None:
     import functools
+    import sys
 
     cls = module.DataParallelTrainer
-    original = cls._initialize_and_run_local_controller
-    if getattr(original, "__rtdebug__", False):
+    original = getattr(cls, "_initialize_and_run_local_controller", None)
+    if original is None or getattr(original, "__rtdebug__", False):
+        return
+    lacking = missing()
+    if lacking is not None:
+        import ray
+
+        print(
+            f"rtdebug: Ray {ray.__version__} has no {lacking}: its own local mode runs (as --ray-local-mode=ray); "
+            "the cluster's semantics need Ray 2.60",
+            file=sys.stderr,
+            flush=True,
+        )
         return
 
     @functools.wraps(original)
