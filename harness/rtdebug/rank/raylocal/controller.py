@@ -16,8 +16,8 @@ from typing import Any
 
 from rtdebug.common.errors import HarnessError
 from rtdebug.rank.raylocal.exchange import Exchange, World
-from rtdebug.rank.raylocal.history import Controller, Snapshot
-from rtdebug.rank.raylocal.localrun import LocalRun, reason
+from rtdebug.rank.raylocal.history import Controller, Snapshot, open_storage
+from rtdebug.rank.raylocal.localrun import LocalRun
 
 FIT = "rtdebug.fit"  # the ranks agree on the run (not one of Ray Train's collectives)
 
@@ -130,18 +130,9 @@ def _open(trainer: Any, world: World, exchange: Exchange) -> LocalRun:
         snap = exchange.answer(FIT, n)
     if snap.error:
         raise HarnessError(snap.error)
-    storage = controller.storage if controller is not None else _storage(rc)
-    local = LocalRun(world, exchange, rc, storage, snap)
-    local.controller, local.run_context = controller, trainer.train_run_context
+    storage = controller.storage if controller is not None else open_storage(rc)
+    local = LocalRun(world, exchange, rc, storage, snap, controller, trainer.train_run_context)
     return local
-
-
-def _storage(run_config: Any) -> Any:
-    try:
-        return run_config.storage_context
-    except (OSError, RuntimeError) as exc:
-        where = run_config.storage_path
-        raise HarnessError(f"RunConfig(storage_path={where!r}) cannot be written: {reason(exc)}") from None
 
 
 def _datasets(trainer: Any, world: World, exchange: Exchange) -> dict[str, Any] | None:

@@ -25,7 +25,6 @@ class Snapshot:
     history: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (path, metrics), Ray's order
     latest: tuple[str, dict[str, Any]] | None = None  # the latest checkpoint's path and its metrics
     best: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # Result.best_checkpoints
-    reports: int = 0  # report() calls the run has processed (a resumed run's earlier ones included)
     resumed_from: str | None = None  # the checkpoint a resumed run starts from
     error: str | None = None  # a controller-side failure every rank raises (one line)
 
@@ -51,16 +50,7 @@ class Controller:
         self.run_context = run_context
         self.callbacks = [cb for cb in (run_config.callbacks or []) if isinstance(cb, UserCallback)]
         self.ignored_callbacks = [cb for cb in (run_config.callbacks or []) if not isinstance(cb, UserCallback)]
-        try:
-            self.storage = run_config.storage_context  # makes storage_path/name/ and checks it is writable
-        except OSError as exc:
-            raise HarnessError(
-                f"RunConfig(storage_path={run_config.storage_path!r}) cannot be written: {_reason(exc)}"
-            ) from None
-        except RuntimeError as exc:
-            raise HarnessError(
-                f"RunConfig(storage_path={run_config.storage_path!r}) cannot be written: {_reason(exc)}"
-            ) from None
+        self.storage = open_storage(run_config)
         try:
             self.manager = _manager_class()(
                 checkpoint_config=run_config.checkpoint_config, storage_context=self.storage
@@ -112,13 +102,22 @@ class Controller:
             history=[(r.checkpoint.path, r.metrics) for r in getattr(m, "_checkpoint_results", [])],
             latest=(latest.checkpoint.path, latest.metrics) if latest is not None else None,
             best=[(r.checkpoint.path, r.metrics) for r in m.best_checkpoint_results],
-            reports=int(getattr(m, "_current_report_index", 0)),
             resumed_from=self.resumed_from,
             error=error,
         )
 
 
-def _reason(exc: BaseException) -> str:
+def open_storage(run_config: Any) -> Any:
+    """The run's ``StorageContext`` (it makes ``storage_path/name/`` and checks it can be written), or one line."""
+    try:
+        return run_config.storage_context
+    except (OSError, RuntimeError) as exc:
+        where = run_config.storage_path
+        raise HarnessError(f"RunConfig(storage_path={where!r}) cannot be written: {reason(exc)}") from None
+
+
+def reason(exc: BaseException) -> str:
+    """An exception's first line (its type where it has no text)."""
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
 

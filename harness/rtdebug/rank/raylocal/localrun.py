@@ -11,17 +11,19 @@ metrics in rank order; every rank learns the new history before it goes on. ``ba
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
 from rtdebug.common.errors import HarnessError
 from rtdebug.rank.raylocal import recording
 from rtdebug.rank.raylocal.exchange import Exchange, World
-from rtdebug.rank.raylocal.history import Controller, Snapshot
+from rtdebug.rank.raylocal.history import Controller, Snapshot, reason
 
 REPORT = "ray.train.report"
 BARRIER = "ray.train.collective.barrier"
@@ -53,20 +55,26 @@ class Pending:
     n: int
     dir_name: str
     metrics: list[dict[str, Any]]
-    thread: threading.Thread
-    result: list[Upload]
+    upload: Future[Upload]  # this rank's copy, done in a thread (or already done: nothing to copy)
 
 
 class LocalRun:
     """One rank's part of one ``fit()``."""
 
-    def __init__(self, world: World, exchange: Exchange, run_config: Any, storage: Any, snapshot: Snapshot) -> None:
+    def __init__(
+        self,
+        world: World,
+        exchange: Exchange,
+        run_config: Any,
+        storage: Any,
+        snapshot: Snapshot,
+        controller: Controller | None,  # rank 0's
+        run_context: Any,  # the trainer's TrainRunContext, for the callbacks
+    ) -> None:
         self.world, self.exchange, self.run_config, self.storage = world, exchange, run_config, storage
-        self.snapshot = snapshot
+        self.snapshot, self.controller, self.run_context = snapshot, controller, run_context
         self.filesystem = snapshot.filesystem
         self._checkpoints: dict[str, Any] = {}  # path -> the one Checkpoint object this rank hands out for it
-        self.run_context: Any = None  # the trainer's TrainRunContext, for the callbacks
-        self.controller: Controller | None = None  # rank 0's
         self.pending: Pending | None = None
         self.noted: set[str] = set()
 
@@ -127,18 +135,19 @@ class LocalRun:
             if not any(p.has_checkpoint for p in proposals):
                 self.register_metrics(all_metrics)
                 return
-            if mode == CheckpointUploadMode.ASYNC and checkpoint is not None:
-                box: list[Upload] = []
-                t = threading.Thread(
-                    target=lambda: box.append(self.upload(checkpoint, chosen, delete_after, upload_fn, mode)),
-                    name="rtdebug-ray-train-upload",
-                    daemon=True,
-                )
-                t.start()
-                self.pending = Pending(n, chosen, all_metrics, t, box)
-                return
-            if mode == CheckpointUploadMode.ASYNC:  # this rank has nothing to copy: it can register at once
-                self.pending = Pending(n, chosen, all_metrics, _done_thread(), [Upload()])
+            if mode == CheckpointUploadMode.ASYNC:
+                done: Future[Upload] = Future()
+                if checkpoint is None:  # this rank has nothing to copy: it registers with the others, later
+                    done.set_result(Upload())
+                else:
+                    copy = functools.partial(self.upload, checkpoint, chosen, delete_after, upload_fn, mode)
+                    threading.Thread(
+                        target=_into,
+                        args=(done, copy),
+                        name="rtdebug-ray-train-upload",
+                        daemon=True,
+                    ).start()
+                self.pending = Pending(n, chosen, all_metrics, done)
                 return
             mine_up = self.upload(checkpoint, chosen, delete_after, upload_fn, mode)
             self.finish_report(n, chosen, all_metrics, mine_up)
@@ -173,8 +182,11 @@ class LocalRun:
         p, self.pending = self.pending, None
         if p is None:
             return
-        p.thread.join()
-        self.finish_report(p.n, p.dir_name, p.metrics, p.result[0] if p.result else Upload(error="upload died"))
+        try:
+            mine = p.upload.result()
+        except Exception as exc:  # the copy itself raised (a checkpoint_upload_fn's error): one line for all
+            mine = Upload(error=f"rank {self.world.rank}'s checkpoint upload raised {type(exc).__name__}: {exc}")
+        self.finish_report(p.n, p.dir_name, p.metrics, mine)
 
     def upload(self, checkpoint: Any, dir_name: str, delete_after: bool, upload_fn: Any, mode: Any) -> Upload:
         """Copy this rank's checkpoint into the run's directory (Ray's own copy), or say in one line why not."""
@@ -301,16 +313,13 @@ def _is_local(checkpoint: Any) -> bool:
     return fs is None or getattr(fs, "type_name", "local") == "local"
 
 
-def _done_thread() -> threading.Thread:
-    t = threading.Thread(target=lambda: None, daemon=True)
-    t.start()
-    return t
+def _into(future: Future[Upload], work: Any) -> None:
+    """Run ``work`` in this thread; its result or its exception goes to ``future``."""
+    try:
+        future.set_result(work())
+    except BaseException as exc:
+        future.set_exception(exc)
 
 
 def _vanished(rank: int, checkpoint: Any) -> str:
     return f"rank {rank}'s checkpoint directory {checkpoint.path} does not exist (deleted before report()?)"
-
-
-def reason(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__

@@ -7,12 +7,19 @@ call site it keeps is the user's line, not Ray's wrapper around it.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
 from rtdebug.rank.collectives import recorder
 
-_seen: list[bool] = []
+
+@functools.cache
+def _ray_is_not_the_call_site() -> None:
+    """Once: Ray Train's wrapper frames around a named op are not its call site."""
+    import ray.train
+
+    recorder.not_the_call_site(os.path.dirname(os.path.dirname(ray.train.__file__)))
 
 
 class call:
@@ -22,11 +29,7 @@ class call:
 
     def __init__(self, op: str) -> None:
         self.op, self.gen = op, -1
-        if not _seen:
-            import ray.train
-
-            recorder.not_the_call_site(os.path.dirname(os.path.dirname(ray.train.__file__)))
-            _seen.append(True)
+        _ray_is_not_the_call_site()
 
     def __enter__(self) -> None:
         self.gen = recorder.entering(self.op)
