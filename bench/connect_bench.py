@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/connect_bench.py [--rounds 5] [--window 8]
 
-The hosts are the e2e test's (tests/test_connect.py: ``lap`` reaches only ``login``; ``n0``, ``n1`` run the
+The hosts are the e2e test's (tests/e2e/test_connect.py: ``lap`` reaches only ``login``; ``n0``, ``n1`` run the
 job, 4 ranks each, tests/scripts/connect_steps.py: all_reduce as fast as it can). Measured:
 
 1. connect -> every rank attachable: from the wall time ``rtdebug connect node0 --jump login`` is started
@@ -245,7 +245,7 @@ def main() -> int:
 `.venv/bin/python bench/connect_bench.py --rounds {args.rounds} --window {args.window:g} --sleep {args.sleep:g}` (each
 rank sleeps {args.sleep:g} s after each all_reduce) on this machine
 ({cores} cores, shared; load average {", ".join(f"{x:.1f}" for x in load)} across the run). Hosts are network
-namespaces on one bridge with real sshd's (tests/test_connect.py), so ssh's own cost is real and the
+namespaces on one bridge with real sshd's (tests/e2e/test_connect.py), so ssh's own cost is real and the
 network's is nil.
 
 | goal | measured | target | met |

@@ -7,7 +7,7 @@ is one round's cost per refusal; the median round is the result.
 
 ``--attach``: the owner's DAP attach (initialize, attach, configurationDone; debugpy already started) timed
 with the rank quiet and while another uid floods it, alternating, each round; a sample counts as flooded only
-if the flood was still running when the attach finished. This is the duration ``tests/test_hostile_port.py``
+if the flood was still running when the attach finished. This is the duration ``tests/hostile/test_hostile_port.py``
 used to bound (the owner is never stalled by a flood); the test now checks only that the attach completes
 while the flood is on.
 
@@ -15,7 +15,7 @@ while the flood is on.
 
 ``--pythonpath harness-of-another-commit`` measures that commit's endpoint (e.g. the one before the fix,
 ``git archive <commit> harness | tar -x -C /tmp/old``, then ``--pythonpath /tmp/old/harness``).
-``tests/test_hostile_port.py`` floods a real ``rtdebug run`` rank with the same ``flood``.
+``tests/hostile/test_hostile_port.py`` floods a real ``rtdebug run`` rank with the same ``flood``.
 """
 
 from __future__ import annotations

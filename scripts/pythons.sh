@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The harness on every supported Python, the way a torch-free user installs it: .venv-3.10 ... .venv-3.13,
 # each with `pip install -e .` and only the core dependencies (debugpy, psutil; no torch, no Ray).
-# tests/test_pythons.py runs the torch-free core (real debugpy, a real DAP client) in each of them.
+# tests/project/test_pythons.py runs the torch-free core (real debugpy, a real DAP client) in each of them.
 #
 #   bash scripts/pythons.sh              # 3.10 3.11 3.12 3.13
 #   bash scripts/pythons.sh 3.12 3.13    # just these
 #
 # Interpreters: the newest $(pyenv root)/versions/3.X.*, else python3.X on PATH. A version that cannot be
-# found fails the script unless RTDEBUG_PYTHONS_REQUIRED=0 (then tests/test_pythons.py skips it).
+# found fails the script unless RTDEBUG_PYTHONS_REQUIRED=0 (then tests/project/test_pythons.py skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD

@@ -7,12 +7,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 TESTS=(
-  tests/test_adopt_hostile.py::test_interrupted_adopt_puts_the_rank_back_and_leaves_nothing
-  tests/test_adopt_hostile.py::test_a_signal_during_a_held_call_waits_for_it_then_puts_the_thread_back
-  tests/test_agent.py
-  tests/test_e2e_run.py::test_ctrl_c_stops_everything
-  tests/test_e2e_layout.py::test_stop_ends_rtdebug_run_quietly_with_its_signal
-  "tests/test_faults.py::test_fault[launcher SIGHUP-0]"
+  tests/hostile/test_adopt_hostile.py::test_interrupted_adopt_puts_the_rank_back_and_leaves_nothing
+  tests/hostile/test_adopt_hostile.py::test_a_signal_during_a_held_call_waits_for_it_then_puts_the_thread_back
+  tests/e2e/test_agent.py
+  tests/e2e/test_e2e_run.py::test_ctrl_c_stops_everything
+  tests/e2e/test_e2e_layout.py::test_stop_ends_rtdebug_run_quietly_with_its_signal
+  "tests/hostile/test_faults.py::test_fault[launcher SIGHUP-0]"
 )
 exec "$PY" -c '
 import os, signal, sys

@@ -17,7 +17,7 @@ its code runs in, as debugpy's is:
 
 Layers, bottom up: common < registry < views < stacks < {shell, launcher, rank}. A package
 imports only layers below it; the three process packages never import each other except lazily at
-named entry points (``tests/test_layout.py`` checks this from the source, string module paths
+named entry points (``tests/project/test_layout.py`` checks this from the source, string module paths
 included): the shell starts the launcher through ``rtdebug.launcher.start``; the launcher names
 ``rtdebug.rank.bootstrap`` as torchrun's ``-m`` target and runs ``rtdebug run``'s rank 0 through it
 in its own process; the Ray driver setup names ``rtdebug.rank.ray_worker`` in ``RAY_TRAIN_CALLBACKS``;

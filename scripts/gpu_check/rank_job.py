@@ -4,7 +4,7 @@
 
 Each mode writes what the rank saw as JSON to ``INFO`` (``INFO.N`` for its N-th note) and, where it waits,
 waits for the file ``CONTROL``. The device is CUDA with NCCL; ``GPU_CHECK_DEVICE=cpu`` makes it CPU with gloo,
-so the same script runs in the CPU-side test (tests/test_gpu_check.py) and cannot rot.
+so the same script runs in the CPU-side test (tests/project/test_gpu_check.py) and cannot rot.
 
     dap          a CUDA tensor ``x``, one all_reduce, then a loop until CONTROL (the breakpoint's line)
     hold         the process-group timeout and the NCCL heartbeat as this rank sees them, then (after CONTROL) a

@@ -1,4 +1,4 @@
-"""A plain gloo DDP job for `rtdebug adopt --stop-on` (tests/test_adopt_stopon.py), started WITHOUT rtdebug:
+"""A plain gloo DDP job for `rtdebug adopt --stop-on` (tests/e2e/test_adopt_stopon.py), started WITHOUT rtdebug:
 trains until CONTROL appears (every rank leaves at the same step: the stop flag rides an all_reduce).
 Rank 1 feeds a NaN into its batch once CONTROL.nan exists and rtdebug's nonfinite is in force here (set on
 a running job, it comes into force on every rank at one step)."""

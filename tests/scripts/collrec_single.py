@@ -1,6 +1,6 @@
 """One process, a world-size-1 gloo group, the collective record armed: what the wrapper keeps and passes on.
 
-Prints one JSON line for tests/test_collrec.py: the record after each call, and what the wrapped
+Prints one JSON line for tests/e2e/test_collrec.py: the record after each call, and what the wrapped
 functions returned or raised (async work, return values, exceptions, a torch.compile'd caller).
 """
 

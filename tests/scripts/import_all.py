@@ -1,6 +1,6 @@
 """Import every rtdebug module, subpackages included; print which failed (torch/Ray missing counts as optional).
 
-Run by tests/test_pythons.py with each .venv-3.X's python."""
+Run by tests/project/test_pythons.py with each .venv-3.X's python."""
 
 import importlib
 import json

@@ -1,4 +1,4 @@
-"""A 4-rank job with DeviceMeshes on CPU/gloo, for mesh selectors (tests/test_meshes.py).
+"""A 4-rank job with DeviceMeshes on CPU/gloo, for mesh selectors (tests/e2e/test_meshes.py).
 
     --layout 2d        a 2x2 mesh (dp, tp)
     --layout titan     torchtitan-style: (dp_shard, cp) = (2, 2), then dp_shard and cp flattened into

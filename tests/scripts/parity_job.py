@@ -3,7 +3,7 @@
 
 Each rank writes what it observed to ``OUT/rank-<r>-run<k>.json``; the callback (in the controller on a
 cluster, in one process here) writes ``OUT/callback-run<k>-<pid>.json``; the driver (every rank in local mode)
-writes ``OUT/result-run<k>-<pid>.json``. ``tests/test_raylocal_parity.py`` compares the two.
+writes ``OUT/result-run<k>-<pid>.json``. ``tests/e2e/test_raylocal_parity.py`` compares the two.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A small DDP training job (CPU, gloo) with faults on demand, for ``--stop-on`` (tests/test_stopon.py).
+"""A small DDP training job (CPU, gloo) with faults on demand, for ``--stop-on`` (tests/e2e/test_stopon.py).
 
     --nan-rank R --nan-step S        a NaN in rank R's batch at step S (its loss and grads go non-finite)
     --inf-loss-rank R --inf-loss-step S   an Inf added to rank R's loss only (its grads stay finite)

@@ -1,4 +1,4 @@
-"""One "rank" for tests/test_stopon_units.py: ``together`` on a real TCPStore client, with the process group
+"""One "rank" for tests/unit/test_stopon_units.py: ``together`` on a real TCPStore client, with the process group
 replaced by what it reads (the store, the world, the rank, a step clock this script moves).
 
     together_rank.py PORT RANK WORLD DELAYS   (DELAYS: comma-separated seconds late to steps 10, 11, ...)

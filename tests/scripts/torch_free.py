@@ -1,4 +1,4 @@
-"""Torch-free target for tests/test_pythons.py: a loop until CTL/go exists, then rtdebug.breakpoint().
+"""Torch-free target for tests/project/test_pythons.py: a loop until CTL/go exists, then rtdebug.breakpoint().
 
 Usage: torch_free.py CTL_DIR [--raise]   (--raise: end with an uncaught exception, for --post-mortem)
 """

@@ -1,4 +1,4 @@
-"""Jobs in another Python's venv for tests/test_pythons.py: each ``.venv-3.X`` (``scripts/pythons.sh``) has
+"""Jobs in another Python's venv for tests/project/test_pythons.py: each ``.venv-3.X`` (``scripts/pythons.sh``) has
 the harness installed without torch, and a job runs that venv's own ``rtdebug`` entry point."""
 
 from __future__ import annotations

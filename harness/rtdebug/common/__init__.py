@@ -5,5 +5,5 @@ adopt`` needs to find and enter a running job.
 
 Runs wherever it is imported (the shell, the launcher, every rank). Imports the standard library and
 psutil, nothing else of rtdebug: it is the bottom layer. What a rank imports on its start path must
-not pull in psutil (``tests/test_imports.py``): the modules it uses import psutil lazily.
+not pull in psutil (``tests/unit/test_imports.py``): the modules it uses import psutil lazily.
 """

@@ -16,7 +16,7 @@ place in the collective sequence (``recorder``; ``stop``: "run all ranks to the 
 debugpy's server in the background a minute in; ``dapgate`` admits a client only if its first bytes are
 a DAP ``initialize``; ``refusals`` reports refused clients, at most one line a second.
 
-A rank's start path must stay lean (``tests/test_imports.py``): no psutil, filelock or debugpy before
+A rank's start path must stay lean (``tests/unit/test_imports.py``): no psutil, filelock or debugpy before
 the user's script runs. Imports the shared layers (common, registry, stacks) only: never the shell,
 the views or the launcher.
 """

@@ -2,7 +2,7 @@
 
 TypedDicts, so that an entry stays the plain dict that JSON, the stores and every reader handle, while
 mypy checks what the code builds. ``registry.schema.json`` (beside this file) is the contract the VS Code
-extension reads too; ``tests/test_schema.py`` holds these types equal to it: the same keys, required alike,
+extension reads too; ``tests/unit/test_schema.py`` holds these types equal to it: the same keys, required alike,
 of the same JSON types. A change to one that is not made to the other fails there.
 
 Written by the ranks (``rtdebug.rank.state``), the launchers (``rtdebug.registry.entry.session_entry``) and

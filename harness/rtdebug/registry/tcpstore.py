@@ -11,7 +11,7 @@ Why a rank's dump watcher uses it too: a server-side ``WAIT`` on one key parks t
 c10d logs.
 
 The protocol (torch/csrc/distributed/c10d/TCPStore*.cpp, checked against the installed torch by
-tests/test_tcpstore.py): the client opens with ``VALIDATE`` and a magic number; every request is one
+tests/unit/test_tcpstore.py): the client opens with ``VALIDATE`` and a magic number; every request is one
 query-type byte and its arguments; strings and byte values go as a little-endian u64 length and the
 bytes; every key carries the client's ``/`` prefix. Every length the server sends is bounded here:
 an address may name something that is not a store (or a hostile one).

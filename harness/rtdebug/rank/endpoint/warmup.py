@@ -7,7 +7,7 @@ threads' GIL: 16 lazy ranks took 3.7x as long as ``--eager`` ones to be stopped 
 
 So, ``delay_s`` after the endpoint opens (60 s by default, when a job is past its start and an
 attach is about a stuck job), a daemon thread imports that module and nothing else: no thread of
-debugpy's starts, no tracing, no hook, no port (checked in tests/test_warmup.py). Its one cost is
+debugpy's starts, no tracing, no hook, no port (checked in tests/e2e/test_warmup.py). Its one cost is
 paid once, late, at the interpreter's normal switch interval (no GIL boost: the training thread
 keeps its pace while the import crawls), and ~8 MB of modules. Launch -> first step is untouched
 unless the job takes longer than the delay to start, and the steady step rate is untouched after.

@@ -22,7 +22,7 @@ import pytest
 
 from rtdebug import cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 COMMANDS_MD = ROOT / "docs" / "commands.md"
 README_MAX_LINES = 220

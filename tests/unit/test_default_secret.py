@@ -1,7 +1,7 @@
 """The per-user default job secret (``rtdebug.registry.signing.default_secret``): one owner-only file under
 the user's config directory, made once by the first launcher that needs it, so every node of a job on a
 shared home signs with the same secret and no setup. A file anyone else could read or swap is refused in
-one line, never used. (Two nodes sharing it, or not: tests/test_multinode.py.)"""
+one line, never used. (Two nodes sharing it, or not: tests/e2e/test_multinode.py.)"""
 
 from __future__ import annotations
 

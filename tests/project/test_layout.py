@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-PKG = Path(__file__).resolve().parents[1] / "harness" / "rtdebug"
+PKG = Path(__file__).resolve().parents[2] / "harness" / "rtdebug"
 LAYER = {
     "common": 0,
     "inject": 1,
@@ -440,3 +440,19 @@ def test_one_rank_start_up():
         if found:
             starts[name] = found
     assert set(starts) <= {"rtdebug.rank.startup"}, starts
+
+
+TEST_GROUPS = {"unit", "e2e", "hostile", "project"}
+
+
+def test_tests_are_grouped_by_what_they_need():
+    """``docs/testing.md``: every test module sits in one of the groups, none loose in ``tests/``, and no two
+    share a name (pytest's default import mode keys modules by their basename)."""
+    tests = PKG.parents[1] / "tests"
+    loose = sorted(p.name for p in tests.glob("test_*.py"))
+    assert not loose, f"test modules outside a group: {loose}"
+    found = sorted(p.relative_to(tests) for p in tests.glob("*/test_*.py"))
+    groups = {p.parts[0] for p in found}
+    assert groups == TEST_GROUPS, groups
+    names = [p.name for p in found]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)

@@ -8,7 +8,7 @@ no Ray), and the job runs that venv's ``rtdebug`` entry point from outside the r
 Scenarios (``SCENARIOS``, each on every Python): lazy endpoint + attach / detach / re-attach +
 ``rtdebug.breakpoint()`` + ``--post-mortem``; ``--wait``; owner-only access (another uid gets nothing);
 ``rtdebug stacks`` of a running and of a stopped rank. A function ``(rt: Runner) -> None`` added there runs
-on every Python (``tests/venvjobs.py`` holds the runner). A missing ``.venv-3.X`` skips, or fails when
+on every Python (``tests/support/venvjobs.py`` holds the runner). A missing ``.venv-3.X`` skips, or fails when
 ``RTDEBUG_PYTHONS_REQUIRED=1`` (scripts/test.sh).
 """
 

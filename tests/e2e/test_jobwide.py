@@ -1,6 +1,6 @@
 """Job-wide stacks through a real torch TCPStore: rank-side watchers (``rtdebug.rank.stackwatch``) in real
 processes hung in a real gloo job, the requester (``rtdebug.stacks.jobwide``) with the torch-free client,
-hostile answers, planted keys and junk requests (tests/test_junk_requests.py: what junk costs a rank)."""
+hostile answers, planted keys and junk requests (tests/hostile/test_junk_requests.py: what junk costs a rank)."""
 
 from __future__ import annotations
 
@@ -273,7 +273,7 @@ def test_bad_remote_stacks_arguments_are_one_line(args, code, line, tmp_path):
 
 class MemoryKV(ray_kv._KV):
     """The KV's shared logic over a dict: the polling and parsing under test, not the GCS (full runs:
-    tests/test_ray_cluster.py)."""
+    tests/e2e/test_ray_cluster.py)."""
 
     def __init__(self) -> None:
         self.data: dict[str, bytes] = {}
@@ -323,7 +323,7 @@ def test_a_ray_answer_is_read_once_while_the_requester_waits_for_the_rest(monkey
 def test_stacks_without_a_session_here_asks_the_job_ps_is_set_up_for(tmp_path, var, unreachable):
     """A laptop set up with RTDEBUG_STORE or RAY_ADDRESS (as ``ps`` reads them): ``stacks`` with no local
     session asks that job, and says so when it cannot be reached (the same readers answering, by flag:
-    tests/test_multinode.py, tests/test_ray_cluster.py)."""
+    tests/e2e/test_multinode.py, tests/e2e/test_ray_cluster.py)."""
     env = dict(os.environ, RTDEBUG_REGISTRY_DIR=str(tmp_path / "reg"))
     env.pop("RTDEBUG_STORE", None)
     env.pop("RAY_ADDRESS", None)

@@ -1,6 +1,6 @@
 """The registry is the owner's alone: a foreign or open root is refused, and no entry field becomes a path.
 
-Part of the hostile-input campaign (beside tests/test_hostile_port.py and tests/test_hostile_stores.py):
+Part of the hostile-input campaign (beside tests/hostile/test_hostile_port.py and tests/hostile/test_hostile_stores.py):
 every file in a registry may be forged, so each case checks that nothing is deleted, nothing crashes and
 one line says what was wrong.
 """
