@@ -29,11 +29,11 @@ import json
 import os
 import sys
 import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 from rtdebug.common import atomic, log
 
-_state: dict[str, Any] = {}
 _lock = threading.RLock()  # main and detach may run in two threads of the rank (see the module docstring)
 
 
@@ -60,6 +60,23 @@ class _EntryFile:
             self.fd = -1
 
 
+@dataclass
+class Adoption:
+    """What one adoption holds until ``detach`` undoes it: the parts it started and what it replaced."""
+
+    session_id: str
+    registry: Any  # rtdebug.registry.files.Registry
+    entry_file: _EntryFile
+    endpoint: Any  # rtdebug.rank.endpoint.Endpoint
+    record: Any  # rtdebug.rank.state.RankState
+    stacks: dict[str, Any] | None  # what rtdebug.rank.startup.dumps armed
+    prior: Any  # runtime.endpoint before the adoption (None: the rank had none)
+    paths: list[str] = field(default_factory=list)  # added to sys.path, taken out again
+
+
+_adoption: Adoption | None = None  # this rank's adoption; None: not adopted (or detached)
+
+
 def _path(spec: dict[str, Any], added: str | None) -> list[str]:
     """What this rank's ``sys.path`` needs for rtdebug (``added`` by the injected lines) and debugpy."""
     import importlib.util
@@ -78,8 +95,8 @@ def main(spec_json: str, added: str | None = None) -> dict[str, Any]:
     with _lock:
         try:
             result = adopt(spec)
-            if result["status"] == "adopted":
-                _state["paths"] = _path(spec, added)
+            if result["status"] == "adopted" and _adoption is not None:
+                _adoption.paths = _path(spec, added)
             elif added and added in sys.path:
                 sys.path.remove(added)
         except BaseException as exc:  # the rank must go on whatever happened here
@@ -92,7 +109,7 @@ def main(spec_json: str, added: str | None = None) -> dict[str, Any]:
 
 def session_id() -> str | None:
     """The session this rank is adopted into; None: not adopted (or detached)."""
-    return _state.get("session_id") or None
+    return _adoption.session_id if _adoption is not None else None
 
 
 def set_stop_on(spec: str, gen: str) -> dict[str, Any]:
@@ -130,10 +147,11 @@ def pg_timeout() -> tuple[float | None, str]:
 
 
 def adopt(spec: dict[str, Any]) -> dict[str, Any]:
+    global _adoption
     from rtdebug.rank import runtime
 
-    if "session_id" in _state:
-        return {"status": "already", "session_id": _state["session_id"], "pid": os.getpid()}
+    if _adoption is not None:
+        return {"status": "already", "session_id": _adoption.session_id, "pid": os.getpid()}
     if runtime.endpoint is not None:  # started by `rtdebug torchrun` / `run`: it has its own endpoint
         return {"status": "launched", "port": runtime.endpoint.port, "pid": os.getpid()}
     from rtdebug.rank import startup
@@ -162,7 +180,6 @@ def adopt(spec: dict[str, Any]) -> dict[str, Any]:
     except BaseException as exc:
         from rtdebug.rank import unadopt
 
-        _state.clear()
         unadopt.shut(endpoint)
         unadopt.release(stacks)
         record.failed(str(exc), exit_code=None)
@@ -171,8 +188,7 @@ def adopt(spec: dict[str, Any]) -> dict[str, Any]:
     record.ready(endpoint, stacks=stacks, collectives=collectives)
     import atexit
 
-    _state.update(session_id=sid, endpoint=endpoint, record=record, stacks=stacks, prior=runtime.endpoint,
-                  registry=reg, entry_file=entry_file)  # fmt: skip
+    _adoption = Adoption(sid, reg, entry_file, endpoint, record, stacks, prior=runtime.endpoint)
     atexit.register(_at_exit)
     runtime.endpoint = endpoint  # rtdebug.breakpoint() in the script now reaches this endpoint
     runtime.record = record  # a --stop-on stop says why in this entry
@@ -231,13 +247,14 @@ def _publish(record: Any, spec: dict[str, Any], reg: Any) -> None:
 def _at_exit() -> None:
     """The rank's script ended (no exit code is known here): record it, and end the session once every
     rank's entry has ended, so that ``ps`` never calls a finished job's agent "died without teardown"."""
-    record = _state.get("record")
-    if record is None:
+    a = _adoption
+    if a is None:
         return
     from rtdebug.rank.state import FINAL
 
+    record = a.record
     record.set(state="exited", exit_code=None)
-    reg, sid = _state["registry"], _state["session_id"]
+    reg, sid = a.registry, a.session_id
     try:
         if all(r["state"] in FINAL for r in reg.ranks(sid)):
             reg.update_session(sid, state="exited", ended_at=record.entry["updated_at"])
@@ -249,34 +266,35 @@ def detach() -> dict[str, Any]:
     """Undo ``adopt``; its answer. Never raises into the rank."""
     with _lock:
         try:
-            result = _detach() if "session_id" in _state else {"status": "not adopted"}
+            result = _detach(_adoption) if _adoption is not None else {"status": "not adopted"}
         except BaseException as exc:  # the rank must go on whatever happened here
             log.swallowed("rank.adopted: the rank must go on whatever happened here")
             result = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
     return dict(result, pid=os.getpid())
 
 
-def _detach() -> dict[str, Any]:
+def _detach(a: Adoption) -> dict[str, Any]:
     """Shut the endpoint and every client's relay, stop debugpy, release the dump and the record, restore
     ``sys.path``; the entry says ``detached``."""
+    global _adoption
     from rtdebug.rank import runtime, unadopt
 
-    endpoint, record = _state["endpoint"], _state["record"]
+    endpoint, record = a.endpoint, a.record
     unadopt.shut(endpoint)
     unadopt.end_clients(endpoint)
     unadopt.stop_debugger(endpoint)
-    unadopt.release(_state["stacks"])  # torch's own collectives back: no per-call work after the adoption
-    runtime.endpoint = _state["prior"]
+    unadopt.release(a.stacks)  # torch's own collectives back: no per-call work after the adoption
+    runtime.endpoint = a.prior
     runtime.record = None
-    _stop_on_off(str(_state.get("session_id")))
+    _stop_on_off(a.session_id)
     import atexit
 
     atexit.unregister(_at_exit)
-    for p in _state.get("paths", []):
+    for p in a.paths:
         if p in sys.path:
             sys.path.remove(p)
     record.set(state="detached", exit_code=None)  # final: a multi-node rank's publisher ends too
-    _state["entry_file"].close()
-    _state.clear()
+    a.entry_file.close()
+    _adoption = None
     print(f"rtdebug: rank {record.entry['rank']} detached; nothing of rtdebug runs here now", file=sys.stderr)
     return {"status": "detached"}
