@@ -12,6 +12,23 @@ def test_this_ray_has_every_piece_the_controller_is_built_on():
     assert patch.missing() is None
 
 
+def test_the_probe_names_every_piece_of_ray_the_modules_import():
+    """A name imported from Ray by ``rtdebug.rank.raylocal`` but not probed would fail in the middle of a run on
+    a Ray that lacks it, instead of keeping Ray's own local mode, said at the start."""
+    import ast
+    from pathlib import Path
+
+    imported: dict[str, set[str]] = {}
+    for path in Path(patch.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ray."):
+                imported.setdefault(str(node.module), set()).update(a.name for a in node.names)
+    assert imported, "the walk found nothing: it could not fail"
+    probed = {mod: set(names) for mod, names in patch.NEEDED.items()}
+    unprobed = {f"{m}.{n}" for m, names in imported.items() for n in names if n not in probed.get(m, set())}
+    assert not unprobed, sorted(unprobed)
+
+
 def test_a_ray_without_one_of_them_is_named(monkeypatch):
     monkeypatch.setitem(patch.NEEDED, "ray.train.v2.api.context", ("LocalTrainContext", "NoSuchThing"))
     assert patch.missing() == "ray.train.v2.api.context.NoSuchThing"

@@ -28,17 +28,7 @@ class StorageTrainContext(LocalTrainContext):
 class ClusterTrainFnUtils(LocalTrainFnUtils):
     def __init__(self, run: Any, dataset_shards: dict[str, Any] | None) -> None:
         w = run.world
-        super().__init__(
-            experiment_name=run.run_config.name,
-            dataset_shards=dataset_shards,
-            world_size=w.size,
-            world_rank=w.rank,
-            local_rank=w.local_rank,
-            local_world_size=w.local_size,
-            node_rank=w.node_rank,
-        )
-        self._context = StorageTrainContext(
-            run.storage,
+        where = dict(
             experiment_name=run.run_config.name,
             world_size=w.size,
             world_rank=w.rank,
@@ -46,6 +36,8 @@ class ClusterTrainFnUtils(LocalTrainFnUtils):
             local_world_size=w.local_size,
             node_rank=w.node_rank,
         )
+        super().__init__(dataset_shards=dataset_shards, **where)
+        self._context = StorageTrainContext(run.storage, **where)  # Ray's, with the storage (see above)
         self.run = run
 
     def report(

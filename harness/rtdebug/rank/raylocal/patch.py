@@ -14,13 +14,23 @@ def install() -> None:
     when_imported(TRAINER_MODULE, _patch)
 
 
-# the pieces of Ray Train the local controller of ours is built on (Ray 2.60); a Ray without them keeps its own
+# Every piece of Ray Train the local controller of ours is built on (Ray 2.60), internal ones included, probed
+# before it replaces anything: a Ray without one of them keeps its own local mode, said at the start, rather
+# than failing in the middle of a run (tests/unit/test_raylocal_units.py keeps this list equal to the imports).
 NEEDED = {
     "ray.train.v2._internal.execution.train_fn_utils": ("LocalTrainFnUtils", "set_train_fn_utils"),
     "ray.train.v2._internal.execution.checkpoint.checkpoint_manager": ("CheckpointManager",),
     "ray.train.v2._internal.execution.training_report": ("_TrainingReport",),
     "ray.train.v2._internal.execution.local_mode.torch": ("has_torchrun_env",),
+    "ray.train.v2._internal.execution.context": ("is_managed_checkpoint",),
+    "ray.train.v2._internal.execution.storage": ("delete_fs_path",),
+    "ray.air._internal.torch_utils": ("contains_tensor",),
     "ray.train.v2.api.context": ("LocalTrainContext",),
+    "ray.train.v2.api.callback": ("UserCallback",),
+    "ray.train.v2.api.exceptions": ("WorkerGroupError",),
+    "ray.train.v2.api.report_config": ("CheckpointConsistencyMode", "CheckpointUploadMode"),
+    "ray.train.v2.api.reported_checkpoint": ("ReportedCheckpoint", "ReportedCheckpointStatus"),
+    "ray.train": ("Checkpoint", "DataConfig", "Result"),
 }
 
 
