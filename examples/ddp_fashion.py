@@ -1,10 +1,12 @@
 """Ray Train TorchTrainer in local mode under torchrun: every process is one rank.
 
     rtdebug torchrun --nproc-per-node 2 examples/ddp_fashion.py
-Ray's LocalTorchController builds the process group from torchrun's variables
-(gloo on CPU). The data is synthetic FashionMNIST-shaped (1x28x28, 10 classes):
-no downloads. With more than one rank, use DataLoader + DistributedSampler
-(prepare_data_loader), not Ray Data `datasets=`.
+The process group is built from torchrun's variables, as Ray's LocalTorchController
+builds it (gloo on CPU), and rtdebug runs the train function with the cluster's
+semantics (docs/local-mode.md): the ranks meet in report(), checkpoints persist.
+The data is synthetic FashionMNIST-shaped (1x28x28, 10 classes): no downloads,
+fed by DataLoader + DistributedSampler (prepare_data_loader); Ray Data `datasets=`
+would shard too, under rtdebug (Ray's own local mode refuses it on more than one rank).
 """
 
 import argparse

@@ -19,5 +19,13 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip 2>/dev/null || true
-.venv/bin/python -m pip install -q -c constraints/ci.txt -e '.[torch,ray,test,lint,stacks]'
+# torch's CPU build (the pin's +cpu) is on PyTorch's own index, not PyPI's: a machine whose pip already has a
+# wheel directory or index of its own (pip config's find-links) uses that; any other gets PyTorch's CPU index.
+# RTDEBUG_TORCH_INDEX= (empty) turns the extra index off; set it to use another.
+EXTRA=()
+if ! .venv/bin/python -m pip config list 2>/dev/null | grep -q 'find-links'; then
+  INDEX=${RTDEBUG_TORCH_INDEX-https://download.pytorch.org/whl/cpu}
+  [ -n "$INDEX" ] && EXTRA=(--extra-index-url "$INDEX")
+fi
+.venv/bin/python -m pip install -q -c constraints/ci.txt ${EXTRA[@]+"${EXTRA[@]}"} -e '.[torch,ray,test,lint,stacks]'
 .venv/bin/python -c 'import torch, ray, debugpy; print("setup ok: torch", torch.__version__, "ray", ray.__version__, "debugpy", debugpy.__version__)'

@@ -4,6 +4,6 @@
 runs commands there and forwards local ports to it); ``SshTransport`` uses the system's ``ssh`` with a control
 master per node. ``listing`` reads the remote ``rtdebug ps --json`` as hostile input. ``session`` keeps the
 local session whose rank entries point at the forwarded ports, and ``secretsock`` hands the job secret (read
-over ssh, kept in memory only) to this user's other rtdebug commands. Imports ``rtdebug.common`` and
-``rtdebug.registry`` only.
+over ssh, kept in memory only) to this user's other rtdebug commands. Imports ``rtdebug.common``,
+``rtdebug.registry`` and ``rtdebug.views`` (a job's store and a Ray cluster's KV, read through the forwards).
 """

@@ -1,20 +1,21 @@
 """Inside every rank (torchrun worker, ``rtdebug run``'s process) or Ray Train worker.
 
-``bootstrap`` is the per-rank entry point torchrun starts. In order, it: arms the ``localmode`` and
-``forcelocal`` fixes (post-import hooks), the launcher-watch guard (``rtdebug.common.lifetime``), the
-rank's ``state`` (its registry entry and state machine) and, in a multi-node job, the store
-``publish``er; arms the stacks dump (``rtdebug.rank.stacks.dump``); opens the lazy ``endpoint`` (each
-client checked by ``access``, handed to pydevd through ``pydevd_socket``, traced only while attached by
-``tracing``, with a short GIL switch interval while it connects: ``gil``); with ``--wait`` pre-imports
-torch and waits for a client; then ``execute``s the user's script. A raise is reported as python would
+``bootstrap`` is the entry point torchrun starts (``-m``). It and every other kind of rank (``ray_worker``
+behind Ray's worker callback, ``adopted`` injected into a running rank) build the rank's ``state`` (its
+registry entry and state machine; in a multi-node job, the store ``publish``er too) and go through the one
+start-up, ``startup``, in one order: the fixes (post-import hooks: ``localmode``, ``forcelocal``,
+``raylocal``, the ``meshes`` record, ``stopon``), the stacks dump (``stacks/``: ``dump``, ``take``,
+``flight``), the collective record (``collectives/``: ``recorder``; ``stop``: "run all ranks to the next
+collective"; ``mismatch``), and the lazy ``endpoint/`` (one public class, ``Endpoint``: each client
+checked by ``access``, admitted by ``dapgate``, handed to pydevd without a listening socket, traced only
+while attached, debugpy imported in the background by ``warmup``). A launched rank also arms the
+launcher-watch guard (``rtdebug.common.lifetime``). With ``--wait`` it pre-imports
+torch and waits for a client; then it ``execute``s the user's script. A raise is reported as python would
 (``localmode``/``collectives.mismatch`` explain known ones) and, with ``--post-mortem``, held for a client
-(``postmortem``). ``ray_worker`` is the same runtime behind Ray's worker callback; ``adopted`` the
-same runtime injected into a running rank (``rtdebug adopt``; ``unadopt`` takes it out again); ``api``
-is ``rtdebug.breakpoint``, which finds the endpoint through ``runtime``. ``collectives/`` keeps each rank's
-place in the collective sequence (``recorder``; ``stop``: "run all ranks to the next collective"; ``mismatch``);
-``stackwatch`` answers job-wide ``stacks`` requests from the store or the Ray KV; ``warmup`` imports
-debugpy's server in the background a minute in; ``dapgate`` admits a client only if its first bytes are
-a DAP ``initialize``; ``refusals`` reports refused clients, at most one line a second.
+(``postmortem``). ``stopon/`` is ``--stop-on`` (its step state one typed object, ``stopon.state``);
+``raylocal/`` runs Ray Train local mode with the cluster's semantics; ``stackwatch`` answers job-wide ``stacks`` requests from the store or the Ray KV;
+``unadopt`` takes an adoption out again; ``api`` is ``rtdebug.breakpoint``, which finds the endpoint
+through ``runtime``.
 
 A rank's start path must stay lean (``tests/unit/test_imports.py``): no psutil, filelock or debugpy before
 the user's script runs. Imports the shared layers (common, registry, stacks) only: never the shell,
