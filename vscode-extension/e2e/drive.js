@@ -8,6 +8,7 @@ const { ranksFlow } = require('./ranksFlow');
 const { stockFlow } = require('./stockFlow');
 const { collectivesFlow } = require('./collectivesFlow');
 const { stoponFlow } = require('./stoponFlow');
+const { connectFlow } = require('./connectFlow');
 
 const arg = (name) => {
   const i = process.argv.indexOf(`--${name}`);
@@ -254,6 +255,7 @@ function startJob(portBase, torchrunArgs = ['--nproc-per-node', '2'], target = s
     if (want('ranks')) await ranksFlow({ page, ws, art, python, check, step, traceLines, startJob, run });
     if (want('collectives')) await collectivesFlow({ page, ws, art, python, check, step, traceLines });
     if (want('stopon')) await stoponFlow({ page, ws, art, check, step, traceLines, startJob });
+    if (want('connect')) await connectFlow({ page, ws, art, python, check, step, traceLines, run });
     if (want('stock'))
       await stockFlow({ page, ws, art, check, step, traceLines, startJob, plainLine, localLine, portBase: Number(arg('stock-port-base')) });
     await page.screenshot({ path: path.join(art, 'vscode-e2e-done.png') });

@@ -58,6 +58,7 @@ CSARGS="--config $RUN/cs/config.yaml --user-data-dir $RUN/cs/user --extensions-d
 cp -r "$REPO/examples" "$RUN/ws/examples"
 cp "$HERE/fixtures/allstop_ddp.py" "$RUN/ws/allstop_ddp.py"
 cp "$HERE/fixtures/stopon_mesh.py" "$RUN/ws/stopon_mesh.py"
+cp "$HERE/fixtures/remote_ddp.py" "$RUN/ws/remote_ddp.py"   # the connect flow's job, behind its own sshd
 cp "$EXT/test/fixtures/jobs/coll_loop.py" "$RUN/ws/coll_loop.py"
 cat > "$RUN/ws/.vscode/launch.json" <<'JSON'
 {
@@ -100,6 +101,8 @@ ALLSTOP=$RUN/ws/allstop_ddp.py
 ALLSTOP_BPS=$(grep -n '# BREAKPOINT: allstop' "$ALLSTOP" | cut -d: -f1 | sed "s#^#$ALLSTOP:#" | paste -sd';')
 COLL=$RUN/ws/coll_loop.py
 COLL_LINE=$(grep -n '# BREAKPOINT: coll all_reduce' "$COLL" | cut -d: -f1)
+REMOTE=$RUN/ws/remote_ddp.py
+REMOTE_LINE=$(grep -n '# BREAKPOINT: connect step' "$REMOTE" | cut -d: -f1)
 F5_PORT_BASE=$((30000 + RANDOM % 2000 * 2))
 sed -i -e "s/F5_PORT_BASE/$F5_PORT_BASE/" -e "s/NEVER_PORT_BASE/$((F5_PORT_BASE + 10))/" \
   -e "s/NEVER_MASTER_PORT/$((F5_PORT_BASE + 20))/" -e "s/LOCAL_PORT_BASE/$((F5_PORT_BASE + 30))/" "$RUN/ws/.vscode/launch.json"
@@ -117,9 +120,11 @@ if [ "$MODE" = stock ]; then   # the generated debugpy configs, by the code the 
       fs.writeFileSync(".vscode/launch.json", launch); fs.writeFileSync(".vscode/tasks.json", tasks);
     })().catch((e) => { console.error(e); process.exit(1); });' "$EXT" "$PY" "$STOCK_PORT_BASE" )
 fi
-export RTDEBUG_REGISTRY_DIR=$RUN/registry RTDEBUG_E2E_TRACE=$RUN/trace.jsonl RTDEBUG_E2E_BREAKPOINTS="$SCRIPT:$LINE;$PLAIN:$PLAIN_LINE;$LOCAL:$LOCAL_LINE;$ALLSTOP_BPS;$COLL:$COLL_LINE" \
-  RTDEBUG_E2E_EVAL='{"ddp_fashion.py": "ray.train.get_context().get_world_rank()", "plain_ddp.py": "dist.get_rank()", "local_linear.py": "ray.train.get_context().get_world_rank()", "allstop_ddp.py": "dist.get_rank()", "coll_loop.py": "t[0].item()"}'
-setsid $CS $CSARGS "$RUN/ws" > "$RUN/code-server.log" 2>&1 &
+export RTDEBUG_REGISTRY_DIR=$RUN/registry RTDEBUG_E2E_TRACE=$RUN/trace.jsonl RTDEBUG_E2E_BREAKPOINTS="$SCRIPT:$LINE;$PLAIN:$PLAIN_LINE;$LOCAL:$LOCAL_LINE;$ALLSTOP_BPS;$COLL:$COLL_LINE;$REMOTE:$REMOTE_LINE" \
+  RTDEBUG_E2E_EVAL='{"ddp_fashion.py": "ray.train.get_context().get_world_rank()", "plain_ddp.py": "dist.get_rank()", "local_linear.py": "ray.train.get_context().get_world_rank()", "allstop_ddp.py": "dist.get_rank()", "coll_loop.py": "t[0].item()", "remote_ddp.py": "int(os.environ[\u0027RANK\u0027])"}'
+# code-server's own HOME: the connect flow (e2e/sshhost.py) writes its ~/.ssh/config there, never the real one
+mkdir -m 700 "$RUN/home"
+HOME=$RUN/home setsid $CS $CSARGS "$RUN/ws" > "$RUN/code-server.log" 2>&1 &
 CSPID=$!
 # Also end any job the workbench started (jobs run in their own process groups): a failed check must not
 # leave ranks running.

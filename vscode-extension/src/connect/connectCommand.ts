@@ -6,7 +6,7 @@ import * as path from 'path';
 import { neutralCwd } from '../common/cliPaths';
 import { currentHarness } from '../common/harnessCommand';
 import { ensureTrusted } from '../common/workspaceTrust';
-import { connectArgs, parseRemoteSessions, sshConfigHosts } from './connectModel';
+import { connectArgs, parseRemoteSessions, sshConfigHosts, sshConfigOverride } from './connectModel';
 
 const COMMAND = 'rtdebug.connectToJob';
 const WHAT = 'Connect to a Job on Another Machine';
@@ -37,7 +37,8 @@ export function registerConnect(context: vscode.ExtensionContext, log: vscode.Ou
       });
       if (!remote) return;
       try {
-        const listed = await sshList(host, remote);
+        const sshConfig = userSshConfig();
+        const listed = await sshList(host, remote, sshConfig);
         const sessions = parseRemoteSessions(listed);
         if (!sessions.length) {
           void vscode.window.showInformationMessage(`rtdebug: no live rtdebug session on ${host}.`);
@@ -54,13 +55,17 @@ export function registerConnect(context: vscode.ExtensionContext, log: vscode.Ou
         if (!pick) return;
         end();
         const harness = await currentHarness(WHAT);
-        const argv = ['-m', harness.module, ...connectArgs(host, pick.s.sessionId, remote)];
+        const argv = ['-m', harness.module, ...connectArgs(host, pick.s.sessionId, remote, sshConfig)];
         log.appendLine(`rtdebug: ${harness.python} ${argv.join(' ')}`);
         const proc = spawn(harness.python, argv, { cwd: neutralCwd(), env: harness.env ?? process.env, stdio: ['ignore', 'pipe', 'pipe'] });
         child = proc;
+        let tail = ''; // the line can arrive split over two chunks
+        let announced = false;
         proc.stdout?.on('data', (d: Buffer) => {
           log.append(d.toString());
-          if (d.toString().includes('rtdebug: connected')) {
+          tail = (tail + d.toString()).slice(-4096);
+          if (!announced && tail.includes('rtdebug: connected')) {
+            announced = true;
             void vscode.commands.executeCommand('rtdebug.ranks.refresh');
             void vscode.commands.executeCommand('rtdebug.showRanks');
             void vscode.window.showInformationMessage(
@@ -97,11 +102,22 @@ async function pickHost(): Promise<string | undefined> {
   return typed || undefined;
 }
 
-function sshList(host: string, remote: string): Promise<string> {
+/** The ~/.ssh/config the hosts were offered from, when ssh itself would read another one (sshConfigOverride). */
+function userSshConfig(): string | undefined {
+  let passwdHome: string | undefined;
+  try {
+    passwdHome = os.userInfo().homedir;
+  } catch {
+    passwdHome = undefined; // no passwd entry: ssh falls back to $HOME itself
+  }
+  return sshConfigOverride(os.homedir(), passwdHome, (f) => fs.existsSync(f));
+}
+
+function sshList(host: string, remote: string, sshConfig: string | undefined): Promise<string> {
   return new Promise((resolve, reject) => {
     execFile(
       'ssh',
-      ['-o', 'BatchMode=yes', '-T', host, '--', `${remote} ps --json`],
+      [...(sshConfig ? ['-F', sshConfig] : []), '-o', 'BatchMode=yes', '-T', host, '--', `${remote} ps --json`],
       { cwd: neutralCwd(), timeout: 60000, maxBuffer: 8 << 20 },
       (err, stdout, stderr) => {
         if (err) reject(new Error(`${host}: ${String(stderr).trim().split('\n').pop() || err.message}`));

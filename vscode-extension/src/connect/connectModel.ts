@@ -1,8 +1,9 @@
 /**
  * "rtdebug: Connect to a Job on Another Machine…", the parts without VS Code: the hosts of an ssh config,
  * the sessions a host's `rtdebug ps --json` lists (read as hostile input: only well-formed entries, names
- * bounded), and the `rtdebug connect` command line.
+ * bounded), the ssh config to name, and the `rtdebug connect` command line.
  */
+import * as path from 'path';
 
 /** The hosts an ssh config names (`Host a b`), without patterns (`*`, `?`, `!neg`); first seen first. */
 export function sshConfigHosts(text: string): string[] {
@@ -53,7 +54,20 @@ export function parseRemoteSessions(stdout: string): RemoteSession[] {
   return out;
 }
 
+/**
+ * The ssh config file to name (`ssh -F`, `connect --ssh-config`), if any. The offered hosts come from
+ * `$HOME/.ssh/config` (os.homedir()), but ssh reads `~/.ssh/config` of the passwd entry's home and ignores
+ * `$HOME`: where the two differ (code-server, a container or a service started with another HOME) ssh would
+ * not know the host the user picked, or would reach it with other settings. Then that file is named;
+ * otherwise nothing is, so ssh keeps reading its system-wide config too (-F would drop it).
+ */
+export function sshConfigOverride(home: string, passwdHome: string | undefined, exists: (file: string) => boolean): string | undefined {
+  if (!home || !passwdHome || path.resolve(home) === path.resolve(passwdHome)) return undefined;
+  const file = path.join(home, '.ssh', 'config');
+  return exists(file) ? file : undefined;
+}
+
 /** `rtdebug connect`'s arguments for a pick. */
-export function connectArgs(host: string, sessionId: string, remoteRtdebug: string): string[] {
-  return ['connect', host, '--session', sessionId, '--remote-rtdebug', remoteRtdebug];
+export function connectArgs(host: string, sessionId: string, remoteRtdebug: string, sshConfig?: string): string[] {
+  return ['connect', host, '--session', sessionId, '--remote-rtdebug', remoteRtdebug, ...(sshConfig ? ['--ssh-config', sshConfig] : [])];
 }
