@@ -54,11 +54,14 @@ class RayCluster:
         self.temp_dir = tempfile.mkdtemp(prefix="rtdray-", dir="/tmp")  # short: unix socket paths
         self.address: str | None = None
         self.logs: list[str] = []
+        self.prefix: list[str] = []  # before `ray start` (e.g. `ip netns exec NS`: a node in a namespace)
+        self.extra: list[str] = []  # after its options (e.g. `--node-ip-address`)
 
     def _start(self, args: list[str], num_cpus: int, resources: str | None) -> None:
         p = _free_ports(8)
         workers = _free_ports(1, span=60)[0]
         cmd = [
+            *self.prefix,
             RAY,
             "start",
             *args,
@@ -86,6 +89,7 @@ class RayCluster:
         ]
         if resources:
             cmd += ["--resources", resources]
+        cmd += self.extra
         env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE=AUTH_MODE)
         env.pop("RAY_ADDRESS", None)
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)

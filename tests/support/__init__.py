@@ -12,5 +12,6 @@ entries   registry entries (session, rank; a store's rank and node entries) that
 users     acting as another uid (``NOBODY``, ``SETPRIV``, ``needs_setpriv``)
 hostile   bytes a hostile peer sends a rank's port, and ``send``
 netns     separate hosts as network namespaces
+sshhosts  a laptop, a jump host and two nodes with real sshd's (``connect``'s tests)
 venvjobs  jobs in another Python's ``.venv-3.X``
 """

@@ -141,6 +141,9 @@ def test_node_names_are_never_options():
         ["node0", "--local-port-base", "80"],
         ["node0", "--ssh-option=-F/etc/passwd"],
         ["node0", "--remote-rtdebug", ""],
+        ["node0", "--ray-address", "10.0.0.1:6379", "--store", "10.0.0.1:29500"],
+        ["node0", "--ray-address", "auto"],
+        ["node0", "--ray-address", "10.0.0.1:99999"],
     ],
 )
 def test_usage_mistakes_exit_2_in_one_line(argv, capsys):
@@ -267,3 +270,145 @@ def test_sync_follows_ranks_that_appear_move_and_end(tmp_path):
     finally:
         conn.close()
     assert not (tmp_path / "reg" / "s1").exists() and not any(lk.up for lk in t.opened)
+
+
+# -- a Ray Train run (connect --ray-address) ------------------------------------------------------------------
+
+
+def ray_run(*ranks: dict, **kw) -> dict:
+    """A Ray run's session as ``ps --ray-address`` lists it: ``<driver session>-ray1``, each worker by node IP."""
+    rs = [dict(r, session_id="s1-ray1") for r in ranks]
+    return session(rs, session_id="s1-ray1", mode="ray", parent_session="s1", **kw)
+
+
+def test_a_ray_run_is_chosen_over_the_node_s_own_sessions_and_keeps_its_driver_session():
+    driver = session([], started_at=5.0, mode="run")  # newer, but the driver's own session is not the run
+    got = listing.parse(ps(driver, ray_run(rank(0, node_ip="10.0.0.1"), rank(1, node_ip="10.0.0.2"))), "head")
+    s = listing.choose_ray(got, None, "head", "10.0.0.1:6379")
+    assert s.session_id == "s1-ray1" and s.entry["parent_session"] == "s1"
+    with pytest.raises(HarnessError, match=r"^no rtdebug-armed Ray Train run in the Ray cluster at 10\.0\.0\.1:6379"):
+        listing.choose_ray(listing.parse(ps(driver), "head"), None, "head", "10.0.0.1:6379")
+    with pytest.raises(HarnessError, match="no live Ray Train run 's1-ray2'"):
+        listing.choose_ray(got, "s1-ray2", "head", "10.0.0.1:6379")
+
+
+@pytest.mark.parametrize(
+    ("r", "why"),
+    [
+        (rank(0), "without a node IP address"),  # a worker always names its node
+        (rank(0, node_ip="gpu-node"), "without a node IP address"),
+        (rank(0, node_ip="10.0.0.2", host="10.9.9.9"), "listening on 10.9.9.9, not on its node"),
+    ],
+)
+def test_a_ray_worker_that_is_not_on_its_node_is_refused(r, why):
+    with pytest.raises(HarnessError, match=why):
+        listing.parse(ps(ray_run(r)), "head")
+    ok = listing.parse(ps(ray_run(rank(0, node_ip="10.0.0.2", host="10.0.0.2"))), "head").sessions[0]
+    assert ok.ranks[0].host == "10.0.0.2"
+
+
+class AnsweringLink(FakeLink):
+    """A home node that answers ``ps --json --ray-address``, ``hostname -I`` and the secret's ``cat``."""
+
+    listing = b""
+
+    def run(self, argv, timeout):
+        if "ps" in argv:
+            assert argv[-2:] == ["--ray-address", "10.0.0.1:6379"], argv
+            return 0, AnsweringLink.listing, ""
+        if argv == ["hostname", "-I"]:
+            return 0, b"10.0.0.1 fe80::1 $(id)\n", ""
+        assert argv[0] == "sh" and "/s1-ray1/job.secret" in argv[2] and "/s1/job.secret" in argv[2], argv
+        return 0, b"k" * 40 + b"\n", ""
+
+
+class AnsweringTransport(FakeTransport):
+    def open_many(self, nodes, timeout=0):
+        links = {n: (AnsweringLink if n == "head" else FakeLink)(n) for n in nodes}
+        self.opened += links.values()
+        return links
+
+
+def test_a_ray_run_s_workers_go_through_their_own_nodes_and_refresh_reads_the_forwarded_gcs(tmp_path, monkeypatch):
+    from rtdebug.connect.session import Connection, Options
+    from rtdebug.registry.files import Registry
+    from rtdebug.views import ray as rayview
+
+    now: list = [None]  # what the forwarded GCS says next (a ray view's session entry)
+
+    class FakeRayView:
+        def __init__(self, address, trust):
+            assert address.startswith("127.0.0.1:") and trust == (["k" * 40], frozenset())
+
+        def session(self, sid):
+            return now[0]
+
+    monkeypatch.setattr(rayview, "RayView", FakeRayView)
+    AnsweringLink.listing = ps(
+        session([], mode="run"), ray_run(rank(0, node_ip="10.0.0.1"), rank(1, node_ip="10.0.0.2"))
+    )
+    reg = Registry(tmp_path / "reg")
+    t = AnsweringTransport()
+    conn = Connection(t, Options(host="head", ray_address="10.0.0.1:6379"), registry=reg)  # type: ignore[arg-type]
+    try:
+        conn.start()
+        assert sorted(conn.links) == ["10.0.0.2", "head"]  # the head's worker through the home link
+        home, far = conn.links["head"].forwards, conn.links["10.0.0.2"].forwards  # type: ignore[attr-defined]
+        assert sorted((f.remote_host, f.remote_port) for f in home) == [("10.0.0.1", 6379), ("127.0.0.1", 5678)]
+        assert [(f.remote_host, f.remote_port) for f in far] == [("127.0.0.1", 5679)]
+        entry = reg.read_session("s1-ray1")
+        assert entry["mode"] == "connected" and entry["ray_address"] == f"127.0.0.1:{conn.gcs_forward.local_port}"
+        assert signing.read_secret(reg.session_dir("s1-ray1")) == "k" * 40  # served from memory, never written
+        # a worker that appears on a third node gets a link and a forward; one that ended loses its forward
+        now[0] = ray_run(rank(0, node_ip="10.0.0.1"), rank(1, node_ip="10.0.0.2", state="exited"),
+                         rank(2, node_ip="10.0.0.3"))  # fmt: skip
+        assert conn.refresh() is True
+        assert far == set() and [f.remote_port for f in conn.links["10.0.0.3"].forwards] == [5680]  # type: ignore[attr-defined]
+        assert "2 ranks on 2 nodes" in conn.summary()  # the live ones: ranks 0 and 2
+        # the run has ended: the GCS lists it no more, nor does the head's ps
+        now[0], AnsweringLink.listing = None, ps(session([], mode="run"))
+        assert conn.refresh() is False
+    finally:
+        conn.close()
+    assert not (tmp_path / "reg" / "s1-ray1").exists() and not any(lk.up for lk in t.opened)
+
+
+# -- the ssh transport's ways to a node (issue 38, Speed): one jump master shared by every node ---------------
+
+
+def test_every_node_goes_through_one_jump_master_as_a_mux_client(tmp_path):
+    from rtdebug.connect.transport import SshTransport, proxy_command
+
+    cmd = proxy_command("/usr/bin/ssh", ["-F", str(tmp_path / "my 50% cfg")], tmp_path / "c1", "login")
+    # a mux client of the running master (no handshake of its own, no fallback prompt), the hop ssh expands
+    assert cmd.startswith("/usr/bin/ssh -F ") and f" -S {tmp_path / 'c1'} " in cmd
+    assert "-o ControlMaster=no -o BatchMode=yes -W '[%h]:%p' -- login" in cmd
+    assert "'" + str(tmp_path / "my 50%% cfg") + "'" in cmd  # quoted for the shell, its % doubled for ssh
+    t = SshTransport(["j1", "login"], ssh_config=str(tmp_path / "none.conf"))
+    try:
+        assert t.share_jump and t.route() == ["-J", "j1,login"]  # no jump master (yet): ssh's own -J
+    finally:
+        t.close()
+    assert SshTransport([]).route() == []
+
+
+def test_a_jump_host_with_the_user_s_own_control_master_is_left_to_it(tmp_path):
+    from rtdebug.connect.transport import SshTransport, user_has_master
+
+    assert not user_has_master("user root\ncontrolmaster false\n")
+    assert not user_has_master("controlmaster auto\ncontrolpath none\n")
+    assert user_has_master("controlmaster auto\ncontrolpath /home/u/.ssh/cm-%C\n")
+    cfg = tmp_path / "ssh.conf"
+    cfg.write_text(f"Host login\n  ControlMaster auto\n  ControlPath {tmp_path}/cm-%C\n  ControlPersist 60\n")
+    t = SshTransport(["login"], ssh_config=str(cfg))  # a real `ssh -G`: the user's master serves the hop, as today
+    try:
+        assert not t.share_jump and t.route() == ["-J", "login"]
+    finally:
+        t.close()
+
+
+def test_a_hop_the_jump_master_refused_is_told_by_ssh_itself():
+    from rtdebug.connect.transport import refused_by_mux
+
+    assert refused_by_mux("Stdio forwarding request failed: Session open refused by peer\nkex_exchange_identification")
+    assert not refused_by_mux("root@10.0.0.4: Permission denied (publickey).")

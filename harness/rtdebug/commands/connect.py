@@ -3,7 +3,8 @@
 Runs on the user's machine. The job is found as ``rtdebug ps`` finds it on ``HOST`` (run there over ssh);
 every rank's debug port and the job's store are forwarded to free ports on 127.0.0.1 here (one ssh control
 master per node, through ``--jump`` hosts), and a local session (mode ``connected``) points at them, so
-``ps``, ``attach``, ``stacks`` and the VS Code extension work here as on a node. It stays in the
+``ps``, ``attach``, ``stacks`` and the VS Code extension work here as on a node (``--ray-address``: a Ray
+Train run's workers, found in the cluster's KV through ``HOST``, each reached through its own node). It stays in the
 foreground, following ranks that appear or end, until Ctrl-C, SIGTERM, ``rtdebug stop`` or the job's end;
 then nothing is left running, bound or registered. The machinery: ``rtdebug.connect``.
 """
@@ -38,6 +39,7 @@ class ConnectCommandOptions(Options):
     ssh_option: list[str] | None = None
     local_port_base: int | None = None
     refresh: float = DEFAULT_REFRESH_S
+    ray_address: str | None = None
 
     def __post_init__(self) -> None:
         check_node_name(self.host)
@@ -47,6 +49,13 @@ class ConnectCommandOptions(Options):
             raise usage("--session and --store name the job two ways: give one")
         if self.store is not None and split_store(self.store) is None:
             raise usage(f"--store {self.store[:80]!r}: expected HOST:PORT")
+        if self.ray_address is not None:
+            if self.store:
+                raise usage("--ray-address and --store name two different jobs: give one")
+            if split_store(self.ray_address) is None:
+                raise usage(
+                    f"--ray-address {self.ray_address[:80]!r}: expected the GCS's HOST:PORT, as HOST reaches it"
+                )
         if self.refresh <= 0:
             raise usage(f"--refresh must be > 0 seconds, got {self.refresh:g}")
         if self.local_port_base is not None and not 1024 <= self.local_port_base <= 65535:
@@ -76,6 +85,12 @@ def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
     p.add_argument("--jump", metavar="J1[,J2]", help="jump hosts on the way to every node (ssh -J)")
     p.add_argument("--session", type=session_arg, help="the session on HOST (default: its newest verified one)")
     p.add_argument("--store", metavar="HOST:PORT", help="find the job through its rendezvous store, as HOST reaches it")
+    p.add_argument(
+        "--ray-address",
+        metavar="HOST:PORT",
+        help="a Ray cluster's GCS, as HOST reaches it: connect its newest rtdebug-armed Ray Train run's workers "
+        "(--session names another run)",
+    )
     p.add_argument(
         "--remote-rtdebug",
         metavar="CMD",
@@ -118,6 +133,7 @@ def run(opts: ConnectCommandOptions) -> int:
             store=opts.store,
             remote_rtdebug=shlex.split(opts.remote_rtdebug),
             local_port_base=opts.local_port_base,
+            ray_address=opts.ray_address,
         ),
     )
     try:

@@ -191,6 +191,8 @@ def _local_snapshot(session_id: str | None, rank_spec: str | None, native: bool,
         if native:
             raise
         return _from_env(session_id, rank_spec, timeout, exc)
+    if session.get("mode") == "connected" and session.get("ray_address") and not native:  # a Ray run, connected
+        return _ray_snapshot(session["ray_address"], session["session_id"], rank_spec, timeout)
     if session.get("store") and not native:  # a multi-node job: every node's ranks, through its store
         try:
             return _store_snapshot(session["store"], session["session_id"], rank_spec, timeout)

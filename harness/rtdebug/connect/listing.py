@@ -34,6 +34,8 @@ PLAIN: dict[str, tuple[type, ...]] = {
     "error": (str, type(None)),
 }
 STOP_KINDS = ("nonfinite", "disagree", "step")
+ANY_ADDRESS = ("0.0.0.0", "::")
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def is_address(text: object) -> bool:
@@ -45,6 +47,14 @@ def is_address(text: object) -> bool:
         return True
     except ValueError:
         return HOSTNAME.fullmatch(text) is not None
+
+
+def is_ip(text: object) -> bool:
+    try:
+        ipaddress.ip_address(text if isinstance(text, str) else "")
+        return True
+    except ValueError:
+        return False
 
 
 def split_store(text: object) -> tuple[str, int] | None:
@@ -191,7 +201,21 @@ def _session(s: Any, where: str) -> RemoteSession:
             raise _bad(where, f"session {sid} with a store address that is not HOST:PORT")
     nodes, home = _nodes(s.get("nodes", []), ranks, sid, where)
     keep = {k: s[k] for k in ("script", "nnodes", "nproc_per_node", "mode", "rdzv_id", "started_at") if k in s}
+    if s.get("mode") == "ray":
+        _ray_ranks(ranks, sid, where)
+        if valid_session_id(s.get("parent_session")):
+            keep["parent_session"] = s["parent_session"]
     return RemoteSession(sid, s["state"], s.get("verified") is not False, store, ranks, nodes, home, keep)
+
+
+def _ray_ranks(ranks: list[RemoteRank], sid: str, where: str) -> None:
+    """A Ray Train worker names its node by IP (the address ``connect`` opens a link to) and listens on
+    loopback or on that IP: anything else would make ``connect`` forward to somewhere else."""
+    for r in ranks:
+        if not is_ip(r.node_ip):
+            raise _bad(where, f"Ray session {sid}'s rank {r.rank} without a node IP address")
+        if r.host not in (*LOOPBACK, *ANY_ADDRESS, r.node_ip):
+            raise _bad(where, f"Ray session {sid}'s rank {r.rank} listening on {r.host[:60]}, not on its node")
 
 
 def parse(raw: bytes, where: str) -> Listing:
@@ -209,6 +233,24 @@ def parse(raw: bytes, where: str) -> Listing:
         raise _bad(where, f"a session list that is not a list of at most {MAX_SESSIONS}")
     out = [_session(s, where) for s in sessions]
     return Listing(registry, [s for s in out if s.state in LIVE_SESSION_STATES])
+
+
+def choose_ray(listing: Listing, session_id: str | None, where: str, address: str) -> RemoteSession:
+    """The named Ray Train run (mode ``ray``: ``<id>-ray1``), else the newest verified one the cluster lists;
+    one line if there is none (the node's own sessions, which ``ps`` lists beside them, are not runs)."""
+    runs = Listing(listing.registry, [s for s in listing.sessions if s.entry.get("mode") == "ray"])
+    if not runs.sessions:
+        raise HarnessError(
+            f"no rtdebug-armed Ray Train run in the Ray cluster at {address} (as {where} reaches it): "
+            f"start it with `rtdebug run --ray-address {address} train.py` (docs/ray-clusters.md)"
+        )
+    if session_id is not None and valid_session_id(session_id):
+        if not any(s.session_id == session_id for s in runs.sessions):
+            raise HarnessError(
+                f"no live Ray Train run {session_id!r} in the Ray cluster at {address}; "
+                f"see `ssh {where} rtdebug ps --ray-address {address}`"
+            )
+    return choose(runs, session_id, f"the Ray cluster at {address}")
 
 
 def choose(listing: Listing, session_id: str | None, where: str) -> RemoteSession:

@@ -13,6 +13,7 @@ job (from its store, through the forward, so nothing runs on a node for it; else
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import socket
 import sys
@@ -55,6 +56,7 @@ class Options:
     store: str | None = None  # the job's store, as the home node reaches it (ps --store there)
     remote_rtdebug: list[str] = field(default_factory=lambda: ["rtdebug"])
     local_port_base: int | None = None
+    ray_address: str | None = None  # a Ray cluster's GCS, as the home node reaches it: its Ray Train workers
 
 
 class Connection:
@@ -65,6 +67,7 @@ class Connection:
         self.tunnels: dict[int, tuple[str, Forward]] = {}  # rank -> (node, forward)
         self.local_ports: dict[int, int] = {}  # rank -> its local port, kept across moves
         self.store_forward: Forward | None = None
+        self.gcs_forward: Forward | None = None  # a Ray run's GCS, forwarded through the home link
         self.secret_server: SecretServer | None = None
         self.sid: str | None = None
         self.remote: RemoteSession | None = None
@@ -73,6 +76,8 @@ class Connection:
         self.written: dict[int, Entry] = {}
         self.ports: list[int] = []  # rank -> its entry as last written (less updated_at)
         self.store_view: Any = None  # rtdebug.views.store.StoreView on the forwarded store: refresh reads it
+        self.ray_view: Any = None  # rtdebug.views.ray.RayView on the forwarded GCS (a Ray run): refresh reads it
+        self.home_addrs: set[str] = set()  # the home node's own addresses (a Ray worker's node IP may be one)
 
     # -- the remote side -------------------------------------------------------------------------------------
     def _home(self) -> Link:
@@ -84,9 +89,13 @@ class Connection:
         return link
 
     def _list(self) -> listing.Listing:
+        ray = self.opts.ray_address
         argv = [*self.opts.remote_rtdebug, "ps", "--json", *(["--store", self.opts.store] if self.opts.store else [])]
-        rc, out, err = self._home().run(argv, LIST_TIMEOUT_S)
+        rc, out, err = self._home().run([*argv, *(["--ray-address", ray] if ray else [])], LIST_TIMEOUT_S)
         host = self.opts.host
+        if ray and rc not in (0, 127, 255):
+            why = err.removeprefix("rtdebug: error: ") or f"exit {rc}"
+            raise HarnessError(f"{host} cannot read the Ray cluster at {ray}: {why}")
         if rc == 127:
             raise HarnessError(
                 f"{host} has no `{self.opts.remote_rtdebug[0]}` for ssh's commands ({err or 'command not found'}); "
@@ -98,12 +107,12 @@ class Connection:
             raise HarnessError(f"{host}: `rtdebug ps --json` failed (exit {rc}): {err or 'no message'}")
         return listing.parse(out, host)
 
-    def _secret(self, home: Link, registry: str, sid: str) -> str | None:
-        """The job's secret, read over ssh into memory: the session's own, else the user's default there."""
-        script = (
-            f"cat -- {registry}/{sid}/{signing.SECRET_FILE} 2>/dev/null || "
-            f'cat -- "${{XDG_CONFIG_HOME:-$HOME/.config}}/rtdebug/{signing.SECRET_FILE}" 2>/dev/null'
-        )
+    def _secret(self, home: Link, registry: str, sids: list[str]) -> str | None:
+        """The job's secret, read over ssh into memory: the session's own (a Ray run's: its driver session's),
+        else the user's default there."""
+        files = (shlex.quote(f"{registry}/{sid}/{signing.SECRET_FILE}") for sid in sids)
+        script = "".join(f"cat -- {f} 2>/dev/null || " for f in files)
+        script += f'cat -- "${{XDG_CONFIG_HOME:-$HOME/.config}}/rtdebug/{signing.SECRET_FILE}" 2>/dev/null'
         rc, out, _ = home.run(["sh", "-c", script], 30)  # (from a worker thread: never opens a link)
         text = out[: signing.MAX_FILE].decode(errors="replace").strip()
         if rc != 0 or len(text) < signing.MIN_LEN or not text.isascii() or not text.isprintable() or " " in text:
@@ -177,7 +186,17 @@ class Connection:
         self.local_ports[rank] = port
         return port
 
+    def _addresses(self, home: Link) -> set[str]:
+        """The home node's own IP addresses (``hostname -I`` there; junk is dropped), so a Ray worker there
+        is reached through the home link, not a second one to its IP."""
+        rc, out, _ = home.run(["hostname", "-I"], 30)
+        words = out[:65536].decode(errors="replace").split() if rc == 0 else []
+        return {w for w in words[:256] if listing.is_ip(w)}
+
     def _node_of(self, s: RemoteSession, r: RemoteRank) -> str:
+        if s.entry.get("mode") == "ray":  # a Ray worker: its node by IP (listing checked it is one)
+            here = self.home_addrs | set(listing.LOOPBACK)  # (a one-node cluster started on loopback)
+            return self.opts.host if r.node_ip is None or r.node_ip in here else r.node_ip
         if s.home_node is None or r.node_rank == s.home_node:
             return self.opts.host
         addr = s.nodes.get(r.node_rank)
@@ -196,31 +215,64 @@ class Connection:
         took(f"link to {home.node}")
         found = self._list()
         took("listing read")
-        s = listing.choose(found, self.opts.session_id, self.opts.host)
+        if self.opts.ray_address:
+            s = listing.choose_ray(found, self.opts.session_id, self.opts.host, self.opts.ray_address)
+            self.home_addrs = self._addresses(home)  # before any node is named: which workers run on HOST
+        else:
+            s = listing.choose(found, self.opts.session_id, self.opts.host)
         self.unverified = not s.verified
         self._register(s)
         assert self.sid is not None
+        sids = [s.session_id, *([s.entry["parent_session"]] if "parent_session" in s.entry else [])]
         with ThreadPoolExecutor(1) as pool:  # the secret is read while the other nodes' links open
-            pending = pool.submit(self._secret, home, found.registry, s.session_id)
-            if s.store is not None:
-                self.store_forward = Forward(free_port(), *s.store)
-                home.forward([self.store_forward])
+            pending = pool.submit(self._secret, home, found.registry, sids)
+            self._forward_source(home, s)
             self.sync(s)
             took("every rank forwarded")
             secret = pending.result()
         took("secret read")
+        self._follow(secret)
+        return s
+
+    def _forward_source(self, home: Link, s: RemoteSession) -> None:
+        """Forward what the job is read from: its store, or a Ray run's GCS (as the home node reaches it)."""
+        if self.opts.ray_address:
+            gcs = listing.split_store(self.opts.ray_address)
+            if gcs is not None:
+                self.gcs_forward = Forward(free_port(), *gcs)
+                home.forward([self.gcs_forward])
+        elif s.store is not None:
+            self.store_forward = Forward(free_port(), *s.store)
+            home.forward([self.store_forward])
+
+    def _follow(self, secret: str | None) -> None:
+        """The secret served to this user's commands, the forwarded store or GCS opened for the refreshes,
+        and the local session told where ``stacks`` asks the ranks."""
+        assert self.sid is not None
         if secret is not None:
             self.secret_server = SecretServer(self.reg.session_dir(self.sid), secret)
+        else:
+            warn(f"no job secret readable on {self.opts.host}: `rtdebug stacks` from here cannot ask the job's ranks")
+        trust = ([secret] if secret else [], frozenset[str]())
+        where: dict[str, str] = {}
         if self.store_forward is not None:
             from rtdebug.views.store import StoreView
 
-            trust = ([secret] if secret else [], frozenset[str]())
             self.store_view = StoreView("127.0.0.1", self.store_forward.local_port, explicit=True, trust=trust)
-        else:
-            warn(f"no job secret readable on {self.opts.host}: `rtdebug stacks` from here cannot ask the job's ranks")
-        store = {"store": f"127.0.0.1:{self.store_forward.local_port}"} if self.store_forward else {}
-        self.reg.update_session(self.sid, state="running", **store)
-        return s
+            where["store"] = f"127.0.0.1:{self.store_forward.local_port}"
+        if self.gcs_forward is not None:
+            address = f"127.0.0.1:{self.gcs_forward.local_port}"
+            try:
+                from rtdebug.views.ray import RayView
+
+                self.ray_view = RayView(address, trust)
+                where["ray_address"] = address  # `stacks` here asks the workers through the forwarded GCS
+            except ImportError:
+                warn(
+                    f"Ray is not installed here: `rtdebug stacks` from here cannot ask the workers, and each refresh "
+                    f"runs `rtdebug ps` on {self.opts.host} (install the cluster's Ray version here for both)"
+                )
+        self.reg.update_session(self.sid, state="running", **where)
 
     def sync(self, s: RemoteSession) -> None:
         """Forwards and entries to match ``s``: new ranks get theirs, moved ones a new one, ended ones none."""
@@ -286,13 +338,16 @@ class Connection:
             self.written[r.rank] = same
 
     def _from_store(self) -> RemoteSession | None:
-        """The job as its store says, read through the forward (nothing runs on a node for it); None: ask
-        the home node (no store, or the store is gone or no longer lists the job as live)."""
-        if self.store_view is None or self.sid is None:
+        """The job as its store (a Ray run: its cluster's KV) says, read through the forward (nothing runs on
+        a node for it); None: ask the home node (no store, or the store is gone or no longer lists the job as
+        live)."""
+        view = self.store_view if self.store_view is not None else self.ray_view
+        if view is None or self.sid is None:
             return None
         try:
-            found = self.store_view.session(self.sid)
-        except (HarnessError, OSError):
+            found = view.session(self.sid)
+        except Exception:  # OSError, HarnessError, Ray's RpcError: the home node is asked instead
+            log.swallowed("connect: the job's store or GCS did not answer; asking the home node")
             return None
         if found is None:
             return None
@@ -335,7 +390,8 @@ class Connection:
         ports = sorted(f.local_port for _, f in self.tunnels.values())
         span = f"local ports {ports[0]}-{ports[-1]}" if ports else "no rank forwarded yet"
         note = "  [unverified]" if self.unverified else ""
+        ray = f" (Ray Train workers of the cluster at {self.opts.ray_address})" if self.opts.ray_address else ""
         return (
-            f"rtdebug: connected to session {self.sid} on {self.opts.host}: {len(self.tunnels)} ranks on "
+            f"rtdebug: connected to session {self.sid} on {self.opts.host}{ray}: {len(self.tunnels)} ranks on "
             f"{len(nodes)} nodes through {self.transport.label} ({span}){note}; Ctrl-C to disconnect"
         )

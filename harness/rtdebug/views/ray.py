@@ -216,8 +216,8 @@ def recorded_addresses() -> list[str]:
     except OSError:
         return out
     for s in sessions:
-        addr = s.get("ray_address")
-        if addr and s.get("state") in LIVE_SESSION_STATES and addr not in out:
+        addr = s.get("ray_address")  # (a connected run's forwarded GCS is for its `stacks`: its files list it)
+        if addr and s.get("mode") != "connected" and s.get("state") in LIVE_SESSION_STATES and addr not in out:
             if is_alive(s["launcher_pid"], s["launcher_create_time"]):
                 out.append(addr)
     return out
