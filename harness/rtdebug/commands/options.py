@@ -18,7 +18,6 @@ from rtdebug.common.config import DEFAULT_POST_MORTEM_WAIT_S, RAY_LOCAL_MODES
 from rtdebug.common.ports import DEFAULT_PORT_BASE
 from rtdebug.common.rankenv import DEFAULT_PG_TIMEOUT_S
 from rtdebug.registry.entry import valid_session_id
-from rtdebug.views.api import ViewOptions
 
 OptionsT = TypeVar("OptionsT", bound="Options")
 
@@ -33,7 +32,9 @@ class Options:
         """The one place a namespace becomes options; the subclass's ``__post_init__`` then checks them."""
         names = [f.name for f in dataclasses.fields(cls) if f.init]
         values: dict[str, Any] = {n: getattr(ns, n) for n in names if n != "views"}
-        if "views" in names:
+        if "views" in names:  # the views (and psutil, which their teardown uses) load only for these commands
+            from rtdebug.views.api import ViewOptions
+
             values["views"] = ViewOptions.from_args(ns)
         return cls(**values)
 

@@ -38,7 +38,7 @@ from rtdebug.common.config import RankConfig, Target, check_host
 from rtdebug.common.errors import usage
 from rtdebug.common.ports import check_ports_free, ports_for_ranks
 from rtdebug.common.procinfo import process_create_time
-from rtdebug.launcher import agent, hangwatch, multinode
+from rtdebug.launcher import agent, multinode
 from rtdebug.launcher.session import SessionRun
 from rtdebug.registry import signing
 from rtdebug.registry.c10d import ENV_STORE, ENV_WATCH
@@ -190,6 +190,8 @@ class Launcher:
                 pid = self.proc.pid
                 session.update(state="running", agent_pid=pid, agent_create_time=process_create_time(pid))
                 threading.Thread(target=self._announce_ready, daemon=True).start()
+                from rtdebug.launcher import hangwatch  # its stack modules load after the fork, beside the agent
+
                 hangwatch.start(self.registry, sid, self.proc, self.cfg)  # grouped stacks on failure / no progress
                 code = self.proc.wait()  # the agent stays unreaped until teardown has taken its tree
             finally:
