@@ -29,6 +29,24 @@ def test_rank_and_launcher_start_paths_import_no_psutil_filelock_or_debugpy():
     assert _imported("rtdebug", ("rtdebug.rank.api", "rtdebug.rank.runtime")) == []  # breakpoint: on first use
 
 
+def test_torchrun_launcher_loads_no_views_psutil_or_hang_watch_before_the_fork():
+    """What `rtdebug torchrun` imports before it forks the agent is on the way to every rank's first step:
+    the views (psutil, through their teardown) are for ps/attach/stop, the hang watch loads after the fork."""
+    late = ("psutil", "rtdebug.views.api", "rtdebug.launcher.hangwatch", "rtdebug.stacks.collect")
+    assert _imported("rtdebug.commands.torchrun, rtdebug.launcher.start", late) == []
+
+
+def test_torchrun_parser_freezes_what_torch_loaded_and_leaves_the_gc_on():
+    """The launcher's heap with torch in it is frozen once parsed (no full collection walks it again)."""
+    code = (
+        "import argparse, gc, sys; from rtdebug.commands.torchrun import TorchrunOptions; "
+        "TorchrunOptions.from_args(argparse.Namespace(rest=['--nproc-per-node', '2', 'x.py'])); "
+        "print(gc.isenabled(), gc.get_freeze_count() > 10000, 'torch' in sys.modules)"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.split() == ["True", "True", "True"]
+
+
 def test_hook_runs_after_the_module_executes_and_at_once_if_imported(tmp_path, monkeypatch):
     (tmp_path / "rtd_hooked_mod.py").write_text("VALUE = 41\n")
     monkeypatch.syspath_prepend(str(tmp_path))
