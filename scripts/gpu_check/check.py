@@ -11,7 +11,8 @@ check has its own time limit; one that fails is recorded and the next runs. ``$O
 says how far it came; each job's log is in ``$OUT/logs/``.
 
 ``--dry``: the same checks on CPU with gloo (``GPU_CHECK_DEVICE=cpu``), short, with an rtdebug already
-installed (``--python``): what tests/project/test_gpu_check.py runs so the scripts cannot rot. It proves nothing about a GPU.
+installed (``--python``): what tests/project/test_gpu_check.py runs so the scripts cannot rot. It proves
+nothing about a GPU.
 """
 
 from __future__ import annotations
