@@ -42,7 +42,7 @@ from rtdebug.common import log
 from rtdebug.common.config import DEFAULT_POST_MORTEM_WAIT_S, WORKER_PORT_BASE_VAR
 from rtdebug.common.imports import when_imported
 from rtdebug.common.ports import DEFAULT_PORT_BASE, port_for_rank
-from rtdebug.common.procinfo import process_create_time
+from rtdebug.common.procinfo import machine_id, process_create_time
 from rtdebug.common.rankenv import DEFAULT_PG_TIMEOUT_S
 from rtdebug.rank import postmortem, runtime
 from rtdebug.registry import ray_kv, signing
@@ -91,6 +91,7 @@ class RtdebugCallback(WorkerCallback, ControllerCallback):
         self.driver_pid = os.getpid()
         self.driver_create_time = process_create_time(self.driver_pid) or time.time()
         self.driver_hostname = socket.gethostname()
+        self.driver_machine = machine_id()
         self.secret = _secret(self.registry_dir, self.parent_session)
 
     # -- controller (runs on the driver's node) ------------------------------------------
@@ -118,6 +119,7 @@ class RtdebugCallback(WorkerCallback, ControllerCallback):
             ray_address=ctx.gcs_address,
             ray_job_id=ctx.get_job_id(),
             driver_hostname=self.driver_hostname,
+            driver_machine=self.driver_machine,
         )
         if self.parent_session:
             entry["parent_session"] = self.parent_session
@@ -191,6 +193,7 @@ def _start_worker(cb: RtdebugCallback) -> None:
         actor_id=rc.get_actor_id() or "",
         job_id=rc.get_job_id(),
         hostname=socket.gethostname(),
+        machine=machine_id(),
     )
     _Worker.record = record
     endpoint = Endpoint(host, port, allow=cb.allow)

@@ -66,6 +66,7 @@ class SessionEntry(_SessionRequired, total=False):
     ray_address: str
     ray_job_id: str
     driver_hostname: str
+    driver_machine: str
     parent_session: str
     node_rank: int | None
     wait: str
@@ -185,6 +186,7 @@ class RankEntry(_RankRequired, total=False):
     debugpy_imported: bool
     node_ip: str
     hostname: str
+    machine: str
     verified: bool
     tunnel: TunnelInfo
     refused_count: int

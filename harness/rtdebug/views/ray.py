@@ -7,9 +7,12 @@ local ``rtdebug run`` session recorded (its driver learns the address when its
 trainer starts), so ``ps`` next to the driver needs no flag.
 
 Liveness comes from Ray itself: a session lives while its driver's job is not
-dead (and, on the driver's machine, while the driver pid is the same process);
-a rank lives while its node is alive (and, on this machine, its pid). Dead
-entries are deleted as they are found. A worker-group restart overwrites each
+dead (and, where the driver's pids are this process's pids, while the driver pid
+is the same process); a rank lives while its node is alive (and, where its pids
+are ours, its pid). "Where its pids are ours" is the entry's ``machine`` (the
+kernel's boot and the pid namespace, ``procinfo.machine_id``), never a hostname:
+a laptop named as a node is must not judge, and delete, that node's live
+entries by pids of its own. Dead entries are deleted as they are found. A worker-group restart overwrites each
 rank's entry with the new worker's pid.
 
 Anyone who reaches the GCS can write the KV: entries are checked and marked
@@ -26,7 +29,7 @@ from typing import Any
 
 from rtdebug.common import log
 from rtdebug.common.errors import HarnessError
-from rtdebug.common.procinfo import is_alive
+from rtdebug.common.procinfo import is_alive, machine_id
 from rtdebug.registry import signing
 from rtdebug.registry.entry import LIVE_RANK_STATES, LIVE_SESSION_STATES, valid_session_id
 from rtdebug.registry.files import Registry
@@ -52,6 +55,12 @@ def _reachable(address: str) -> bool:
         return False
 
 
+def pids_are_ours(machine: object) -> bool:
+    """Whether an entry's pids name this machine's processes (its ``machine`` is ours; absent: never)."""
+    here = machine_id()
+    return bool(here) and machine == here
+
+
 class RayView:
     """Sessions registered in one Ray cluster's GCS."""
 
@@ -74,7 +83,7 @@ class RayView:
     def _session_live(self, s: Entry, jobs: set[str]) -> bool:
         if s.get("state") not in LIVE_SESSION_STATES or s.get("ray_job_id") not in jobs:
             return False
-        if s.get("driver_hostname") == socket.gethostname():
+        if pids_are_ours(s.get("driver_machine")):
             return is_alive(s["launcher_pid"], s["launcher_create_time"])
         return True
 
@@ -82,7 +91,7 @@ class RayView:
     def _rank_live(r: Entry, nodes: set[str]) -> bool:
         if r.get("node_id") not in nodes:
             return False
-        if r.get("hostname") == socket.gethostname():
+        if pids_are_ours(r.get("machine")):
             return is_alive(r["pid"], r["create_time"])
         return True
 
