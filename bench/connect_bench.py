@@ -14,7 +14,7 @@ job, 4 ranks each, tests/scripts/connect_steps.py: all_reduce as fast as it can)
 3. the job's steps/s while connected and idle vs not connected, in alternating windows. Goal >= 0.99.
 
 Needs root (network namespaces) and openssh-server/openssh-client (scripts/setup.sh). Writes
-bench/results/DATE-connect.md.
+bench/results/DATE-connect.md (or ``--out FILE``); ``--only-connect`` measures goal 1 alone and prints it.
 """
 
 from __future__ import annotations
@@ -32,9 +32,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "harness")]
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "e2e"), str(ROOT / "harness")]
 
-from test_connect import RDZV_PORT, Cluster, connect_args, setup_ssh  # noqa: E402
+try:  # the e2e test's hosts, wherever they live (tests/support/sshhosts.py; earlier, the test module itself)
+    from support.sshhosts import Cluster, connect_args, setup_ssh  # noqa: E402
+except ImportError:
+    from test_connect import Cluster, connect_args, setup_ssh  # type: ignore[no-redef]  # noqa: E402
 
 from support.netns import sweep  # noqa: E402
 from support.paths import PY, SCRIPTS, marker_line  # noqa: E402
@@ -44,6 +47,7 @@ JOB = SCRIPTS / "connect_steps.py"
 ATTACH = SCRIPTS / "connect_attach_all.py"
 LINE = marker_line(JOB, "never")
 NPROC = 4
+RDZV_PORT = 29500
 
 
 def log(msg: str) -> None:
@@ -72,22 +76,38 @@ def ready(c: Cluster) -> list[dict]:
 PHASES: dict[str, list[float]] = {}
 
 
-def connect(c: Cluster, trace: bool = False) -> subprocess.Popen:
+def connect(c: Cluster, trace: bool = False, harness: str | None = None) -> subprocess.Popen:
     """``rtdebug connect node0 --jump login`` on the laptop; with ``trace``, its RTDEBUG_LOG=info step times
-    (seconds since its start() began) are kept in PHASES when it ends (``disconnect``)."""
+    (seconds since its start() began) are kept in PHASES when it ends (``disconnect``); ``harness``: the
+    laptop runs the rtdebug package found there (PYTHONPATH) instead of this tree's."""
     argv = ["ip", "netns", "exec", c.names["lap"], PY, "-m", "rtdebug", *connect_args(c, "node0", "--jump", "login")]
     env = dict(c.env("lap"), RTDEBUG_LOG="info") if trace else c.env("lap")
+    if harness:
+        env["PYTHONPATH"] = harness
     err = subprocess.PIPE if trace else subprocess.DEVNULL
-    return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err, text=True)
+    # SIGINT as a terminal's Ctrl-C sends it, even when this bench runs as a shell's background job (`&`: SIGINT
+    # ignored, and a Python started so never turns it into KeyboardInterrupt)
+    reset = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
+    return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err, text=True, preexec_fn=reset)
 
 
-def disconnect(p: subprocess.Popen) -> None:
+def disconnect(p: subprocess.Popen, phases: dict[str, list[float]] | None = None) -> None:
     p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=60)
+    try:
+        _, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        import psutil
+
+        tree = [f"{q.pid} {q.status()} {' '.join(q.cmdline())[:160]}" for q in [psutil.Process(p.pid),
+                *psutil.Process(p.pid).children(recursive=True)]]  # fmt: skip
+        log("connect did not end within 60 s of SIGINT: " + " / ".join(tree))
+        p.kill()
+        raise
     for line in (err or "").splitlines():
         m = re.search(r"connect: (.+) at ([0-9.]+) s$", line)
         if m:
-            PHASES.setdefault(re.sub(r"link to \S+", "link to HOST", m.group(1)), []).append(float(m.group(2)))
+            keep = PHASES if phases is None else phases
+            keep.setdefault(re.sub(r"link to \S+", "link to HOST", m.group(1)), []).append(float(m.group(2)))
 
 
 def attach_time(c: Cluster, h: str, endpoints: list[str]) -> subprocess.Popen:
@@ -101,18 +121,36 @@ def elapsed(p: subprocess.Popen) -> float:
     return float(json.loads(out.strip().splitlines()[-1])["elapsed"])
 
 
-def connect_times(c: Cluster, rounds: int) -> list[float]:
-    out = []
+BASELINE: list[float] = []  # connect -> attachable with --baseline's harness, in the rounds between
+BASE_PHASES: dict[str, list[float]] = {}
+
+
+def connect_time(c: Cluster, harness: str | None = None) -> float:
     reg = c.tmp / "registry-lap"
-    for _ in range(rounds):
-        t0 = time.time()
-        conn = connect(c, trace=True)
-        probe = c.run("lap", PY, str(ATTACH), "--ready", str(t0), str(reg), str(2 * NPROC), str(JOB), str(LINE),
-                      timeout=120)  # fmt: skip
-        assert probe.returncode == 0, probe.stdout + probe.stderr
-        out.append(float(json.loads(probe.stdout.strip().splitlines()[-1])["elapsed"]))
-        disconnect(conn)
-        log(f"connect -> 8 attachable: {out[-1]:.3f} s")
+    # the last round's clients are gone: every rank is back to ready (debugpy takes one client at a time)
+    until(lambda: sorted(x["state"] for x in ready(c)) == ["ready"] * 2 * NPROC, 60, "every rank ready")
+    t0 = time.time()
+    conn = connect(c, trace=True, harness=harness)
+    probe = c.run("lap", PY, str(ATTACH), "--ready", str(t0), str(reg), str(2 * NPROC), str(JOB), str(LINE),
+                  timeout=120)  # fmt: skip
+    assert probe.returncode == 0, probe.stdout + probe.stderr
+    took = float(json.loads(probe.stdout.strip().splitlines()[-1])["elapsed"])
+    disconnect(conn, BASE_PHASES if harness else None)
+    log(f"connect -> 8 attachable{' (baseline)' if harness else ''}: {took:.3f} s")
+    return took
+
+
+def connect_times(c: Cluster, rounds: int, baseline: str | None = None) -> list[float]:
+    """``rounds`` timed connects, after one untimed (each rank's first DAP client starts debugpy's adapter);
+    with ``baseline``, as many with that harness, in alternating order round by round."""
+    connect_time(c)
+    out = []
+    for i in range(rounds):
+        for base in (False, True) if i % 2 == 0 else (True, False):
+            if not base:
+                out.append(connect_time(c))
+            elif baseline:
+                BASELINE.append(connect_time(c, baseline))
     return out
 
 
@@ -205,6 +243,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--window", type=float, default=8.0)
     ap.add_argument("--sleep", type=float, default=0.005, help="each rank sleeps this long after each step")
+    ap.add_argument("--only-connect", action="store_true", help="measure goal 1 only (prints it, writes no file)")
+    ap.add_argument("--out", metavar="FILE", help="where the result goes (default bench/results/DATE-connect.md)")
+    ap.add_argument("--baseline", metavar="DIR", help="also time connect with the rtdebug package in DIR (e.g. "
+                    "an older commit's harness/, from git archive), alternating with this tree's")  # fmt: skip
     args = ap.parse_args()
     sweep()
     tmp = Path(tempfile.mkdtemp(prefix="connect-bench-"))
@@ -219,8 +261,18 @@ def main() -> int:
         work = tmp / "work"
         work.mkdir()
         nodes = start_job(c, work, args.sleep)
-        ct = connect_times(c, args.rounds)
+        ct = connect_times(c, args.rounds, args.baseline)
         load.append(os.getloadavg()[0])
+        if args.only_connect:
+            phases = "; ".join(f"{k} {md(v)}" for k, v in PHASES.items())
+            print(f"connect -> 8 attachable: {md(ct)} s; load {load}; {phases}")
+            if BASELINE:
+                phases = "; ".join(f"{k} {md(v)}" for k, v in BASE_PHASES.items())
+                print(f"baseline {args.baseline}: {md(BASELINE)} s; {phases}")
+            (work / "stop").write_text("")
+            for p in nodes:
+                p.wait(timeout=120)
+            return 0
         tunnel, node = attach_rounds(c, args.rounds)
         load.append(os.getloadavg()[0])
         on, off = steps_windows(c, work, args.rounds, args.window)
@@ -240,6 +292,10 @@ def main() -> int:
     row3 = f"| steps/s connected and idle / not connected | {srat:.3f}x (connected {md(on, 1)}, not {md(off, 1)})"
     row3 += f" | >= 0.99x | {yes[srat >= 0.99]} |"
     phases = "\n".join(f"| {k} | {md(v)} |" for k, v in PHASES.items())
+    if BASELINE:  # the same rounds with --baseline's harness, interleaved
+        row1 += f"\n| the same with `--baseline {args.baseline}` (interleaved) | {md(BASELINE)} s | <= 2 s | "
+        row1 += f"{yes[statistics.median(BASELINE) <= 2]} |"
+        phases += "".join(f"\n| {k} (baseline) | {md(v)} |" for k, v in BASE_PHASES.items())
     text = f"""# rtdebug connect: 2 nodes x {NPROC} ranks through a jump host ({time.strftime("%Y-%m-%d")})
 
 `.venv/bin/python bench/connect_bench.py --rounds {args.rounds} --window {args.window:g} --sleep {args.sleep:g}` (each
@@ -273,7 +329,7 @@ start, to the end of each step; the secret is read while the other node's link o
 |---|---|
 {phases}
 """
-    out = ROOT / "bench" / "results" / f"{time.strftime('%Y-%m-%d')}-connect.md"
+    out = Path(args.out) if args.out else ROOT / "bench" / "results" / f"{time.strftime('%Y-%m-%d')}-connect.md"
     out.parent.mkdir(exist_ok=True)
     out.write_text(text)
     print(text)

@@ -290,8 +290,12 @@ class Connection:
             self.ports = ports
 
     def _open_links(self, nodes: set[str]) -> None:
-        """A live link to each of ``nodes`` (a dead one replaced: its forwards went with it)."""
-        for node in sorted(nodes - {n for n, lk in self.links.items() if lk.alive()}):
+        """A live link to each of ``nodes`` (a dead one replaced: its forwards went with it); all connect at once."""
+        missing = sorted(nodes - {n for n, lk in self.links.items() if lk.alive()})
+        prestart = getattr(self.transport, "prestart", None)
+        if prestart is not None and len(missing) > 1:
+            prestart(missing)
+        for node in missing:
             old = self.links.pop(node, None)
             if old is not None:
                 old.close()

@@ -6,10 +6,15 @@ an address the node can reach (``forward`` / ``cancel``), until ``close``. The l
 this one that dies with it (``PR_SET_PDEATHSIG``), so a SIGKILLed ``connect`` leaves no link behind.
 
 ``SshTransport``: the system's own ``ssh`` (``~/.ssh/config`` applies: ``ProxyJump``, ``IdentityFile``...), one
-control master per node (``-M -S``, in a private directory), ``-J`` for the jump hosts, ``BatchMode`` (a
-password prompt would hang), ``ExitOnForwardFailure`` and ``ServerAliveInterval``; forwards are added to and
-removed from the running master (``-O forward`` / ``-O cancel``), so ranks that appear or end later never
-need a new connection. A ``kubectl port-forward`` transport would be one ``Link`` per pod: ``run`` is
+control master per node (``-M -S``, in a private directory), ``BatchMode`` (a password prompt would hang),
+``ExitOnForwardFailure`` and ``ServerAliveInterval``; forwards are added to and removed from the running
+master (``-O forward`` / ``-O cancel``), so ranks that appear or end later never need a new connection.
+Jump hosts (``--jump``): one control master to the last one (``-J`` for those before it), opened once, and
+every node reached through it (``ProxyCommand ssh -S JUMP -W``), so each node costs one ssh handshake, not
+one per hop; when the user's config gives that jump host a ``ControlMaster`` of its own, plain ``-J`` (their
+master serves the hop, as ssh's own ``ProxyJump`` would use it). ``prestart`` spawns the masters to several
+nodes at once, so they connect side by side; ``open_many`` then waits for each.
+A ``kubectl port-forward`` transport would be one ``Link`` per pod: ``run`` is
 ``kubectl exec``, ``forward`` one ``kubectl port-forward pod LOCAL:PORT`` child per port (docs/connect.md).
 """
 
@@ -161,15 +166,17 @@ class SshLink:
     pid: int = 0
     create_time: float = 0.0
     forwards: set[Forward] = field(default_factory=set)
+    via_jump: bool = False  # through the shared jump master (whose mux relays no reason for a refused hop)
 
     def _client(self, *extra: str) -> list[str]:
         return [self.transport.ssh, *self.transport.base_options(), "-S", str(self.control), *extra, self.node]
 
-    def wait_ready(self, deadline: float) -> None:
+    def wait_ready(self, deadline: float, jumps: list[str] | None = None) -> None:
+        """Until the master is up (its control socket exists); ``jumps``: the hops before it, for its errors."""
         while not self.control.exists():
             if self.proc.poll() is not None:
                 err = self.log.read_text(errors="replace") if self.log.exists() else ""
-                raise HarnessError(explain(err, self.node, self.transport.jumps))
+                raise HarnessError(explain(err, self.node, self.transport.jumps if jumps is None else jumps))
             if time.monotonic() > deadline:
                 self.close()
                 raise HarnessError(f"cannot connect to {self.node}: no answer within {CONNECT_TIMEOUT_S:g} s")
@@ -231,7 +238,7 @@ class SshLink:
 
 
 class SshTransport:
-    """The system's ``ssh``, through ``jumps`` (``-J``), with the user's ``ssh_config`` (``-F``) if given."""
+    """The system's ``ssh``, through ``jumps`` (one master to the last, shared), with ``ssh_config`` (``-F``)."""
 
     label = "ssh"
 
@@ -252,6 +259,9 @@ class SshTransport:
         sweep_stale()
         self.dir = Path(tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-"))  # 0700: the control sockets
         self._n = 0
+        self.jump: SshLink | None = None  # the master to the last jump host, every node's way there
+        self.pending: dict[str, SshLink] = {}  # started by prestart, not yet claimed by open_many
+        self.share_jump = bool(self.jumps) and not self._user_master(self.jumps[-1])
 
     def base_options(self) -> list[str]:
         out = ["-F", self.ssh_config] if self.ssh_config else []
@@ -259,33 +269,105 @@ class SshTransport:
             out += ["-o", o]
         return out
 
-    def _start(self, node: str) -> SshLink:
+    def _config(self) -> list[str]:
+        return ["-F", self.ssh_config] if self.ssh_config else []
+
+    def _user_master(self, host: str) -> bool:
+        """Whether the user's ssh config gives ``host`` a ControlMaster of its own (``ssh -G``: no connection)."""
+        try:
+            p = subprocess.run(
+                [self.ssh, *self._config(), "-G", "--", host], stdin=subprocess.DEVNULL, capture_output=True,
+                text=True, timeout=10,
+            )  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return user_has_master(p.stdout) if p.returncode == 0 else False
+
+    def _master_argv(self, control: Path, node: str, route: list[str], options: list[str], jump: bool) -> list[str]:
+        # a jump master has no forwards of its own: one node's refused channel must not end every node's way
+        fwd = ["-o", f"ExitOnForwardFailure={'no' if jump else 'yes'}"]
+        return [
+            self.ssh,
+            *options,
+            *("-M", "-S", str(control), "-N"),
+            *("-o", "ControlMaster=yes", "-o", "ControlPersist=no", "-o", "BatchMode=yes", *fwd),
+            *("-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"),
+            *("-o", f"ConnectTimeout={CONNECT_TIMEOUT_S:g}"),
+            *route,
+            node,
+        ]
+
+    def _spawn_master(self, node: str, route: list[str], options: list[str], jump: bool = False) -> SshLink:
         check_node_name(node)
         self._n += 1
         control, log = self.dir / f"c{self._n}", self.dir / f"c{self._n}.log"
-        argv = [
-            self.ssh,
-            *self.base_options(),
-            *("-M", "-S", str(control), "-N"),
-            *("-o", "ControlMaster=yes", "-o", "ControlPersist=no", "-o", "BatchMode=yes"),
-            *("-o", "ExitOnForwardFailure=yes", "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"),
-            *("-o", f"ConnectTimeout={CONNECT_TIMEOUT_S:g}"),
-            *(["-J", ",".join(self.jumps)] if self.jumps else []),
-            node,
-        ]
+        argv = self._master_argv(control, node, route, options, jump)
         with open(log, "wb") as err:  # the master's and its jump hosts' own ssh's messages
             proc = spawn(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
-        return SshLink(self, node, control, proc, log)
+        return SshLink(self, node, control, proc, log, via_jump=any(a.startswith("ProxyCommand=") for a in route))
+
+    def _wait(self, link: SshLink, deadline: float) -> SshLink:
+        """``link`` up; one refused on the way through the shared jump master is tried once with ``-J``, so
+        ssh itself says why (the mux says only "Stdio forwarding request failed")."""
+        try:
+            link.wait_ready(deadline)
+            return link
+        except HarnessError:
+            said = link.log.read_text(errors="replace") if link.log.exists() else ""
+            if not link.via_jump or not refused_by_mux(said):
+                raise
+        link.close()
+        retry = self._spawn_master(link.node, ["-J", ",".join(self.jumps)], self.base_options())
+        retry.wait_ready(deadline)
+        return retry
+
+    def route(self) -> list[str]:
+        """How a node master gets there: through the shared jump master, else ``-J`` (or the user's config)."""
+        if not self.jumps:
+            return []
+        if self.jump is None or not self.jump.alive():
+            return ["-J", ",".join(self.jumps)]
+        return ["-o", f"ProxyCommand={proxy_command(self.ssh, self._config(), self.jump.control, self.jumps[-1])}"]
+
+    def _jump_master(self, deadline: float) -> None:
+        """The shared master to the last jump host (``-J`` for those before it), up; a dead one replaced."""
+        if not self.share_jump or (self.jump is not None and self.jump.alive()):
+            return
+        if self.jump is not None:
+            self.jump.close()
+            self.jump = None
+        earlier = self.jumps[:-1]
+        route = ["-J", ",".join(earlier)] if earlier else []
+        link = self._spawn_master(self.jumps[-1], route, self._config(), jump=True)
+        link.wait_ready(deadline, earlier)  # its errors name the jump host itself
+        self.jump = link
+
+    def _start(self, node: str) -> SshLink:
+        link = self.pending.pop(node, None)
+        if link is not None and link.alive():
+            return link
+        if link is not None:
+            link.close()
+        return self._spawn_master(node, self.route(), self.base_options())
+
+    def prestart(self, nodes: list[str] | set[str]) -> None:
+        """Spawn the masters to ``nodes`` now (from the main thread); ``open_many`` waits for them later."""
+        if self.share_jump and (self.jump is None or not self.jump.alive()):
+            return  # the jump master is opened (and waited for) by open_many
+        for node in sorted(set(nodes) - set(self.pending)):
+            if NODE_NAME.fullmatch(node) and not node.startswith("-"):
+                self.pending[node] = self._spawn_master(node, self.route(), self.base_options())
 
     def open(self, node: str, timeout: float = CONNECT_TIMEOUT_S) -> Link:
         return self.open_many([node], timeout)[node]
 
     def open_many(self, nodes: list[str], timeout: float = CONNECT_TIMEOUT_S) -> dict[str, Link]:
-        links = {n: self._start(n) for n in nodes}
         deadline = time.monotonic() + timeout
+        self._jump_master(deadline)
+        links = {n: self._start(n) for n in nodes}
         try:
-            for link in links.values():
-                link.wait_ready(deadline)
+            for n, link in list(links.items()):
+                links[n] = self._wait(link, deadline)
         except BaseException:
             for link in links.values():
                 link.close()
@@ -293,4 +375,29 @@ class SshTransport:
         return dict(links)
 
     def close(self) -> None:
+        for link in [*self.pending.values(), *([self.jump] if self.jump else [])]:
+            link.close()
+        self.pending.clear()
+        self.jump = None
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def refused_by_mux(stderr: str) -> bool:
+    """A node master's log says the jump master's mux could not open the hop (and not why)."""
+    return "stdio forwarding request failed" in stderr.lower()
+
+
+def user_has_master(ssh_g: str) -> bool:
+    """From ``ssh -G HOST``'s output: does the user's config give HOST a ControlMaster (and a ControlPath)?"""
+    conf = dict(ln.split(" ", 1) for ln in ssh_g.splitlines() if " " in ln)
+    master = conf.get("controlmaster", "false").strip().lower()
+    path = conf.get("controlpath", "none").strip().lower()
+    return master not in ("false", "no") and path not in ("", "none")
+
+
+def proxy_command(ssh: str, config: list[str], control: Path, jump: str) -> str:
+    """``ProxyCommand`` through the running master at ``control`` to ``jump``: a mux client, no handshake. Its
+    words are quoted for the shell ssh runs it with, and ``%`` doubled (ssh expands ``%h`` and ``%p`` only)."""
+    words = [ssh, *config, "-S", str(control), "-o", "ControlMaster=no", "-o", "BatchMode=yes"]
+    quoted = " ".join(shlex.quote(w).replace("%", "%%") for w in words)
+    return f"{quoted} -W '[%h]:%p' -- {shlex.quote(jump).replace('%', '%%')}"
