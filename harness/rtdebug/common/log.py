@@ -17,25 +17,39 @@ import sys
 import threading
 import time
 import traceback
-from typing import IO
+from typing import IO, Any
 
 ENV_LEVEL, ENV_DIR = "RTDEBUG_LOG", "RTDEBUG_LOG_DIR"
 LEVELS = {"debug": 10, "info": 20, "warning": 30}
-_state: dict[str, object] = {}
+_UNSET: Any = object()
+
+
+class _Sink:
+    """This process's log level and stream, each read from the environment on first use (a plain class: this
+    module is on every rank's start path, which imports nothing it can do without)."""
+
+    __slots__ = ("level", "stream")
+
+    def __init__(self) -> None:
+        self.level: int | None = None
+        self.stream: IO[str] | None = _UNSET  # None: nowhere to write
+
+
+_sink = _Sink()
 _lock = threading.Lock()
 
 
 def _level() -> int:
-    if "level" not in _state:
+    if _sink.level is None:
         name = os.environ.get(ENV_LEVEL, "").strip().lower()
         on = bool(name) or bool(os.environ.get(ENV_DIR))
-        _state["level"] = LEVELS.get(name, 20) if on else 100
-    return int(_state["level"])  # type: ignore[call-overload]
+        _sink.level = LEVELS.get(name, 20) if on else 100
+    return _sink.level
 
 
 def _stream() -> IO[str] | None:
-    if "stream" in _state:
-        return _state["stream"]  # type: ignore[return-value]
+    if _sink.stream is not _UNSET:
+        return _sink.stream
     stream: IO[str] | None = sys.stderr
     folder = os.environ.get(ENV_DIR)
     if folder:
@@ -47,7 +61,7 @@ def _stream() -> IO[str] | None:
             stream = os.fdopen(os.open(name, flags, 0o600), "a", buffering=1)
         except OSError:
             stream = None  # nowhere to write: the logs are opt-in, the job goes on
-    _state["stream"] = stream
+    _sink.stream = stream
     return stream
 
 

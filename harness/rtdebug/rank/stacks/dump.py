@@ -41,7 +41,20 @@ from rtdebug.stacks.contract import SIGNAL, answer_file, dump_file, request_file
 NONCE_RE = re.compile(rb"^[0-9a-f]{16,64}$")
 STOP = b"stop\n"  # written by disarm to wake the thread (only the owner can write into the 0700 session dir)
 MIN_GAP_S = 0.005  # requests queued meanwhile are answered once, with the newest nonce
-_armed: dict[str, Any] = {}
+
+
+class _Armed:
+    """What ``arm`` opened and ``disarm`` closes: the dump thread, the fallback's dump file, the session dir."""
+
+    __slots__ = ("thread", "fd", "dir_fd")
+
+    def __init__(self) -> None:
+        self.thread: DumpThread | None = None
+        self.fd: int | None = None
+        self.dir_fd: int | None = None
+
+
+_armed = _Armed()
 
 
 def _newest_nonce(buf: bytes) -> bytes | None:
@@ -156,7 +169,7 @@ def _arm_signal(dir_fd: int, rank: int) -> dict[str, Any]:
     except OSError:
         return {}
     faulthandler.register(SIGNAL, file=fd, all_threads=True, chain=False)
-    _armed["fd"] = fd
+    _armed.fd = fd
     return {"signal": int(SIGNAL), "file": name}
 
 
@@ -170,7 +183,7 @@ def arm(session_dir: Path, rank: int, main_ident: int | None = None) -> dict[str
         return None
     field: dict[str, Any] = {}
     try:
-        _armed["thread"] = DumpThread(dir_fd, rank, main_ident).start()
+        _armed.thread = DumpThread(dir_fd, rank, main_ident).start()
         field.update(request=request_file(rank), answer=answer_file(rank))
     except OSError:
         pass
@@ -178,20 +191,19 @@ def arm(session_dir: Path, rank: int, main_ident: int | None = None) -> dict[str
     if not field:
         os.close(dir_fd)
         return None
-    _armed["dir_fd"] = dir_fd
+    _armed.dir_fd = dir_fd
     ident = main_ident if main_ident is not None else threading.main_thread().ident
     return dict(field, main_thread=hex(ident or 0), bottom=_bottom())
 
 
 def disarm() -> None:
     """Stop the dump thread, give the signal back (default action), close what ``arm`` opened."""
-    t = _armed.pop("thread", None)
+    t, fd, dir_fd = _armed.thread, _armed.fd, _armed.dir_fd
+    _armed.thread = _armed.fd = _armed.dir_fd = None
     if t is not None:
         t.close()
-    fd = _armed.pop("fd", None)
     if fd is not None:
         faulthandler.unregister(SIGNAL)
         os.close(fd)
-    dir_fd = _armed.pop("dir_fd", None)
     if dir_fd is not None:
         os.close(dir_fd)

@@ -14,13 +14,14 @@ import threading
 from typing import Any
 
 _pending: dict[int, tuple[str, bool]] = {}  # thread ident -> (description, take the focus)
-_patched: dict[str, Any] = {}
+_patched_factory: Any = None  # the pydevd command factory whose stopped event carries our description
 
 
 def _describe_stops(py_db: Any) -> None:
     """Make pydevd's ``stopped`` event carry our description (once per debugger)."""
+    global _patched_factory
     factory = py_db.cmd_factory
-    if _patched.get("factory") is factory:
+    if _patched_factory is factory:
         return
     original = factory.make_thread_suspend_single_notification
     from _pydevd_bundle.pydevd_net_command import NetCommand
@@ -37,7 +38,7 @@ def _describe_stops(py_db: Any) -> None:
         return NetCommand(as_dict["pydevd_cmd_id"], 0, dict(out, body=body), is_json=True)
 
     factory.make_thread_suspend_single_notification = make
-    _patched["factory"] = factory
+    _patched_factory = factory
 
 
 def stop(kind: str, reason: str, frame: Any, origin: bool | None, step: int | None) -> None:
