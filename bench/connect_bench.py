@@ -315,8 +315,8 @@ every local port, timed from the moment `rtdebug connect` is started (its Python
 the remote `rtdebug ps --json`, the secret read and the forwards included). Attach-all is the same
 handshake to all 8 at once; on the nodes, each node's 4 ranks from that node, both nodes at once (the
 slower counts). Steps/s: rank 0's own count over {args.window:g} s windows, connected and not in turn;
-while connected and idle, `connect` reads the job's store through its forward every 3 s (its refresh:
-nothing runs on a node for it).
+while connected and idle, `connect` reads the job's store through its forward every 1 s (the tests'
+`--refresh 1`; the default is 3 s: nothing runs on a node for it).
 
 While connected and idle, `connect`, its ssh masters and every sshd of the hosts together used
 {md([x * 100 for x in IDLE_CPU], 2)} % of one core (CPU time over each connected window), so the
