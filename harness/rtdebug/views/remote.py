@@ -24,8 +24,7 @@ OPTIONAL: dict[str, type | tuple[type, ...]] = {
     **dict.fromkeys(
         ("node_ip", "hostname", "node_id", "ray_job_id", "driver_hostname", "parent_session", "ray_address"), str
     ),
-    **dict.fromkeys(("machine", "driver_machine"), str
-    ),
+    **dict.fromkeys(("machine", "driver_machine"), str),
     **dict.fromkeys(("cwd", "store", "error", "mode", "nnodes"), str),
     "tick": int,
     **dict.fromkeys(("heartbeat", "updated_at"), (int, float)),
