@@ -252,10 +252,12 @@ function startJob(portBase, torchrunArgs = ['--nproc-per-node', '2'], target = s
     }
     if (want('attach-one')) await attachOneRank(page);
     if (want('errors')) await errorPaths(page);
+    // before ranks (it turns all-stop on) and collectives (it removes every breakpoint): connect checks that
+    // each rank stops at the breakpoint by itself
+    if (want('connect')) await connectFlow({ page, ws, art, python, check, step, traceLines, run });
     if (want('ranks')) await ranksFlow({ page, ws, art, python, check, step, traceLines, startJob, run });
     if (want('collectives')) await collectivesFlow({ page, ws, art, python, check, step, traceLines });
     if (want('stopon')) await stoponFlow({ page, ws, art, check, step, traceLines, startJob });
-    if (want('connect')) await connectFlow({ page, ws, art, python, check, step, traceLines, run });
     if (want('stock'))
       await stockFlow({ page, ws, art, check, step, traceLines, startJob, plainLine, localLine, portBase: Number(arg('stock-port-base')) });
     await page.screenshot({ path: path.join(art, 'vscode-e2e-done.png') });
