@@ -124,10 +124,12 @@ async function flowConnected(ctx, { reg, sid, bp, host, ready }) {
   await wb.pick(page, `connect to which session on ${ALIAS}`, sid);
   const t0 = Date.now();
   const session = await wb.waitFor(
-    `session ${sid} registered here by connect`,
+    `session ${sid} and its 2 ranks registered here by connect`,
     () => {
+      // session.json is written before the rank entries: wait for both ranks' local ports too
       const s = readJson(path.join(reg, sid, 'session.json'));
-      return s && s.mode === 'connected' ? s : undefined;
+      const ranked = [0, 1].every((r) => (readJson(path.join(reg, sid, `rank-${r}.json`)) || {}).port);
+      return s && s.mode === 'connected' && ranked ? s : undefined;
     },
     60000,
   );
