@@ -17,7 +17,7 @@ import os
 import sys
 import warnings
 
-from rtdebug.common.errors import HarnessError
+from rtdebug.common.errors import HarnessError, printable
 
 # name -> (module, the summary `rtdebug --help` lists)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         command = importlib.import_module(COMMANDS[args.command][0])
         return command.run(command.OPTIONS.from_args(args))
     except HarnessError as exc:
-        print(f"rtdebug: error: {exc.message}", file=sys.stderr)
+        print(f"rtdebug: error: {printable(exc.message)}", file=sys.stderr)
         return exc.exit_code
     except SystemExit as exc:  # argparse: usage errors exit 2 with their own message
         return exc.code if isinstance(exc.code, int) else 2

@@ -144,6 +144,12 @@ def test_node_names_are_never_options():
         ["node0", "--ray-address", "10.0.0.1:6379", "--store", "10.0.0.1:29500"],
         ["node0", "--ray-address", "auto"],
         ["node0", "--ray-address", "10.0.0.1:99999"],
+        ["node0", "--refresh", "nan"],
+        ["node0", "--refresh", "inf"],
+        ["node0", "--refresh", "1e-9"],
+        ["node0", "--jump", ""],
+        ["node0", "--jump", ",,"],
+        ["node0", "--remote-rtdebug", '"'],
     ],
 )
 def test_usage_mistakes_exit_2_in_one_line(argv, capsys):
@@ -412,3 +418,60 @@ def test_a_hop_the_jump_master_refused_is_told_by_ssh_itself():
 
     assert refused_by_mux("Stdio forwarding request failed: Session open refused by peer\nkex_exchange_identification")
     assert not refused_by_mux("root@10.0.0.4: Permission denied (publickey).")
+
+
+def test_a_free_port_taken_before_it_is_checked_is_picked_again(tmp_path, monkeypatch):
+    """Without --local-port-base any free port will do: one that another process took between the pick and the
+    check is not "a stale tunnel" (that error is for a port the user named), so another is picked."""
+    import socket as socket_mod
+
+    from rtdebug.connect import session as session_mod
+    from rtdebug.connect.session import Connection, Options
+    from rtdebug.registry.files import Registry
+
+    taken = socket_mod.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    busy = taken.getsockname()[1]
+    picks = iter([busy, busy])
+    real = session_mod.free_port
+    monkeypatch.setattr(session_mod, "free_port", lambda: next(picks, None) or real())
+    conn = Connection(None, Options(host="node0"), registry=Registry(tmp_path))  # type: ignore[arg-type]
+    try:
+        port = conn._port_for(3)
+        assert port != busy and conn.local_ports == {3: port}
+        assert conn._port_for(3) == port  # kept for the rank
+        opts = Options(host="node0", local_port_base=busy - 3)
+        named = Connection(None, opts, registry=Registry(tmp_path))  # type: ignore[arg-type]
+        with pytest.raises(HarnessError, match=f"local port {busy} \\(rank 3\\) is in use by"):
+            named._port_for(3)
+    finally:
+        taken.close()
+
+
+def test_what_a_listing_copies_has_its_type_and_a_bounded_size():
+    """A forged session or rank field (a text of megabytes, a number that is a string or a list, an
+    infinite float) is left out of the local entry: a huge one would make every local reader skip it."""
+    fields = {"script": (str,), "nproc_per_node": (int,), "started_at": (int, float), "lazy": (bool,)}
+    forged = {"script": "x" * (listing.MAX_TEXT + 1), "nproc_per_node": "abc", "started_at": float("inf"), "lazy": 1}
+    assert listing.plain(forged, fields) == {}
+    good = {"script": "/a/t.py", "nproc_per_node": 2, "started_at": 1.5, "lazy": True, "other": "x"}
+    assert listing.plain(good, fields) == {"script": "/a/t.py", "nproc_per_node": 2, "started_at": 1.5, "lazy": True}
+    assert (
+        listing.plain({"nproc_per_node": [1]}, fields) == {} and listing.plain({"nproc_per_node": True}, fields) == {}
+    )
+
+
+def test_an_error_that_quotes_another_machine_cannot_drive_the_terminal(capsys, monkeypatch):
+    """The CLI prints every error with its control characters escaped: a remote's text quoted in one can
+    neither retitle the terminal, clear it, nor forge a line of its own."""
+    from rtdebug.commands import connect as connect_cmd
+
+    def hostile(_opts):
+        raise HarnessError("node0: bad address \x1b]0;PWNED\x07\r\nrtdebug: ok")
+
+    monkeypatch.setattr(connect_cmd, "run", hostile)
+    assert main(["connect", "node0"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\x1b" not in err and "\x07" not in err and "\r" not in err
+    assert err == "rtdebug: error: node0: bad address \\x1b]0;PWNED\\x07\\x0d\\x0artdebug: ok\n"

@@ -26,6 +26,7 @@ from rtdebug.connect.session import Options as ConnectOptions
 from rtdebug.connect.transport import SshTransport, check_node_name
 
 DEFAULT_REFRESH_S = 3.0
+MIN_REFRESH_S, MAX_REFRESH_S = 0.1, 3600.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -43,6 +44,8 @@ class ConnectCommandOptions(Options):
 
     def __post_init__(self) -> None:
         check_node_name(self.host)
+        if self.jump is not None and not self.jumps():
+            raise usage(f"--jump {self.jump[:80]!r} names no host")
         for j in self.jumps():
             check_node_name(j, "jump host")
         if self.session and self.store:
@@ -56,11 +59,19 @@ class ConnectCommandOptions(Options):
                 raise usage(
                     f"--ray-address {self.ray_address[:80]!r}: expected the GCS's HOST:PORT, as HOST reaches it"
                 )
-        if self.refresh <= 0:
-            raise usage(f"--refresh must be > 0 seconds, got {self.refresh:g}")
+        if not MIN_REFRESH_S <= self.refresh <= MAX_REFRESH_S:  # nan fails both
+            raise usage(f"--refresh must be {MIN_REFRESH_S:g}-{MAX_REFRESH_S:g} seconds, got {self.refresh:g}")
         if self.local_port_base is not None and not 1024 <= self.local_port_base <= 65535:
             raise usage(f"--local-port-base must be 1024-65535, got {self.local_port_base}")
-        if not shlex.split(self.remote_rtdebug or ""):
+        self._check_ssh_words()
+
+    def _check_ssh_words(self) -> None:
+        """What goes onto ssh's command lines as words: the remote command and the -o options."""
+        try:
+            words = shlex.split(self.remote_rtdebug or "")
+        except ValueError as exc:  # an unclosed quote
+            raise usage(f"--remote-rtdebug {self.remote_rtdebug[:80]!r}: {exc}") from None
+        if not words:
             raise usage("--remote-rtdebug is empty")
         for o in self.ssh_option or []:
             if "=" not in o or o.startswith("-"):
@@ -117,13 +128,17 @@ def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
 def run(opts: ConnectCommandOptions) -> int:
     stop = threading.Event()
     ended: list[str] = []
+    phase = ["starting"]
 
     def on_signal(signum: int, _frame: object) -> None:
         ended.append(signal.Signals(signum).name)
         stop.set()
+        if phase[0] == "starting" and len(ended) == 1:  # mid-start: give up now, as Ctrl-C does
+            raise KeyboardInterrupt
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, on_signal)
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # an ignored one (nohup's SIGHUP) stays ignored
+            signal.signal(sig, on_signal)
     transport = SshTransport(opts.jumps(), opts.ssh_config, opts.ssh_option)
     conn = Connection(
         transport,
@@ -138,21 +153,33 @@ def run(opts: ConnectCommandOptions) -> int:
     )
     try:
         conn.start()
+        phase[0] = "connected"
         print(conn.summary(), flush=True)
-        why = ""
-        while not stop.wait(opts.refresh):
-            try:
-                if not conn.refresh():
-                    why = f"the job's session {conn.sid} has ended on {opts.host}"
-                    break
-            except HarnessError as exc:
-                warn(exc.message)
-        if ended:
-            why = f"{ended[0]}"
-        print(f"rtdebug: disconnected from session {conn.sid} ({why}); every tunnel closed", flush=True)
-        return 0
+        return _follow(conn, opts, stop, ended)
     except KeyboardInterrupt:
-        print(f"rtdebug: disconnected from session {conn.sid}; every tunnel closed", file=sys.stderr, flush=True)
+        phase[0] = "closing"
+        what = f"from session {conn.sid}" if conn.sid else f"from {opts.host} before a session was chosen"
+        print(f"rtdebug: disconnected {what}; every tunnel closed", file=sys.stderr, flush=True)
         return 0
+    except OSError as exc:  # this machine's registry (or a socket of ours) cannot be used
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise HarnessError(f"connect cannot go on here: {exc.strerror or exc}{where}") from None
     finally:
+        phase[0] = "closing"
         conn.close()
+
+
+def _follow(conn: Connection, opts: ConnectCommandOptions, stop: threading.Event, ended: list[str]) -> int:
+    """Refresh until the job ends or a signal says stop; the line that says why."""
+    why = ""
+    while not stop.wait(opts.refresh):
+        try:
+            if not conn.refresh():
+                why = f"the job's session {conn.sid} has ended on {opts.host}"
+                break
+        except HarnessError as exc:
+            warn(exc.message)
+    if ended:
+        why = f"{ended[0]}"
+    print(f"rtdebug: disconnected from session {conn.sid} ({why}); every tunnel closed", flush=True)
+    return 0

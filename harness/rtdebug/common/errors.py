@@ -9,6 +9,14 @@ from __future__ import annotations
 
 USAGE = 2
 RUNTIME = 1
+# control characters (C0 but tab, DEL, C1): a message may quote what another machine sent, which must never
+# move the cursor, retitle the terminal or forge a line of its own
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x09), *range(0x0A, 0x20), *range(0x7F, 0xA0))}
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character written as an escape (``\\x1b``): safe to print on a terminal."""
+    return text.translate(_CONTROL)
 
 
 class HarnessError(Exception):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,13 @@ PLAIN: dict[str, tuple[type, ...]] = {
     "error": (str, type(None)),
 }
 STOP_KINDS = ("nonfinite", "disagree", "step")
+# session fields copied to the local entry, by JSON type
+SESSION_PLAIN: dict[str, tuple[type, ...]] = {
+    **dict.fromkeys(("script", "nnodes", "mode", "rdzv_id"), (str,)),
+    "nproc_per_node": (int,),
+    "started_at": (int, float),
+}
+MAX_TEXT = 4096  # characters of one copied text field (a path's limit): a longer one is dropped, never copied
 ANY_ADDRESS = ("0.0.0.0", "::")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -109,7 +117,7 @@ def _meshes(value: Any) -> list[Entry] | None:
         if not isinstance(m, dict):
             return None
         dims, shape, coord = m.get("dims"), m.get("shape"), m.get("coord")
-        ok = isinstance(dims, list) and all(isinstance(d, str) for d in dims) and len(dims) <= 8
+        ok = isinstance(dims, list) and all(isinstance(d, str) and len(d) <= 64 for d in dims) and len(dims) <= 8
         for nums in (shape, coord):
             ok = ok and isinstance(nums, list) and len(nums) <= 8
             ok = ok and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in nums or [])
@@ -117,7 +125,8 @@ def _meshes(value: Any) -> list[Entry] | None:
             return None
         one: Entry = {"dims": dims, "shape": shape, "coord": coord}
         for k in ("groups", "descs"):
-            if isinstance(m.get(k), list) and all(isinstance(g, str) for g in m[k]):
+            texts = m.get(k)
+            if isinstance(texts, list) and len(texts) <= 8 and all(isinstance(g, str) and len(g) <= 256 for g in texts):
                 one[k] = m[k]
         out.append(one)
     return out
@@ -145,16 +154,27 @@ def _rank(r: Any, sid: str, where: str) -> RemoteRank:
         raise _bad(where, f"rank {r['rank']} with a bad node address {str(node_ip)[:60]!r}")
     entry: Entry = {k: r[k] for k in ("rank", "world_size", "local_rank", "state", "pid")}
     entry["session_id"] = sid
-    for k, types in PLAIN.items():
-        v = r.get(k)
-        if k in r and isinstance(v, types) and not (isinstance(v, bool) and bool not in types):
-            entry[k] = v
+    entry.update(plain(r, PLAIN))
     if (m := _meshes(r.get("meshes"))) is not None:
         entry["meshes"] = m
     if "stop" in r:
         entry["stop"] = _stop(r["stop"])
     node_rank = r["node_rank"] if _int(r.get("node_rank")) else 0
     return RemoteRank(r["rank"], r["host"], r["port"], r["state"], node_rank, node_ip, r["pid"], entry)
+
+
+def plain(value: Entry, fields: dict[str, tuple[type, ...]]) -> Entry:
+    """The ``fields`` of ``value`` that have their JSON type (a bool is no number), finite, and texts at most
+    ``MAX_TEXT`` long: a forged field is left out, never copied into an entry a local reader trusts."""
+    out: Entry = {}
+    for k, types in fields.items():
+        v = value.get(k)
+        if k not in value or not isinstance(v, types) or (isinstance(v, bool) and bool not in types):
+            continue
+        if isinstance(v, str) and len(v) > MAX_TEXT or isinstance(v, float) and not math.isfinite(v):
+            continue
+        out[k] = v
+    return out
 
 
 def _int(value: Any) -> bool:
@@ -200,7 +220,7 @@ def _session(s: Any, where: str) -> RemoteSession:
         if store is None:
             raise _bad(where, f"session {sid} with a store address that is not HOST:PORT")
     nodes, home = _nodes(s.get("nodes", []), ranks, sid, where)
-    keep = {k: s[k] for k in ("script", "nnodes", "nproc_per_node", "mode", "rdzv_id", "started_at") if k in s}
+    keep = plain(s, SESSION_PLAIN)
     if s.get("mode") == "ray":
         _ray_ranks(ranks, sid, where)
         if valid_session_id(s.get("parent_session")):

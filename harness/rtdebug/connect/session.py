@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rtdebug.common import log
-from rtdebug.common.errors import HarnessError
+from rtdebug.common.errors import HarnessError, printable
 from rtdebug.common.ports import is_port_free, port_holder
 from rtdebug.common.procinfo import is_alive
 from rtdebug.connect import listing
@@ -37,6 +37,7 @@ from rtdebug.registry.liveness import prune
 
 Entry = dict[str, Any]
 LIST_TIMEOUT_S = 60.0
+PICK_TRIES = 20  # free local ports tried for one rank when no --local-port-base is given
 
 
 def free_port() -> int:
@@ -46,7 +47,7 @@ def free_port() -> int:
 
 
 def warn(msg: str) -> None:
-    print(f"rtdebug: warning: {msg}", file=sys.stderr, flush=True)
+    print(f"rtdebug: warning: {printable(msg)}", file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -174,7 +175,14 @@ class Connection:
         if rank in self.local_ports:
             return self.local_ports[rank]
         base = self.opts.local_port_base
-        port = base + rank if base is not None else free_port()
+        if base is None:  # any free port: one taken between the pick and the check is no user's mistake
+            for _ in range(PICK_TRIES):
+                port = free_port()
+                if port not in self.local_ports.values() and is_port_free(port):
+                    self.local_ports[rank] = port
+                    return port
+            raise HarnessError(f"no free local port for rank {rank} after {PICK_TRIES} tries")
+        port = base + rank
         if port > 65535:
             raise HarnessError(f"--local-port-base {base}: rank {rank} would get port {port}, above 65535", 2)
         if not is_port_free(port):
