@@ -475,3 +475,107 @@ def test_an_error_that_quotes_another_machine_cannot_drive_the_terminal(capsys, 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "\x1b" not in err and "\x07" not in err and "\r" not in err
     assert err == "rtdebug: error: node0: bad address \\x1b]0;PWNED\\x07\\x0d\\x0artdebug: ok\n"
+
+
+# -- a hostile node (the transport's side): endless output, a listing that names an alias, a node that is down ---
+
+
+def test_a_remote_command_that_prints_without_end_is_cut_at_the_limit(monkeypatch):
+    """The ssh client's output is read as it comes: past MAX_OUTPUT it is killed (not read to the end into
+    memory), and the error names the remote command, not the launcher words before it."""
+    from rtdebug.connect import sshsays
+    from rtdebug.connect.sshsays import command_label, read_bounded
+
+    monkeypatch.setattr(sshsays, "MAX_STDERR", 1000)
+    endless = [sys.executable, "-c", "import sys\nsys.stderr.write('e' * 5000 + 'why')\nwhile True: print('A' * 4096)"]
+    p = subprocess.Popen(endless, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err, why = read_bounded(p, 30, 1 << 20)
+    finally:
+        p.kill()
+        p.wait()
+    assert why == "big" and out == b"" and len(err) <= 1000 and err.endswith(b"why")  # stderr: its end only
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], stdout=subprocess.PIPE)
+    try:
+        assert read_bounded(p, 0.2, 100)[2] == "timeout"
+    finally:
+        p.kill()
+        p.wait()
+    p = subprocess.Popen([sys.executable, "-c", "print('ok')"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert read_bounded(p, 30, 100) == (b"ok\n", b"", "") and p.returncode == 0
+    assert command_label(["/opt/venv/bin/python", "-m", "rtdebug", "ps", "--json"]) == "rtdebug ps --json"
+    assert command_label(["/usr/local/bin/rtdebug", "ps", "--json"]) == "rtdebug ps --json"
+    assert command_label([sys.executable, "-c", "import x; x.main()", "ps", "--json"]) == "rtdebug ps --json"
+
+
+def test_a_node_address_that_the_user_s_ssh_config_turns_into_another_host_is_refused(tmp_path):
+    """A listing's node address is opened only as the address it is (``ssh -G``, offline): an alias of the
+    user's (another HostName) or a Host entry with its own proxy is refused in one line; an IP address, a
+    plain name, a ``Host *`` of the user's and the host the user named pass."""
+    from rtdebug.connect.transport import SshTransport
+
+    cfg = tmp_path / "ssh.conf"
+    cfg.write_text(
+        "Host login\n  HostName 10.9.9.9\nHost evil*\n  ProxyCommand nc %h %p\nHost bast\n  ProxyJump other\n"
+        "Host *\n  User root\n  ServerAliveInterval 7\n"
+    )
+    t = SshTransport(ssh_config=str(cfg))
+    try:
+        for ok in ("10.0.0.4", "fe80::1", "node7", "Node7"):
+            t.check_listed(ok)
+        for bad, says in (("login", "HostName '10.9.9.9'"), ("evil.com", "ProxyCommand"), ("bast", "ProxyJump")):
+            with pytest.raises(HarnessError, match=f"not connecting to {bad}, a node address the job names: .*{says}"):
+                t.check_listed(bad)
+            with pytest.raises(HarnessError, match=f"not connecting to {bad}"):
+                t.open_many([bad])  # refused before any ssh is started
+        t.prestart(["login", "evil.com"])
+        assert t.pending == {}  # nor started ahead
+        t.named.add("login")  # the host the user typed (``open``) is theirs to name
+        t.check_listed("login")
+        with pytest.raises(HarnessError, match="invalid node address"):
+            t.check_listed("-oProxyCommand=x")
+    finally:
+        t.close()
+    (tmp_path / "all.conf").write_text("Host *\n  ProxyCommand nc %h %p\n")
+    j = SshTransport(["login"], ssh_config=str(tmp_path / "all.conf"))  # the user's proxy for every host
+    k = SshTransport(["j"], ssh_config=str(cfg))
+    try:
+        j.check_listed("10.0.0.4")
+        with pytest.raises(HarnessError, match="HostName '10.9.9.9'"):
+            k.check_listed("login")  # through --jump: still an alias
+    finally:
+        j.close()
+        k.close()
+
+
+@pytest.mark.parametrize(
+    ("stderr", "says"),
+    [
+        # through a jump host: its sshd could not reach the node (down, or no sshd there)
+        ("channel 0: open failed: connect failed: Connection refused\nstdio forwarding failed\n"
+         "kex_exchange_identification: Connection closed by remote host\n", "down or no sshd listens there"),
+        ("channel 0: open failed: connect failed: No route to host\nstdio forwarding failed\n", "No route to host"),
+        ("kex_exchange_identification: Connection closed by remote host\r\n", "down or no sshd listens there"),
+        ("ssh: connect to host 10.0.0.9 port 22: Connection refused\r\n", "down or no sshd listens there"),
+        ("ssh: connect to host 10.0.0.9 port 22: Connection timed out\n", "down or no sshd listens there"),
+    ],
+)  # fmt: skip
+def test_a_node_that_is_down_is_not_blamed_on_the_jump_host(stderr, says):
+    line = explain(stderr, "node1", ["login"])
+    assert says in line and "AllowTcpForwarding" not in line and "jump host" not in line
+    assert line.startswith("cannot connect to node1 through login: ") and "\n" not in line and "\r" not in line
+    refused = "channel 0: open failed: administratively prohibited: open failed\nstdio forwarding failed\n"
+    assert "jump host login refused to forward" in explain(refused + stderr, "node1", ["login"])
+
+
+def test_a_hop_that_failed_without_a_reason_is_told_by_whether_the_jump_host_forwards_at_all():
+    """ssh -J says only "stdio forwarding failed" both when the jump host forwards nothing and when the node
+    behind it is down: the jump master's answer (a forward to its own sshd) tells which; unknown: both named."""
+    from rtdebug.connect.sshsays import hop_unknown
+
+    said = "stdio forwarding failed\nkex_exchange_identification: Connection closed by remote host\n"
+    assert hop_unknown(said) and not hop_unknown("channel 0: open failed: connect failed: x\n" + said)
+    assert explain(said, "node1", ["login"], True).startswith("cannot connect to node1 through login: it is down")
+    assert explain(said, "node1", ["login"], False).startswith("jump host login refused to forward")
+    both = explain(said, "node1", ["login"])
+    assert "AllowTcpForwarding" in both and "node1 is down or has no sshd listening" in both

@@ -14,6 +14,9 @@ every node reached through it (``ProxyCommand ssh -S JUMP -W``), so each node co
 one per hop; when the user's config gives that jump host a ``ControlMaster`` of its own, plain ``-J`` (their
 master serves the hop, as ssh's own ``ProxyJump`` would use it). ``prestart`` spawns the masters to several
 nodes at once, so they connect side by side; ``open_many`` then waits for each.
+A node a job's listing names (any but the ``HOST`` given to ``open``) is first checked with ``ssh -G``
+(``check_listed``): an alias of the user's ssh config is refused, so a job cannot pick where their keys go.
+A remote command's output is read as it comes and cut at ``MAX_OUTPUT`` (``sshsays.read_bounded``).
 A ``kubectl port-forward`` transport would be one ``Link`` per pod: ``run`` is
 ``kubectl exec``, ``forward`` one ``kubectl port-forward pod LOCAL:PORT`` child per port (docs/connect.md).
 """
@@ -36,6 +39,19 @@ from typing import Protocol
 
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.procinfo import process_create_time
+from rtdebug.connect.sshsays import (
+    command_label,
+    explain,
+    first_bytes,
+    hop_unknown,
+    last_line,
+    listed_node_problem,
+    proxy_command,
+    read_bounded,
+    refused_by_mux,
+    ssh_settings,
+    user_has_master,
+)
 
 PR_SET_PDEATHSIG = 1
 CONNECT_TIMEOUT_S = 15.0
@@ -124,36 +140,6 @@ class Transport(Protocol):
         ...
 
 
-def last_line(text: str) -> str:
-    """ssh's own reason, in one line: its last line that says something (no warnings about known hosts)."""
-    lines = [ln.strip() for ln in text.replace("\r", "\n").splitlines()]
-    lines = [ln for ln in lines if ln and not ln.startswith("Warning: Permanently added")]
-    keep = "".join(ch if ch.isprintable() else "?" for ch in (lines[-1] if lines else ""))
-    return keep[:300]
-
-
-def _line_with(text: str, needle: str) -> str:
-    return next((last_line(ln) for ln in text.splitlines() if needle in ln.lower()), last_line(text))
-
-
-def explain(stderr: str, node: str, jumps: list[str]) -> str:
-    """Why ssh could not reach ``node`` (a jump host's own ssh writes there too), in one line a user can act on."""
-    low = stderr.lower()
-    via = f" through {','.join(jumps)}" if jumps else ""
-    if "could not resolve hostname" in low:
-        return f"cannot reach {node}{via}: {_line_with(stderr, 'could not resolve hostname')}"
-    if "permission denied" in low:
-        why = _line_with(stderr, "permission denied")
-        return f"{node}{via} refused the login ({why}); check the key ssh uses for it (ssh -v {node})"
-    if "administratively prohibited" in low or "stdio forwarding failed" in low:
-        hop = jumps[-1] if jumps else node
-        why = _line_with(stderr, "administratively prohibited")
-        return f"jump host {hop} refused to forward the connection to {node} (sshd: AllowTcpForwarding no?): {why}"
-    if "host key verification failed" in low:
-        return f"{node}: host key verification failed; connect once with plain ssh to check and record its key"
-    return f"cannot connect to {node}{via}: {last_line(stderr) or 'ssh exited'}"
-
-
 @dataclass
 class SshLink:
     """One control master to one node, a child of this process."""
@@ -173,31 +159,43 @@ class SshLink:
 
     def wait_ready(self, deadline: float, jumps: list[str] | None = None) -> None:
         """Until the master is up (its control socket exists); ``jumps``: the hops before it, for its errors."""
+        hops = self.transport.jumps if jumps is None else jumps
         while not self.control.exists():
             if self.proc.poll() is not None:
-                err = self.log.read_text(errors="replace") if self.log.exists() else ""
-                raise HarnessError(explain(err, self.node, self.transport.jumps if jumps is None else jumps))
+                raise HarnessError(explain(_log(self), self.node, hops))
             if time.monotonic() > deadline:
                 self.close()
-                raise HarnessError(f"cannot connect to {self.node}: no answer within {CONNECT_TIMEOUT_S:g} s")
+                via = f" through {','.join(hops)}" if hops else ""
+                why = f"no answer within {CONNECT_TIMEOUT_S:g} s (is it down, or unreachable from here?)"
+                raise HarnessError(f"cannot connect to {self.node}{via}: {why}")
             time.sleep(0.01)
         self.pid = self.proc.pid
         self.create_time = process_create_time(self.pid) or time.time()
 
     def run(self, argv: list[str], timeout: float) -> tuple[int, bytes, str]:
+        """Its output read as it comes, at most ``MAX_OUTPUT`` bytes: past that (or ``timeout``) the ssh client
+        is killed, so a node that prints without end costs this process no more than that."""
         cmd = " ".join(shlex.quote(a) for a in argv)
+        proc = subprocess.Popen(
+            [*self._client("-o", "ControlMaster=no", "-T"), "--", cmd],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         try:
-            p = subprocess.run(
-                [*self._client("-o", "ControlMaster=no", "-T"), "--", cmd],
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=timeout,
-            )
-        except subprocess.TimeoutExpired:
-            raise HarnessError(f"{self.node}: `{cmd[:120]}` did not finish within {timeout:g} s") from None
-        if len(p.stdout) > MAX_OUTPUT:
-            raise HarnessError(f"{self.node}: `{argv[0][:80]}` printed more than {MAX_OUTPUT} bytes; not read")
-        return p.returncode, p.stdout, last_line(p.stderr.decode(errors="replace"))
+            out, err, why = read_bounded(proc, timeout, MAX_OUTPUT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+        if why == "timeout":
+            raise HarnessError(f"{self.node}: `{command_label(argv)}` did not finish within {timeout:g} s")
+        if why == "big":
+            raise HarnessError(f"{self.node}: `{command_label(argv)}` printed more than {MAX_OUTPUT} bytes; not read")
+        return proc.returncode, out, last_line(err.decode(errors="replace"))
 
     def _mux(self, op: str, forwards: list[Forward]) -> None:
         if not forwards:
@@ -262,6 +260,9 @@ class SshTransport:
         self.jump: SshLink | None = None  # the master to the last jump host, every node's way there
         self.pending: dict[str, SshLink] = {}  # started by prestart, not yet claimed by open_many
         self.share_jump = bool(self.jumps) and not self._user_master(self.jumps[-1])
+        self.named: set[str] = set()  # the hosts the user named (``open``); any other node came from a listing
+        self.vetted: dict[str, str] = {}  # a listed node -> why it is refused ("": it is not)
+        self.plain: dict[str, str] | None = None  # ``ssh -G`` of a name no Host entry of its own matches
 
     def base_options(self) -> list[str]:
         out = ["-F", self.ssh_config] if self.ssh_config else []
@@ -282,6 +283,36 @@ class SshTransport:
         except (OSError, subprocess.TimeoutExpired):
             return False
         return user_has_master(p.stdout) if p.returncode == 0 else False
+
+    def ssh_g(self, host: str) -> tuple[dict[str, str], str]:
+        """What ssh would use for ``host`` on a node master's command line (``ssh -G``: no connection made):
+        its settings, or ``({}, why)`` when ssh cannot say."""
+        route = ["-J", ",".join(self.jumps)] if self.jumps else []  # as the real route: the config's proxy unused
+        try:
+            p = subprocess.run(
+                [self.ssh, *self.base_options(), *route, "-G", "--", host], stdin=subprocess.DEVNULL,
+                capture_output=True, text=True, timeout=10,
+            )  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return {}, str(exc)
+        if p.returncode != 0:
+            return {}, last_line(p.stderr) or f"ssh -G exited {p.returncode}"
+        return ssh_settings(p.stdout), ""
+
+    def check_listed(self, node: str) -> None:
+        """A node address a job's listing named (not a host the user typed) is opened only when the user's
+        ssh config takes it for what it is: no ``Host`` entry that turns it into another HostName, or sends
+        it through a ProxyCommand / ProxyJump of its own, so the job cannot pick one of the user's aliases."""
+        if node in self.named:
+            return
+        if node not in self.vetted:
+            conf, err = self.ssh_g(check_node_name(node, "node address"))
+            if self.plain is None:  # what any host gets (a ``Host *`` of the user's, the jump hosts connect sets)
+                self.plain = self.ssh_g(f"rtdebug-plain-{os.getpid()}.invalid")[0]
+            self.vetted[node] = f"ssh -G failed: {err}" if err else listed_node_problem(node, conf, self.plain)
+        why = self.vetted[node]
+        if why:
+            raise HarnessError(f"not connecting to {node}, a node address the job names: {why}")
 
     def _master_argv(self, control: Path, node: str, route: list[str], options: list[str], jump: bool) -> list[str]:
         # a jump master has no forwards of its own: one node's refused channel must not end every node's way
@@ -308,18 +339,54 @@ class SshTransport:
 
     def _wait(self, link: SshLink, deadline: float) -> SshLink:
         """``link`` up; one refused on the way through the shared jump master is tried once with ``-J``, so
-        ssh itself says why (the mux says only "Stdio forwarding request failed")."""
+        ssh itself says why (the mux says only "Stdio forwarding request failed"); where ssh says only that
+        the hop failed, the jump master is asked whether it forwards at all (``hop_forwards``)."""
         try:
             link.wait_ready(deadline)
             return link
-        except HarnessError:
-            said = link.log.read_text(errors="replace") if link.log.exists() else ""
-            if not link.via_jump or not refused_by_mux(said):
-                raise
-        link.close()
-        retry = self._spawn_master(link.node, ["-J", ",".join(self.jumps)], self.base_options())
-        retry.wait_ready(deadline)
-        return retry
+        except HarnessError as exc:
+            err, said = exc, _log(link)
+        if link.via_jump and refused_by_mux(said):
+            link.close()
+            retry = self._spawn_master(link.node, ["-J", ",".join(self.jumps)], self.base_options())
+            try:
+                retry.wait_ready(deadline)
+                return retry
+            except HarnessError as again:
+                err, said = again, _log(retry)
+        if hop_unknown(said) and self.jump is not None and self.jump.alive():
+            raise HarnessError(explain(said, link.node, self.jumps, self.hop_forwards())) from None
+        raise err
+
+    def hop_forwards(self) -> bool | None:
+        """Whether the last jump host forwards a connection at all: one through its master to its own sshd
+        (the address and port this side reached it at) answers with an ssh banner; None: no master to ask."""
+        if self.jump is None or not self.jump.alive():
+            return None
+        hop = self.jumps[-1]
+        try:
+            g = subprocess.run(
+                [self.ssh, *self._config(), "-G", "--", hop], stdin=subprocess.DEVNULL, capture_output=True,
+                text=True, timeout=10,
+            )  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        conf = ssh_settings(g.stdout)
+        target = f"[{conf.get('hostname', hop)}]:{conf.get('port', '22')}"
+        words = [self.ssh, *self._config(), "-S", str(self.jump.control), "-o", "ControlMaster=no"]
+        proc = subprocess.Popen(
+            [*words, "-o", "BatchMode=yes", "-W", target, "--", hop],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            banner = first_bytes(proc, 5.0, 4)
+        finally:
+            proc.kill()
+            proc.wait()
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe is not None:
+                    pipe.close()
+        return banner == b"SSH-"
 
     def route(self) -> list[str]:
         """How a node master gets there: through the shared jump master, else ``-J`` (or the user's config)."""
@@ -355,13 +422,21 @@ class SshTransport:
         if self.share_jump and (self.jump is None or not self.jump.alive()):
             return  # the jump master is opened (and waited for) by open_many
         for node in sorted(set(nodes) - set(self.pending)):
-            if NODE_NAME.fullmatch(node) and not node.startswith("-"):
-                self.pending[node] = self._spawn_master(node, self.route(), self.base_options())
+            try:
+                self.check_listed(node)  # (open_many says why, for the node, when it is asked for it)
+            except HarnessError:
+                continue
+            self.pending[node] = self._spawn_master(node, self.route(), self.base_options())
 
     def open(self, node: str, timeout: float = CONNECT_TIMEOUT_S) -> Link:
+        """A link to the host the user named (``HOST``): taken as it is, with whatever their config makes it."""
+        self.named.add(check_node_name(node))
         return self.open_many([node], timeout)[node]
 
     def open_many(self, nodes: list[str], timeout: float = CONNECT_TIMEOUT_S) -> dict[str, Link]:
+        """Links to ``nodes``; any the user did not name (``open``) is a listing's, checked (``check_listed``)."""
+        for n in nodes:
+            self.check_listed(n)
         deadline = time.monotonic() + timeout
         self._jump_master(deadline)
         links = {n: self._start(n) for n in nodes}
@@ -382,22 +457,5 @@ class SshTransport:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def refused_by_mux(stderr: str) -> bool:
-    """A node master's log says the jump master's mux could not open the hop (and not why)."""
-    return "stdio forwarding request failed" in stderr.lower()
-
-
-def user_has_master(ssh_g: str) -> bool:
-    """From ``ssh -G HOST``'s output: does the user's config give HOST a ControlMaster (and a ControlPath)?"""
-    conf = dict(ln.split(" ", 1) for ln in ssh_g.splitlines() if " " in ln)
-    master = conf.get("controlmaster", "false").strip().lower()
-    path = conf.get("controlpath", "none").strip().lower()
-    return master not in ("false", "no") and path not in ("", "none")
-
-
-def proxy_command(ssh: str, config: list[str], control: Path, jump: str) -> str:
-    """``ProxyCommand`` through the running master at ``control`` to ``jump``: a mux client, no handshake. Its
-    words are quoted for the shell ssh runs it with, and ``%`` doubled (ssh expands ``%h`` and ``%p`` only)."""
-    words = [ssh, *config, "-S", str(control), "-o", "ControlMaster=no", "-o", "BatchMode=yes"]
-    quoted = " ".join(shlex.quote(w).replace("%", "%%") for w in words)
-    return f"{quoted} -W '[%h]:%p' -- {shlex.quote(jump).replace('%', '%%')}"
+def _log(link: SshLink) -> str:
+    return link.log.read_text(errors="replace") if link.log.exists() else ""
