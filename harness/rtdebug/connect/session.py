@@ -67,6 +67,7 @@ class Connection:
         self.links: dict[str, Link] = {}
         self.tunnels: dict[int, tuple[str, Forward]] = {}  # rank -> (node, forward)
         self.local_ports: dict[int, int] = {}  # rank -> its local port, kept across moves
+        self.unreached: dict[str, str] = {}  # node -> the warning said about it (once, until it is reached)
         self.store_forward: Forward | None = None
         self.gcs_forward: Forward | None = None  # a Ray run's GCS, forwarded through the home link
         self.secret_server: SecretServer | None = None
@@ -310,8 +311,13 @@ class Connection:
                 self.tunnels = {k: v for k, v in self.tunnels.items() if v[0] != node}
             try:
                 self.links.update(self.transport.open_many([node]))
-            except HarnessError as exc:
-                warn(f"ranks on {node} are not forwarded: {exc.message}")
+            except HarnessError as exc:  # said once per node and reason, not at every refresh
+                said = f"ranks on {node} are not forwarded: {exc.message}"
+                if self.unreached.get(node) != said:
+                    warn(said)
+                self.unreached[node] = said
+            else:
+                self.unreached.pop(node, None)
 
     def _reconcile(self, want: dict[int, tuple[str, RemoteRank]]) -> None:
         gone: dict[str, list[Forward]] = {}
