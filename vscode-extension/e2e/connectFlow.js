@@ -31,15 +31,6 @@ function childrenOf(pid) {
   return out;
 }
 
-const alive = (pid) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
-
 /** Whether 127.0.0.1:port can be bound now (nothing listens there). */
 const portFree = (port) =>
   new Promise((resolve) => {
@@ -136,7 +127,7 @@ async function flowConnected(ctx, { reg, sid, bp, host, ready }) {
   const connectPid = session.launcher_pid;
   const ports = [0, 1].map((r) => (readJson(path.join(reg, sid, `rank-${r}.json`)) || {}).port);
   check(
-    ports.every((p) => p && p !== ready.port) && alive(connectPid),
+    ports.every((p) => p && p !== ready.port) && wb.alive(connectPid),
     `connect (pid ${connectPid}) registered ${sid} here, mode connected, ranks at local ports ${ports.join(', ')} (${Date.now() - t0} ms)`,
   );
   const label = async (prefix) => {
@@ -192,8 +183,8 @@ async function flowConnected(ctx, { reg, sid, bp, host, ready }) {
 async function disconnect(ctx, { reg, sid, host, connectPid, sshKids, ports, rowText }) {
   const { page, check } = ctx;
   await wb.clickRowAction(page, 'rtdebug session', 'Stop Session');
-  await wb.waitFor('connect to end', () => !alive(connectPid), 30000);
-  await wb.waitFor('its ssh children to end', () => !sshKids.some((c) => alive(c.pid)), 15000);
+  await wb.waitFor('connect to end', () => !wb.alive(connectPid), 30000);
+  await wb.waitFor('its ssh children to end', () => !sshKids.some((c) => wb.alive(c.pid)), 15000);
   await wb.waitFor('the local session to leave the registry', () => !fs.existsSync(path.join(reg, sid)), 15000);
   const free = await Promise.all(ports.map(portFree));
   check(
@@ -202,7 +193,7 @@ async function disconnect(ctx, { reg, sid, host, connectPid, sshKids, ports, row
   );
   await wb.waitFor('the Ranks view to drop the session', async () => !(await rowText(0)) && !(await rowText(1)), 20000);
   check(
-    host.lines.every((l) => !('job_exit' in l)) && alive(host.lines.find((l) => l.ready).job_pid),
+    host.lines.every((l) => !('job_exit' in l)) && wb.alive(host.lines.find((l) => l.ready).job_pid),
     'the job runs on after the disconnect',
   );
   fs.writeFileSync(host.stopFile, '');

@@ -84,15 +84,6 @@ async function generate(page, portBase) {
   );
 }
 
-const alive = (pid) => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
-
 /** F5 on a `"type": "rtdebug"` launch config: the extension starts the job, attaches every rank; stop ends the job. */
 async function f5Launch(page, name, script, line, ranks) {
   const before = traceLines().length;
@@ -129,7 +120,10 @@ async function f5Launch(page, name, script, line, ranks) {
     .filter((f) => f === 'session.json' || /^rank-\d+\.json$/.test(f))
     .map((f) => JSON.parse(fs.readFileSync(path.join(reg, sid, f), 'utf8')));
   const pids = entries.map((e) => e.launcher_pid || e.pid);
-  check(pids.length === ranks.length + 1 && pids.every(alive), `${name} started session ${sid}: launcher + ${ranks.length} rank(s) alive`);
+  check(
+    pids.length === ranks.length + 1 && pids.every(wb.alive),
+    `${name} started session ${sid}: launcher + ${ranks.length} rank(s) alive`,
+  );
   await page.screenshot({ path: path.join(art, `vscode-e2e-f5-${script.replace('.py', '')}-stopped.png`) });
   await wb.runCommand(page, 'rtdebug e2e: Stop rtdebug Parent Sessions');
   await wb.waitFor(
@@ -140,7 +134,7 @@ async function f5Launch(page, name, script, line, ranks) {
         .some((e) => e.kind === 'session-end' && e.name === name),
     60000,
   );
-  await wb.waitFor(`the ${name} job processes to be gone`, () => !pids.some(alive), 30000);
+  await wb.waitFor(`the ${name} job processes to be gone`, () => !pids.some(wb.alive), 30000);
   step(`ok: stopping ${name} ended the job: launcher and rank(s) are gone (no orphans)`);
 }
 
@@ -208,7 +202,7 @@ async function errorPaths(page) {
     })
     .filter((e) => e && e.command.includes('--nnodes'));
   check(never.length === 1, 'the never-ready job had started a session');
-  await wb.waitFor('the never-ready job to be stopped', () => !alive(never[0].launcher_pid), 30000);
+  await wb.waitFor('the never-ready job to be stopped', () => !wb.alive(never[0].launcher_pid), 30000);
   step('ok: the never-ready job was stopped (no orphan)');
 }
 

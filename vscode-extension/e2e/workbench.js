@@ -142,3 +142,14 @@ async function clickRowAction(page, prefix, title) {
 
 module.exports.viewRow = viewRow;
 module.exports.clickRowAction = clickRowAction;
+
+/** Is process `pid` alive (signal 0)? */
+const alive = (pid) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+module.exports.alive = alive;
