@@ -23,7 +23,8 @@ fi
 # wheel directory or index of its own (pip config's find-links) uses that; any other gets PyTorch's CPU index.
 # RTDEBUG_TORCH_INDEX= (empty) turns the extra index off; set it to use another.
 EXTRA=()
-if ! .venv/bin/python -m pip config list 2>/dev/null | grep -q 'find-links'; then
+PIP_CONFIG=$(.venv/bin/python -m pip config list 2>/dev/null || true)   # read whole: grep -q would cut the pipe
+if [[ "$PIP_CONFIG" != *find-links* ]]; then
   INDEX=${RTDEBUG_TORCH_INDEX-https://download.pytorch.org/whl/cpu}
   [ -n "$INDEX" ] && EXTRA=(--extra-index-url "$INDEX")
 fi
