@@ -34,16 +34,23 @@ def _proc_stat(pid: int) -> tuple[float, bytes] | None:
     return int(fields[19]) / _CLOCK_TICKS + _boot_time, fields[0]
 
 
+_machine: str | None = None
+
+
 def machine_id() -> str:
     """This kernel's boot and this process's pid namespace (``<boot_id>/pid:[<inode>]``): two processes whose
     pids mean the same processes share it. A hostname does not say that (containers and network namespaces
-    can share one; a laptop can be named as a cluster node is). "" where /proc cannot tell: never a match."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-        return f"{boot}/{os.readlink('/proc/self/ns/pid')}" if boot else ""
-    except OSError:
-        return ""
+    can share one; a laptop can be named as a cluster node is). "" where /proc cannot tell: never a match.
+    Read once: neither changes for a running process, and a view asks it for every entry it reads."""
+    global _machine
+    if _machine is None:
+        try:
+            with open("/proc/sys/kernel/random/boot_id") as f:
+                boot = f.read().strip()
+            _machine = f"{boot}/{os.readlink('/proc/self/ns/pid')}" if boot else ""
+        except OSError:
+            _machine = ""
+    return _machine
 
 
 def process_create_time(pid: int) -> float | None:

@@ -273,31 +273,29 @@ class SshTransport:
     def _config(self) -> list[str]:
         return ["-F", self.ssh_config] if self.ssh_config else []
 
-    def _user_master(self, host: str) -> bool:
-        """Whether the user's ssh config gives ``host`` a ControlMaster of its own (``ssh -G``: no connection)."""
+    def settings(self, host: str, words: list[str]) -> tuple[str, str]:
+        """``ssh -G`` of ``host`` with ``words`` before it (no connection is made): what ssh would use for it,
+        as its text, or ``("", why)`` when ssh cannot say."""
         try:
             p = subprocess.run(
-                [self.ssh, *self._config(), "-G", "--", host], stdin=subprocess.DEVNULL, capture_output=True,
-                text=True, timeout=10,
-            )  # fmt: skip
-        except (OSError, subprocess.TimeoutExpired):
-            return False
-        return user_has_master(p.stdout) if p.returncode == 0 else False
-
-    def ssh_g(self, host: str) -> tuple[dict[str, str], str]:
-        """What ssh would use for ``host`` on a node master's command line (``ssh -G``: no connection made):
-        its settings, or ``({}, why)`` when ssh cannot say."""
-        route = ["-J", ",".join(self.jumps)] if self.jumps else []  # as the real route: the config's proxy unused
-        try:
-            p = subprocess.run(
-                [self.ssh, *self.base_options(), *route, "-G", "--", host], stdin=subprocess.DEVNULL,
-                capture_output=True, text=True, timeout=10,
+                [self.ssh, *words, "-G", "--", host], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                timeout=10,
             )  # fmt: skip
         except (OSError, subprocess.TimeoutExpired) as exc:
-            return {}, str(exc)
+            return "", str(exc)
         if p.returncode != 0:
-            return {}, last_line(p.stderr) or f"ssh -G exited {p.returncode}"
-        return ssh_settings(p.stdout), ""
+            return "", last_line(p.stderr) or f"ssh -G exited {p.returncode}"
+        return p.stdout, ""
+
+    def _user_master(self, host: str) -> bool:
+        """Whether the user's ssh config gives ``host`` a ControlMaster of its own."""
+        return user_has_master(self.settings(host, self._config())[0])
+
+    def ssh_g(self, host: str) -> tuple[dict[str, str], str]:
+        """What ssh would use for ``host`` on a node master's command line: its settings, or ``({}, why)``."""
+        route = ["-J", ",".join(self.jumps)] if self.jumps else []  # as the real route: the config's proxy unused
+        text, why = self.settings(host, [*self.base_options(), *route])
+        return (ssh_settings(text), "") if not why else ({}, why)
 
     def check_listed(self, node: str) -> None:
         """A node address a job's listing named (not a host the user typed) is opened only when the user's
@@ -364,14 +362,10 @@ class SshTransport:
         if self.jump is None or not self.jump.alive():
             return None
         hop = self.jumps[-1]
-        try:
-            g = subprocess.run(
-                [self.ssh, *self._config(), "-G", "--", hop], stdin=subprocess.DEVNULL, capture_output=True,
-                text=True, timeout=10,
-            )  # fmt: skip
-        except (OSError, subprocess.TimeoutExpired):
+        text, why = self.settings(hop, self._config())
+        if why:
             return None
-        conf = ssh_settings(g.stdout)
+        conf = ssh_settings(text)
         target = f"[{conf.get('hostname', hop)}]:{conf.get('port', '22')}"
         words = [self.ssh, *self._config(), "-S", str(self.jump.control), "-o", "ControlMaster=no"]
         proc = subprocess.Popen(

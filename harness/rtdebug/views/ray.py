@@ -12,8 +12,8 @@ is the same process); a rank lives while its node is alive (and, where its pids
 are ours, its pid). "Where its pids are ours" is the entry's ``machine`` (the
 kernel's boot and the pid namespace, ``procinfo.machine_id``), never a hostname:
 a laptop named as a node is must not judge, and delete, that node's live
-entries by pids of its own. Dead entries are deleted as they are found. A worker-group restart overwrites each
-rank's entry with the new worker's pid.
+entries by pids of its own. Dead entries are deleted as they are found. A
+worker-group restart overwrites each rank's entry with the new worker's pid.
 
 Anyone who reaches the GCS can write the KV: entries are checked and marked
 ``verified`` (``rtdebug.views.remote``), and no pid read here is ever signalled.
