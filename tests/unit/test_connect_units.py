@@ -239,6 +239,9 @@ class FakeTransport:
         self.opened += links.values()
         return links
 
+    def close(self):
+        pass
+
 
 def test_sync_follows_ranks_that_appear_move_and_end(tmp_path):
     from rtdebug.connect.session import Connection, Options

@@ -395,9 +395,7 @@ class Connection:
             link.close()
         self.links.clear()
         self.tunnels.clear()
-        closer = getattr(self.transport, "close", None)
-        if closer is not None:
-            closer()
+        self.transport.close()
         if self.registered and self.sid is not None:
             shutil.rmtree(self.reg.session_dir(self.sid), ignore_errors=True)
             self.registered = False

@@ -139,6 +139,10 @@ class Transport(Protocol):
         """Links to several nodes, connected side by side."""
         ...
 
+    def close(self) -> None:
+        """Everything this transport still holds (a shared jump master) ended."""
+        ...
+
 
 @dataclass
 class SshLink:
