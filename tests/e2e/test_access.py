@@ -1,4 +1,4 @@
-"""rtdebug.rank.endpoint.access: peer uid from /proc/net/tcp{,6} on real sockets, allow-lists, and a real job that a
+"""rtdebug.common.access: peer uid from /proc/net/tcp{,6} on real sockets, allow-lists, and a real job that a
 foreign uid cannot get into (while the owner still can)."""
 
 from __future__ import annotations
@@ -16,12 +16,11 @@ import time
 import psutil
 import pytest
 
-from rtdebug.common import sockdiag
+from rtdebug.common import access, sockdiag
+from rtdebug.common.access import AllowList, check, peer_uid, proc_peer_uid, tcp_rows
 from rtdebug.common.addresses import own_addresses, parse_allow
 from rtdebug.common.config import RankConfig
 from rtdebug.common.errors import HarnessError
-from rtdebug.rank.endpoint import access
-from rtdebug.rank.endpoint.access import AllowList, check, peer_uid, proc_peer_uid, tcp_rows
 
 from support.dap import DAPClient
 from support.jobs import read_ranks, rtdebug, wait_ranks

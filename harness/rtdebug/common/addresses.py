@@ -1,6 +1,6 @@
 """IP addresses as the access rules and the views compare them: one parser, one notion of "this host".
 
-Shared by a rank's access check (``rtdebug.rank.endpoint.access``), the config that validates ``--debug-allow``
+Shared by a rank's access check (``rtdebug.common.access``), the config that validates ``--debug-allow``
 (``rtdebug.common.config``) and the store view's "is this rank on my machine?" (``rtdebug.views.store``).
 """
 

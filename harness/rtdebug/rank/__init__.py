@@ -7,7 +7,7 @@ start-up, ``startup``, in one order: the fixes (post-import hooks: ``localmode``
 ``raylocal``, the ``meshes`` record, ``stopon``), the stacks dump (``stacks/``: ``dump``, ``take``,
 ``flight``), the collective record (``collectives/``: ``recorder``; ``stop``: "run all ranks to the next
 collective"; ``mismatch``), and the lazy ``endpoint/`` (one public class, ``Endpoint``: each client checked by
-``access``, admitted by ``dapgate``, handed to pydevd without a listening socket, traced only while attached,
+``rtdebug.common.access``, admitted by ``dapgate``, handed to pydevd without a listening socket, traced only while attached,
 debugpy imported in the background by ``warmup``). A launched rank also arms the launcher-watch guard
 (``rtdebug.common.lifetime``). With ``--wait`` it pre-imports torch and waits for a client; then it
 ``execute``s the user's script. A raise is reported as python would (``localmode``/``collectives.mismatch``

@@ -1,6 +1,6 @@
 """The first bytes of an admitted connection must be one DAP ``initialize`` request, or nothing reaches pydevd.
 
-Why: a browser runs as the port's owner, so its socket passes the uid check (``rtdebug.rank.endpoint.access``).
+Why: a browser runs as the port's owner, so its socket passes the uid check (``rtdebug.common.access``).
 ``fetch('http://127.0.0.1:5678/', {method: 'POST', mode: 'no-cors', body: '{..."command":"evaluate"...}'})``
 sends a request line and headers, one of them ``Content-Length``; pydevd skips to that header and runs
 the body. A web page cannot choose a connection's first bytes: they are a request line (HTTP, also a

@@ -9,7 +9,7 @@ attach configs work).
 Why the in-process adapter: no adapter process can outlive the rank and keep a port bound, and there is one
 hop fewer. Its cost: no automatic debugging of the rank's subprocesses (DataLoader workers), rarely needed.
 
-Who gets in (``rtdebug.rank.endpoint.access``): the accept thread checks every connection
+Who gets in (``rtdebug.common.access``): the accept thread checks every connection
 before debugpy sees a byte -- on this host only sockets of the rank's own uid,
 from elsewhere only allow-listed addresses. What gets in (``rtdebug.rank.endpoint.dapgate``):
 an admitted connection gets a thread of its own, which reads its first message
@@ -56,11 +56,11 @@ import time
 from collections.abc import Callable
 
 from rtdebug.common import log
+from rtdebug.common.access import AllowList, Peer, judge
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.ports import port_holder
 from rtdebug.common.threads import hidden_thread
 from rtdebug.rank.endpoint import gil, tracing, warmup
-from rtdebug.rank.endpoint.access import AllowList, Peer, judge
 from rtdebug.rank.endpoint.dapgate import DapFramer, NotDAP, message_end, read_first
 from rtdebug.rank.endpoint.pydevd_socket import Handoff, close_both, listen_via_handoff, pump
 from rtdebug.rank.endpoint.refusals import RefusalLog
