@@ -1,5 +1,6 @@
 """The documentation stays true: its links resolve, the command reference has every option of every
-command's ``--help``, it cites only files the repository has, and the README stays a front door.
+command's ``--help``, it cites only files the repository has, the package map in docs/architecture.md names
+every module of ``harness/rtdebug``, and the README stays a front door.
 
 Links are checked as GitHub renders them: a relative path must exist, and a ``#anchor`` must be one of
 the target page's headings under GitHub's anchor rules (lowercase; punctuation other than ``-`` and ``_``
@@ -217,6 +218,65 @@ def test_no_tracked_file_mentions_the_missing_design_document() -> None:
         except (UnicodeDecodeError, OSError):
             continue
     assert hits == [], f"these tracked files cite {needle}, which the repository does not have: {hits}"
+
+
+# -- the package map -------------------------------------------------------------------------------
+
+ARCHITECTURE_MD = ROOT / "docs" / "architecture.md"
+PACKAGE = ROOT / "harness" / "rtdebug"
+
+
+def package_map_rows(text: str) -> dict[str, set[str]]:
+    """The package map's rows: each package the first cell names (``rtdebug/connect/``, ``rtdebug.cli``) -> the
+    code spans of its row (``transport``, ``endpoint/``; ``adopt*`` names every module starting with ``adopt``)."""
+    section = text.split("## The package map", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, set[str]] = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or not cells[0].startswith("`"):
+            continue
+        for pkg in re.findall(r"`([^`]+)`", cells[0]):
+            rows[pkg] = set(re.findall(r"`([^`]+)`", cells[-1]))
+    return rows
+
+
+def unnamed_modules(text: str, package: Path = PACKAGE) -> list[str]:
+    """What the package map leaves out: each module (and subpackage) of ``package``, said as what to add where."""
+    rows = package_map_rows(text)
+    missing = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package)
+        if path.name in ("__init__.py", "__main__.py"):
+            continue
+        if len(rel.parts) == 1:
+            if f"rtdebug.{path.stem}" not in rows:
+                missing.append(f"harness/rtdebug/{rel}: name `rtdebug.{path.stem}` in a row's first cell")
+            continue
+        row = f"rtdebug/{rel.parts[0]}/"
+        if row not in rows:
+            missing.append(f"harness/rtdebug/{rel}: add a row for `{row}` (runs in, what it holds)")
+            continue
+        names = [f"{d}/" for d in rel.parts[1:-1]] + [path.stem]
+        for name in names:
+            spans = rows[row]
+            if name not in spans and not any(s.endswith("*") and name.startswith(s[:-1]) for s in spans):
+                missing.append(f"harness/rtdebug/{rel}: add `{name}` (and what it holds) to the `{row}` row")
+    return sorted(set(missing))
+
+
+def test_the_package_map_names_every_module() -> None:
+    missing = unnamed_modules(ARCHITECTURE_MD.read_text(encoding="utf-8"))
+    assert missing == [], "docs/architecture.md's package map does not name:\n" + "\n".join(missing)
+
+
+def test_a_module_left_out_of_the_package_map_is_caught() -> None:
+    text = ARCHITECTURE_MD.read_text(encoding="utf-8")
+    assert "`sshsays`" in text and "`rtdebug/connect/`" in text
+    missing = unnamed_modules(text.replace("`sshsays`", "sshsays").replace("`rtdebug/inject/`", "rtdebug/inject/"))
+    assert "harness/rtdebug/connect/sshsays.py: add `sshsays` (and what it holds) to the `rtdebug/connect/` row" in (
+        missing
+    )
+    assert "harness/rtdebug/inject/run.py: add a row for `rtdebug/inject/` (runs in, what it holds)" in missing
 
 
 def test_readme_is_a_front_door() -> None:

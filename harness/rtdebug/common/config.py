@@ -26,7 +26,7 @@ WORKER_PORT_BASE_VAR = "RTDEBUG_WORKER_PORT_BASE"  # Ray Train workers' port bas
 def check_host(host: str) -> None:
     if host not in LOOPBACK:
         warnings.warn(
-            f"debug endpoints bind {host}: anyone who can reach these ports can run code in the ranks",
+            f"debug endpoints bind {host}: whoever they let in (your uid here, allow-listed machines) can run code",
             stacklevel=3,
         )
 
