@@ -17,7 +17,7 @@ import os
 import sys
 import warnings
 
-from rtdebug.common.errors import HarnessError, printable
+from rtdebug.common.errors import HarnessError, UsageParser, printable, usage
 
 # name -> (module, the summary `rtdebug --help` lists)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -46,10 +46,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """Every command, listed with its summary; only ``command``'s module is imported, to add its options
     (None: the listing alone, which is all ``rtdebug --help`` and a wrong command name need)."""
-    p = argparse.ArgumentParser(
+    p = UsageParser(
         prog="rtdebug", description="Debug Ray Train local-mode and torchrun jobs: one debug port per rank."
     )
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=UsageParser)
     for name, (module, summary) in COMMANDS.items():
         if name == command:
             importlib.import_module(module).add_parser(sub, summary)
@@ -68,13 +68,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     warnings.formatwarning = lambda msg, cat, *a, **k: f"rtdebug: warning: {msg}\n"
     try:
-        args = build_parser(_command_in(argv)).parse_args(argv)
+        args, extra = build_parser(_command_in(argv)).parse_known_args(argv)
+        if extra:  # argparse would blame `rtdebug`; the words are the command's
+            raise usage(f"unrecognized arguments: {' '.join(extra)} (see 'rtdebug {args.command} --help')")
         command = importlib.import_module(COMMANDS[args.command][0])
         return command.run(command.OPTIONS.from_args(args))
     except HarnessError as exc:
         print(f"rtdebug: error: {printable(exc.message)}", file=sys.stderr)
         return exc.exit_code
-    except SystemExit as exc:  # argparse: usage errors exit 2 with their own message
+    except SystemExit as exc:  # argparse's --help (0); its mistakes are HarnessErrors (``UsageParser``)
         return exc.code if isinstance(exc.code, int) else 2
     except KeyboardInterrupt:
         return 130

@@ -12,20 +12,19 @@ from support.procs import alive
 
 pytestmark = pytest.mark.e2e
 
-CASES = {
-    "ddp_fashion": ("ddp step", "ray.train.get_context().get_world_rank()", ["--epochs", "1", "--samples", "128"]),
-    "plain_ddp": ("plain step", "dist.get_rank()", ["--epochs", "1", "--samples", "64"]),
+CASES = {  # the last field: rtdebug's options before torchrun's, or after them (any order works)
+    "ddp_fashion": ("ddp step", "ray.train.get_context().get_world_rank()", ["--epochs", "1", "--samples", "128"], 0),
+    "plain_ddp": ("plain step", "dist.get_rank()", ["--epochs", "1", "--samples", "64"], 1),
 }
 
 
 @pytest.mark.parametrize("example", sorted(CASES))
 def test_breakpoint_stops_in_each_rank(example, job, registry_dir, port_base):
-    marker, expr, extra = CASES[example]
+    marker, expr, extra, ours_last = CASES[example]
     script = EXAMPLES / f"{example}.py"
     line = marker_line(script, marker)
-    j = job(
-        "torchrun", "--debug-port-base", str(port_base), "--wait", "all", "--nproc-per-node", "2", str(script), *extra
-    )
+    ours, torchruns = ["--debug-port-base", str(port_base), "--wait", "all"], ["--nproc-per-node", "2"]
+    j = job("torchrun", *(torchruns + ours if ours_last else ours + torchruns), str(script), *extra)
     sid = j.session_id()
     ranks = wait_ranks(registry_dir, sid, 2)
     j.wait_output("rtdebug: all 2 local ranks ready")

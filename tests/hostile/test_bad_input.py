@@ -57,9 +57,25 @@ def test_unknown_harness_option(registry_dir):
     one_line_error(r, 2, "unrecognized arguments: --no-such-flag")
 
 
-def test_harness_option_after_torchrun_option(registry_dir):
-    r = rtdebug("torchrun", "--nproc-per-node", "2", "--wait", "0", str(EXAMPLES / "plain_ddp.py"))
-    one_line_error(r, 2, "rtdebug option --wait must come before torchrun options")
+@pytest.mark.parametrize(
+    "argv, text",
+    [
+        (["run", "--bogus", "x.py"], "rtdebug: error: unrecognized arguments: --bogus (see 'rtdebug run --help')"),
+        (
+            ["torchrun", "--nproc-per-node", "2", "--pg-timeout", "10", "--bogus", "x.py"],
+            "(see 'rtdebug torchrun --help')",
+        ),
+        (["torchrun", "--nproc-per-node"], "rtdebug: error: argument --nproc-per-node/--nproc_per_node: expected one"),
+        (["ps", "--bogus"], "rtdebug: error: unrecognized arguments: --bogus (see 'rtdebug ps --help')"),
+        (["attach"], "rtdebug: error: the following arguments are required: --rank (see 'rtdebug attach --help')"),
+        (["bogus"], "rtdebug: error: argument COMMAND: invalid choice: 'bogus'"),
+        ([], "rtdebug: error: the following arguments are required: COMMAND (see 'rtdebug --help')"),
+    ],
+)
+def test_a_usage_mistake_is_one_line_never_a_usage_dump(argv, text, registry_dir):
+    r = rtdebug(*argv)
+    one_line_error(r, 2, text)
+    assert len(r.stderr.splitlines()) == 1 and "usage:" not in r.stderr, r.stderr
 
 
 def test_port_in_use_names_holder(registry_dir, port_base):

@@ -38,7 +38,7 @@ def test_a_session_id_that_walks_out_of_the_registry_deletes_nothing(tmp_path, m
     assert (victim / "keep.txt").read_text() == "mine"
     assert cli.main(["stop", "--session", "../victimdir"]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
-        "rtdebug stop: error: argument --session: invalid session id '../victimdir'; see `rtdebug ps`"
+        "rtdebug: error: argument --session: invalid session id '../victimdir'; see `rtdebug ps`"
     )
     assert victim.exists()
 

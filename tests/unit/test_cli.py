@@ -3,21 +3,32 @@ import json
 import pytest
 
 from rtdebug import cli
-from rtdebug.commands.options import split_our_options, torchrun_parser
+from rtdebug.commands.options import our_flags, torchrun_parser, without_our_options
+from rtdebug.commands.torchrun import TorchrunOptions
 from rtdebug.launcher.torchrun import local_global_ranks, plan_torchrun
 
 
 def parse(tokens):
-    ours, rest = split_our_options(tokens)
-    return torchrun_parser().parse_args(ours + rest), rest
+    opts = TorchrunOptions.from_args(cli.build_parser("torchrun").parse_args(["torchrun", *tokens]))
+    return opts.parsed, opts.rest
 
 
-def test_split_our_options_keeps_torchrun_flags_untouched():
-    ours, rest = split_our_options(
-        ["--wait", "0", "--eager", "--pg-timeout=5", "--nproc-per-node", "2", "--tee", "3", "train.py", "--wait", "x"]
-    )
-    assert ours == ["--wait", "0", "--eager", "--pg-timeout=5"]
+def test_our_options_sit_anywhere_before_the_script_and_torchrun_gets_its_own_back():
+    tokens = ["--nproc-per-node", "2", "--wait", "0", "--tee", "3", "--eager", "--pg-timeout=5", "--pg-time", "7"]
+    ns, rest = parse([*tokens, "train.py", "--wait", "x"])
     assert rest == ["--nproc-per-node", "2", "--tee", "3", "train.py", "--wait", "x"]
+    assert (ns.wait_ranks, ns.eager, ns.pg_timeout, ns.nproc_per_node) == ("0", True, 7.0, "2")
+    assert ns.training_script_args == ["--wait", "x"]  # after the script: the script's
+
+
+def test_our_option_names_never_collide_with_torchruns():
+    from torch.distributed.run import get_args_parser
+
+    torchs = {s for a in get_args_parser()._actions for s in a.option_strings}
+    ours = our_flags(torchrun_parser())
+    assert ours and not set(ours) & torchs
+    assert not [(t, o) for t in torchs for o in ours if t.startswith("--") and o.startswith(t)]  # no prefixes
+    assert without_our_options(["--hang-report", "5", "--nnodes=1"], ours) == ["--nnodes=1"]
 
 
 def test_plan_passes_torchrun_options_and_script_args(tmp_path):
@@ -219,7 +230,7 @@ def test_main_turns_errors_into_one_line_and_exit_codes(monkeypatch, capsys):
     monkeypatch.setattr(ps, "run", fail(KeyboardInterrupt()))
     assert cli.main(["ps"]) == 130
     assert cli.main(["bogus"]) == 2
-    assert "invalid choice: 'bogus'" in capsys.readouterr().err
+    assert "rtdebug: error: argument COMMAND: invalid choice: 'bogus'" in capsys.readouterr().err
 
 
 def test_usage_error_exit_code(capsys):

@@ -4,8 +4,8 @@
 checked in its ``__post_init__``, so a command's ``run`` never sees a combination the user got wrong.
 ``session_arg`` and ``view_options``: the ``--session`` type and the cluster views of ``ps``, ``attach``,
 ``stop`` and ``vscode``. ``debug_options``: the debug group shared by ``run`` and ``torchrun``, and how
-they sit in front of torchrun's options (``torchrun`` reuses torchrun's own parser so its errors read
-exactly as torchrun's).
+they sit among torchrun's options (``torchrun_parser``: torchrun's own options, copied from its parser, and
+rtdebug's, in any order before the script; ``without_our_options`` leaves torchrun its own).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import dataclasses
 from typing import Any, TypeVar
 
 from rtdebug.common.config import DEFAULT_POST_MORTEM_WAIT_S, RAY_LOCAL_MODES
+from rtdebug.common.errors import UsageParser
 from rtdebug.common.ports import DEFAULT_PORT_BASE
 from rtdebug.common.rankenv import DEFAULT_PG_TIMEOUT_S
 from rtdebug.registry.entry import valid_session_id
@@ -135,15 +136,24 @@ def ray_options(g: Any) -> None:
 
 
 def torchrun_parser() -> argparse.ArgumentParser:
-    """torchrun's own parser plus rtdebug's group, so torchrun errors read exactly as torchrun's."""
+    """torchrun's own parser (its options copied in as a parent) plus rtdebug's (``torchrun_options``)."""
     from torch.distributed.run import get_args_parser
 
-    p = get_args_parser()
-    p.prog = "rtdebug torchrun"
-    p.description = (
-        "Start the real torchrun with a debug endpoint in every rank (port = base + RANK). "
-        "Harness options go before torchrun's; every torchrun option passes through."
+    p = UsageParser(
+        prog="rtdebug torchrun",
+        description="Start the real torchrun with a debug endpoint in every rank (port = base + RANK). "
+        "rtdebug's options and torchrun's go before the script, in any order; every torchrun option passes "
+        "through.",
+        parents=[get_args_parser()],
+        add_help=False,  # the parent's -h is copied in
     )
+    torchrun_options(p)
+    return p
+
+
+def torchrun_options(p: argparse.ArgumentParser) -> None:
+    """rtdebug's own options of ``rtdebug torchrun`` (their names never collide with torchrun's: that is what
+    lets them sit anywhere among torchrun's; ``tests/unit/test_cli.py`` checks it)."""
     ray_options(debug_options(p, "--debug-port-base", "--debug-host"))
     p.add_argument(
         "--wait",
@@ -169,35 +179,37 @@ def torchrun_parser() -> argparse.ArgumentParser:
         "seconds (default: min(300, --pg-timeout/2); 0 = off). A failing rank always "
         "triggers a report of the others",
     )
-    return p
 
 
-OUR_FLAGS = {
-    "--debug-port-base": 1,
-    "--debug-host": 1,
-    "--debug-allow": 1,
-    "--eager": 0,
-    "--post-mortem": 0,
-    "--post-mortem-wait": 1,
-    "--pg-timeout": 1,
-    "--wait": 1,
-    "--force-local": 0,
-    "--ray-local-mode": 1,
-    "--stop-on": 1,
-    "--check-collectives": 0,
-    "--hang-report": 1,
-}
+def our_flags(parser: argparse.ArgumentParser) -> dict[str, int]:
+    """Every option string of rtdebug's own in ``parser`` (``torchrun_parser()``: whatever torchrun's parser
+    does not have), with the words it takes after it (0 or 1)."""
+    from torch.distributed.run import get_args_parser
+
+    # argparse keeps its actions in ``_actions``: the one place an option's strings and arity are listed
+    torchs = {s for a in get_args_parser()._actions for s in a.option_strings}
+    return {s: 0 if a.nargs == 0 else 1 for a in parser._actions for s in a.option_strings if s not in torchs}
 
 
-def split_our_options(tokens: list[str]) -> tuple[list[str], list[str]]:
-    """Leading rtdebug options vs. the rest (torchrun options, script, script args)."""
+def without_our_options(tokens: list[str], ours: dict[str, int]) -> list[str]:
+    """``tokens`` (what comes before the script) less rtdebug's options and their values, wherever they are:
+    what is left is torchrun's. An abbreviation of one of ours (``--pg-time``) is ours, as argparse took it."""
+    kept: list[str] = []
     i = 0
-    ours: list[str] = []
     while i < len(tokens):
-        name = tokens[i].split("=", 1)[0]
-        if name not in OUR_FLAGS:
-            break
-        n = 0 if "=" in tokens[i] else OUR_FLAGS[name]
-        ours += tokens[i : i + 1 + n]
-        i += 1 + n
-    return ours, tokens[i:]
+        token = tokens[i]
+        name = token.split("=", 1)[0]
+        full = name if name in ours else _abbreviated(name, ours)
+        if full is None:
+            kept.append(token)
+            i += 1
+        else:
+            i += 1 + (0 if "=" in token else ours[full])
+    return kept
+
+
+def _abbreviated(name: str, ours: dict[str, int]) -> str | None:
+    if not name.startswith("--") or len(name) < 3:
+        return None
+    matches = [flag for flag in ours if flag.startswith(name)]
+    return matches[0] if len(matches) == 1 else None

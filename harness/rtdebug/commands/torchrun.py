@@ -1,9 +1,10 @@
 """``rtdebug torchrun``: the real torchrun, with a debug endpoint in every rank.
 
 Its options are torch's own parser plus rtdebug's group (``options.torchrun_parser``), so every torchrun
-flag passes through and torchrun's errors read as torchrun's. Our subparser only takes the words after
-``torchrun``: rtdebug's options must come first (``options.split_our_options``), and one of ours after a
-torchrun option is a usage error, not a silent script argument. torch is an extra: without it, one line.
+flag passes through. Our subparser only takes the words after ``torchrun``: rtdebug's options and torchrun's
+go before the script in any order (their names never collide), and what follows the script is the script's.
+torchrun gets its own options back (``options.without_our_options``). A mistake is one line (``UsageParser``),
+never torchrun's 26-line usage. torch is an extra: without it, one line.
 The launcher (``rtdebug.launcher.start``) is imported only when the job starts.
 
 torch is imported here, for its parser, with the cyclic GC off, and what it loaded is then frozen
@@ -19,15 +20,15 @@ import dataclasses
 import gc
 import importlib.util
 
-from rtdebug.commands.options import OUR_FLAGS, Options, split_our_options, torchrun_parser
+from rtdebug.commands.options import Options, our_flags, torchrun_parser, without_our_options
 from rtdebug.common.errors import HarnessError
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class TorchrunOptions(Options):
     """``parsed``: torch's parser's namespace plus ours; ``rest``: torchrun's options, the script and its
-    arguments (ours, which come first, taken out). ``parsed`` is None when help was asked for (``-h``) or
-    nothing was given; ``rest`` is then the words as given."""
+    arguments (ours, wherever they were before the script, taken out). ``parsed`` is None when help was asked
+    for (``-h``) or nothing was given; ``rest`` is then the words as given."""
 
     rest: list[str]
     parsed: argparse.Namespace | None = None
@@ -39,13 +40,10 @@ class TorchrunOptions(Options):
         tokens = ns.rest
         if not tokens or tokens[0] in ("-h", "--help"):
             return cls(rest=tokens)
-        ours, rest = split_our_options(tokens)
         parser = frozen_torchrun_parser()
-        parsed = parser.parse_args(ours + rest)
-        script_at = len(rest) - len(parsed.training_script_args) - 1
-        misplaced = [t for t in rest[:script_at] if t.split("=", 1)[0] in OUR_FLAGS]
-        if misplaced:
-            parser.error(f"rtdebug option {misplaced[0]} must come before torchrun options")
+        parsed = parser.parse_args(tokens)
+        script_at = len(tokens) - len(parsed.training_script_args) - 1
+        rest = without_our_options(tokens[:script_at], our_flags(parser)) + tokens[script_at:]
         return cls(rest=rest, parsed=parsed)
 
 

@@ -2,10 +2,14 @@
 
 Everything a user can get wrong (bad flags, busy ports, missing sessions) raises
 ``HarnessError``; the CLI prints ``rtdebug: error: <message>`` and returns ``exit_code``
-instead of a traceback. Exit code 2 marks usage errors, 1 runtime failures.
+instead of a traceback. Exit code 2 marks usage errors, 1 runtime failures. Every command's parser is a
+``UsageParser``, so argparse's own mistakes take the same one line.
 """
 
 from __future__ import annotations
+
+import argparse
+from typing import NoReturn
 
 USAGE = 2
 RUNTIME = 1
@@ -31,3 +35,11 @@ class HarnessError(Exception):
 
 def usage(message: str) -> HarnessError:
     return HarnessError(message, USAGE)
+
+
+class UsageParser(argparse.ArgumentParser):
+    """An argparse parser whose mistakes are ``HarnessError``s: one line, ``rtdebug: error: <what> (see
+    '<prog> --help')``, exit 2, never argparse's usage dump (torchrun's alone is 26 lines) before it."""
+
+    def error(self, message: str) -> NoReturn:
+        raise usage(message if "see `" in message else f"{message} (see '{self.prog} --help')")
