@@ -148,6 +148,7 @@ TYPED = [  # (the type, where the schema defines it)
     (schema_types_mod.SessionEntry, ("session",)),
     (schema_types_mod.NodeInfo, ("session", "nodes", "[]")),
     (schema_types_mod.ConnectInfo, ("session", "connect")),
+    (schema_types_mod.ReplayInfo, ("session", "replay")),
     (schema_types_mod.TunnelInfo, ("rank", "tunnel")),
     (schema_types_mod.RankEntry, ("rank",)),
     (schema_types_mod.StacksField, ("rank", "stacks")),

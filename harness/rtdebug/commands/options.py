@@ -135,6 +135,33 @@ def ray_options(g: Any) -> None:
     )
 
 
+def capture_options(p: argparse.ArgumentParser, ranks: bool) -> None:
+    """``--capture DIR`` (``run`` and ``torchrun``), ``--capture-ranks`` (``torchrun``): see docs/replay.md."""
+    g = p.add_argument_group("capture (replay a rank alone later: rtdebug replay DIR --rank R)")
+    g.add_argument(
+        "--capture",
+        metavar="DIR",
+        default=None,
+        help="record what every collective returned to each rank into a capsule under DIR (made if missing; "
+        "a rank already captured there is refused)",
+    )
+    if ranks:
+        g.add_argument(
+            "--capture-ranks",
+            metavar="RANKS",
+            default=None,
+            help="the ranks that capture: all (default) or rank numbers, e.g. 1 or 0,2-3",
+        )
+    g.add_argument(
+        "--capture-max-gb",
+        type=float,
+        default=None,
+        metavar="N",
+        help="bound each rank's capture to N GB: past it the capsule is closed at a collective and the job "
+        "runs on (default: no bound)",
+    )
+
+
 def torchrun_parser() -> argparse.ArgumentParser:
     """torchrun's own parser (its options copied in as a parent) plus rtdebug's (``torchrun_options``)."""
     from torch.distributed.run import get_args_parser
@@ -179,6 +206,7 @@ def torchrun_options(p: argparse.ArgumentParser) -> None:
         "seconds (default: min(300, --pg-timeout/2); 0 = off). A failing rank always "
         "triggers a report of the others",
     )
+    capture_options(p, ranks=True)
 
 
 def our_flags(parser: argparse.ArgumentParser) -> dict[str, int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from rtdebug.commands.options import Options, debug_options, ray_options
+from rtdebug.commands.options import Options, capture_options, debug_options, ray_options
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -33,6 +33,8 @@ class RunOptions(Options):
     ray_local_mode: str
     debug_port_base: int | None
     ray_address: str | None
+    capture: str | None = None
+    capture_max_gb: float | None = None
 
 
 OPTIONS = RunOptions
@@ -58,6 +60,7 @@ def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
         metavar="ADDR",
         help="Ray cluster for the script's ray.init() (sets RAY_ADDRESS; default: $RAY_ADDRESS)",
     )
+    capture_options(p, ranks=False)
     p.add_argument("-m", dest="module", action="store_true", help="run the target as a module")
     p.add_argument("target", help="script path (or module name with -m)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")

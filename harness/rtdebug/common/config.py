@@ -6,10 +6,12 @@ with the same one-line message whether it came from a flag or the environment.
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from rtdebug.common import selector, stopon
 from rtdebug.common.addresses import LOOPBACK, parse_allow
@@ -21,6 +23,7 @@ DEFAULT_POST_MORTEM_WAIT_S = 600.0
 RAY_LOCAL_MODES = ("cluster", "ray")  # --ray-local-mode
 RAY_LOCAL_MODE_VAR = "RTDEBUG_RAY_LOCAL_MODE"
 WORKER_PORT_BASE_VAR = "RTDEBUG_WORKER_PORT_BASE"  # Ray Train workers' port base (rtdebug run)
+LAUNCH_VAR = "RTDEBUG_CAPTURE_LAUNCH"  # the launch facts a capturing rank writes into the capsule's manifest
 
 
 def check_host(host: str) -> None:
@@ -29,6 +32,47 @@ def check_host(host: str) -> None:
             f"debug endpoints bind {host}: whoever they let in (your uid here, allow-listed machines) can run code",
             stacklevel=3,
         )
+
+
+@dataclass(frozen=True)
+class LaunchFacts:
+    """What only the launcher knows of a captured job, for the capsule's manifest (``rtdebug replay`` reruns it)."""
+
+    mode: str  # "torchrun" or "run"
+    script: str  # absolute path, or the module name when ``module``
+    module: bool
+    argv: list[str]  # the script's own arguments
+    cwd: str  # absolute
+    nnodes: str
+    nproc_per_node: int
+    torchrun_options: list[str]
+    session_id: str
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> LaunchFacts:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError(f"{LAUNCH_VAR} is not a JSON object")
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class ReplayTarget:
+    """``rtdebug replay``: the rank a capsule replays, as the shell found it (``rtdebug.commands.replay``), for
+    the one-process launcher (``rtdebug.launcher.single``): that rank's environment and working directory."""
+
+    capsule: str  # absolute
+    rank: int
+    world_size: int
+    env: dict[str, str]  # the rank's recorded torchrun / Ray Train variables (RANK, WORLD_SIZE, LOCAL_RANK, ...)
+    cwd: str
+    scratch: str  # checkpoints and Ray Train storage go here
+    check: bool = True
+    tolerance: float = 0.0
+    stop_at: int = 0
 
 
 @dataclass
@@ -50,6 +94,15 @@ class RankConfig:
     hang_report_s: float | None = None  # launcher only; None = rtdebug.launcher.hangwatch.default_hang_s
     stop_on: str = ""  # --stop-on conditions (rtdebug.common.stopon), "" = off
     ray_local_mode: str = "cluster"  # --ray-local-mode: "cluster" (the cluster's semantics) or "ray" (Ray's own)
+    capture_dir: str = ""  # --capture DIR: the capsule's folder (absolute), "" = off
+    capture_ranks: str = ""  # --capture-ranks: "" = every rank, else rank numbers (0,2-3)
+    capture_max_gb: float = 0.0  # --capture-max-gb: 0 = no bound
+    launch: LaunchFacts | None = None  # with capture_dir: what the launcher knows of the job (the manifest's)
+    replay_dir: str = ""  # rtdebug replay: the capsule served to this rank, "" = off
+    replay_check: bool = True  # --no-check turns it off
+    replay_tolerance: float = 0.0  # --check-tolerance
+    replay_stop_at: int = 0  # --stop-at-collective K (from 1), 0 = off
+    replay_scratch: str = ""  # where a replay's checkpoints and Ray Train storage go
     wait_ranks: frozenset[int] | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -73,6 +126,23 @@ class RankConfig:
         if self.ray_local_mode not in RAY_LOCAL_MODES:
             raise usage(f"--ray-local-mode must be one of {', '.join(RAY_LOCAL_MODES)}, got {self.ray_local_mode!r}")
         self.stop_on = stopon.parse(self.stop_on).text()  # a bad condition fails here, before anything starts
+        self._check_replay()
+
+    def _check_replay(self) -> None:
+        """The capture and replay settings: each alone, and the combinations that mean nothing."""
+        if not self.capture_dir and (self.capture_ranks or self.capture_max_gb):
+            flag = "--capture-ranks" if self.capture_ranks else "--capture-max-gb"
+            raise usage(f"{flag} needs --capture DIR")
+        if self.capture_max_gb < 0 or self.capture_max_gb != self.capture_max_gb:
+            raise usage(f"--capture-max-gb must be > 0 (GB), got {self.capture_max_gb:g}")
+        if self.capture_ranks:
+            capture_rank_set(self.capture_ranks)
+        if self.capture_dir and self.replay_dir:
+            raise usage("a replay cannot capture: --capture and rtdebug replay do not go together")
+        if not 0 <= self.replay_tolerance < float("inf"):
+            raise usage(f"--check-tolerance must be a number >= 0, got {self.replay_tolerance:g}")
+        if self.replay_stop_at < 0:
+            raise usage(f"--stop-at-collective must be >= 1 (numbered from 1), got {self.replay_stop_at}")
 
     def waits(self, rank: int) -> bool:
         return self.wait_ranks is None or rank in self.wait_ranks
@@ -101,6 +171,23 @@ class RankConfig:
         if self.stop_on:
             env[stopon.ENV] = self.stop_on
         env[RAY_LOCAL_MODE_VAR] = self.ray_local_mode
+        env.update(self._replay_env())
+        return env
+
+    def _replay_env(self) -> dict[str, str]:
+        env = {}
+        if self.capture_dir:
+            env["RTDEBUG_CAPTURE"] = self.capture_dir
+            env["RTDEBUG_CAPTURE_RANKS"] = self.capture_ranks
+            env["RTDEBUG_CAPTURE_MAX_GB"] = repr(self.capture_max_gb)
+            if self.launch is not None:
+                env[LAUNCH_VAR] = self.launch.to_json()
+        if self.replay_dir:
+            env["RTDEBUG_REPLAY"] = self.replay_dir
+            env["RTDEBUG_REPLAY_CHECK"] = "1" if self.replay_check else "0"
+            env["RTDEBUG_REPLAY_TOLERANCE"] = repr(self.replay_tolerance)
+            env["RTDEBUG_REPLAY_STOP_AT"] = str(self.replay_stop_at)
+            env["RTDEBUG_REPLAY_SCRATCH"] = self.replay_scratch
         return env
 
     @classmethod
@@ -125,9 +212,39 @@ class RankConfig:
                 hang_report_s=float(env["RTDEBUG_HANG_REPORT"]) if env.get("RTDEBUG_HANG_REPORT") else None,
                 stop_on=env.get(stopon.ENV, ""),
                 ray_local_mode=env.get(RAY_LOCAL_MODE_VAR, "cluster"),
+                **_replay_from_env(env),
             )
-        except ValueError as exc:
+        except (ValueError, TypeError) as exc:
             raise usage(f"bad RTDEBUG_* setting: {exc}") from None
+
+
+def _replay_from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    launch = env.get(LAUNCH_VAR)
+    return {
+        "capture_dir": env.get("RTDEBUG_CAPTURE", ""),
+        "capture_ranks": env.get("RTDEBUG_CAPTURE_RANKS", ""),
+        "capture_max_gb": float(env.get("RTDEBUG_CAPTURE_MAX_GB") or 0.0),
+        "launch": LaunchFacts.from_json(launch) if launch else None,
+        "replay_dir": env.get("RTDEBUG_REPLAY", ""),
+        "replay_check": env.get("RTDEBUG_REPLAY_CHECK", "1") != "0",
+        "replay_tolerance": float(env.get("RTDEBUG_REPLAY_TOLERANCE") or 0.0),
+        "replay_stop_at": int(env.get("RTDEBUG_REPLAY_STOP_AT") or 0),
+        "replay_scratch": env.get("RTDEBUG_REPLAY_SCRATCH", ""),
+    }
+
+
+def capture_rank_set(text: str, world_size: int | None = None) -> frozenset[int] | None:
+    """``--capture-ranks``: rank numbers (``0,2-3``) or ``all`` (None). Mesh coordinates are refused: a
+    rank's place in a DeviceMesh is known only after its first collectives, which the capture must hold."""
+    if selector.is_mesh(text):
+        raise usage(
+            f"--capture-ranks {text!r}: use rank numbers (0,2-3) or all; mesh coordinates are known "
+            "only after capture has begun"
+        )
+    ranks = parse_rank_list(text or "all", world_size, flag="--capture-ranks")
+    if ranks is not None and not ranks:
+        raise usage(f"--capture-ranks {text!r} selects no rank: leave --capture out instead")
+    return ranks
 
 
 @dataclass

@@ -73,8 +73,9 @@ def check_ports_free(ports: Iterable[int], host: str = "127.0.0.1") -> None:
             )
 
 
-def parse_rank_list(text: str, world_size: int | None = None) -> frozenset[int] | None:
-    """Parse a ``--wait`` policy: ``none`` -> empty, ``all`` -> None (every rank), else ``0,2-3``."""
+def parse_rank_list(text: str, world_size: int | None = None, flag: str = "--wait") -> frozenset[int] | None:
+    """Parse a ``--wait`` policy (or another ``flag``'s ranks): ``none`` -> empty, ``all`` -> None (every rank),
+    else ``0,2-3``."""
     value = text.strip().lower()
     if value in ("none", ""):
         return frozenset()
@@ -93,11 +94,11 @@ def parse_rank_list(text: str, world_size: int | None = None) -> frozenset[int] 
             else:
                 ranks.add(int(part))
         except ValueError:
-            raise usage(f"invalid --wait value {text!r}: use none, all, or ranks like 0,2-3") from None
+            raise usage(f"invalid {flag} value {text!r}: use none, all, or ranks like 0,2-3") from None
     if any(r < 0 for r in ranks):
-        raise usage(f"invalid --wait value {text!r}: ranks are >= 0")
+        raise usage(f"invalid {flag} value {text!r}: ranks are >= 0")
     if world_size is not None:
         bad = sorted(r for r in ranks if r >= world_size)
         if bad:
-            raise usage(f"invalid --wait value {text!r}: rank {bad[0]} >= world size {world_size}")
+            raise usage(f"invalid {flag} value {text!r}: rank {bad[0]} >= world size {world_size}")
     return frozenset(ranks)

@@ -12,6 +12,7 @@ threads (which aborted the process, exit 134, when a ``SystemExit`` unwound thro
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -19,11 +20,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from rtdebug.common import rankenv
-from rtdebug.common.config import RankConfig, Target, check_host
+from rtdebug.common.config import RankConfig, ReplayTarget, Target, check_host
 from rtdebug.common.errors import usage
 from rtdebug.common.imports import when_imported
 from rtdebug.common.ports import check_ports_free, port_for_rank
-from rtdebug.launcher import multinode, ray_driver
+from rtdebug.launcher import capture, multinode, ray_driver, replaying
 from rtdebug.launcher.session import SessionRun
 from rtdebug.registry.entry import new_session_id, session_entry
 from rtdebug.registry.files import Registry
@@ -31,7 +32,7 @@ from rtdebug.registry.files import Registry
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def config(args: Any) -> tuple[Target, RankConfig]:
+def config(args: Any, replay: ReplayTarget | None = None) -> tuple[Target, RankConfig]:
     if args.host == multinode.AUTO:
         raise usage(
             "--host auto picks the address toward a multi-node job's rendezvous host: "
@@ -50,8 +51,18 @@ def config(args: Any) -> tuple[Target, RankConfig]:
         force_local=args.force_local,
         stop_on=args.stop_on,
         ray_local_mode=args.ray_local_mode,
+        capture_dir=args.capture or "",
+        capture_max_gb=args.capture_max_gb or 0.0,
+        **(replaying.config_fields(replay) if replay is not None else {}),
     )
-    return Target(args.target, list(args.args), module=args.module), cfg
+    target = Target(args.target, list(args.args), module=args.module)
+    if cfg.capture_dir:
+        cfg = dataclasses.replace(
+            cfg,
+            capture_dir=capture.prepare(cfg.capture_dir, [0], "", 1),
+            launch=capture.launch_facts("run", target, cfg.session_id),
+        )
+    return target, cfg
 
 
 def environment(cfg: RankConfig, target: Target, args: Any, env: Mapping[str, str]) -> dict[str, str]:
@@ -63,13 +74,17 @@ def environment(cfg: RankConfig, target: Target, args: Any, env: Mapping[str, st
     return out
 
 
-def run_single(args: Any) -> int:
+def run_single(args: Any, replay: ReplayTarget | None = None) -> int:
+    """``rtdebug run`` (rank 0), or with ``replay`` ``rtdebug replay`` (rank R of a capsule, alone)."""
     from rtdebug.rank import bootstrap  # the launcher's one entry into the rank package: rank 0 runs here
 
-    target, cfg = config(args)
+    target, cfg = config(args, replay)
     added = environment(cfg, target, args, os.environ)
+    if replay is not None:
+        added.update(replaying.prepare(replay))  # the rank's variables; the scratch folder made, cwd set
     os.environ.update(added)
-    bootstrap.arm_fixes(cfg)
+    rank = replay.rank if replay is not None else 0
+    bootstrap.arm_fixes(cfg, rank)
     when_imported("ray._private.utils", _keep_our_sigterm_handler)
     if rankenv.V2_VAR in added:
         print("rtdebug: set RAY_TRAIN_V2_ENABLED=1 (Ray Train local mode needs V2)", file=sys.stderr)
@@ -81,18 +96,23 @@ def run_single(args: Any) -> int:
     check_host(cfg.host)
     port = port_for_rank(cfg.port_base, 0)
     check_ports_free([port], cfg.host)
-    run = SessionRun(Registry(), _entry(cfg, target, port))
+    entry = _entry(cfg, target, port)
+    if replay is not None:
+        entry.update(replaying.entry_fields(replay))
+    run = SessionRun(Registry(), entry)
     run.open()
+    what = replaying.start_words(replay) if replay is not None else "1 rank"
     print(
-        f"rtdebug: session {cfg.session_id} starting (1 rank, debug endpoint {cfg.host}:{port}; "
-        f"attach: rtdebug attach --session {cfg.session_id} --rank 0)",
+        f"rtdebug: session {cfg.session_id} starting ({what}, debug endpoint {cfg.host}:{port}; "
+        f"attach: rtdebug attach --session {cfg.session_id} --rank {rank})",
         file=sys.stderr,
         flush=True,
     )
     code = 1
     try:
         with run.signals(lambda signum, frame: _end_by_signal(run, signum, frame), STOP_SIGNALS):
-            code = bootstrap.run_in_launcher(target, cfg, run.registry, port)
+            world = replay.world_size if replay is not None else 1
+            code = bootstrap.run_in_launcher(target, cfg, run.registry, port, rank=rank, world_size=world)
     finally:
         run.close(code)
     return code

@@ -7,11 +7,12 @@ so that ``ps``/``attach``/``stop`` never load the launcher.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from rtdebug.common import selector
 from rtdebug.common.config import RankConfig
 from rtdebug.common.ports import parse_rank_list
-from rtdebug.launcher import multinode
+from rtdebug.launcher import capture, multinode
 from rtdebug.launcher.single import run_single
 from rtdebug.launcher.torchrun import Launcher, plan_torchrun
 from rtdebug.registry.entry import new_session_id
@@ -39,7 +40,18 @@ def run_torchrun(parsed: argparse.Namespace, tokens: list[str]) -> int:
         hang_report_s=parsed.hang_report,
         stop_on=parsed.stop_on,
         ray_local_mode=parsed.ray_local_mode,
+        capture_dir=parsed.capture or "",
+        capture_ranks=parsed.capture_ranks or "",
+        capture_max_gb=parsed.capture_max_gb or 0.0,
     )
     if not selector.is_mesh(cfg.wait):
         parse_rank_list(cfg.wait, plan.max_world_size)
+    if cfg.capture_dir:  # checked above; the folder is made last, once nothing else can refuse the job
+        cfg = dataclasses.replace(
+            cfg,
+            capture_dir=capture.prepare(cfg.capture_dir, plan.local_ranks, cfg.capture_ranks, plan.max_world_size),
+            launch=capture.launch_facts(
+                "torchrun", plan.target, cfg.session_id, plan.nnodes, plan.nproc_per_node, plan.torchrun_options
+            ),
+        )
     return Launcher(plan, cfg, Registry()).run()

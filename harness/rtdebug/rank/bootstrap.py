@@ -29,9 +29,9 @@ from rtdebug.registry.files import Registry
 SAFEPATH_VAR = "RTDEBUG_SET_SAFEPATH"  # "1": the launcher set PYTHONSAFEPATH, not the user
 
 
-def arm_fixes(cfg: RankConfig) -> None:
+def arm_fixes(cfg: RankConfig, rank: int) -> None:
     """The local-mode fixes, armed before the script runs (they apply when torch / Ray are imported)."""
-    startup.fixes(cfg.pg_timeout_s, cfg.stop_on, cfg.force_local, cfg.ray_local_mode)
+    startup.fixes(cfg.pg_timeout_s, cfg.stop_on, cfg.force_local, cfg.ray_local_mode, rank=rank, cfg=cfg)
 
 
 def under_debugger() -> bool:
@@ -82,9 +82,14 @@ def failed(exc: BaseException, record: RankState, endpoint: Endpoint | None, cfg
     return 1
 
 
-def run_in_launcher(target: Target, cfg: RankConfig, registry: Registry, port: int) -> int:
-    """``rtdebug run``: rank 0 in the launcher's own process, registered in ``registry``."""
-    record = RankState(registry, cfg.session_id, 0, cfg.host, port, cfg.waits(0), target.display)
+def run_in_launcher(
+    target: Target, cfg: RankConfig, registry: Registry, port: int, rank: int = 0, world_size: int = 1
+) -> int:
+    """``rtdebug run``: rank 0 in the launcher's own process, registered in ``registry``; ``rtdebug replay``:
+    the capsule's rank ``rank`` of ``world_size``, alone."""
+    record = RankState(
+        registry, cfg.session_id, rank, cfg.host, port, cfg.waits(rank), target.display, world_size=world_size
+    )
     return serve_and_run(target, record, Endpoint(cfg.host, port, allow=cfg.allow), cfg)
 
 
@@ -125,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         target = _target(list(sys.argv[1:] if argv is None else argv))
         rank = int(os.environ["RANK"])
         os.environ.update(rankenv.ray_env(os.environ))
-        arm_fixes(cfg)
+        arm_fixes(cfg, rank)
         # SIGTERM keeps its default action: a rank blocked inside a C++ collective could not run a
         # Python handler, and the launcher marks the ranks' entries ended after teardown anyway.
         records: list[RankState] = []

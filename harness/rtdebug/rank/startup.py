@@ -19,11 +19,23 @@ what an adopted rank's detach must take out. Nothing here runs per step.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rtdebug.common.config import RankConfig
 
 
-def fixes(pg_timeout_s: float, stop_on: str = "", force_local: bool = False, ray_local_mode: str = "cluster") -> None:
-    """Hooks that apply when the job imports torch / Ray: armed before the user's code runs."""
+def fixes(
+    pg_timeout_s: float,
+    stop_on: str = "",
+    force_local: bool = False,
+    ray_local_mode: str = "cluster",
+    *,
+    rank: int = 0,
+    cfg: RankConfig | None = None,
+) -> None:
+    """Hooks that apply when the job imports torch / Ray: armed before the user's code runs. ``cfg``: the
+    rank's whole config (``--capture``, ``rtdebug replay``), None where a rank has none (a Ray worker)."""
     from rtdebug.rank import localmode, meshes
 
     localmode.install(pg_timeout_s)

@@ -37,11 +37,20 @@ class ConnectInfo(TypedDict, total=False):
     remote_session: str
 
 
+class ReplayInfo(TypedDict):
+    """Mode replay: which captured rank ``rtdebug replay`` runs alone, from which capsule."""
+
+    capsule: str
+    rank: int
+    world_size: int
+    scratch: str
+
+
 class _SessionRequired(TypedDict):
     schema_version: Literal[1]
     kind: Literal["session"]
     session_id: str
-    mode: Literal["run", "torchrun", "ray", "adopted", "connected"]
+    mode: Literal["run", "torchrun", "ray", "adopted", "connected", "replay"]
     launcher_pid: int
     launcher_create_time: float
     command: list[str]
@@ -77,6 +86,7 @@ class SessionEntry(_SessionRequired, total=False):
     orphaned_at: float | None
     error: str | None
     connect: ConnectInfo
+    replay: ReplayInfo
     store: str
     rdzv_id: str | None
     verified: bool

@@ -1,0 +1,56 @@
+"""``--capture DIR`` in the launcher: the capsule's folder made before the ranks start, and the launch facts
+only the launcher knows (the script, its arguments, the working directory, torchrun's shape), handed to the
+capturing ranks in their ``RankConfig`` (``rtdebug.common.config.LaunchFacts``) for the capsule's manifest.
+
+A capsule is never written over: a folder that already holds one of this node's ``rank-R`` parts is
+refused in one line before anything starts. Another node's parts (a shared file system) are left alone.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rtdebug.common.config import LaunchFacts, Target, capture_rank_set
+from rtdebug.common.errors import usage
+
+
+def prepare(directory: str, ranks: list[int], selector: str, world_size: int | None) -> str:
+    """Make ``directory`` (0700 where new) for the ranks this node captures; its absolute path."""
+    chosen = capture_rank_set(selector, world_size)
+    path = Path(directory).expanduser().absolute()
+    if path.exists() and not path.is_dir():
+        raise usage(f"--capture {directory}: not a directory")
+    mine = [r for r in ranks if chosen is None or r in chosen]
+    taken = [r for r in mine if (path / f"rank-{r}").exists()]
+    if taken:
+        raise usage(f"--capture {directory}: it already holds a capture of rank {taken[0]}; pick a new folder")
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise usage(f"--capture {directory}: cannot make the folder: {exc.strerror}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise usage(f"--capture {directory}: not writable")
+    return str(path)
+
+
+def launch_facts(
+    mode: str,
+    target: Target,
+    session_id: str,
+    nnodes: str = "1",
+    nproc_per_node: int = 1,
+    torchrun_options: list[str] | None = None,
+) -> LaunchFacts:
+    script = target.target if target.module else os.path.abspath(target.target)
+    return LaunchFacts(
+        mode=mode,
+        script=script,
+        module=target.module,
+        argv=list(target.args),
+        cwd=os.getcwd(),
+        nnodes=nnodes,
+        nproc_per_node=nproc_per_node,
+        torchrun_options=list(torchrun_options or []),
+        session_id=session_id,
+    )

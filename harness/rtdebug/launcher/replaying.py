@@ -1,0 +1,75 @@
+"""``rtdebug replay`` in the one-process launcher (``rtdebug.launcher.single``): rank R of a capsule, alone.
+
+What differs from ``rtdebug run``: the process takes the captured rank's torchrun / Ray Train variables
+(``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ...) and working directory, its ``RankConfig`` carries the
+capsule (the rank's ``rtdebug.rank.replay.serve`` hands back what each collective returned in the job),
+and its session entry says it is a replay (``mode: replay`` and a ``replay`` field: ``rtdebug ps`` lists it
+as a session of its own). Checkpoints and Ray Train storage go under a scratch folder inside the capsule,
+emptied at each start (a replay must not resume from what the previous one wrote), said at start.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from rtdebug.common.config import ReplayTarget
+from rtdebug.common.errors import usage
+
+MARKER = ".rtdebug-scratch"
+# what the replayed rank must not inherit from the shell it was started in (they would contradict the capsule)
+FOREIGN = ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "GROUP_WORLD_SIZE")
+
+
+def config_fields(replay: ReplayTarget) -> dict[str, Any]:
+    """``RankConfig``'s replay fields."""
+    return {
+        "replay_dir": replay.capsule,
+        "replay_check": replay.check,
+        "replay_tolerance": replay.tolerance,
+        "replay_stop_at": replay.stop_at,
+        "replay_scratch": replay.scratch,
+    }
+
+
+def prepare(replay: ReplayTarget) -> dict[str, str]:
+    """Make the scratch folder afresh, enter the captured working directory; the variables to set. Only a
+    folder this module made (its marker inside) is ever emptied, and no link is followed on the way."""
+    scratch = Path(replay.scratch)
+    for p in (scratch.parent, scratch):
+        if p.is_symlink() or (p.exists() and not p.is_dir()):
+            raise usage(f"cannot prepare the replay: {p} is not a folder rtdebug made")
+    try:
+        if scratch.exists():
+            if not (scratch / MARKER).is_file():
+                raise usage(f"cannot prepare the replay: {scratch} is not a folder rtdebug made; move it away")
+            shutil.rmtree(scratch)
+        scratch.mkdir(mode=0o700, parents=True)
+        (scratch / MARKER).write_text("rtdebug replay scratch: emptied at each replay of this rank\n")
+        os.chdir(replay.cwd)
+    except OSError as exc:
+        raise usage(f"cannot prepare the replay: {exc.filename}: {exc.strerror}") from None
+    for name in FOREIGN:
+        os.environ.pop(name, None)
+    return dict(replay.env)
+
+
+def entry_fields(replay: ReplayTarget) -> dict[str, Any]:
+    return {
+        "mode": "replay",
+        "replay": {
+            "capsule": replay.capsule,
+            "rank": replay.rank,
+            "world_size": replay.world_size,
+            "scratch": replay.scratch,
+        },
+    }
+
+
+def start_words(replay: ReplayTarget) -> str:
+    return (
+        f"replay of rank {replay.rank} of {replay.world_size} from {replay.capsule}; checkpoints and Ray Train "
+        f"storage go under {replay.scratch}"
+    )
