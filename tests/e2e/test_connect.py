@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from support.paths import PY, SCRIPTS, marker_line
+from support.sigs import default_dispositions
 from support.sshhosts import (
     BIND_ALL,
     Cluster,
@@ -93,7 +94,8 @@ def attach_all(c: Cluster, ranks: list[int]) -> dict[int, str]:
         expr = 'f\'{dist.get_rank()}|{os.environ["RANK"]}|{os.environ["NODE_ADDR"]}\''
         argv = ["ip", "netns", "exec", c.names["lap"], PY, str(PROBE), where["host"], str(where["port"]), str(SCRIPT),
                 str(line), expr]  # fmt: skip
-        probes[n] = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=c.env("lap"))
+        probes[n] = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=c.env("lap"),
+                                    preexec_fn=default_dispositions)  # fmt: skip
     out = {}
     for n, p in probes.items():
         stdout, stderr = p.communicate(timeout=240)

@@ -14,6 +14,7 @@ from support.jobs import read_ranks, rtdebug, wait_ranks
 from support.paths import EXAMPLES, SCRIPTS, marker_line
 from support.ports import port_free
 from support.procs import alive
+from support.sigs import default_dispositions
 from support.wait import stays
 
 pytestmark = pytest.mark.e2e
@@ -180,6 +181,7 @@ def test_run_under_existing_debugger_starts_no_second_listener(tmp_path, registr
         stdout=log,
         stderr=subprocess.STDOUT,
         env=dict(os.environ, PYDEVD_DISABLE_FILE_VALIDATION="1"),
+        preexec_fn=default_dispositions,
     )
     try:
         c = DAPClient("127.0.0.1", port_base)

@@ -46,7 +46,8 @@ class GilRank:
     def __init__(self, tmp: Path, where: str) -> None:
         self.control, self.log = tmp / "control", tmp / "rank.log"
         with open(self.log, "wb") as f:
-            self.proc = subprocess.Popen([PY, str(GIL), str(self.control), where], stdout=f, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen([PY, str(GIL), str(self.control), where], stdout=f, stderr=subprocess.STDOUT,
+                                         preexec_fn=default_dispositions)  # fmt: skip
         out = _wait(lambda: "running" in self.output() and self.output(), why="the rank never started")
         self.pid = int(out.split(" pid ")[1].split()[0])
 
@@ -157,6 +158,7 @@ def _as_nobody(action) -> None:
     """Run ``action()`` in a child process as uid/gid 65534 (the attacker); it must succeed."""
     pid = os.fork()
     if pid == 0:  # pragma: no cover  (child)
+        default_dispositions()
         code = 1
         try:
             os.setgroups([])
@@ -247,7 +249,8 @@ def test_a_late_detach_still_detaches_but_answers_no_one(gil_rank, shared_parent
     sid = json.loads(a.stdout)["session_id"]
     rank.hold()
     p = subprocess.Popen([PY, "-m", "rtdebug", "adopt", "--detach", sid], cwd=ROOT, env=dict(os.environ, **env),
-                         text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+                         text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         preexec_fn=default_dispositions)  # fmt: skip
     box = _box_name(reg)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 1 and f"could not detach pid {rank.pid}: no answer within 3 s" in err, err
@@ -280,7 +283,7 @@ def test_a_rank_that_ends_during_adopt_gets_one_line(gil_rank, registry_dir, por
 
 
 def test_a_pid_that_has_ended_is_one_line_everywhere(tmp_path):
-    gone = subprocess.Popen([PY, "-c", "pass"])
+    gone = subprocess.Popen([PY, "-c", "pass"], preexec_fn=default_dispositions)
     gone.wait()
     assert inject.refusal(gone.pid, "ptrace") == f"pid {gone.pid} has ended"
     reg = tmp_path / "reg"
@@ -359,7 +362,7 @@ def test_code_that_had_started_when_the_shell_gave_up_undoes_itself(gil_rank, tm
 def test_boxes_of_shells_that_are_gone_are_swept_once_old(tmp_path):
     from rtdebug.inject import exchange as injectdir
 
-    gone = subprocess.Popen([PY, "-c", "pass"])
+    gone = subprocess.Popen([PY, "-c", "pass"], preexec_fn=default_dispositions)
     gone.wait()
     reg = tmp_path / "reg"
     reg.mkdir(mode=0o700)

@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 
 from support.paths import PY, ROOT
+from support.sigs import default_dispositions
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -120,6 +121,7 @@ class Hosts:
             env=dict(self.env(h), **env),
             stdout=log,
             stderr=subprocess.STDOUT,
+            preexec_fn=default_dispositions,
         )
         self.procs.append(p)
         return p
@@ -133,6 +135,7 @@ class Hosts:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
+            preexec_fn=default_dispositions,
         )
         self.procs.append(p)
         return p

@@ -7,6 +7,8 @@ import sys
 
 import psutil
 
+from support.sigs import default_dispositions
+
 
 def kill_tree(proc: subprocess.Popen) -> None:
     """``proc`` and every descendant, killed and reaped: a test never leaves a process behind."""
@@ -29,6 +31,6 @@ def alive(pids: list[int]) -> list[int]:
 
 def dead_pid() -> int:
     """The pid of a process that has ended (and been reaped)."""
-    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p = subprocess.Popen([sys.executable, "-c", "pass"], preexec_fn=default_dispositions)
     p.wait()
     return p.pid

@@ -21,6 +21,7 @@ import psutil
 
 from support.netns import Hosts, sweep
 from support.paths import PY, ROOT
+from support.sigs import default_dispositions
 from support.wait import until
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
@@ -136,7 +137,7 @@ def start_sshd(c: Cluster, h: str, port: int, forwarding: bool) -> None:
     conf = sshd_config(c, h, port, forwarding)
     log = open(c.tmp / f"sshd-{h}-{port}.log", "wb")
     p = subprocess.Popen(["ip", "netns", "exec", c.names[h], SSHD, "-D", "-e", "-f", str(conf)],
-                         stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+                         stdout=log, stderr=subprocess.STDOUT, preexec_fn=default_dispositions)  # fmt: skip
     c.sshd.append(p)
     c.procs.append(p)
 
@@ -196,7 +197,8 @@ def start_connect(c: Cluster, *extra: str) -> subprocess.Popen:
     log = open(c.tmp / "connect.log", "wb")
     argv = ["ip", "netns", "exec", c.names["lap"], PY, "-m", "rtdebug"]
     argv += connect_args(c, "node0", "--jump", "login", *extra)
-    p = subprocess.Popen(argv, cwd=ROOT, env=c.env("lap"), stdout=log, stderr=subprocess.STDOUT)
+    p = subprocess.Popen(argv, cwd=ROOT, env=c.env("lap"), stdout=log, stderr=subprocess.STDOUT,
+                         preexec_fn=default_dispositions)  # fmt: skip
     c.procs.append(p)
     until(lambda: "rtdebug: connected" in (c.tmp / "connect.log").read_text(errors="replace") or p.poll() is not None,
           120, "connect's connected line")  # fmt: skip

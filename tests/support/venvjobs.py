@@ -14,6 +14,7 @@ import pytest
 from support.dap import DAPClient
 from support.jobs import Job, read_ranks
 from support.paths import ROOT, SCRIPTS
+from support.sigs import default_dispositions
 
 SCRIPT = SCRIPTS / "torch_free.py"
 
@@ -28,7 +29,8 @@ class VenvJob(Job):
     def __init__(self, exe: Path, args: list[str], cwd: Path, env: dict[str, str], log: Path) -> None:
         self.log = log
         self._f = open(log, "wb")
-        self.proc = subprocess.Popen([str(exe), *args], cwd=cwd, env=env, stdout=self._f, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen([str(exe), *args], cwd=cwd, env=env, stdout=self._f, stderr=subprocess.STDOUT,
+                                     preexec_fn=default_dispositions)  # fmt: skip
 
 
 class Runner:
