@@ -18,7 +18,7 @@ from support.jobs import rtdebug, wait_ranks
 from support.paths import EXAMPLES, PY, SCRIPTS, marker_line
 
 HANG = EXAMPLES / "hang.py"
-STOP_EXPR = "__import__('rtdebug.rank.collectives.recorder', fromlist=['_']).stop_at_next()"
+STOP_EXPR = "__import__('rtdebug.rank.api', fromlist=['_']).stop_at_next_collective()"  # as the extension sends it
 SNAP_EXPR = "__import__('rtdebug.rank.collectives.recorder', fromlist=['_']).snapshot()"
 
 

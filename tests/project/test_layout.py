@@ -44,7 +44,9 @@ ENTRY_POINTS = {
     ("root", "rtdebug.rank.api"),  # rtdebug.breakpoint, resolved on first use
     ("shell", "rtdebug.rank.adopted"),  # rtdebug adopt: named in the code it injects into a running rank
     ("inject", "rtdebug.rank.adopted"),  # the detach it injects into an adopted rank (``inject.run``)
+    ("vscode-extension", "rtdebug.rank.api"),  # what a debugger evaluates in a rank (DAP evaluate)
 }
+EXTENSION_SRC = PKG.parents[1] / "vscode-extension" / "src"
 STRING_MODULE = re.compile(r"^rtdebug(\.\w+)+$")
 PLACEHOLDER = re.compile(r"\{\w*(![rsa])?\}")  # a str.format template's field: code once filled in
 SOFT_LINES, HARD_LINES = 500, 900
@@ -456,3 +458,58 @@ def test_tests_are_grouped_by_what_they_need():
     assert groups == TEST_GROUPS, groups
     names = [p.name for p in found]
     assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+
+
+# Python the extension sends into a rank: an import (``__import__('m'...)``, ``import m``, ``from m import``)
+# or ``sys.modules['m']``, and the name it calls on ``__import__('m', ...)``
+SENT_MODULE = re.compile(
+    r"__import__\(\s*\\?['\"](rtdebug[\w.]*)|\bimport\s+(rtdebug[\w.]*)|\bfrom\s+(rtdebug[\w.]*)\s+import\b"
+    r"|sys\.modules(?:\.get\(|\[)\s*\\?['\"](rtdebug[\w.]*)"
+)
+SENT_CALL = re.compile(r"__import__\(\s*\\?['\"](rtdebug[\w.]*)\\?['\"][^)]*\)\s*\.\s*(\w+)")
+
+
+def sent_into_ranks(text: str, where: str) -> list[str]:
+    """What ``text`` (TypeScript source) names inside a rank, outside the surface: ``where:line: what``."""
+    surface = {t for src, t in ENTRY_POINTS if src == "vscode-extension"}
+    api = {n.name for n in ast.parse(MODULES["rtdebug.rank.api"].read_text()).body if isinstance(n, ast.FunctionDef)}
+    bad = []
+    for i, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith(("//", "*", "/*")):
+            continue
+        for m in SENT_MODULE.finditer(line):
+            name = next(g for g in m.groups() if g)
+            if name not in surface:
+                bad.append(f"{where}:{i}: {name} (a rank's code, not rtdebug.rank.api)")
+        for m in SENT_CALL.finditer(line):
+            if m.group(1) in surface and (m.group(2).startswith("_") or m.group(2) not in api):
+                bad.append(f"{where}:{i}: rtdebug.rank.api.{m.group(2)} (not a public function of rtdebug.rank.api)")
+    return bad
+
+
+def test_the_extension_sends_only_the_rank_api_into_ranks():
+    """What VS Code evaluates inside a rank (``rtdebug.rank.api``) is declared: a rename of rank internals
+    cannot break the extension silently."""
+    sources = sorted(EXTENSION_SRC.rglob("*.ts"))
+    assert sources, f"no TypeScript under {EXTENSION_SRC}"
+    bad = [b for p in sources for b in sent_into_ranks(p.read_text(), str(p.relative_to(EXTENSION_SRC.parent)))]
+    assert bad == [], "\n".join(bad)
+    sent = "".join(p.read_text() for p in sources)
+    assert "__import__('rtdebug.rank.api'" in sent  # the check sees what is sent
+
+
+def test_the_extension_check_can_fail():
+    ts = """const A = "__import__('rtdebug.rank.stopon.arm', fromlist=['_']).configure('')";
+const B = `__import__('rtdebug.rank.api', fromlist=['_']).stop_at_next_collective()`;
+const C = "__import__('rtdebug.rank.api', fromlist=['_'])._connected()";
+const D = 'import rtdebug.rank.runtime as r; r.endpoint';
+// __import__('rtdebug.rank.stopon.arm') in a comment is not sent
+const E = "sys.modules.get('rtdebug.rank.collectives.recorder')";
+const F = "__import__('rtdebug.rank.api', fromlist=['_']).no_such_function()";"""
+    assert sent_into_ranks(ts, "x.ts") == [
+        "x.ts:1: rtdebug.rank.stopon.arm (a rank's code, not rtdebug.rank.api)",
+        "x.ts:3: rtdebug.rank.api._connected (not a public function of rtdebug.rank.api)",
+        "x.ts:4: rtdebug.rank.runtime (a rank's code, not rtdebug.rank.api)",
+        "x.ts:6: rtdebug.rank.collectives.recorder (a rank's code, not rtdebug.rank.api)",
+        "x.ts:7: rtdebug.rank.api.no_such_function (not a public function of rtdebug.rank.api)",
+    ]

@@ -1,8 +1,13 @@
-"""In-script API: ``rtdebug.breakpoint(rank=0)`` stops only the named rank(s).
+"""The rank's public surface: ``rtdebug.breakpoint(rank=0)`` for scripts, and what a debugger evaluates in a rank.
 
-Choice for a rank with no client attached: wait up to ``timeout`` seconds
-(default 0) for one, then return ``False`` with a one-line notice on stderr.
-Never blocking forever keeps an unattended run (CI, a colleague's job) alive.
+``breakpoint`` stops only the named rank(s). Choice for a rank with no client attached: wait up to ``timeout``
+seconds (default 0) for one, then return ``False`` with a one-line notice on stderr. Never blocking forever keeps
+an unattended run (CI, a colleague's job) alive.
+
+A debugger (the VS Code extension, through DAP ``evaluate``) calls only the functions of this module inside a
+rank, as ``__import__('rtdebug.rank.api', fromlist=['_']).NAME(...)``: ``stop_at_next_collective`` and
+``configure_stop_on``. Each answers one line and imports what it needs when called (``tests/project/test_layout.py``
+checks that the extension names nothing else).
 """
 
 from __future__ import annotations
@@ -95,3 +100,17 @@ def stop_in(frame, rank: object) -> bool:
         notify_stdin=False,
     )
     return True
+
+
+def stop_at_next_collective() -> str:
+    """Arm a one-shot stop at the next collective this rank enters; one line says whether it is armed."""
+    from rtdebug.rank.collectives import recorder
+
+    return recorder.stop_at_next()
+
+
+def configure_stop_on(spec: str, gen: str | None = None) -> str:
+    """``--stop-on`` set (or, with ``""``, turned off) on this running rank; one line says what it stops on."""
+    from rtdebug.rank.stopon import arm
+
+    return arm.configure(spec, gen)

@@ -9,7 +9,7 @@ import { RankDebugInfo, RankDebugStates, RankKey } from '../attach/allstop/rankD
  * rank, then continue them all), and the stuck-step rule: with all-stop on, a step in one rank that has not
  * returned while its peers are stopped waits in a collective for them, so they are stepped too.
  */
-export const STOP_AT_NEXT_EXPR = "__import__('rtdebug.rank.collectives.recorder', fromlist=['_']).stop_at_next()";
+export const STOP_AT_NEXT_EXPR = "__import__('rtdebug.rank.api', fromlist=['_']).stop_at_next_collective()";
 /** A step still running after this long, with peers stopped, is taken as waiting for them. */
 export const STEP_STUCK_MS = 1500;
 /** Peers are stepped at most this many times for one stuck step (they may never reach the collective). */

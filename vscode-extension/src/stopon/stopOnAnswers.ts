@@ -4,13 +4,13 @@ import { compressRanks, oneLine } from '../common/rankList';
 const CANONICAL = /^[a-z0-9:=,]{0,200}$/;
 
 /**
- * What each rank evaluates (the harness's `arm.configure`), given the canonical spelling `rtdebug check`
+ * What each rank evaluates (`rtdebug.rank.api.configure_stop_on`), given the canonical spelling `rtdebug check`
  * answered. Its one-line answer comes back hex-encoded: DAP's `evaluate` answers a str as its repr, and hex
  * digits are the same in any repr, so the line is read back without parsing Python's quoting.
  */
 export function configureExpression(canonical: string): string {
   if (!CANONICAL.test(canonical)) throw new Error(`not a canonical --stop-on spelling: ${JSON.stringify(canonical.slice(0, 80))}`);
-  return `__import__('rtdebug.rank.stopon.arm', fromlist=['_']).configure('${canonical}').encode().hex()`;
+  return `__import__('rtdebug.rank.api', fromlist=['_']).configure_stop_on('${canonical}').encode().hex()`;
 }
 
 /** A rank's answer to configureExpression (`'7274…'`) → its line; anything else (an exception text) as it came. */

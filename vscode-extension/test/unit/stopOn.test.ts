@@ -42,9 +42,9 @@ test("a bad condition is the CLI's line, the user's text quoted as Python quotes
 test('what each rank evaluates: the harness arm.configure of the canonical spelling, its answer hex-encoded', () => {
   assert.equal(
     configureExpression('nonfinite,step=5'),
-    "__import__('rtdebug.rank.stopon.arm', fromlist=['_']).configure('nonfinite,step=5').encode().hex()",
+    "__import__('rtdebug.rank.api', fromlist=['_']).configure_stop_on('nonfinite,step=5').encode().hex()",
   );
-  assert.equal(configureExpression(''), "__import__('rtdebug.rank.stopon.arm', fromlist=['_']).configure('').encode().hex()");
+  assert.equal(configureExpression(''), "__import__('rtdebug.rank.api', fromlist=['_']).configure_stop_on('').encode().hex()");
   assert.throws(() => configureExpression("x'); import os; ('"), /not a canonical --stop-on spelling/);
   const hex = (s: string) => `'${Buffer.from(s, 'utf8').toString('hex')}'`;
   assert.equal(fromHexAnswer(hex('rtdebug: rank 0 stops on nonfinite')), 'rtdebug: rank 0 stops on nonfinite');
