@@ -28,6 +28,7 @@ from rtdebug.common.ports import is_port_free, port_holder
 from rtdebug.common.procinfo import is_alive
 from rtdebug.connect import listing
 from rtdebug.connect.listing import RemoteRank, RemoteSession
+from rtdebug.connect.relay import RelayServer
 from rtdebug.connect.secretsock import SecretServer
 from rtdebug.connect.transport import Forward, Link, Transport
 from rtdebug.registry import signing
@@ -71,6 +72,7 @@ class Connection:
         self.store_forward: Forward | None = None
         self.gcs_forward: Forward | None = None  # a Ray run's GCS, forwarded through the home link
         self.secret_server: SecretServer | None = None
+        self.relay: RelayServer | None = None  # runs `stacks` on the home node for this user's `rtdebug stacks`
         self.sid: str | None = None
         self.remote: RemoteSession | None = None
         self.registered = False
@@ -262,6 +264,9 @@ class Connection:
             self.secret_server = SecretServer(self.reg.session_dir(self.sid), secret)
         else:
             warn(f"no job secret readable on {self.opts.host}: `rtdebug stacks` from here cannot ask the job's ranks")
+        if not self.opts.ray_address:  # (a Ray run's workers are asked through the forwarded GCS)
+            remote = [*self.opts.remote_rtdebug]
+            self.relay = RelayServer(self.reg.session_dir(self.sid), self.sid, remote, self._run_home)
         trust = ([secret] if secret else [], frozenset[str]())
         where: dict[str, str] = {}
         if self.store_forward is not None:
@@ -282,6 +287,13 @@ class Connection:
                     f"runs `rtdebug ps` on {self.opts.host} (install the cluster's Ray version here for both)"
                 )
         self.reg.update_session(self.sid, state="running", **where)
+
+    def _run_home(self, argv: list[str], timeout: float) -> tuple[int, bytes, str]:
+        """``argv`` on the home node, for the relay (from its thread: never opens a link, only uses one)."""
+        link = self.links.get(self.opts.host)
+        if link is None or not link.alive():
+            raise HarnessError(f"the link to {self.opts.host} is down (connect reopens it at its next refresh)")
+        return link.run(argv, timeout)
 
     def sync(self, s: RemoteSession) -> None:
         """Forwards and entries to match ``s``: new ranks get theirs, moved ones a new one, ended ones none."""
@@ -387,8 +399,9 @@ class Connection:
 
     def close(self) -> None:
         """Every forward and link closed, the local session removed: nothing left running, bound or registered."""
-        if self.secret_server is not None:
-            self.secret_server.close()
+        for server in (self.secret_server, self.relay):
+            if server is not None:
+                server.close()
         if self.store_view is not None:
             self.store_view.close()
         for link in self.links.values():
