@@ -102,7 +102,13 @@ class DapFramer:
 
     def feed(self, data: bytes) -> None:
         """Take ``data``; raise ``NotDAP`` as soon as the bytes cannot be DAP messages."""
+        self.take(data)
+
+    def take(self, data: bytes) -> list[tuple[bytes, dict]]:
+        """Take ``data``; return the messages it completes (each as its bytes and its JSON), keeping the rest
+        for the next call; raise ``NotDAP`` as soon as the bytes cannot be DAP messages."""
         self.buf += data
+        done: list[tuple[bytes, dict]] = []
         while self.buf:
             head = bytes(self.buf[: len(PREFIX)]).lower()
             if head != PREFIX[: len(head)]:
@@ -111,7 +117,7 @@ class DapFramer:
             if end < 0:
                 if len(self.buf) > len(PREFIX) and not _PARTIAL.fullmatch(self.buf[len(PREFIX) : 64]):
                     raise NotDAP(BAD_HEADER)
-                return
+                return done
             match = _HEADER.fullmatch(self.buf[: end + 4])
             if match is None:
                 raise NotDAP(BAD_HEADER)
@@ -119,14 +125,16 @@ class DapFramer:
             if size > self.MAX_BODY:
                 raise NotDAP(f"a DAP message of {size} bytes, over the {self.MAX_BODY}-byte limit")
             if len(self.buf) < start + size:
-                return
+                return done
             try:
                 msg = json.loads(self.buf[start : start + size])
             except (ValueError, RecursionError):
                 raise NotDAP("a DAP message that is not JSON") from None
             if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
                 raise NotDAP("a DAP message that is not a JSON object with a 'type'")
+            done.append((bytes(self.buf[: start + size]), msg))
             del self.buf[: start + size]
+        return done
 
 
 def read_first(

@@ -61,9 +61,10 @@ from rtdebug.common.errors import HarnessError
 from rtdebug.common.ports import port_holder
 from rtdebug.common.threads import hidden_thread
 from rtdebug.rank.endpoint import gil, tracing, warmup
-from rtdebug.rank.endpoint.dapgate import DapFramer, NotDAP, message_end, read_first
-from rtdebug.rank.endpoint.pydevd_socket import Handoff, close_both, listen_via_handoff, pump
+from rtdebug.rank.endpoint.dapgate import NotDAP, read_first
+from rtdebug.rank.endpoint.pydevd_socket import Handoff, listen_via_handoff
 from rtdebug.rank.endpoint.refusals import RefusalLog
+from rtdebug.rank.endpoint.relay import DapHook, Relay
 
 StateCallback = Callable[[str], None]
 ATTACH_BOOST_S = 5.0
@@ -100,6 +101,7 @@ class Endpoint:
         self.allow = AllowList(allow)
         self.label = label or f"port {port}"
         self.on_refused = on_refused or (lambda: None)
+        self.on_dap: DapHook = lambda kind, body: None  # what the relay sees (``relay``): ``rtdebug.rank.allstop``
         self.attach_count = 0
         self.refused_count = 0
         self._clients = 0
@@ -133,6 +135,7 @@ class Endpoint:
         until each has ended. No state or refusal is reported from now on."""
         self.on_state = lambda state: None
         self.on_refused = lambda: None
+        self.on_dap = lambda kind, body: None
         with self._lock:
             upstreams = list(self._upstreams)
         for s in upstreams:
@@ -281,25 +284,19 @@ class Endpoint:
                 self.attach_count += 1
                 self._upstreams.add(upstream)
             self.on_state("attached")
+        self._tell("attached")
         return upstream
 
+    def _tell(self, kind: str) -> None:
+        try:
+            self.on_dap(kind, {})
+        except Exception:  # the rank's record never stops a client's relay
+            log.swallowed("rank.endpoint: on_dap failed")
+
     def _relay(self, client: socket.socket, upstream: socket.socket, first: bytes) -> None:
-        framer = DapFramer()  # every message after the initialize is checked too: junk never reaches pydevd
-        why = None
-        try:
-            framer.feed(first)
-        except NotDAP as exc:  # junk came right behind the initialize: pydevd gets the initialize alone
-            why, first = str(exc), first[: message_end(first) or 0]
-        try:
-            upstream.sendall(first)  # the initialize request the gate read
-        except OSError:
-            pass  # pydevd is gone: the pumps below see it and close both ends
-        back = hidden_thread(pump, f"rtdebug-relay-up-{self.port}", upstream, client)
-        if why is None:
-            why = pump(client, upstream, check=framer.feed)
-        else:
-            close_both(client, upstream)
-        back.join()
+        # every message is checked (junk never reaches pydevd); on_dap is looked up when used (``end_clients``)
+        relay = Relay(client, upstream, self.label, lambda kind, body: self.on_dap(kind, body))
+        why = relay.run(first, lambda back: hidden_thread(back, f"rtdebug-relay-up-{self.port}"))
         if why is not None:
             self._report(f"closed a client after its 'initialize': it sent {why}")
         client.close()
@@ -314,6 +311,8 @@ class Endpoint:
                 tracing.client_gone()
                 gil.end()
                 self.on_state("ready")
+        if left == 0:
+            self._tell("detached")  # pydevd resumed the rank: it runs, and all-stop lets go of the others
 
     def client_connected(self) -> bool:
         if self._inner is None:
