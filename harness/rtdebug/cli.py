@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "attach": ("rtdebug.commands.attach", "wait for rank N and print what a client needs to attach"),
     "stop": ("rtdebug.commands.stop", "stop a session's whole process tree"),
     "vscode": ("rtdebug.commands.vscode", "print VS Code launch/task configurations as JSON"),
+    "dap": ("rtdebug.commands.dap", "serve one DAP endpoint for a whole job: a child session per rank, any editor"),
     "stacks": ("rtdebug.commands.stacks", "where is every rank? Python stacks of all ranks, grouped"),
     "adopt": (
         "rtdebug.commands.adopt",

@@ -32,6 +32,7 @@ LAYER = {
     "views": 2,
     "stacks": 3,
     "connect": 3,
+    "dap": 3,  # the job's DAP endpoint: the shell's `rtdebug dap`, and beside the launcher (--dap-port)
     "shell": 4,
     "launcher": 4,
     "rank": 4,

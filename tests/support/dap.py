@@ -95,6 +95,31 @@ class DAPClient:
     def request(self, command: str, timeout: float | None = None, **arguments: Any) -> dict[str, Any]:
         return self.response(self.send(command, **arguments), timeout)
 
+    def reverse_request(self, command: str, timeout: float | None = None) -> dict[str, Any]:
+        """The next request the server sent us (a reverse request such as ``startDebugging``), whole."""
+        wanted = f"reverse request {command!r}"
+        return self._wait(lambda m: m.get("type") == "request" and m.get("command") == command, wanted, timeout)
+
+    def answer(self, request: dict[str, Any], success: bool = True, message: str = "") -> None:
+        """Respond to a reverse request, as a client does."""
+        self._seq += 1
+        msg = {"seq": self._seq, "type": "response", "request_seq": request["seq"], "command": request["command"],
+               "success": success, **({"message": message} if message else {})}  # fmt: skip
+        data = json.dumps(msg).encode()
+        self.sock.sendall(b"Content-Length: %d\r\n\r\n" % len(data) + data)
+
+    def pending(self, kind: str) -> list[dict[str, Any]]:
+        """Messages of ``kind`` (request, event) received and not yet taken."""
+        with self._cv:
+            return [m for m in self._messages if m.get("type") == kind]
+
+    def attach_job(self, start_debugging: bool = True, **config: Any) -> int:
+        """initialize (announcing ``startDebugging`` or not) -> attach, to a job's DAP endpoint; the attach's seq."""
+        caps = {"supportsStartDebuggingRequest": True} if start_debugging else {}
+        self.request("initialize", adapterID="debugpy", clientID="rtdebug-tests", pathFormat="path",
+                     linesStartAt1=True, columnsStartAt1=True, **caps)  # fmt: skip
+        return self.send("attach", **config)
+
     def event(self, name: str, timeout: float | None = None) -> dict[str, Any]:
         return (
             self._wait(lambda m: m.get("type") == "event" and m.get("event") == name, f"event {name!r}", timeout).get(
@@ -123,7 +148,7 @@ class DAPClient:
             linesStartAt1=True,
             columnsStartAt1=True,
         )
-        attach_seq = self.send("attach", justMyCode=just_my_code, name="test attach", **config)
+        attach_seq = self.send("attach", **{"justMyCode": just_my_code, "name": "test attach", **config})
         self.event("initialized")
         verified = {}
         for path, lines in (breakpoints or {}).items():

@@ -1,0 +1,300 @@
+"""The job's DAP endpoint: one listening socket, one conversation per client, one child session per rank.
+
+A client talks to it as to debugpy's adapter: ``initialize``, then ``attach``. If its ``initialize`` said
+``supportsStartDebuggingRequest``, it gets ``initialized``, its ``attach`` succeeds, and a ``startDebugging``
+reverse request follows for every chosen rank a client could attach to (``children``), then for each rank
+that appears later; its child sessions attach to the ranks' own endpoints, which check them as any client.
+A client without ``startDebugging`` gets an error response to ``attach`` naming what to use instead.
+
+The parent session has no threads: breakpoints it is sent are acknowledged (and set by the client in each
+child); ``terminate`` (or ``disconnect`` with ``terminateDebuggee``) stops the whole session, as ``rtdebug
+stop`` does, every rank together; ``disconnect`` leaves the job running. Who gets in: only the owner's uid
+(``rtdebug.common.access``), on loopback; the first message must be ``initialize`` (as a rank's dapgate).
+Nothing is polled while no client is attached, but whether the session is still live (once a second).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import socket
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, TextIO
+
+from rtdebug.common.access import AllowList, judge
+from rtdebug.common.errors import HarnessError, printable
+from rtdebug.common.threads import hidden_thread
+from rtdebug.dap import children, wire
+from rtdebug.dap.children import RankChoice, RankKey
+from rtdebug.views.api import Views
+
+Entry = dict[str, Any]
+POLL_S = 0.25  # how often an attached client's session is re-read for new ranks
+LIVE_CHECK_S = 1.0  # how often the server checks that its session is still live
+TERMINATE_WAIT_S = 90.0  # a terminate in progress (its stop) is answered before the server closes
+CAPABILITIES = {
+    "supportsConfigurationDoneRequest": True,
+    "supportsTerminateRequest": True,
+    "supportTerminateDebuggee": True,
+}
+
+
+def no_start_debugging(session_id: str) -> str:
+    return (
+        "this client does not handle DAP's startDebugging request, which the job endpoint needs to hand it one "
+        f"child session per rank; attach to each rank instead, one session per rank: `rtdebug attach --session "
+        f"{session_id} --rank N` prints its host:port"
+    )
+
+
+class JobEndpoint:
+    """The listening socket of one session's DAP endpoint, and its clients."""
+
+    def __init__(
+        self,
+        views: Views,
+        session_id: str,
+        choice: RankChoice,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        log: TextIO = sys.stderr,
+    ) -> None:
+        self.views, self.session_id, self.choice, self.log = views, session_id, choice, log
+        self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self.sock.bind((host, port))
+        except OSError as exc:
+            self.sock.close()
+            raise HarnessError(f"cannot listen on {host}:{port} for the DAP endpoint: {exc.strerror}") from None
+        self.sock.listen(16)
+        self.address: tuple[str, int] = self.sock.getsockname()[:2]
+        self.done = threading.Event()  # the session is over (ended, or terminated through this endpoint)
+        self.clients: list[Conversation] = []
+        self._lock = threading.Lock()
+
+    def say(self, line: str) -> None:
+        print(f"rtdebug: {printable(line)}", file=self.log, flush=True)
+
+    def serve(self) -> None:
+        """Accept clients until the session is over; then tell every client and close."""
+        try:
+            while not self.done.is_set():
+                ready, _, _ = select.select([self.sock], [], [], LIVE_CHECK_S)
+                if ready:
+                    self._accept()
+                elif children.live_session(self.views, self.session_id) is None:
+                    self.done.set()
+        finally:
+            self.close()
+
+    def _accept(self) -> None:
+        try:
+            conn, _ = self.sock.accept()
+        except OSError:
+            return
+        peer = judge(conn, AllowList(), os.geteuid())
+        if peer.reason:
+            self.say(f"DAP endpoint: {peer.line}")
+            conn.close()
+            return
+        talk = Conversation(self, conn)
+        with self._lock:
+            self.clients = [c for c in self.clients if not c.closed.is_set()] + [talk]
+        hidden_thread(talk.run, "rtdebug-dap-client")
+
+    def close(self) -> None:
+        self.done.set()
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        with self._lock:
+            clients = list(self.clients)
+        for c in clients:
+            c.end("the session is over")
+        for c in clients:  # a client whose terminate stopped the session is answered before the process exits
+            if c.terminating:
+                c.closed.wait(TERMINATE_WAIT_S)
+
+    def stop_session(self) -> str:
+        """End the whole session as ``rtdebug stop`` does (its view's teardown); the one-line summary."""
+        session = self.views.session(self.session_id)
+        if session is None:
+            raise HarnessError(f"session {self.session_id} has ended")
+        summary = self.views.view_of(session).stop(session)
+        return summary.removeprefix("rtdebug: ")
+
+
+class Conversation:
+    """One client of the job endpoint: its requests, and the child sessions it is handed."""
+
+    def __init__(self, server: JobEndpoint, conn: socket.socket) -> None:
+        self.server, self.conn = server, conn
+        self.closed = threading.Event()
+        self.terminating = False  # this client asked to end the job: it is answered, then closed, by itself
+        self.seq = 0
+        self.wlock = threading.Lock()
+        self.client_caps: Entry = {}
+        self.attach_args: Entry = {}
+        self.seen: set[RankKey] = set()
+        self.pending: dict[int, str] = {}  # startDebugging seq -> child name
+        self.handlers: dict[str, Callable[[Entry], None]] = {
+            "initialize": self.on_initialize,
+            "attach": self.on_attach,
+            "launch": self.on_launch,
+            "setBreakpoints": self.on_set_breakpoints,
+            "setExceptionBreakpoints": self.ok,
+            "setFunctionBreakpoints": self.on_set_breakpoints,
+            "configurationDone": self.ok,
+            "threads": lambda req: self.respond(req, body={"threads": []}),
+            "disconnect": self.on_disconnect,
+            "terminate": self.on_terminate,
+        }
+
+    # -- wire ---------------------------------------------------------------
+    def send(self, msg: Entry, child: str = "") -> None:
+        """Send ``msg`` with the next seq; ``child``: a startDebugging request for that child, whose
+        response is then expected."""
+        with self.wlock:
+            self.seq += 1
+            msg["seq"] = self.seq
+            if child:
+                self.pending[self.seq] = child
+            try:
+                self.conn.sendall(wire.encode(msg))
+            except OSError:
+                self.closed.set()
+
+    def respond(self, req: Entry, body: Entry | None = None, error: str = "") -> None:
+        msg: Entry = {"type": "response", "request_seq": req.get("seq", 0), "command": req.get("command", "")}
+        msg["success"] = not error
+        if error:
+            msg["message"] = error
+        if body is not None:
+            msg["body"] = body
+        self.send(msg)
+
+    def event(self, name: str, body: Entry | None = None) -> None:
+        self.send({"type": "event", "event": name, **({"body": body} if body is not None else {})})
+
+    def output(self, text: str) -> None:
+        self.event("output", {"category": "console", "output": f"rtdebug: {text}\n"})
+
+    def ok(self, req: Entry) -> None:
+        self.respond(req)
+
+    def end(self, why: str) -> None:
+        """Tell the client its session is over (``terminated``) and close the connection."""
+        if self.closed.is_set() or (self.terminating and why != "terminated"):
+            return
+        self.event("terminated")
+        self.closed.set()
+        with contextlib.suppress(OSError):
+            self.conn.shutdown(socket.SHUT_RDWR)
+
+    # -- the conversation ---------------------------------------------------
+    def run(self) -> None:
+        f = self.conn.makefile("rb")
+        try:
+            first = True
+            while not self.closed.is_set():
+                msg = wire.read_message(f)
+                if msg is None:
+                    break
+                if first and not (msg.get("type") == "request" and msg.get("command") == "initialize"):
+                    raise wire.WireError("its first message is not a DAP initialize request")
+                first = False
+                self.dispatch(msg)
+        except (wire.WireError, OSError) as exc:
+            self.server.say(f"DAP endpoint: closed a client: {exc}")
+        finally:
+            self.closed.set()
+            with contextlib.suppress(OSError):
+                f.close()
+                self.conn.close()
+
+    def dispatch(self, msg: Entry) -> None:
+        if msg["type"] == "response":
+            self.on_reverse_response(msg)
+            return
+        if msg["type"] != "request" or not isinstance(msg.get("command"), str):
+            return
+        if not isinstance(msg.get("arguments", {}), dict):
+            msg["arguments"] = {}
+        handler = self.handlers.get(msg["command"])
+        if handler is None:
+            why = f"the job endpoint has no threads of its own: send {msg['command']!r} to a rank's child session"
+            self.respond(msg, error=printable(why)[:300])
+            return
+        handler(msg)
+
+    def on_initialize(self, req: Entry) -> None:
+        self.client_caps = dict(req.get("arguments") or {})
+        self.respond(req, body=CAPABILITIES)
+
+    def on_attach(self, req: Entry) -> None:
+        sid = self.server.session_id
+        if self.client_caps.get("supportsStartDebuggingRequest") is not True:
+            self.respond(req, error=no_start_debugging(sid))
+            return
+        self.attach_args = dict(req.get("arguments") or {})
+        self.event("initialized")
+        self.respond(req)
+        self.output(f"session {sid}: one child session per rank ({self.server.choice.text}); terminate ends the job")
+        hidden_thread(self.announce, "rtdebug-dap-children")
+
+    def on_launch(self, req: Entry) -> None:
+        self.respond(req, error="the job endpoint only attaches (request: attach): the job is already running")
+
+    def on_set_breakpoints(self, req: Entry) -> None:
+        wanted = req["arguments"].get("breakpoints") or []
+        n = len(wanted) if isinstance(wanted, list) else 0
+        note = {"verified": False, "message": "set in each rank's child session"}
+        self.respond(req, body={"breakpoints": [dict(note) for _ in range(n)]})
+
+    def on_disconnect(self, req: Entry) -> None:
+        if req["arguments"].get("terminateDebuggee") is True:
+            self.on_terminate(req)
+            return
+        self.respond(req)
+        self.closed.set()
+
+    def on_terminate(self, req: Entry) -> None:
+        self.terminating = True
+        self.output(f"stopping session {self.server.session_id}: every rank together")
+        try:
+            summary = self.server.stop_session()
+        except HarnessError as exc:
+            self.terminating = False
+            self.respond(req, error=printable(exc.message))
+            return
+        self.server.done.set()
+        self.server.say(f"DAP endpoint: {summary} (terminate from a client)")
+        self.output(summary)
+        self.respond(req)
+        self.end("terminated")
+
+    def on_reverse_response(self, msg: Entry) -> None:
+        name = self.pending.pop(int(msg.get("request_seq") or 0), None)
+        if name is not None and not msg.get("success"):
+            text = printable(str(msg.get("message") or "no reason given"))[:300]
+            self.server.say(f"DAP endpoint: the client did not start {name}: {text}")
+
+    # -- the children -------------------------------------------------------
+    def announce(self) -> None:
+        """Hand the client a child session for each chosen rank as it becomes attachable, until it leaves."""
+        server = self.server
+        while not self.closed.is_set() and not server.done.is_set():
+            session = children.live_session(server.views, server.session_id)
+            if session is None:
+                break
+            for entry in children.new_ranks(session, server.choice, self.seen):
+                self.seen.add(children.key_of(entry))
+                config = children.child_configuration(entry, self.attach_args)
+                request = {"request": "attach", "configuration": config}
+                self.send({"type": "request", "command": "startDebugging", "arguments": request}, config["name"])
+            self.closed.wait(POLL_S)
+        if not self.closed.is_set():
+            self.end("the session is over")

@@ -1,0 +1,164 @@
+"""The job's one DAP endpoint (``rtdebug dap``): a real DAP client attaches once, gets every rank of a real
+torchrun job as a ``startDebugging`` child, debugs them through the ranks' own endpoints, and either leaves
+the job running (disconnect) or ends all of it (terminate)."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+
+import psutil
+import pytest
+
+from support.dap import DAPClient, DAPError
+from support.jobs import Job, wait_ranks
+from support.paths import EXAMPLES, marker_line
+from support.ports import port_free
+from support.procs import alive
+from support.users import NOBODY, SETPRIV, needs_setpriv
+
+pytestmark = pytest.mark.e2e
+SCRIPT = EXAMPLES / "plain_ddp.py"
+FULL = os.environ.get("RTDEBUG_FULL") == "1"
+FOREIGN_PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3"
+
+
+def endpoint_port(server: Job) -> int:
+    out = server.wait_output(" on 127.0.0.1:", 60)
+    return int(re.search(r"DAP endpoint for session \S+ on 127\.0\.0\.1:(\d+)", out).group(1))
+
+
+def take_children(parent: DAPClient, n: int, breakpoints: dict[str, list[int]] | None = None) -> dict[int, DAPClient]:
+    """Answer ``n`` startDebugging requests as a client does: attach a child session to each rank's address."""
+    kids: dict[int, DAPClient] = {}
+    for _ in range(n):
+        req = parent.reverse_request("startDebugging", 120)
+        args = req["arguments"]
+        config = args["configuration"]
+        assert args["request"] == "attach" and config["request"] == "attach"
+        rank = int(re.fullmatch(r"rank (\d+)", config["name"]).group(1))
+        child = DAPClient(config["connect"]["host"], config["connect"]["port"])
+        child.attach(breakpoints or {}, **{k: v for k, v in config.items() if k != "request"})  # as a client does
+        parent.answer(req)
+        kids[rank] = child
+    return kids
+
+
+def start_job(job, port_base: int, n: int, epochs: int, *extra: str) -> Job:
+    return job(
+        "torchrun", "--debug-port-base", str(port_base), *extra, "--nproc-per-node", str(n),
+        str(SCRIPT), "--epochs", str(epochs), "--samples", str(32 * n),
+    )  # fmt: skip
+
+
+def stop_and_evaluate(kids: dict[int, DAPClient], line: int) -> None:
+    """Each child stops at the breakpoint in its own rank, evaluates its rank there, clears it and continues."""
+    threads = {}
+    for rank, c in sorted(kids.items()):
+        stopped = c.wait_stopped(120)
+        assert stopped["reason"] == "breakpoint"
+        frame = c.top_frame(stopped["threadId"])
+        assert frame["line"] == line
+        assert c.evaluate("dist.get_rank()", frame["id"]) == str(rank)
+        threads[rank] = stopped["threadId"]
+    for rank, c in kids.items():
+        c.request("setBreakpoints", source={"path": str(SCRIPT)}, breakpoints=[])
+        c.continue_(threads[rank])
+
+
+@pytest.mark.parametrize("n", [2, *([4] if FULL else [])])
+def test_one_endpoint_every_rank_then_disconnect_leaves_the_job(job, registry_dir, port_base, n):
+    """Attach once: n children, one per rank; each stops at its breakpoint and is its own rank; disconnect all:
+    the job runs to its end (exit 0) and the endpoint closes with it."""
+    line = marker_line(SCRIPT, "plain step")
+    j = start_job(job, port_base, n, 1, "--wait", "all")
+    sid = j.session_id()
+    server = job("dap", "--session", sid)
+    parent = DAPClient("127.0.0.1", endpoint_port(server))
+    attach = parent.attach_job()
+    parent.event("initialized")
+    parent.request("configurationDone")
+    parent.response(attach)
+    kids = take_children(parent, n, {str(SCRIPT): [line]})
+    assert sorted(kids) == list(range(n))
+    assert parent.request("threads")["threads"] == []
+    stop_and_evaluate(kids, line)
+    for c in kids.values():
+        c.disconnect()
+    parent.disconnect()
+    assert j.wait(180) == 0, j.output()[-3000:]
+    assert f"rtdebug: session {sid} exited (exit code 0)" in j.output()
+    assert server.wait(30) == 0, server.output()
+    assert f"rtdebug: DAP endpoint for session {sid} closed" in server.output()
+
+
+def test_terminate_on_the_job_endpoint_ends_every_rank(job, registry_dir, port_base):
+    """``terminate`` to the job endpoint stops the session as ``rtdebug stop`` does: every rank together, the
+    children see their ranks end, nothing is left (no rank, no agent, no port, not the endpoint)."""
+    j = start_job(job, port_base, 2, 100000)
+    sid = j.session_id()
+    ranks = wait_ranks(registry_dir, sid, 2)
+    pids = [r["pid"] for r in ranks.values()]
+    server = job("dap", "--session", sid, "--ranks", "all")
+    parent = DAPClient("127.0.0.1", endpoint_port(server))
+    parent.response(parent.attach_job())
+    kids = take_children(parent, 2)
+    tree = [p.pid for p in psutil.Process(j.proc.pid).children(recursive=True)]
+    parent.request("terminate", timeout=90)
+    assert parent.event("terminated", 30) == {}
+    j.wait(60)
+    assert f"rtdebug: DAP endpoint: stopped session {sid} (" in server.output()
+    said = [m["body"]["output"] for m in parent.pending("event") if m["event"] == "output"]
+    assert any(f"rtdebug: stopped session {sid} (" in text for text in said), said
+    assert alive(pids) == [] and alive(tree) == []
+    assert port_free(port_base) and port_free(port_base + 1)
+    assert server.wait(30) == 0, server.output()
+    for c in kids.values():
+        c.close()
+
+
+def test_a_client_without_start_debugging_is_told_what_to_use(job, registry_dir, port_base):
+    """No ``supportsStartDebuggingRequest``: ``attach`` fails naming ``rtdebug attach --rank N``; with
+    ``--ranks 1`` a capable client gets rank 1 alone; garbage first bytes are refused; the job is untouched."""
+    j = start_job(job, port_base, 2, 100000)
+    sid = j.session_id()
+    wait_ranks(registry_dir, sid, 2)
+    server = job("dap", "--session", sid, "--ranks", "1")
+    port = endpoint_port(server)
+    plain = DAPClient("127.0.0.1", port)
+    with pytest.raises(DAPError, match=re.escape(f"`rtdebug attach --session {sid} --rank N` prints its host:port")):
+        plain.response(plain.attach_job(start_debugging=False))
+    plain.disconnect()
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert s.recv(100) == b""  # closed without a reply
+    server.wait_output("closed a client: a message without Content-Length")
+    parent = DAPClient("127.0.0.1", port)
+    parent.response(parent.attach_job())
+    kids = take_children(parent, 1)
+    assert list(kids) == [1]
+    assert parent.pending("request") == []  # rank 0 is not offered
+    for c in kids.values():
+        c.disconnect()
+    parent.disconnect()
+    assert j.proc.poll() is None  # the job runs on
+
+
+@needs_setpriv
+def test_another_uid_is_refused(job, registry_dir, port_base):
+    """Owner-only as the ranks' endpoints: a socket of another uid is closed before a byte is read."""
+    j = start_job(job, port_base, 2, 100000)
+    sid = j.session_id()
+    wait_ranks(registry_dir, sid, 2)
+    server = job("dap", "--session", sid)
+    port = endpoint_port(server)
+    probe = (
+        "import socket,sys\ns=socket.create_connection(('127.0.0.1',int(sys.argv[1])))\n"
+        'b=b\'{"seq":1,"type":"request","command":"initialize","arguments":{}}\'\n'
+        "s.sendall(b'Content-Length: %d\\r\\n\\r\\n' % len(b) + b)\nprint(repr(s.recv(100)))\n"
+    )
+    r = subprocess.run([*SETPRIV, FOREIGN_PY, "-c", probe, str(port)], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "b''", r.stderr
+    server.wait_output(f"(uid {NOBODY}): its socket belongs to another user")
