@@ -189,6 +189,14 @@ def torchrun_options(p: argparse.ArgumentParser) -> None:
         metavar="none|all|RANKS",
         help="ranks that block before user code until a client attaches, e.g. 0 or 0,2-3",
     )
+    p.add_argument(
+        "--dap-port",
+        type=int,
+        default=None,
+        metavar="P",
+        help="also serve one DAP endpoint for the whole job on 127.0.0.1:P (as `rtdebug dap`): a client "
+        "attaches once and gets one child session per rank",
+    )
     g = p.add_argument_group("hangs")
     g.add_argument(
         "--check-collectives",

@@ -28,6 +28,7 @@ import argparse
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ from rtdebug.registry.table import format_table
 
 READY_LINE = "rtdebug: all {n} local ranks ready (session {sid})"
 START_LINE = "rtdebug: session {sid} starting"
+DAP_EXIT_S = 3.0  # the job's DAP endpoint notices the session's end within a second (rtdebug.dap.server)
 
 
 @dataclass
@@ -63,6 +65,7 @@ class TorchrunPlan:
     store: str | None = None  # c10d rendezvous store of a multi-node job (rtdebug.launcher.multinode)
     rdzv_id: str | None = None
     watch_peers: bool = False  # a lost peer node ends this one (rtdebug.launcher.multinode.fixed_job)
+    dap_port: int | None = None  # --dap-port: the job's DAP endpoint, served beside the launcher
 
     @property
     def max_world_size(self) -> int:
@@ -119,13 +122,22 @@ def plan_torchrun(parsed: argparse.Namespace, tokens: list[str]) -> TorchrunPlan
         store,
         parsed.rdzv_id,
         bool(store) and multinode.fixed_job(parsed),
+        dap_port(getattr(parsed, "dap_port", None), ranks),
     )
+
+
+def dap_port(port: int | None, ranks: list[int]) -> int | None:
+    """``--dap-port``: a port, not one of the ranks' own (those are checked free with them, before start)."""
+    if port is not None and not 1 <= port <= 65535:
+        raise usage(f"--dap-port {port}: a TCP port, 1-65535")
+    return port
 
 
 class Launcher:
     def __init__(self, plan: TorchrunPlan, cfg: RankConfig, registry: Registry) -> None:
         self.plan, self.cfg, self.registry = plan, cfg, registry
         self.proc: agent.Agent | None = None
+        self.dap: subprocess.Popen[bytes] | None = None  # --dap-port's server
 
     def _session_entry(self, ports: list[int]) -> dict[str, Any]:
         return session_entry(
@@ -169,7 +181,11 @@ class Launcher:
         if self.plan.store:
             env[ENV_STORE] = self.plan.store  # the ranks publish themselves there (rtdebug.rank.publish)
             env[ENV_WATCH] = "1" if self.plan.watch_peers else "0"
+        if self.plan.dap_port in ports:
+            raise usage(f"--dap-port {self.plan.dap_port} is one of the ranks' debug ports ({ports[0]}-{ports[-1]})")
         check_ports_free(ports, self.cfg.host)
+        if self.plan.dap_port is not None:
+            check_ports_free([self.plan.dap_port], "127.0.0.1")
         session = SessionRun(self.registry, self._session_entry(ports))
         session.open()
         sid = self.cfg.session_id
@@ -190,6 +206,7 @@ class Launcher:
                 pid = self.proc.pid
                 session.update(state="running", agent_pid=pid, agent_create_time=process_create_time(pid))
                 threading.Thread(target=self._announce_ready, daemon=True).start()
+                self._start_dap()
                 from rtdebug.launcher import hangwatch  # its stack modules load after the fork, beside the agent
 
                 hangwatch.start(self.registry, sid, self.proc, self.cfg)  # grouped stacks on failure / no progress
@@ -198,7 +215,28 @@ class Launcher:
                 self._teardown()
                 state = session.close(code)
                 print(f"rtdebug: session {sid} {state} (exit code {code})", flush=True)
+                self._end_dap()
         return code
+
+    def _start_dap(self) -> None:
+        """``--dap-port``: ``rtdebug dap`` for this session, as the launcher's child. It carries no session
+        id in its environment, so a stop never signals it: a ``terminate`` it serves is that stop, and it
+        answers its client once the stop is done; it ends itself once the session is over."""
+        if self.plan.dap_port is None:
+            return
+        env = dict(os.environ, RTDEBUG_REGISTRY_DIR=str(self.registry.root))
+        env.pop("RTDEBUG_SESSION", None)
+        argv = [sys.executable, "-m", "rtdebug", "dap", "--session", self.cfg.session_id]
+        self.dap = subprocess.Popen([*argv, "--port", str(self.plan.dap_port)], env=env, stdin=subprocess.DEVNULL)
+
+    def _end_dap(self) -> None:
+        """Reap the DAP endpoint, which closes within a second of the session's end; one serving a
+        ``terminate`` (the stop that ends this launcher) is left to answer its client and exit."""
+        if self.dap is not None:
+            try:
+                self.dap.wait(timeout=DAP_EXIT_S)
+            except subprocess.TimeoutExpired:
+                pass
 
     def _forward_stop(self, signum: int, frame: Any) -> None:
         """Ctrl-C, SIGTERM, SIGHUP: torchrun's agent stops its workers; teardown ends what is left."""
