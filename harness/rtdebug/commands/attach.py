@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any
 
-from rtdebug.commands import vsconfigs
+from rtdebug.commands import editorconfigs, vsconfigs
 from rtdebug.commands.options import Options, session_arg, view_options
 from rtdebug.common import selector
 from rtdebug.common.addresses import is_own
@@ -41,10 +41,13 @@ class AttachOptions(Options):
     session: str | None = None
     timeout: float = 60.0
     json: bool = False
+    format: str | None = None  # another client's form (editorconfigs); --json stays VS Code's
     vscode: bool = False
     views: ViewOptions = dataclasses.field(default_factory=ViewOptions)
 
     def __post_init__(self) -> None:
+        if self.json and self.format:
+            raise usage(f"--json prints VS Code's configuration and --format {self.format} another client's: pick one")
         if not selector.is_mesh(self.rank):
             try:
                 int(self.rank)
@@ -69,6 +72,11 @@ def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
     p.add_argument("--session", type=session_arg, help="session id (default: the newest live session)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S", help="seconds to wait (default 60)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--format",
+        choices=editorconfigs.FORMATS,
+        help="print what that DAP client takes to attach (see docs/other-editors.md) instead of VS Code's config",
+    )
     p.add_argument("--vscode", action="store_true", help="hand off to VS Code (rtdebug extension) via a vscode:// URI")
     view_options(p)
 
@@ -163,6 +171,9 @@ def run(opts: AttachOptions) -> int:
     answers = [_attach_one(views, reg, session, r, opts.timeout, opts.session is not None) for r in ranks]
     if opts.json:
         print(json.dumps(answers[0] if len(answers) == 1 else answers, indent=1))
+    elif opts.format:
+        for a in answers:
+            print(editorconfigs.render(opts.format, a["rank"], sid, a["host"], a["port"]))
     else:
         for a in answers:
             print(f"{a['host']}:{a['port']}")
