@@ -1,6 +1,6 @@
 """Ray Train workers (num_workers > 0): what a ready-to-attach endpoint costs, and attach-all latency.
 
-One small Ray cluster on this machine (``tests/scripts/ray_cluster.py``: its own temp
+One small Ray cluster on this machine (``tests/support/raycluster.py``: its own temp
 dir and ports, ended by its own pids). Each round starts three 2-worker TorchTrainer
 jobs of ``bench/ray_job.py`` on it: two plain ``python`` drivers (A and B; B/A is the
 noise floor) and one ``rtdebug run`` driver (H) whose workers have the lazy endpoint.
@@ -275,8 +275,7 @@ def main() -> int:
     args = p.parse_args()
     if args.rounds < 1 or args.cycles < 1 or args.window <= 0:
         p.error("--rounds and --cycles must be >= 1 and --window > 0")
-    sys.path.insert(0, str(ROOT / "tests" / "scripts"))
-    from ray_cluster import AUTH_MODE, RayCluster
+    from support.raycluster import AUTH_MODE, RayCluster
 
     os.environ["RAY_AUTH_MODE"] = AUTH_MODE
     cluster = RayCluster()

@@ -8,4 +8,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${GPU_CHECK_PYTHON:-$(command -v python3 || command -v python || true)}
 [ -n "$PY" ] || { echo "gpu-check: error: no python3 on PATH (set GPU_CHECK_PYTHON)" >&2; exit 2; }
+# the check's modules and the helpers it shares with the tests (tests/support); taken off again for the jobs
+export GPU_CHECK_OWN_PATH="$PWD/scripts/gpu_check:$PWD/tests"
+export PYTHONPATH="$GPU_CHECK_OWN_PATH${PYTHONPATH:+:$PYTHONPATH}"
 exec timeout --kill-after=15 "${GPU_CHECK_TIMEOUT:-470}" "$PY" scripts/gpu_check/check.py "$@"

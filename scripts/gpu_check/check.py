@@ -2,7 +2,8 @@
 
     bash scripts/gpu-check.sh [--only NAME,...] [--list] [--dry] ...     (OUT=/empty/dir)
 
-Runs on the machine's own Python (stdlib only, plus the DAP client of tests/support/dap.py). It installs rtdebug
+Runs on the machine's own Python (stdlib only, plus the helpers of tests/support: the DAP client, jobs, ports;
+scripts/gpu-check.sh puts scripts/gpu_check and tests on PYTHONPATH). It installs rtdebug
 from the wheelhouse (scripts/gpu-bundle.sh) into a fresh venv with --system-site-packages and no network, so
 the machine's own torch with CUDA is used; then each check starts real jobs (``rtdebug torchrun``, plain
 torchrun for adopt) of scripts/gpu_check/rank_job.py and looks at them from outside, as a user would. Each
@@ -31,12 +32,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import checks
+import results as res
+from jobs import Ctx
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-sys.path[:0] = [str(HERE), str(ROOT / "tests")]
-import checks  # noqa: E402
-import results as res  # noqa: E402
-from jobs import Ctx  # noqa: E402
 
 PROG = "gpu-check"
 

@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from jobs import RANK_SCRIPT, Ctx, marker_line
+from jobs import RANK_SCRIPT, Ctx, rank_line
 
 from support.wait import until
 
@@ -116,7 +116,7 @@ def lazy_dap(ctx: Ctx) -> tuple[bool, Details]:
     seen = ctx.note(info, 1, 120, j)
     before = until(lambda: ctx.entry(sid), 60, "rank 0's entry", ok=lambda e: e.get("state") == "ready")
     c = ctx.client(base)
-    line = marker_line("dap loop")
+    line = rank_line("dap loop")
     c.attach({RANK: [line]})
     ev = c.wait_stopped(60)
     frame = c.top_frame(ev["threadId"])
@@ -259,7 +259,7 @@ def pg_timeout(ctx: Ctx) -> tuple[bool, Details]:
     seen = ctx.note(info, 1, 120, j)
     ctx.partial["rank_saw"] = seen
     c = ctx.client(base)
-    line = marker_line("hold")
+    line = rank_line("hold")
     c.attach({RANK: [line]})
     control.touch()
     ev = c.wait_stopped(60)
@@ -320,7 +320,7 @@ def _post_mortem(ctx: Ctx, kind: str) -> tuple[bool, Details]:
     c.continue_(ev["threadId"])
     c.disconnect()
     rc = j.wait(90)
-    line = marker_line(kind)
+    line = rank_line(kind)
     ok = (
         ev.get("reason") == "exception"
         and frame["line"] == line
@@ -366,7 +366,7 @@ def adopt(ctx: Ctx) -> tuple[bool, Details]:
         ],
     )
     seen = ctx.note(info, 1, 120, j)
-    r = ctx.cmd("adopt", j.popen.pid, "--debug-port-base", base, timeout=120)
+    r = ctx.cmd("adopt", j.proc.pid, "--debug-port-base", base, timeout=120)
     ctx.partial["adopt"] = (r.stdout + r.stderr).strip()[-600:]
     if r.returncode != 0:
         return False, {"error": f"rtdebug adopt exit {r.returncode}: {r.stderr.strip()[-400:]}", "rank_saw": seen}
@@ -376,7 +376,7 @@ def adopt(ctx: Ctx) -> tuple[bool, Details]:
         if (p / "session.json").exists() and json.loads((p / "session.json").read_text()).get("mode") == "adopted"
     )
     c = ctx.client(base)
-    line = marker_line("dap loop")
+    line = rank_line("dap loop")
     c.attach({RANK: [line]})
     ev = c.wait_stopped(60)
     frame = c.top_frame(ev["threadId"])
@@ -419,7 +419,7 @@ def _bench_job(ctx: Ctx, name: str, n: int) -> float:
         j = ctx.torchrun(label, ctx.free_base(), args, *opts, **env)
     rate = float(ctx.note(info, 1, ctx.bench_seconds + 120, j)["steps_per_s"])
     if j.wait(60) != 0:
-        raise AssertionError(f"{label} exited {j.popen.returncode}: {j.tail()}")
+        raise AssertionError(f"{label} exited {j.proc.returncode}: {j.tail()}")
     return rate
 
 

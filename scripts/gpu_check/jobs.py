@@ -1,15 +1,14 @@
 """The GPU check's processes: one context per run (interpreter, folders, registry, what it started), and jobs.
 
-Every process is started in its own session and logged to ``$OUT/logs/NAME.log``; ``Ctx.end_all`` ends
-whatever a check left running (its process group, TERM then KILL), by the pids this run started, never by name.
+Every process is a ``support.jobs.Job`` started in its own session and logged to ``$OUT/logs/NAME.log``;
+``Ctx.end_all`` ends whatever a check left running (its process group, TERM then KILL), by the pids this run
+started, never by name. The helpers come from ``tests/support`` (``scripts/gpu-check.sh`` puts it on PYTHONPATH).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import threading
 from dataclasses import dataclass, field
@@ -17,76 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from support.dap import DAPClient
+from support.jobs import Job
+from support.paths import marker_line
+from support.ports import PortRanges
 from support.wait import until
 
 RANK_SCRIPT = Path(__file__).resolve().parent / "rank_job.py"
 
 
-def marker_line(marker: str) -> int:
+def rank_line(marker: str) -> int:
     """The line of ``# BREAKPOINT: marker`` (or ``# RAISE SITE: marker``) in rank_job.py."""
-    for i, line in enumerate(RANK_SCRIPT.read_text().splitlines(), 1):
-        if line.rstrip().endswith((f"BREAKPOINT: {marker}", f"RAISE SITE: {marker}")):
-            return i
-    raise AssertionError(f"no marker {marker!r} in {RANK_SCRIPT}")
-
-
-class Proc:
-    """A process this run started: its own session (process group), output in a log file."""
-
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> None:
-        self.name, self.log = name, log
-        self._f = open(log, "ab")
-        self.popen = subprocess.Popen(
-            argv, cwd=cwd, env=env, stdout=self._f, stderr=subprocess.STDOUT, start_new_session=True
-        )
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def tail(self, n: int = 1500) -> str:
-        return self.output()[-n:]
-
-    def wait_output(self, text: str, timeout: float) -> str:
-        def seen() -> bool:
-            return text in self.output() or self.popen.poll() is not None
-
-        until(seen, timeout, f"{self.name} prints {text!r}", context=self.tail)
-        if text not in self.output():
-            raise AssertionError(f"{self.name} exited {self.popen.poll()} without printing {text!r}: {self.tail()}")
-        return self.output()
-
-    def session_id(self, timeout: float = 120) -> str:
-        out = self.wait_output("rtdebug: session ", timeout)
-        return out.split("rtdebug: session ", 1)[1].split()[0].rstrip(":")
-
-    def wait(self, timeout: float) -> int:
-        try:
-            return self.popen.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"{self.name} still running after {timeout:.0f} s: {self.tail()}") from None
-
-    def end(self) -> None:
-        if self.popen.poll() is None:
-            for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
-                try:
-                    os.killpg(self.popen.pid, sig)
-                except ProcessLookupError:
-                    break
-                try:
-                    self.popen.wait(grace)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-        self._f.close()
-
-
-def port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
+    return marker_line(RANK_SCRIPT, marker, ("BREAKPOINT: ", "RAISE SITE: "))
 
 
 @dataclass
@@ -100,12 +40,12 @@ class Ctx:
     hold_s: float
     bench_seconds: float
     bench_rounds: int
-    procs: list[Proc] = field(default_factory=list)
+    procs: list[Job] = field(default_factory=list)
     clients: list[DAPClient] = field(default_factory=list)
     partial: dict[str, Any] = field(default_factory=dict)  # what a check learned so far (kept if it times out)
     owner: str = ""  # the thread of the check that runs now: the one thread that may start processes
     _n: int = 0
-    _port: int = 21000 + os.getpid() % 9000
+    ports: PortRanges = field(default_factory=lambda: PortRanges(21000 + os.getpid() % 9000, 60000, gap=6))
 
     @property
     def registry(self) -> Path:
@@ -124,25 +64,25 @@ class Ctx:
         return "cpu" if self.dry else "cuda"
 
     def env(self, **extra: str) -> dict[str, str]:
-        e = {k: v for k, v in os.environ.items() if not k.startswith("RTDEBUG_")}
+        e = {k: v for k, v in os.environ.items() if not k.startswith(("RTDEBUG_", "GPU_CHECK_OWN_PATH"))}
+        user_path = e.pop("PYTHONPATH", "").removeprefix(os.environ.get("GPU_CHECK_OWN_PATH", "")).lstrip(":")
+        e.update({"PYTHONPATH": user_path} if user_path else {})  # the jobs get the caller's PYTHONPATH only
         e.update(RTDEBUG_REGISTRY_DIR=str(self.registry), PYTHONUNBUFFERED="1", GPU_CHECK_DEVICE=self.device)
         e["XDG_CONFIG_HOME"] = str(self.work / "config")  # the job secret of this run, never the user's own
         e.update(extra)
         return e
 
-    def start(self, name: str, argv: list[str], **env: str) -> Proc:
+    def start(self, name: str, argv: list[str], **env: str) -> Job:
         if threading.current_thread().name != self.owner:
             raise AssertionError(f"not started: {name} (its check is over)")
-        p = Proc(name, argv, self.env(**env), self.work, self.logs / f"{name}.log")
+        p = Job([], self.work, self.env(**env), self.logs / f"{name}.log", argv=argv, name=name, own_group=True)
         self.procs.append(p)
         return p
 
-    def rtdebug(self, name: str, *args: object, **env: str) -> Proc:
+    def rtdebug(self, name: str, *args: object, **env: str) -> Job:
         return self.start(name, [self.python, "-m", "rtdebug", *map(str, args)], **env)
 
-    def torchrun(
-        self, name: str, base: int, rank_args: list[object], *opts: object, nproc: int = 1, **env: str
-    ) -> Proc:
+    def torchrun(self, name: str, base: int, rank_args: list[object], *opts: object, nproc: int = 1, **env: str) -> Job:
         """``rtdebug torchrun [opts]`` of ``nproc`` ranks of rank_job.py, their ports from ``base``."""
         return self.rtdebug(
             name,
@@ -178,11 +118,11 @@ class Ctx:
         self._n += 1
         return self.work / f"{tag}-{self._n}.info", self.work / f"{tag}-{self._n}.control"
 
-    def note(self, info: Path, n: int, timeout: float, proc: Proc | None = None) -> dict[str, Any]:
+    def note(self, info: Path, n: int, timeout: float, proc: Job | None = None) -> dict[str, Any]:
         path = Path(f"{info}.{n}")
 
         def ready() -> bool:
-            return path.exists() or (proc is not None and proc.popen.poll() is not None)
+            return path.exists() or (proc is not None and proc.proc.poll() is not None)
 
         until(ready, timeout, f"note {n} of {info.name}", context=proc.tail if proc else None)
         if not path.exists():
@@ -198,10 +138,7 @@ class Ctx:
             return {}
 
     def free_base(self, n: int = 10) -> int:
-        while True:
-            self._port = self._port + 16 if self._port < 60000 else 21000
-            if all(port_free(self._port + i) for i in range(n)):
-                return self._port
+        return self.ports.take(n)
 
     def client(self, port: int) -> DAPClient:
         c = DAPClient("127.0.0.1", port, timeout=60)
@@ -212,5 +149,5 @@ class Ctx:
         for c in self.clients:
             c.close()
         for p in self.procs:
-            p.end()
+            p.kill()
         self.clients, self.procs = [], []

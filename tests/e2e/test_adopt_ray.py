@@ -14,7 +14,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 
 import pytest
@@ -25,9 +24,7 @@ from support.dap import DAPClient
 from support.jobs import read_ranks, rtdebug
 from support.paths import PY, SCRIPTS, marker_line
 from support.procs import kill_tree
-
-sys.path.insert(0, str(SCRIPTS))
-from ray_cluster import AUTH_MODE, RayCluster  # noqa: E402
+from support.raycluster import AUTH_MODE, RayCluster
 
 pytestmark = [pytest.mark.ray_cluster, pytest.mark.e2e]
 SCRIPT = SCRIPTS / "ray_workers.py"

@@ -15,19 +15,16 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from support.paths import PY, SCRIPTS, marker_line
 from support.ports import free_port_base
+from support.raycluster import AUTH_MODE, RayCluster
 from support.sshhosts import Cluster, cluster_up, connect_args, one_line_error, ps_json, ssh_processes
 from support.sshhosts import start_connect as connect_from_laptop
 from support.wait import until
-
-sys.path.insert(0, str(SCRIPTS))
-from ray_cluster import AUTH_MODE, RayCluster  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.netns, pytest.mark.ray_cluster]
 

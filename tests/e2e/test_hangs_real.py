@@ -14,15 +14,11 @@ import time
 import pytest
 
 from support.jobs import rtdebug, wait_ranks
-from support.paths import EXAMPLES, SCRIPTS
+from support.paths import EXAMPLES, SCRIPTS, marker_line
 
 pytestmark = pytest.mark.e2e
 
 UNEVEN = EXAMPLES / "uneven_ddp.py"
-
-
-def marker_line(path, marker: str) -> int:
-    return next(i for i, t in enumerate(path.read_text().splitlines(), 1) if marker in t)
 
 
 def verdict_when(sid: str, pred, timeout: float = 150) -> dict:
@@ -52,7 +48,7 @@ def start(job, registry_dir, port_base, script, *args):
 def test_uneven_data_under_ddp_names_the_ddp_allreduce_and_the_usual_cause(job, registry_dir, port_base):
     j, sid = start(job, registry_dir, port_base, UNEVEN)
     snap = verdict_when(sid, lambda s: s["culprit"] == 0 and "BARRIER" in s["verdict"])
-    backward, barrier = marker_line(UNEVEN, "BACKWARD LINE"), marker_line(UNEVEN, "BARRIER LINE")
+    backward, barrier = marker_line(UNEVEN, "BACKWARD LINE", ("",)), marker_line(UNEVEN, "BARRIER LINE", ("",))
     v = snap["verdict"]
     assert v.startswith(f"rank 0 is in ALLREDUCE #12 (uneven_ddp.py:{backward}) issued by DDP during backward(), "), v
     assert f"which ranks 1-2 never entered: they wait in BARRIER #12 (uneven_ddp.py:{barrier})" in v, v
@@ -91,7 +87,7 @@ def test_fsdp2_rank_that_skips_a_step_is_named_against_fsdps_allgather(job, regi
     j, sid = start(job, registry_dir, port_base, script)
     snap = verdict_when(sid, lambda s: s["culprit"] == 1 and "BARRIER" in s["verdict"])
     v = snap["verdict"]
-    fwd, barrier = marker_line(script, "FORWARD LINE"), marker_line(script, "BARRIER LINE")
+    fwd, barrier = marker_line(script, "FORWARD LINE", ("",)), marker_line(script, "BARRIER LINE", ("",))
     assert v.startswith("rank 1 is in BARRIER #"), v
     assert f"(hang_fsdp.py:{barrier}), which ranks 0,2 never entered: they wait in ALLGATHER #" in v, v
     assert f"(hang_fsdp.py:{fwd}) issued by FSDP" in v, v
@@ -103,7 +99,7 @@ def test_subgroup_hang_says_who_waits_for_whom(job, registry_dir, port_base):
     script = SCRIPTS / "hang_subgroup.py"
     j, sid = start(job, registry_dir, port_base, script)
     snap = verdict_when(sid, lambda s: "group 1" in s["verdict"])
-    sub, barrier = marker_line(script, "SUBGROUP LINE"), marker_line(script, "BARRIER LINE")
+    sub, barrier = marker_line(script, "SUBGROUP LINE", ("",)), marker_line(script, "BARRIER LINE", ("",))
     assert snap["verdict"] == (
         f"ranks are blocked in different collectives: ranks 1-2 in BARRIER #4 (hang_subgroup.py:{barrier}); "
         f"rank 0 in ALLREDUCE #2 (hang_subgroup.py:{sub}) of group 1. rank 0 waits in ALLREDUCE #2 "

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 import time
 
 import psutil
@@ -25,10 +24,8 @@ from support.jobs import rtdebug
 from support.paths import SCRIPTS, marker_line
 from support.ports import port_free
 from support.procs import alive
+from support.raycluster import AUTH_MODE, RayCluster
 from support.wait import stays
-
-sys.path.insert(0, str(SCRIPTS))
-from ray_cluster import AUTH_MODE, RayCluster  # noqa: E402
 
 pytestmark = [pytest.mark.ray_cluster, pytest.mark.e2e]
 full = pytest.mark.skipif(os.environ.get("RTDEBUG_FULL") != "1", reason="RTDEBUG_FULL=1 runs the long Ray tests")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import time
 
 import pytest
@@ -21,9 +20,7 @@ from support.dap import DAPClient, stop_in_each_rank
 from support.jobs import rtdebug
 from support.paths import SCRIPTS, marker_line
 from support.ports import port_free
-
-sys.path.insert(0, str(SCRIPTS))
-from ray_cluster import AUTH_MODE, RayCluster  # noqa: E402
+from support.raycluster import AUTH_MODE, RayCluster
 
 pytestmark = [pytest.mark.ray_cluster, pytest.mark.e2e]
 SCRIPT = SCRIPTS / "ray_workers.py"

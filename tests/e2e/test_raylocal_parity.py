@@ -21,9 +21,7 @@ import pytest
 from support.jobs import rtdebug
 from support.paths import SCRIPTS
 from support.ports import free_port_base
-
-sys.path.insert(0, str(SCRIPTS))
-from ray_cluster import AUTH_MODE, RayCluster  # noqa: E402
+from support.raycluster import AUTH_MODE, RayCluster
 
 pytestmark = [pytest.mark.ray_cluster, pytest.mark.e2e]
 JOB = SCRIPTS / "parity_job.py"

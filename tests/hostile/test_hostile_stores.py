@@ -26,11 +26,8 @@ from rtdebug.registry.liveness import reserve_session
 from rtdebug.views.store import StoreView
 
 from support.entries import node_entry, rank, rank_entry, session
-from support.paths import SCRIPTS
 from support.ports import port_free
-
-sys.path.insert(0, str(SCRIPTS))
-from ray_cluster import AUTH_MODE, RayCluster  # noqa: E402
+from support.raycluster import AUTH_MODE, RayCluster
 
 SECRET = "s3cret-for-this-job-only-0123456789"
 FORGED_HOST = "203.0.113.66"

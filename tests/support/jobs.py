@@ -1,4 +1,5 @@
-"""Real ``rtdebug ...`` processes (the ``job`` fixture's machinery) and their ranks' registry entries."""
+"""Real ``rtdebug ...`` processes (the ``job`` fixture's machinery, the GPU check's jobs) and their ranks'
+registry entries. psutil is imported where it is used (the GPU check runs on a machine's bare Python)."""
 
 from __future__ import annotations
 
@@ -8,26 +9,32 @@ import subprocess
 import time
 from pathlib import Path
 
-import psutil
-
 from support.paths import PY, ROOT
-from support.procs import kill_tree
+from support.procs import end_group, kill_tree
 from support.sigs import default_dispositions
 
 
 class Job:
-    """A real `rtdebug ...` process; output goes to a file so a full pipe can never block it."""
+    """A real `rtdebug ...` process (or ``argv``); output goes to a file so a full pipe can never block it.
+    ``own_group``: started in its own session, and ended with its whole process group (``end_group``)."""
 
-    def __init__(self, args: list[str], cwd: Path, env: dict[str, str], log: Path) -> None:
-        self.log = log
-        self._f = open(log, "wb")
+    def __init__(
+        self, args: list[str], cwd: Path, env: dict[str, str], log: Path, *,
+        argv: list[str] | None = None, name: str = "job", own_group: bool = False,
+    ) -> None:  # fmt: skip
+        self.log, self.name, self.own_group = log, name, own_group
+        self._f = open(log, "ab")
         self.proc = subprocess.Popen(
-            [PY, "-m", "rtdebug", *args], cwd=cwd, env=env, stdout=self._f, stderr=subprocess.STDOUT,
+            argv or [PY, "-m", "rtdebug", *args], cwd=cwd, env=env, stdout=self._f, stderr=subprocess.STDOUT,
             preexec_fn=default_dispositions,  # tests signal jobs: as from a terminal, however the suite started
+            start_new_session=own_group,
         )  # fmt: skip
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def tail(self, n: int = 4000) -> str:
+        return self.output()[-n:]
 
     def wait_output(self, text: str, timeout: float = 120) -> str:
         deadline = time.monotonic() + timeout
@@ -38,7 +45,7 @@ class Job:
             if self.proc.poll() is not None:
                 break
             time.sleep(0.1)
-        raise AssertionError(f"{text!r} not printed (exit {self.proc.poll()}):\n{self.output()[-4000:]}")
+        raise AssertionError(f"{self.name}: {text!r} not printed (exit {self.proc.poll()}):\n{self.tail()}")
 
     def session_id(self, timeout: float = 120) -> str:
         out = self.wait_output("rtdebug: session ", timeout)
@@ -48,16 +55,22 @@ class Job:
         try:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"job still running after {timeout}s:\n{self.output()[-4000:]}") from None
+            raise AssertionError(f"{self.name} still running after {timeout:.0f} s:\n{self.tail()}") from None
 
-    def descendants(self) -> list[psutil.Process]:
+    def descendants(self) -> list:
+        import psutil
+
         try:
             return psutil.Process(self.proc.pid).children(recursive=True)
         except psutil.Error:
             return []
 
     def kill(self) -> None:
-        kill_tree(self.proc)
+        """Its tree killed (or, ``own_group``, its process group ended: TERM, then KILL) and reaped."""
+        if self.own_group:
+            end_group(self.proc)
+        else:
+            kill_tree(self.proc)
         self._f.close()
 
 

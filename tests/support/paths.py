@@ -1,4 +1,5 @@
-"""Where things are: the repository, its examples, the test scripts (run as separate processes), the interpreter."""
+"""Where things are: the repository, its examples, the test scripts (run as separate processes), the interpreter,
+and a marked line of a script (``marker_line``)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ SCRIPTS = ROOT / "tests" / "scripts"
 PY = sys.executable
 
 
-def marker_line(path: Path, marker: str) -> int:
-    """The line of ``# BREAKPOINT: <marker>`` in ``path``."""
+def marker_line(path: Path, marker: str, tags: tuple[str, ...] = ("BREAKPOINT: ",)) -> int:
+    """The line of ``# BREAKPOINT: <marker>`` in ``path`` (or of another tag: ``RAISE SITE: ``, or ``""`` for the
+    marker text alone)."""
     for i, line in enumerate(path.read_text().splitlines(), 1):
-        if f"BREAKPOINT: {marker}" in line:
+        if any(f"{tag}{marker}" in line for tag in tags):
             return i
-    raise AssertionError(f"no BREAKPOINT: {marker} in {path}")
+    raise AssertionError(f"no {' or '.join(f'{t}{marker}' for t in tags)} in {path}")

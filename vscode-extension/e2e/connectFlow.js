@@ -54,7 +54,9 @@ function startHost(python, run, ws) {
   const script = path.join(ws, 'remote_ddp.py');
   const args = [path.join(__dirname, 'sshhost.py'), '--dir', dir, '--home', path.join(run, 'home'), '--alias', ALIAS];
   args.push('--script', script, '--port-base', String(28000 + (process.pid % 500) * 4), '--', '--stop-file', stopFile);
-  const proc = spawn(python, args, { stdio: ['pipe', 'pipe', 'pipe'] });
+  const support = path.join(__dirname, '..', '..', 'tests'); // tests/support: the helpers sshhost.py shares
+  const env = { ...process.env, PYTHONPATH: [support, process.env.PYTHONPATH].filter(Boolean).join(path.delimiter) };
+  const proc = spawn(python, args, { stdio: ['pipe', 'pipe', 'pipe'], env });
   const lines = [];
   const err = [];
   let buf = '';

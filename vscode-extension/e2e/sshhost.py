@@ -9,7 +9,8 @@ yes). Then starts ``rtdebug torchrun --nproc-per-node 2 --wait all S`` with a re
 own (D/registry, D/config: what sshd's sessions see too), so the job is not in the workbench's registry.
 Prints one JSON line when both answer ({"ready": true, ...}), one when the job ends ({"job_exit": N}), and
 ends the job (its process group) and sshd (its process group: the listener and its per-connection children),
-by pid, when stdin closes or on SIGTERM.
+by pid, when stdin closes or on SIGTERM. Its helpers (ports, process groups, waits) are the tests' own,
+``tests/support``: connectFlow.js runs it with ``tests`` on PYTHONPATH.
 """
 
 from __future__ import annotations
@@ -20,20 +21,16 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
+from support.ports import free_port
+from support.procs import end_group
+from support.wait import until
+
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def keygen(path: Path) -> str:
@@ -68,32 +65,6 @@ def write_ssh(d: Path, home: Path, alias: str, port: int) -> None:
     (ssh_dir / "config").chmod(0o600)
 
 
-def until(what: str, ok, timeout: float) -> None:
-    end = time.monotonic() + timeout
-    while not ok():
-        if time.monotonic() > end:
-            raise SystemExit(f"sshhost: timed out waiting for {what}")
-        time.sleep(0.2)
-
-
-def end_group(p: subprocess.Popen) -> None:
-    """SIGTERM the process group this script started ``p`` in, then SIGKILL what is left of it."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(p.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            continue
-        try:  # the leader is gone; the rest of its group (sshd's connection children) too
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        return
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", required=True, type=Path)
@@ -119,9 +90,9 @@ def main() -> None:
     try:
         probe = ["ssh", "-F", str(a.home / ".ssh" / "config"), a.alias, "true"]
         until(
-            "sshd",
             lambda: sshd.poll() is None and subprocess.run(probe, capture_output=True, timeout=30).returncode == 0,
             60,
+            "sshhost: sshd answers",
         )
         job = start_job(a, d)
         sessions = [p.name for p in (d / "registry").iterdir() if (p / "session.json").exists()]
@@ -181,7 +152,7 @@ def start_job(a: argparse.Namespace, d: Path) -> subprocess.Popen:
                 ready.set()
 
     threading.Thread(target=tee, daemon=True).start()
-    until("the job's 2 ranks ready", lambda: ready.is_set() or job.poll() is not None, 180)
+    until(lambda: ready.is_set() or job.poll() is not None, 180, "sshhost: the job's 2 ranks ready")
     if not ready.is_set():
         raise SystemExit(
             f"sshhost: the job ended (exit {job.returncode}) before its ranks were ready; see {d / 'job.log'}"

@@ -5,16 +5,14 @@ name: the cluster's processes are those whose command line names this
 cluster's temp dir or GCS address, plus their descendants (the workers).
 Small on purpose: a few CPUs, a 200 MB object store, no dashboard, free ports.
 
-CLI (bench / by hand): ``python tests/scripts/ray_cluster.py start [--nodes 2]`` prints the address and
-the temp dir; ``python tests/scripts/ray_cluster.py stop TEMP_DIR ADDRESS`` ends it.
+CLI (by hand): ``PYTHONPATH=tests python -m support.raycluster start [--nodes 2]`` prints the address and
+the temp dir; ``PYTHONPATH=tests python -m support.raycluster stop TEMP_DIR ADDRESS`` ends it.
 """
 
 from __future__ import annotations
 
 import os
-import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +20,8 @@ import time
 from pathlib import Path
 
 import psutil
+
+from support.ports import free_port_base
 
 RAY = str(Path(sys.executable).with_name("ray"))
 OBJECT_STORE = str(200 * 1024 * 1024)
@@ -32,19 +32,11 @@ AUTH_MODE = "disabled"
 
 
 def _free_ports(n: int, span: int = 1) -> list[int]:
-    """``n`` free port blocks of ``span`` consecutive ports each (the first port of each)."""
+    """``n`` free port blocks of ``span`` consecutive ports each (the first port of each), apart from each other."""
     out: list[int] = []
     while len(out) < n:
-        base = random.randrange(42000, 60000 - span)
-        ok = True
-        for p in range(base, base + span):
-            with socket.socket() as s:
-                try:
-                    s.bind(("0.0.0.0", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok and all(abs(base - o) > span + 50 for o in out):
+        base = free_port_base(span, 42000, 60000, host="0.0.0.0")
+        if all(abs(base - o) > span + 50 for o in out):
             out.append(base)
     return out
 
