@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 from typing import Any
@@ -24,8 +25,8 @@ from rtdebug.registry.liveness import prune
 from rtdebug.registry.table import world_size
 from rtdebug.stacks import format as stackformat
 from rtdebug.stacks import history as stackhistory
-from rtdebug.stacks import jobwide
-from rtdebug.stacks.collect import collect, select_ranks
+from rtdebug.stacks import jobwide, motion
+from rtdebug.stacks.collect import collect, records, select_ranks
 from rtdebug.stacks.native import find_py_spy
 from rtdebug.views.api import Views
 from rtdebug.views.local import LocalView
@@ -33,7 +34,7 @@ from rtdebug.views.local import LocalView
 HISTORY_MAX = 64  # what each rank sends (rtdebug.stacks.flight.KEEP)
 TIMEOUT_S = 3.0
 # what --pid (one process tree on this machine, read by py-spy) cannot take, in this order
-NOT_WITH_PID = ("session", "rank", "native", "store", "ray_address", "history")
+NOT_WITH_PID = ("session", "rank", "native", "store", "ray_address", "history", "snapshot")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -52,6 +53,7 @@ class StacksOptions(Options):
     ray_address: str | None = None
     history: int | None = None
     timeout: float = TIMEOUT_S
+    snapshot: bool = False
 
     def __post_init__(self) -> None:
         if self.pid is not None:
@@ -107,6 +109,13 @@ def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
         metavar="S",
         help="a rank that has not answered after S seconds is listed as unresponsive (default 3)",
     )
+    p.add_argument(
+        "--snapshot",
+        action="store_true",
+        help="the verdict of this one instant: skip the second look (by default a verdict is given only when "
+        f"every rank's collective position stays put for {motion.WINDOW_S:g} s, or a rank is stopped in the "
+        "debugger or exited; a job that moves is said to be progressing, with no verdict)",
+    )
 
 
 def _ranks(session: dict[str, Any], rank_spec: str | None, entries: list[dict] | None = None) -> frozenset[int] | None:
@@ -131,13 +140,17 @@ def _ranks(session: dict[str, Any], rank_spec: str | None, entries: list[dict] |
     return ranks
 
 
-def _store_snapshot(endpoint: str, session_id: str | None, rank_spec: str | None, timeout: float) -> dict:
+def _store_snapshot(
+    endpoint: str, session_id: str | None, rank_spec: str | None, timeout: float, instant: bool = False
+) -> dict:
     from rtdebug.views import store
 
     view = store.StoreView(*_endpoint(endpoint), explicit=True)
     session = _remote_session(view, session_id, f"the job store at {endpoint}")
     try:
-        return jobwide.from_store(view.client(), session, view.known, _ranks(session, rank_spec), timeout)
+        chosen = _ranks(session, rank_spec)
+        take = functools.partial(jobwide.from_store, view.client(), session, view.known, chosen, timeout)
+        return motion.settle(take, instant=instant)
     except OSError as exc:
         raise HarnessError(f"the job store at {endpoint} stopped answering: {exc}") from None
     finally:
@@ -167,21 +180,27 @@ def _endpoint(endpoint: str) -> tuple[str, int]:
         raise HarnessError(f"--store {endpoint!r}: expected HOST:PORT") from None
 
 
-def _ray_snapshot(address: str, session_id: str | None, rank_spec: str | None, timeout: float) -> dict:
+def _ray_snapshot(
+    address: str, session_id: str | None, rank_spec: str | None, timeout: float, instant: bool = False
+) -> dict:
     from rtdebug.views import ray
 
     view = ray.open_view(type("Opts", (), {"ray_address": address})())
     assert isinstance(view, ray.RayView)
     session = _remote_session(view, session_id, f"the Ray cluster at {address}")
     try:
-        return jobwide.from_kv(view.kv, session, view.known, _ranks(session, rank_spec), timeout)
+        chosen = _ranks(session, rank_spec)
+        take = functools.partial(jobwide.from_kv, view.kv, session, view.known, chosen, timeout)
+        return motion.settle(take, instant=instant)
     except HarnessError:
         raise
     except Exception as exc:  # RpcError and friends: the cluster went away mid-read
         raise HarnessError(f"cannot read the Ray cluster at {address}: {exc}") from None
 
 
-def _local_snapshot(session_id: str | None, rank_spec: str | None, native: bool, timeout: float) -> dict:
+def _local_snapshot(
+    session_id: str | None, rank_spec: str | None, native: bool, timeout: float, instant: bool = False
+) -> dict:
     reg = Registry()
     prune(reg)
     # stacks are taken by signal, so only this machine's sessions (its files) can answer
@@ -190,12 +209,12 @@ def _local_snapshot(session_id: str | None, rank_spec: str | None, native: bool,
     except HarnessError as exc:
         if native:
             raise
-        return _from_env(session_id, rank_spec, timeout, exc)
+        return _from_env(session_id, rank_spec, timeout, exc, instant)
     if session.get("mode") == "connected" and session.get("ray_address") and not native:  # a Ray run, connected
-        return _ray_snapshot(session["ray_address"], session["session_id"], rank_spec, timeout)
+        return _ray_snapshot(session["ray_address"], session["session_id"], rank_spec, timeout, instant)
     if session.get("store") and not native:  # a multi-node job: every node's ranks, through its store
         try:
-            return _store_snapshot(session["store"], session["session_id"], rank_spec, timeout)
+            return _store_snapshot(session["store"], session["session_id"], rank_spec, timeout, instant)
         except HarnessError:
             pass  # the store is not answering: this node's ranks at least
     ranks = _ranks(session, rank_spec, reg.ranks(session["session_id"]))
@@ -204,17 +223,21 @@ def _local_snapshot(session_id: str | None, rank_spec: str | None, native: bool,
         raise HarnessError(
             f"session {session['session_id']} has no running rank" + (f" among {rank_spec}" if rank_spec else "")
         )
-    return collect(reg, session, ranks, timeout, native)
+    return motion.settle(
+        lambda: collect(reg, session, ranks, timeout, native), lambda: records(reg, session, ranks), instant=instant
+    )
 
 
-def _from_env(session_id: str | None, rank_spec: str | None, timeout: float, local: HarnessError) -> dict:
+def _from_env(
+    session_id: str | None, rank_spec: str | None, timeout: float, local: HarnessError, instant: bool = False
+) -> dict:
     """No such session here: the job ``ps`` shows from ``$RTDEBUG_STORE`` / ``$RAY_ADDRESS`` (a laptop set up
     once, and the VS Code extension, which names a session ``ps`` listed), else the local error."""
     for var, take in (("RTDEBUG_STORE", _store_snapshot), ("RAY_ADDRESS", _ray_snapshot)):
         address = os.environ.get(var, "").strip()
         if address:
             try:
-                return take(address, session_id, rank_spec, timeout)
+                return take(address, session_id, rank_spec, timeout, instant)
             except HarnessError as exc:
                 raise HarnessError(f"{local.message}; through ${var} ({address}): {exc.message}") from None
     raise local
@@ -229,11 +252,11 @@ def run(opts: StacksOptions) -> int:
     if opts.native and find_py_spy() is None:
         raise HarnessError("--native needs py-spy: pip install 'rtdebug[stacks]' (or pip install py-spy)")
     if opts.store:
-        snap = _store_snapshot(opts.store, opts.session, opts.rank, opts.timeout)
+        snap = _store_snapshot(opts.store, opts.session, opts.rank, opts.timeout, opts.snapshot)
     elif opts.ray_address:
-        snap = _ray_snapshot(opts.ray_address, opts.session, opts.rank, opts.timeout)
+        snap = _ray_snapshot(opts.ray_address, opts.session, opts.rank, opts.timeout, opts.snapshot)
     else:
-        snap = _local_snapshot(opts.session, opts.rank, opts.native, opts.timeout)
+        snap = _local_snapshot(opts.session, opts.rank, opts.native, opts.timeout, opts.snapshot)
     flights = snap.pop("_flights", {})
     if opts.history is not None:
         snap["history"] = stackhistory.align(flights, opts.history)

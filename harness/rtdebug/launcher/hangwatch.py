@@ -8,8 +8,9 @@ Two triggers, both watched from one thread of the launcher:
   never the ranks), dumps the ranks still running, and lets the agent go on.
 - **No rank moves**: every ``hang_s / 3`` seconds the launcher samples all
   ranks' stacks (a signal each, nothing per step); when every rank's main-thread
-  stack stayed the same for ``hang_s`` seconds it writes the report once, and
-  again only if the picture changes. Skipped while a client is attached or a
+  stack and collective position stayed the same for ``hang_s`` seconds it writes
+  the report once, and again only if the picture changes. Its verdict is then
+  true of ranks that stand still, as ``rtdebug stacks`` requires. Skipped while a client is attached or a
   rank waits for one: then standing still is the point.
 
 On the node that hosts a multi-node job's store, the no-progress report covers every node's ranks:
@@ -36,7 +37,7 @@ from rtdebug.registry.entry import LIVE_RANK_STATES
 from rtdebug.registry.files import Registry
 from rtdebug.stacks import collect as stacks
 from rtdebug.stacks import format as stackformat
-from rtdebug.stacks import jobwide
+from rtdebug.stacks import jobwide, motion
 
 POLL_S = 0.05  # a failed rank is caught before torchrun (0.1 s monitor) tears the others down
 MAX_DEFAULT_HANG_S = 300.0
@@ -104,12 +105,16 @@ def first_line(text: str, width: int = 200) -> str:
 
 
 def _key(snap: dict[str, Any]) -> tuple:
+    """What must stay the same for ``hang_s``: every rank's main-thread stack, and its collective position
+    (the Flight Recorder's or the record's): a rank whose stack is the same (a long backward()) while DDP's
+    all-reduces go on under it is moving, as ``rtdebug stacks`` says (``rtdebug.stacks.motion``)."""
     return (
         tuple(
             (tuple(g["ranks"]), tuple((f["file"], f["line"], f["function"]) for f in g["frames"]))
             for g in snap["groups"]
         ),
         tuple(snap["unresponsive"]),
+        tuple(sorted(motion.positions(snap).items(), key=lambda kv: kv[0])),
     )
 
 

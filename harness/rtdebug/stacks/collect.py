@@ -90,6 +90,18 @@ def select_ranks(reg: Registry, session: Entry, ranks: frozenset[int] | None) ->
     return live, ended
 
 
+def records(reg: Registry, session: Entry, ranks: frozenset[int] | None) -> dict[int, Any]:
+    """Each selected live rank's collective record, read without signalling it (``rtdebug.stacks.motion``
+    compares two reads): rank -> the record (None before the first collective); unreadable ones left out."""
+    sdir = reg.session_dir(session["session_id"])
+    out: dict[int, Any] = {}
+    for e in select_ranks(reg, session, ranks)[0]:
+        known, rec = collseq.read_known(sdir, e)
+        if known:
+            out[e["rank"]] = rec
+    return out
+
+
 def _why_not(e: Entry) -> str | None:
     """Why rank entry ``e`` cannot be signalled for a dump, or None."""
     info = e.get("stacks")

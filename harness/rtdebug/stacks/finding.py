@@ -12,7 +12,7 @@ from typing import Any, Literal
 from rtdebug.stacks.group import ranks_word
 from rtdebug.stacks.position import Position, position_text
 
-Kind = Literal["all_in", "never_entered", "crossed", "stalemate"]
+Kind = Literal["all_in", "never_entered", "crossed", "stalemate", "ahead"]
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,8 @@ class Cycle:
 class Verdict:
     """Who the others wait for. ``kind``: ``all_in`` (every rank is in the same collective: no culprit),
     ``never_entered`` (``missing`` never entered the collective ``waiting`` are in), ``crossed`` (the culprit
-    is in another op at the same place of the same group), ``stalemate`` (the records name nobody)."""
+    is in another op at the same place of the same group), ``stalemate`` (the records name nobody), ``ahead``
+    (``missing`` are past the collective ``waiting`` are in: read at different moments, so nobody is named)."""
 
     kind: Kind
     waited: Position  # the collective the most ranks are in (op, seq, group, call site)
@@ -102,6 +103,14 @@ class _Line:
                 f"entered: {'it' if len(v.waiting) == 1 else 'they'} {wait} in {v.waited.describe()}"
             )
             return text + self.uneven(v)
+        if v.kind == "ahead":
+            went = "has" if len(v.missing) == 1 else "have"
+            return (
+                f"no rank named: {self.ranks(v.missing)} {went} already left {v.waited.describe()}, which "
+                f"{self.ranks(v.waiting)} {'is' if len(v.waiting) == 1 else 'are'} in "
+                f"({self.rank(v.missing[0]) + ' is' if len(v.missing) > 1 else 'it is'} "
+                f"{position_text(v.culprit_at, v.group)}): the ranks were read at different moments"
+            )
         if v.kind == "never_entered":
             assert v.culprit is not None
             if v.op.startswith("ray.train"):  # an op outside torch: its name and number say it

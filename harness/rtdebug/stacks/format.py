@@ -88,6 +88,7 @@ def render(snap: dict[str, Any], threads: bool = False, native: bool = False) ->
     n = sum(len(g["ranks"]) for g in snap["groups"]) + len(snap.get("unresponsive", []))
     taken = time.strftime("%H:%M:%S", time.localtime(snap["taken_at"]))
     out = [snap["stopped"]] if snap.get("stopped") else []  # --stop-on: why they all stand still
+    out += [snap["motion_line"]] if snap.get("motion_line") else []  # moving (no verdict), or why it stands
     out += [snap["verdict"]] if snap.get("verdict") else []  # who the others wait for, before anything else
     if snap.get("flight_note"):
         out.append(snap["flight_note"])

@@ -54,7 +54,13 @@ def decide(positions: dict[int, Position | None], labels: dict[int, str], by_sit
         return Verdict("all_in", first, inside)
     # a rank inside another group's collective may itself be waiting (for the culprit); a tie says two
     # sides disagree, not which one skipped: then nobody is named, rather than the wrong rank
-    candidates = [r for r in others if r not in entered or entered[r].pg == first.pg]
+    # a rank that already returned from the collective waited on (or entered a later one of its group) is past
+    # it, not missing from it: the ranks were read at different moments (the job moved), never "never entered"
+    ahead = [] if by_site else [r for r in others if _past(positions[r], first)]
+    candidates = [r for r in others if r not in ahead and (r not in entered or entered[r].pg == first.pg)]
+    if ahead and not candidates:
+        return Verdict("ahead", first, inside, ahead, culprit_at=positions[ahead[0]])
+    others = [r for r in others if r not in ahead]
     if tied or not candidates:
         return _stalemate(positions, entered, inside, others, kf)
     culprit = candidates[0]
@@ -74,6 +80,13 @@ def decide(positions: dict[int, Position | None], labels: dict[int, str], by_sit
                 uneven=_uneven(positions, culprit, inside),
             )
     return Verdict("never_entered", first, inside, others, culprit, mine, labels.get(culprit, "?"))
+
+
+def _past(p: Position | None, waited: Position) -> bool:
+    """Whether ``p`` stands past the collective ``waited`` of its group: returned from it, or in a later one."""
+    if p is None or p.pg != waited.pg:
+        return False
+    return p.seq > waited.seq or (p.seq == waited.seq and not p.entered)
 
 
 def _past_ddp(entered: dict[int, Position], kf: Any, a: tuple, b: tuple) -> tuple | None:
