@@ -26,16 +26,54 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import psutil
 
-from bench.stacks_bench import free_base, kill_tree, session_of, start  # noqa: E402
-from rtdebug.registry.files import Registry  # noqa: E402
-from rtdebug.stacks import collect as stacks  # noqa: E402
-from rtdebug.stacks import motion  # noqa: E402
+from rtdebug.common.ports import is_port_free
+from rtdebug.registry.files import Registry
+from rtdebug.stacks import collect as stacks
+from rtdebug.stacks import motion
 
+ROOT = Path(__file__).resolve().parents[1]  # the repository (this probe needs nothing else of bench/)
 PY = sys.executable
 NPROC = 4
+
+
+def free_base() -> int:
+    for base in range(41000, 59000, 37):
+        if all(is_port_free(base + i, "127.0.0.1") for i in range(NPROC + 1)):
+            return base
+    raise RuntimeError("no free port range")
+
+
+def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    with open(log, "wb") as f:
+        return subprocess.Popen(
+            [PY, "-m", "rtdebug", *args], cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """The job's whole tree, by the pids this probe started (its own session)."""
+    try:
+        procs = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.Error:
+        procs = []
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    proc.wait()
+
+
+def session_of(log: Path, timeout: float = 300) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = log.read_text(errors="replace")
+        if "rtdebug: session " in text:
+            return text.split("rtdebug: session ", 1)[1].split()[0]
+        time.sleep(0.2)
+    raise RuntimeError(f"no session line in {log}:\n{log.read_text()[-2000:]}")
 
 
 def med(xs: list[float]) -> str:
