@@ -53,11 +53,13 @@ export function peersTooltip(ranks: RankCollective[], self: number, nowMs: numbe
 
 /**
  * One line for the session row: `all at ALLREDUCE #12` when every rank that reports a position is at the same
- * op and sequence number (per process group), else `collectives differ: rank 0 ALLREDUCE #12 · rank 1 BARRIER #3`.
+ * op and sequence number (per process group), else `collectives differ: rank 0 ALLREDUCE #12 · rank 1 BARRIER #3`
+ * (`differ`: the hang badge) — only when no rank is `moving` (positionWatch.ts): positions that changed across
+ * the last polls are a job at work, said `collectives moving: …`, no badge.
  */
 const SUMMARY_POSITIONS = 4;
 
-export function collectiveSummary(ranks: RankCollective[]): { text: string; differ: boolean } | undefined {
+export function collectiveSummary(ranks: RankCollective[], moving?: ReadonlySet<number>): { text: string; differ: boolean } | undefined {
   const known = ranks.filter((r): r is { rank: number; collective: Collective } => !!r.collective);
   if (known.length < 2) return undefined;
   const keyOf = (c: Collective) => `${c.op} #${c.seq}`;
@@ -73,5 +75,7 @@ export function collectiveSummary(ranks: RankCollective[]): { text: string; diff
   for (const r of known) byKey.set(keyOf(r.collective), [...(byKey.get(keyOf(r.collective)) ?? []), r.rank]);
   const parts = [...byKey].map(([k, rs]) => `${ranksWord(rs)} ${k}`);
   const more = parts.length > SUMMARY_POSITIONS ? ` · +${parts.length - SUMMARY_POSITIONS} more` : '';
-  return { text: `collectives differ: ${parts.slice(0, SUMMARY_POSITIONS).join(' · ')}${more}`, differ: true };
+  const moves = known.some((r) => moving?.has(r.rank));
+  const head = moves ? 'collectives moving' : 'collectives differ';
+  return { text: `${head}: ${parts.slice(0, SUMMARY_POSITIONS).join(' · ')}${more}`, differ: !moves };
 }

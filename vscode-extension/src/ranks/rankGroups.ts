@@ -58,11 +58,11 @@ export function stateSummary(states: RankViewState[]): string {
 }
 
 /** The group's row; `states`: each of its ranks' view state (as their rows show them). */
-export function groupRow(s: Session, g: RankGroup, states: RankViewState[]): Row {
+export function groupRow(s: Session, g: RankGroup, states: RankViewState[], moving?: ReadonlySet<number>): Row {
   const sid = s.entry.session_id;
   const label = g.value === undefined ? `no ${g.dim} coordinate` : `${g.dim}=${g.value}`;
   const summary = stateSummary(states);
-  const coll = collectiveSummary(g.ranks);
+  const coll = collectiveSummary(g.ranks, moving);
   const n = `${g.ranks.length} rank${g.ranks.length === 1 ? '' : 's'}`;
   const trouble = states.some((st) => st === 'failed' || st === 'blocked' || st === 'orphaned') || coll?.differ;
   const stopped = states.some((st) => st === 'stopped' || st === 'halted');

@@ -1,5 +1,6 @@
 import { RankDebugInfo } from '../attach/allstop/rankDebugState';
 import { GroupBy, groupDim, groupId, groupRanks, groupRow, RankGroup } from './rankGroups';
+import { PositionWatch } from './positionWatch';
 import { rankRow, rankTooltip, rankViewState, Row, sessionLive, sessionRow } from './ranksTree';
 import { RankEntry, Session } from '../registry/registryModel';
 
@@ -43,6 +44,8 @@ export class RanksModel {
   private slots = new Map<string, Slot>();
   private roots: string[] = [];
   private input: ModelInput | undefined;
+  /** the hang badge needs positions that stood still across polls */
+  private watch = new PositionWatch();
 
   update(input: ModelInput): ModelChange {
     this.input = input;
@@ -62,6 +65,7 @@ export class RanksModel {
       const sid = s.entry.session_id;
       const sessionId = `session:${sid}`;
       const dbg = (rank: number) => input.dbg(sid, rank);
+      const moving = this.watch.moving(sid, s.ranks, input.nowMs);
       const rankIds = new Map<number, string>();
       const states = new Map<number, ReturnType<typeof rankViewState>['state']>();
       const dim = groupDim(s, input.groupBy);
@@ -79,6 +83,7 @@ export class RanksModel {
           s,
           g,
           g.ranks.map((r) => states.get(r.rank)!),
+          moving,
         );
         put(
           row.id,
@@ -89,8 +94,9 @@ export class RanksModel {
         );
       }
       const kids = groups ? groups.map((g) => groupId(sid, g)) : s.ranks.map((r) => rankIds.get(r.rank)!);
-      put(sessionId, { kind: 'session', session: s }, sessionRow(s, sessionLive(s, dbg, input.nowMs)), undefined, kids);
+      put(sessionId, { kind: 'session', session: s }, sessionRow(s, sessionLive(s, dbg, input.nowMs, moving)), undefined, kids);
     }
+    this.watch.keep(new Set(input.sessions.map((s) => s.entry.session_id)));
     const roots = input.sessions.map((s) => `session:${s.entry.session_id}`);
     const root = roots.join('\n') !== this.roots.join('\n');
     this.slots = next;

@@ -95,7 +95,12 @@ export function stopOnSummary(ranks: RankEntry[]): string | undefined {
 }
 
 /** The session's live fragments from its ranks' debug states (`stoppedAt`) and collective positions. */
-export function sessionLive(s: Session, dbg: (rank: number) => RankDebugInfo | undefined, nowMs: number): SessionLive {
+export function sessionLive(
+  s: Session,
+  dbg: (rank: number) => RankDebugInfo | undefined,
+  nowMs: number,
+  moving?: ReadonlySet<number>,
+): SessionLive {
   const stoppedAtMs = s.ranks
     .map((r) => dbg(r.rank))
     .filter((d) => d?.state === 'stopped' && d.stoppedAt !== undefined)
@@ -106,7 +111,7 @@ export function sessionLive(s: Session, dbg: (rank: number) => RankDebugInfo | u
     .map((c) => c!.since!);
   return {
     timeout: timeoutText({ pgTimeoutS: s.entry.pg_timeout_s, source: s.entry.pg_timeout_source, stoppedAtMs, enteredSinceS, nowMs }),
-    collectives: collectiveSummary(s.ranks),
+    collectives: collectiveSummary(s.ranks, moving),
     stopOn: stopOnSummary(s.ranks),
   };
 }

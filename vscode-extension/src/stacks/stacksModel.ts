@@ -105,15 +105,22 @@ export interface VerdictRow {
   tooltip: string;
   attachLabel?: string;
   accessibilityLabel: string;
+  /** the job was seen moving: the headline, no verdict (not an error) */
+  progress?: boolean;
 }
 
 export function verdictRow(rep: StacksReport): VerdictRow | undefined {
-  if (!rep.verdict) return undefined;
+  if (!rep.verdict) {
+    // a job that moved has no verdict (rtdebug stacks looked twice): its headline leads the view instead
+    if (!rep.motionLine) return undefined;
+    return { label: rep.motionLine, tooltip: rep.motionLine, accessibilityLabel: `progress: ${rep.motionLine}`, progress: true };
+  }
   const c = rep.culprit;
   const from = rep.collectivesFrom && FROM[rep.collectivesFrom] ? `\nCollective positions from ${FROM[rep.collectivesFrom]}.` : '';
+  const why = rep.motionLine ? `${rep.motionLine}\n` : '';
   return {
     label: rep.verdict,
-    tooltip: `${rep.verdict}${from}${c !== undefined ? `\nAttach to rank ${c} to see where it is.` : ''}`,
+    tooltip: `${why}${rep.verdict}${from}${c !== undefined ? `\nAttach to rank ${c} to see where it is.` : ''}`,
     attachLabel: c !== undefined ? `Attach to rank ${c}` : undefined,
     accessibilityLabel: `verdict: ${rep.verdict}`,
   };
@@ -125,7 +132,7 @@ export type StacksRoot =
 
 export function stacksRoots(rep: StacksReport): StacksRoot[] {
   const out: StacksRoot[] = [];
-  if (rep.verdict) out.push({ kind: 'verdict' });
+  if (rep.verdict || rep.motionLine) out.push({ kind: 'verdict' });
   if (rep.flightNote) out.push({ kind: 'note' });
   out.push(...rep.groups.map((group) => ({ kind: 'group' as const, group })));
   if (rep.unresponsive.length) out.push({ kind: 'unresponsive' });

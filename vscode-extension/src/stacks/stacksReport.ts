@@ -54,6 +54,8 @@ export interface StacksReport {
   unresponsive: number[];
   verdict?: string;
   culprit?: number;
+  /** the headline said before the verdict: a job that moves (then no verdict), or which rank stands still */
+  motionLine?: string;
   flightNote?: string;
   collectivesFrom?: string;
   fallback: Fallback[];
@@ -133,6 +135,7 @@ export function parseStacks(text: string): StacksReport {
     unresponsive,
     verdict: oneLine(v.verdict, 500),
     culprit: nat(v.culprit),
+    motionLine: oneLine(v.motion_line, 500),
     flightNote: oneLine(v.flight_note, 500),
     collectivesFrom: oneLine(v.collectives_from, 40),
     fallback: parseFallback(v.fallback),

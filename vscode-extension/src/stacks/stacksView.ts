@@ -153,7 +153,7 @@ export class StacksView implements vscode.TreeDataProvider<StacksNode>, vscode.D
     }
     const item = new vscode.TreeItem(v.label, vscode.TreeItemCollapsibleState.Expanded);
     item.tooltip = v.tooltip;
-    item.iconPath = new vscode.ThemeIcon('error', new vscode.ThemeColor('errorForeground'));
+    item.iconPath = v.progress ? new vscode.ThemeIcon('pulse') : new vscode.ThemeIcon('error', new vscode.ThemeColor('errorForeground'));
     item.contextValue = node.culprit !== undefined ? 'rtdebugStackVerdict.culprit' : 'rtdebugStackVerdict';
     item.accessibilityInformation = { label: v.accessibilityLabel, role: 'treeitem' };
     return item;

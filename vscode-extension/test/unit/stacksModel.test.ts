@@ -95,6 +95,15 @@ test('the verdict leads (contract C3) with a one-click attach to the culprit; gr
   const noCulprit = parseStacks(JSON.stringify({ ...v, culprit: 'rank 1' }));
   assert.equal(noCulprit.culprit, undefined);
   assert.equal(verdictRow(noCulprit)!.attachLabel, undefined);
+  // a job seen moving: no verdict, its headline leads the view (not an error, nobody to attach to)
+  const line = 'the job is progressing: every rank advanced (rank 0 by 312 collectives in 0.3 s); no hang. Where each rank is now:';
+  const moving = parseStacks(JSON.stringify({ ...v, verdict: null, culprit: null, motion_line: line }));
+  assert.deepEqual(verdictRow(moving), { label: line, tooltip: line, accessibilityLabel: `progress: ${line}`, progress: true });
+  const still = verdictRow(
+    parseStacks(JSON.stringify({ ...v, motion_line: "rank 1 is stopped in the debugger: the verdict is this instant's" })),
+  )!;
+  assert.equal(still.label, v.verdict);
+  assert.match(still.tooltip, /^rank 1 is stopped in the debugger: the verdict is this instant's\n/);
 });
 
 test('a group whose innermost frame is library code names the user frame that called it (as `rtdebug stacks` prints)', () => {
