@@ -55,9 +55,9 @@ class Motion:
             counted = [(n, r) for r, n in self.advanced.items() if n]
             if counted:
                 n, r = max(counted)
-                who += f" (rank {r} by {n} collective{'s' if n != 1 else ''} in {self.window_s:.1f} s)"
+                who += f" (rank {r} by {n} collective{'s' if n != 1 else ''} in {_seconds(self.window_s)})"
             else:
-                who += f" within {self.window_s:.1f} s"
+                who += f" within {_seconds(self.window_s)}"
             return f"the job is progressing: {who}; no hang. Where each rank is now:"
         if self.state == "stopped":
             return f"{self.why}: the verdict is this instant's (the others cannot move past it)"
@@ -71,6 +71,11 @@ class Motion:
             "how": self.how or None,
             "why": self.why or None,
         }
+
+
+def _seconds(s: float) -> str:
+    """``0.3 s``, or ``40 ms`` below a tenth of a second (a move seen across one dump alone)."""
+    return f"{s:.1f} s" if s >= 0.095 else f"{max(s, 0.001) * 1000:.0f} ms"
 
 
 def positions(snap: Snapshot) -> Marks:
