@@ -104,7 +104,7 @@ def first_line(text: str, width: int = 200) -> str:
     return line if len(line) <= width else line[: width - 3] + "..."
 
 
-def _key(snap: dict[str, Any]) -> tuple:
+def still_key(snap: dict[str, Any]) -> tuple:
     """What must stay the same for ``hang_s``: every rank's main-thread stack, and its collective position
     (the Flight Recorder's or the record's): a rank whose stack is the same (a long backward()) while DDP's
     all-reduces go on under it is moving, as ``rtdebug stacks`` says (``rtdebug.stacks.motion``)."""
@@ -192,7 +192,7 @@ class HangWatch:
         if any(g.get("debugger") for g in snap["groups"]):
             self._last = None  # a rank (maybe on another node) is stopped in the debugger: not a hang
             return
-        key = _key(snap)
+        key = still_key(snap)
         now = time.monotonic()
         if key != self._last:
             self._last, self._since = key, now
