@@ -89,7 +89,7 @@ def session(n: int = 3, lost: int | None = None) -> dict:
 def test_every_rank_answers_once_grouped_and_verified(store, ranks):
     with TCPStoreClient("127.0.0.1", store.port) as c:
         # the lost rank: listed, never waited on; asked with a timeout far past this deadline, the request
-        # returns once the three live ranks answered (how long that takes: bench/store_bench.py, section 2)
+        # returns once the three live ranks answered (how long that takes: bench/probes/store_bench.py, section 2)
         snap = finishes(
             lambda: jobwide.from_store(c, session(lost=7), [SECRET], timeout=300), 60, "a request with a lost rank"
         )

@@ -108,7 +108,7 @@ def test_hang_example_two_groups_then_sigstop_is_unresponsive(job, registry_dir,
     pid1 = ranks[1]["pid"]
     os.kill(pid1, signal.SIGSTOP)
     try:  # a stopped rank is named at once, never waited for: here its timeout is far past the deadline
-        # (how long the answer takes is measured by bench/stacks_bench.py, section 1)
+        # (how long the answer takes is measured by bench/probes/stacks_bench.py, section 1)
         stopped = finishes(
             lambda: stacks_json("--session", sid, "--timeout", "300"), 60, "stacks with rank 1 SIGSTOPped"
         )

@@ -266,7 +266,7 @@ def test_a_flood_from_another_uid_costs_the_rank_little_and_never_stalls_the_own
             assert time.monotonic() < deadline, "the second flood never reached the rank"
             time.sleep(0.02)
         # never stalled: the attach completes (the client's own deadlines fail it otherwise) while the flood
-        # is still on; how long it takes is measured by bench/refusal_bench.py --attach
+        # is still on; how long it takes is measured by bench/probes/refusal_bench.py --attach
         c, frame = _attach_and_stop(port_base)
         during = flooder.is_alive() and not stop.is_set()
     finally:

@@ -10,8 +10,8 @@ import random
 
 import pytest
 
-from bench.common import median_ci
-from bench.ray_bench import PAIRS, ratios, verdict
+from bench.probes.ray_bench import PAIRS, ratios, verdict
+from bench.suite.common import median_ci
 
 
 def _around(centre: float, spread: float, n: int = 60) -> list[float]:
@@ -76,7 +76,7 @@ def test_rtdebug_cpu_counts_a_busy_rtdebug_thread():
     import threading
     import time
 
-    from bench.ray_job import rtdebug_cpu
+    from bench.probes.ray_job import rtdebug_cpu
 
     from support.wait import until
 

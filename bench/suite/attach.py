@@ -7,8 +7,8 @@ import threading
 import time
 from typing import Any
 
-from bench.common import HOST, LOOP, log, summary, touch
-from bench.jobs import Run, disconnect_all, guarded, wait_files
+from bench.suite.common import HOST, LOOP, log, summary, touch
+from bench.suite.jobs import Run, disconnect_all, guarded, wait_files
 
 from support.dap import DAPClient
 

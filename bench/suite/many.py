@@ -9,8 +9,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import BENCH, HOST, LOOP, READY, WORK, log, summary
-from bench.jobs import Run, attach_all, disconnect_all, guarded
+from bench.suite.common import BENCH, HOST, LOOP, READY, WORK, log, summary
+from bench.suite.jobs import Run, attach_all, disconnect_all, guarded
 
 
 def many_ranks(res: dict, reps: int, n: int = 16) -> None:
@@ -76,7 +76,7 @@ def many_ranks(res: dict, reps: int, n: int = 16) -> None:
     reads = []
     for _ in range(100):
         t = time.perf_counter()
-        got = reg.ranks(entry["session_id"])
+        got = reg.ranks(str(entry["session_id"]))
         reads.append(time.perf_counter() - t)
     assert len(got) == n
     shutil.rmtree(tmp, ignore_errors=True)

@@ -1,4 +1,4 @@
-"""The job ``bench/raylocal_bench.py`` times: ``raylocal_job.py STORAGE CALLS all|first`` under rtdebug torchrun.
+"""The job ``bench/probes/raylocal_bench.py`` times: ``raylocal_job.py STORAGE CALLS all|first`` under rtdebug torchrun.
 
 Each rank times CALLS calls of report() (no checkpoint), report() with a 1 MiB checkpoint, barrier() and
 broadcast_from_rank_zero(), after a warm-up; rank 0 prints ``BENCH {json}`` with the medians in ms, the
@@ -7,11 +7,16 @@ copy's own cost (copytree of the same files into the same storage) and the wall 
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__" and (len(sys.argv) != 4 or sys.argv[1] in ("-h", "--help")):  # before Ray's import
+    print(__doc__)
+    sys.exit(0 if sys.argv[1:2] in (["-h"], ["--help"]) else 2)
+
 import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 

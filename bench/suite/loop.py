@@ -1,4 +1,4 @@
-"""The bundled training loop that bench/run.py times.
+"""The bundled training loop that bench/suite/run.py times.
 
 Modes:
   ddp    small MLP, CPU, gloo DistributedDataParallel (all ranks in lockstep)

@@ -1,7 +1,8 @@
 """rtdebug benchmark: the harness against plain torchrun, side by side in one run.
 
-    .venv/bin/python bench/run.py            # full run (~10 min on 2 cores)
-    .venv/bin/python bench/run.py --quick    # smoke run (~3 min, 1-2 repeats: spreads are thin)
+    bash scripts/bench.sh            # full run (~10 min on 2 cores)
+    bash scripts/bench.sh --quick    # smoke run (~3 min, 1-2 repeats: spreads are thin)
+    bash scripts/bench.sh --dry      # no job: the options, the sections' code, the report (CI's smoke test)
 
 Prints a table of ratios and writes bench/results/DATE-run.md (machine, versions, raw
 medians and spreads). Every configuration is launched as a real process tree
@@ -18,7 +19,7 @@ Sections:
   4  16 local ranks: register + attachable, registry cost per rank
   5  Python 3.11 vs 3.12 and 3.13 (sys.monitoring) for attached-no-breakpoint
 
-The sections live in the bench package (bench/__init__.py lists the modules); this file
+The sections live in the bench.suite package (bench/suite/__init__.py lists the modules); this file
 only parses the options, runs the sections and writes the report.
 """
 
@@ -34,16 +35,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script: make `bench` importable
-from bench.attach import attach_latency  # noqa: E402
-from bench.common import BENCH, ROOT, WORK  # noqa: E402
-from bench.jobs import kill_all  # noqa: E402
-from bench.launch import launch_times  # noqa: E402
-from bench.many import many_ranks  # noqa: E402
-from bench.pythons import py_versions  # noqa: E402
-from bench.report import report  # noqa: E402
-from bench.steady import steady_state  # noqa: E402
-from bench.summary import machine, print_table  # noqa: E402
+from bench.suite.attach import attach_latency
+from bench.suite.common import BENCH, ROOT, WORK
+from bench.suite.jobs import kill_all
+from bench.suite.launch import launch_times
+from bench.suite.many import many_ranks
+from bench.suite.pythons import py_versions
+from bench.suite.report import report
+from bench.suite.steady import steady_state
+from bench.suite.summary import machine, print_table
 
 
 def main() -> int:
@@ -57,13 +57,17 @@ def main() -> int:
         help="loop modes for section 1 (local, ddp, py; comma-separated); the first is also section 2's loop",
     )
     ap.add_argument("--launch-ns", type=_counts, help="rank counts for section 2, e.g. 2 (default 2,4,8; --quick: 2,4)")
-    ap.add_argument("--out", default=str(BENCH / "results" / time.strftime("%Y-%m-%d-run.md", time.gmtime())))
+    ap.add_argument("--out", help="the report (default bench/results/DATE-run.md; --dry: bench/.work/dry-run.md)")
     ap.add_argument("--from-json", metavar="PATH", help="only re-render the report from a saved results.json")
+    ap.add_argument("--dry", action="store_true", help="start no job: the options, the sections' code and the report")
     a = ap.parse_args()
+    a.out = a.out or str(WORK / "dry-run.md" if a.dry else BENCH / "results" / time.strftime("%Y-%m-%d-run.md"))
+    if a.dry:
+        return dry(a)
     if a.from_json:
-        res = json.loads(Path(a.from_json).read_text())
-        Path(a.out).write_text(report(res, res.get("quick", False)))
-        print_table(res)
+        saved: dict[str, Any] = json.loads(Path(a.from_json).read_text())
+        Path(a.out).write_text(report(saved, saved.get("quick", False)))
+        print_table(saved)
         return 0
     only = {s.strip() for s in a.only.split(",")}
     WORK.mkdir(parents=True, exist_ok=True)
@@ -98,6 +102,20 @@ def main() -> int:
     print()
     print_table(res)
     print(f"\nwrote {a.out} ({res['wall_s']:.0f} s)")
+    return 0
+
+
+def dry(a: argparse.Namespace) -> int:
+    """What CI's smoke test runs (tests/project/test_bench.py): every section's module imported (above), the
+    options checked, and the report and table of a run that measured nothing written, in seconds."""
+    only = {s.strip() for s in a.only.split(",")}
+    if not only <= {"1", "2", "3", "4", "5"}:
+        raise SystemExit(f"run.py: error: --only {a.only!r}: the sections are 1-5")
+    WORK.mkdir(parents=True, exist_ok=True)
+    res: dict[str, Any] = {"machine": machine(), "wall_s": 0.0, "quick": a.quick, "load": os.getloadavg()[:2]}
+    Path(a.out).write_text(report(res, a.quick))
+    print_table(res)
+    print(f"\nwrote {a.out} (--dry: no job started)")
     return 0
 
 

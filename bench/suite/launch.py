@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from bench.common import READY, log, median_ci, summary
-from bench.jobs import Run, guarded, wait_files
+from bench.suite.common import READY, log, median_ci, summary
+from bench.suite.jobs import Run, guarded, wait_files
 
 
 def launch_times(res: dict, reps: int, ns: list[int], mode: str) -> None:

@@ -1,6 +1,6 @@
 """The collective record's cost as an A/B inside one job: the same ranks, record on and off in turns.
 
-    .venv/bin/python bench/collrec_ab.py [--pairs 40] [--out bench/.work/collrec_ab.json]
+    bash scripts/bench.sh probes/collrec_ab [--pairs 40] [--out bench/.work/collrec_ab.json]
 
 Why a second design: ``collrec_bench.py`` runs an on-job and an off-job side by side, and on 2 shared
 cores two identical gloo jobs differ by several percent from round to round (its per-round rates spread
@@ -13,6 +13,8 @@ small MLP's forward/backward, its 4 gradients all_reduced by hand, and the flag;
 collrec_bench.py), ``ddp`` (a training step as jobs write it: DDP all-reduces the gradients from C++,
 the script all_reduces its loss for logging; ~1 ms here) and ``train`` (the same with a 512-wide,
 4-layer MLP: a ~10 ms step, still far smaller than a real job's).
+
+Result: bench/results/2026-12-04-collective-record.md.
 """
 
 from __future__ import annotations
@@ -27,8 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import PY, ROOT, WORK, base_env, free_range, log, median_ci  # noqa: E402
+from bench.suite.common import PY, ROOT, WORK, base_env, free_range, log, median_ci
 
 BLOCK = {"allreduce": 200, "step": 50, "ddp": 50, "train": 10}  # steps per block: ~0.1-0.6 s each here
 WIDTH = {"train": 512}  # the model's width (64 elsewhere): "train" is a step of ~10 ms, "ddp" of ~1 ms

@@ -2,7 +2,7 @@
 
 One small Ray cluster on this machine (``tests/support/raycluster.py``: its own temp
 dir and ports, ended by its own pids). Each round starts three 2-worker TorchTrainer
-jobs of ``bench/ray_job.py`` on it: two plain ``python`` drivers (A and B; B/A is the
+jobs of ``bench/probes/ray_job.py`` on it: two plain ``python`` drivers (A and B; B/A is the
 noise floor) and one ``rtdebug run`` driver (H) whose workers have the lazy endpoint.
 All three stay up; the bench then gives turns of ``--window`` seconds to two jobs at a
 time, each pinned whole to its own core while the third sleeps. A cycle is six turns:
@@ -13,7 +13,9 @@ its four H turns) and B / A (of its two A-B turns). Then two DAP clients attach 
 workers in parallel with one breakpoint: the time until both report ``stopped`` is
 the attach-all latency.
 
-    .venv/bin/python bench/ray_bench.py [--rounds 3] [--cycles 8] [--window 4]   # writes bench/results/DATE-ray.md
+    bash scripts/bench.sh probes/ray_bench [--rounds 3] [--cycles 8] [--window 4]   # writes bench/results/DATE-ray.md
+
+Result: bench/results/2026-12-03-ray.md.
 """
 
 from __future__ import annotations
@@ -31,10 +33,10 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-JOB = ROOT / "bench" / "ray_job.py"
-sys.path.insert(0, str(ROOT))  # run as a script: make `bench` importable
-from bench.common import median_ci  # noqa: E402
+from bench.suite.common import median_ci
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB = ROOT / "bench" / "probes" / "ray_job.py"
 
 LABELS = ("plain_a", "harness", "plain_b")
 PAIRS = [("plain_a", "harness"), ("harness", "plain_a"), ("plain_b", "harness"), ("harness", "plain_b")]
@@ -47,7 +49,6 @@ def _line(mark: str) -> int:
 
 
 def _attach_all(ports: list[int]) -> float:
-    sys.path.insert(0, str(ROOT / "tests"))
     from support.dap import DAPClient
 
     line, path, out = _line("# BENCH-HOLD"), str(JOB), {}
@@ -225,7 +226,7 @@ def report(args, rounds: list[dict], when: str = "", load: float | None = None) 
     own_s = f"{own * 1e3:.2f} ms of {total:.1f} s ({own / max(total, 1e-9):.1e}; rtdebug threads per worker: {n_own})"
     v_rate, v_cpu = verdict(rate, 0.99, True, rate_aa), verdict(cpu, 1.01, False, cpu_aa)
     att_s = f"{statistics.median(att):.3f} s [{min(att):.3f}–{max(att):.3f}]"
-    cmd = f"bench/ray_bench.py --rounds {args.rounds} --cycles {args.cycles} --window {args.window:g}"
+    cmd = f"bench/probes/ray_bench.py --rounds {args.rounds} --cycles {args.cycles} --window {args.window:g}"
     when = when or time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     load = os.getloadavg()[0] if load is None else load
     return f"""# Ray Train workers: bench results

@@ -5,8 +5,8 @@ from __future__ import annotations
 import statistics
 import time
 
-from bench.common import METRICS, log, summary, touch
-from bench.jobs import Run, attach_all, disconnect_all, guarded, read_phase, wait_files
+from bench.suite.common import METRICS, log, summary, touch
+from bench.suite.jobs import Run, attach_all, disconnect_all, guarded, read_phase, wait_files
 
 from support.dap import DAPClient
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import psutil
 
-from bench.common import ROOT, fmt
+from bench.suite.common import ROOT, fmt
 
 
 def machine() -> dict[str, Any]:

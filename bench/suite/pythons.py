@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import LOOP, METRICS, PY, ROOT, WORK, base_env, free_range, log, summary, touch
-from bench.jobs import Job, attach_all, disconnect_all, guarded, read_phase, wait_files
+from bench.suite.common import LOOP, METRICS, PY, ROOT, WORK, base_env, free_range, log, summary, touch
+from bench.suite.jobs import Job, attach_all, disconnect_all, guarded, read_phase, wait_files
 
 from support.dap import DAPClient
 
@@ -49,8 +49,8 @@ def interpreters(res: dict) -> dict[str, str]:
             found[v] = str(exe)
         else:
             res["pythons"].setdefault("notes", []).append(f"no .venv-{v}: no Python {v} found by scripts/pythons.sh")
-    for v, exe in found.items():
-        out = subprocess.run([exe, "-c", PROBE], capture_output=True, text=True, timeout=60).stdout.split()
+    for v, python in found.items():
+        out = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, timeout=60).stdout.split()
         info[v] = {"python": out[0], "debugpy": out[1], "torch": out[2] == "True"} if len(out) == 3 else {}
     return found
 

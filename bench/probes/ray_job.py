@@ -1,4 +1,4 @@
-"""The training job ``bench/ray_bench.py`` runs: a 2-worker TorchTrainer that steps only on its turn.
+"""The training job ``bench/probes/ray_bench.py`` runs: a 2-worker TorchTrainer that steps only on its turn.
 
 Three of these jobs stay up on one Ray cluster (two plain, one under ``rtdebug run``).
 The bench hands out turns through one file, ``CTL/turn`` (``seq start end label:core

@@ -1,6 +1,6 @@
 """Attach-all on a DDP job where every rank trains: lazy ranks against ``--eager``, side by side in one run.
 
-    .venv/bin/python bench/attach_all.py --ranks 4,16 --rounds 5
+    bash scripts/bench.sh probes/attach_all --ranks 4,16 --rounds 5
 
 What is timed, per job: a real DAP client connects to every rank at once (``initialize``, ``attach``,
 a breakpoint, ``configurationDone``), then every rank must report ``stopped``. In a DDP job a rank that
@@ -18,6 +18,8 @@ median(kind) / median(eager) with a 95 % bootstrap interval (resampling each sid
 per-round ratios. The load average is recorded around every measurement.
 
 This file is also the rank program (``--train``): a small MLP under gloo DDP, CPU, synthetic data.
+
+Result: bench/results/2026-12-04-attach-all.md.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ def breakpoint_line() -> int:
 
 def measure(r, n: int, line: int) -> dict[str, float]:
     """Connect to every rank at once; connect -> all attached, connect -> all stopped (seconds)."""
-    from bench.common import HOST, touch
+    from bench.suite.common import HOST, touch
 
     from support.dap import DAPClient
 
@@ -123,7 +125,7 @@ def measure(r, n: int, line: int) -> dict[str, float]:
 
 
 def one_job(kind: str, n: int, line: int, settle: float, warm: float) -> dict[str, float]:
-    from bench.jobs import Run, wait_files
+    from bench.suite.jobs import Run, wait_files
 
     # lazy ranks import debugpy in the background `warm` s after they start (rtdebug.rank.endpoint.warmup; 60 s by
     # default, shortened here so a round takes less); "cold" ranks never do: the lazy rank before it
@@ -155,8 +157,8 @@ def ratio_ci(a: list[float], b: list[float], reps: int = 4000, seed: int = 0) ->
 
 
 def run_bench(ranks: list[int], rounds: int, kinds: list[str], settle: float, warm: float) -> dict:
-    from bench.common import log, summary
-    from bench.jobs import guarded
+    from bench.suite.common import log, summary
+    from bench.suite.jobs import guarded
 
     line = breakpoint_line()
     res: dict = {"line": line, "rounds": rounds, "check_every": CHECK, "kinds": kinds, "warm_s": warm, "by_n": {}}
@@ -201,7 +203,7 @@ def stats(raw: dict[str, list], kinds: list[str], summary) -> dict:
 
 
 def report(res: dict) -> str:
-    from bench.common import fmt
+    from bench.suite.common import fmt
 
     rows = [
         "| ranks | kind | connect → all attached (s) | connect → all `stopped` (s) | load avg (1 min) |",
@@ -235,10 +237,8 @@ def main() -> int:
     if a.train:
         train(a.ctl)
         return 0
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    import bench  # noqa: F401  (puts tests/ on the path for the DAP client)
-    from bench.common import WORK
-    from bench.jobs import kill_all
+    from bench.suite.common import WORK
+    from bench.suite.jobs import kill_all
 
     WORK.mkdir(exist_ok=True)
     try:

@@ -1,6 +1,6 @@
 """``rtdebug connect``'s three goals on a 2-node, 8-rank c10d job, in network namespaces with real sshd's.
 
-    .venv/bin/python bench/connect_bench.py [--rounds 5] [--window 8]
+    bash scripts/bench.sh probes/connect_bench [--rounds 5] [--window 8]
 
 The hosts are the e2e test's (tests/e2e/test_connect.py: ``lap`` reaches only ``login``; ``n0``, ``n1`` run the
 job, 4 ranks each, tests/scripts/connect_steps.py: all_reduce as fast as it can). Measured:
@@ -15,6 +15,8 @@ job, 4 ranks each, tests/scripts/connect_steps.py: all_reduce as fast as it can)
 
 Needs root (network namespaces) and openssh-server/openssh-client (scripts/setup.sh). Writes
 bench/results/DATE-connect.md (or ``--out FILE``); ``--only-connect`` measures goal 1 alone and prints it.
+
+Result: bench/results/2026-12-06-connect.md and bench/results/2026-12-06-connect-speed.md.
 """
 
 from __future__ import annotations
@@ -31,17 +33,12 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "e2e"), str(ROOT / "harness")]
+from support.netns import sweep
+from support.paths import PY, SCRIPTS, marker_line
+from support.sshhosts import Cluster, connect_args, setup_ssh  # the e2e test's hosts
+from support.wait import until
 
-try:  # the e2e test's hosts, wherever they live (tests/support/sshhosts.py; earlier, the test module itself)
-    from support.sshhosts import Cluster, connect_args, setup_ssh  # noqa: E402
-except ImportError:
-    from test_connect import Cluster, connect_args, setup_ssh  # type: ignore[no-redef]  # noqa: E402
-
-from support.netns import sweep  # noqa: E402
-from support.paths import PY, SCRIPTS, marker_line  # noqa: E402
-from support.wait import until  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 JOB = SCRIPTS / "connect_steps.py"
 ATTACH = SCRIPTS / "connect_attach_all.py"
@@ -298,8 +295,8 @@ def main() -> int:
         phases += "".join(f"\n| {k} (baseline) | {md(v)} |" for k, v in BASE_PHASES.items())
     text = f"""# rtdebug connect: 2 nodes x {NPROC} ranks through a jump host ({time.strftime("%Y-%m-%d")})
 
-`.venv/bin/python bench/connect_bench.py --rounds {args.rounds} --window {args.window:g} --sleep {args.sleep:g}` (each
-rank sleeps {args.sleep:g} s after each all_reduce) on this machine
+`bash scripts/bench.sh probes/connect_bench --rounds {args.rounds} --window {args.window:g} --sleep {args.sleep:g}`
+(each rank sleeps {args.sleep:g} s after each all_reduce) on this machine
 ({cores} cores, shared; load average {", ".join(f"{x:.1f}" for x in load)} across the run). Hosts are network
 namespaces on one bridge with real sshd's (tests/e2e/test_connect.py), so ssh's own cost is real and the
 network's is nil.

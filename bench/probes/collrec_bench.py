@@ -1,6 +1,6 @@
 """The collective record's cost: step rate with it on against off, its per-call cost, and verdict grouping time.
 
-    .venv/bin/python bench/collrec_bench.py [--rounds 3] [--windows 6] [--window 2] [--out FILE]
+    bash scripts/bench.sh probes/collrec_bench [--rounds 3] [--windows 6] [--window 2] [--out FILE]
 
 1. Step rate: two `rtdebug torchrun --nproc-per-node 2` gloo jobs run AT THE SAME TIME, one with the record
    on (the default) and one with ``RTDEBUG_COLLECTIVES=0``; rank r of both is pinned to core r, so each core
@@ -12,6 +12,8 @@
    world-size-1 gloo group, in microseconds.
 3. Grouping: parse + group + verdict for 1024 synthetic rank dumps (the job-wide answer of a big job).
 The same script is also the ranks' loop (``--loop``), so the bench is one file.
+
+Result: bench/results/2026-12-04-collective-record.md.
 """
 
 from __future__ import annotations
@@ -21,13 +23,11 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import PY, ROOT, base_env, free_range, log, median_ci  # noqa: E402
+from bench.suite.common import PY, ROOT, base_env, free_range, log, median_ci
 
 
 # -- the ranks' loop ---------------------------------------------------------------------
@@ -212,7 +212,7 @@ def write(out: Path, res: dict, a: argparse.Namespace) -> None:
         return f"[{c[0]:.3f}, {c[1]:.3f}]" if c else "n/a (fewer than 5 windows)"
 
     lines = [
-        "# Collective record: cost (bench/collrec_bench.py)",
+        "# Collective record: cost (bench/probes/collrec_bench.py)",
         "",
         f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on this 2-core machine (shared with other work), "
         f"{a.rounds} rounds x {a.windows} windows of {a.window:g} s, jobs side by side.",

@@ -9,7 +9,9 @@
    (``elapsed_s``: request written -> every answer read). Goal: <= 1 s. Needs CAP_NET_ADMIN (skipped
    otherwise).
 
-    .venv/bin/python bench/store_bench.py [--rounds N] [--only 1|2]
+    bash scripts/bench.sh probes/store_bench [--rounds N] [--only 1|2]
+
+Result: bench/results/2026-12-04-store.md.
 """
 
 from __future__ import annotations
@@ -26,11 +28,11 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "bench" / "results" / time.strftime("%Y-%m-%d-store.md", time.gmtime())
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+from rtdebug.registry import c10d, signing
 
-from rtdebug.registry import c10d, signing  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "bench" / "results" / time.strftime("%Y-%m-%d-store.md", time.gmtime())
+
 
 PY = sys.executable
 SECRET = "store-bench-secret-0123456789abcdef"
@@ -159,7 +161,7 @@ def bench_stacks(rounds: int) -> dict | None:
 
 def write(ps: dict | None, st: dict | None) -> None:
     lines = [
-        "# Job-wide stacks and the torch-free store reader (bench/store_bench.py)",
+        "# Job-wide stacks and the torch-free store reader (bench/probes/store_bench.py)",
         "",
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} CPUs (shared with other work), Python {platform.python_version()}. "

@@ -1,6 +1,6 @@
 """``--stop-on``'s cost as an A/B inside one 2-rank job: the same ranks, the condition on and off in turns.
 
-    .venv/bin/python bench/stopon_ab.py [--pairs 40] [--kinds nonfinite,disagree] [--out ...]
+    bash scripts/bench.sh probes/stopon_ab [--pairs 40] [--kinds nonfinite,disagree] [--out ...]
 
 Why in one job: two identical gloo jobs side by side on 2 shared cores differ by several percent from round
 to round (bench/results/*-collective-record.md), which drowns a 1-2 % effect. Here one ``rtdebug torchrun --stop-on
@@ -13,6 +13,8 @@ bootstrap interval. The steps: a small transformer (2 encoder layers, d_model 25
 training step in the usual proportion of compute to parameters, ~0.1 s here), a 512-wide 4-layer MLP on
 128 samples (~15 ms) and a 64-wide one on 32 (~2 ms): the last two have so little compute per parameter
 that they show the floor of a per-gradient cost.
+
+Result: bench/results/2026-12-06-stop-on.md.
 """
 
 from __future__ import annotations
@@ -27,8 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.common import PY, ROOT, WORK, base_env, free_range, log, median_ci  # noqa: E402
+from bench.suite.common import PY, ROOT, WORK, base_env, free_range, log, median_ci
 
 SPEC = {"nonfinite": "nonfinite", "disagree": "disagree:100"}
 BLOCK = {512: 10, 64: 50, 0: 3}  # steps per block (0: the transformer)

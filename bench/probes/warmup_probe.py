@@ -1,12 +1,14 @@
 """What the background debugpy import (``rtdebug.rank.endpoint.warmup``) costs a lazy rank's main thread, once.
 
-    .venv/bin/python bench/warmup_probe.py [--rounds 5] [--busy torch|py]
+    bash scripts/bench.sh probes/warmup_probe [--rounds 5] [--busy torch|py]
 
 One process per round, pinned to one core: a lazy endpoint with ``warm_after=W``, and a main thread
 that steps (``torch``: a small MLP forward/backward; ``py``: pure Python, the worst case for the GIL)
 and counts steps per 0.25 s window. Reported: the rate in the windows that overlap the import against
 the median window, the steps lost to it (in seconds of the median pace), and what that is over the
 60 s a rank waits by default before importing (the least time over which the one-off is spread).
+
+Result: bench/results/2026-12-04-attach-all.md (and docs/performance.md's warm-up row).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Shared by every bench section: paths, logging, stats, free ports, the environment of a launched job."""
+"""Shared by every bench section: paths, logging, stats, free ports (``support.ports``), a job's environment."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rtdebug.common.ports import is_port_free
+from support.ports import PortRanges
 
-BENCH = Path(__file__).resolve().parent
+SUITE = Path(__file__).resolve().parent
+BENCH = SUITE.parent
 ROOT = BENCH.parent
 WORK = BENCH / ".work"
-LOOP = BENCH / "loop.py"
-RECIPE = BENCH / "recipe_listen.py"
+LOOP = SUITE / "loop.py"
+RECIPE = SUITE / "recipe_listen.py"
 PY = sys.executable
 
 HOST = "127.0.0.1"
@@ -59,19 +60,12 @@ def fmt(s: dict[str, Any], digits: int = 2, unit: str = "") -> str:
 
 
 # -- ports -----------------------------------------------------------------------
-_used: set[int] = set()
+_ports = PortRanges(41000, 59000, gap=7, host=HOST)  # away from 5678 and torchrun's 29500
 
 
 def free_range(n: int) -> int:
-    """A base with n free ports, in 41000-59000 (away from 5678 and torchrun's 29500)."""
-    base = 41000
-    while base < 59000:
-        span = range(base, base + n)
-        if not (_used & set(span)) and all(is_port_free(p, HOST) for p in span):
-            _used.update(span)
-            return base
-        base += n + 7
-    raise RuntimeError("no free port range")
+    """A base with n free ports, in 41000-59000, none handed out before in this run."""
+    return _ports.take(n)
 
 
 def base_env(registry: Path | None = None) -> dict[str, str]:

@@ -11,11 +11,13 @@ if the flood was still running when the attach finished. This is the duration ``
 used to bound (the owner is never stalled by a flood); the test now checks only that the attach completes
 while the flood is on.
 
-    .venv/bin/python -m bench.refusal_bench [--rounds 5] [--connects 2000] [--proc] [--pythonpath DIR] [--attach]
+    bash scripts/bench.sh probes/refusal_bench [--rounds 5] [--connects 2000] [--proc] [--pythonpath DIR] [--attach]
 
 ``--pythonpath harness-of-another-commit`` measures that commit's endpoint (e.g. the one before the fix,
 ``git archive <commit> harness | tar -x -C /tmp/old``, then ``--pythonpath /tmp/old/harness``).
 ``tests/hostile/test_hostile_port.py`` floods a real ``rtdebug run`` rank with the same ``flood``.
+
+Result: none kept as a file: its figures are docs/performance.md's refused-connections row and docs/security.md's.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,6 +34,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO
+
+from support.ports import free_port
 
 NOBODY = 65534
 SETPRIV = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
@@ -99,12 +102,6 @@ def cpu_seconds(pid: int) -> float:
 
 def _flood_argv(port: int, n: int, inflight: int) -> list[str]:
     return [*SETPRIV, FOREIGN_PY, "-c", FLOOD, str(port), str(n), str(inflight)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

@@ -7,13 +7,14 @@
    side, each pinned to its own core; one is dumped once a second, roles swap every
    round (a faster core cancels out); A/A rounds (neither dumped) give the noise floor.
 
-    .venv/bin/python bench/stacks_bench.py [--quick]   # ~6 min on 2 cores (--quick: ~3)
+    bash scripts/bench.sh probes/stacks_bench [--quick]   # ~6 min on 2 cores (--quick: ~3)
+
+Result: bench/results/2026-12-03-stacks.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
@@ -24,11 +25,14 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from rtdebug.registry.files import Registry
+from rtdebug.stacks import collect as stacks
 
-from rtdebug.registry.files import Registry  # noqa: E402
-from rtdebug.stacks import collect as stacks  # noqa: E402
+from support.ports import free_port_base
+from support.procs import kill_tree
+
+ROOT = Path(__file__).resolve().parents[2]
+
 
 PY = sys.executable
 LOOP = """
@@ -55,12 +59,8 @@ while True:
 
 
 def free_base() -> int:
-    from rtdebug.common.ports import is_port_free
-
-    for base in range(41000, 59000, 37):
-        if all(is_port_free(base + i, "127.0.0.1") for i in range(17)):
-            return base
-    raise RuntimeError("no free port range")
+    """17 free ports in 41000-59000 (ranks and the rendezvous), away from 5678 and torchrun's 29500."""
+    return free_port_base(17, 41000, 59000)
 
 
 def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
@@ -68,16 +68,6 @@ def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [PY, "-m", "rtdebug", *args], cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
     )
-
-
-def kill_tree(proc: subprocess.Popen) -> None:
-    import psutil
-
-    with contextlib.suppress(psutil.Error):
-        for p in [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-    proc.wait()
 
 
 def session_of(log: Path, timeout: float = 300) -> str:
@@ -244,7 +234,7 @@ def write(out: Path, t: dict[int, dict[str, str]], rate: dict[str, str], quick: 
 
     load = os.getloadavg()
     lines = [
-        "# `rtdebug stacks` benchmark (bench/stacks_bench.py)",
+        "# `rtdebug stacks` benchmark (bench/probes/stacks_bench.py)",
         "",
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}{' (--quick)' if quick else ''}: "
         f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), load average "

@@ -1,15 +1,17 @@
 """Local mode with the cluster's semantics, against Ray's own local mode on the same script (issue: ray.train
 collectives and report() under rtdebug).
 
-    .venv/bin/python bench/raylocal_bench.py [--ranks 4] [--calls 200] [--launches 3]
+    bash scripts/bench.sh probes/raylocal_bench [--ranks 4] [--calls 200] [--launches 3]
 
-Runs ``bench/raylocal_job.py`` under ``rtdebug torchrun --nproc-per-node N`` with ``--ray-local-mode
+Runs ``bench/probes/raylocal_job.py`` under ``rtdebug torchrun --nproc-per-node N`` with ``--ray-local-mode
 cluster`` and ``ray``; every rank times ``calls`` calls of each API in a loop (after a warm-up) and rank 0
 prints the medians as JSON. ``report()`` with a checkpoint is compared with the copy's own cost, measured in
 the same job (``shutil.copytree`` of the same files into the same storage). Launch → first step: the wall
 time from starting rtdebug to rank 0's first line of the train function, the median of ``launches`` runs of
 each mode, interleaved. Goals: report() without a checkpoint <= 2 ms per call at 4 ranks, with one the copy
 plus <= 5 ms, barrier() <= 1 ms, launch → first step within 1.05x of Ray's own local mode.
+
+Result: bench/results/2026-12-06-raylocal.md.
 """
 
 from __future__ import annotations
@@ -24,11 +26,11 @@ import tempfile
 import time
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
-JOB = BENCH / "raylocal_job.py"
-sys.path.insert(0, str(ROOT))
-from bench.common import base_env, free_range  # noqa: E402
+from bench.suite.common import base_env, free_range
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+JOB = HERE / "raylocal_job.py"
 
 
 def run_job(mode: str, ranks: int, calls: int, first_step_only: bool = False) -> tuple[dict, float]:

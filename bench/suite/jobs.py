@@ -12,13 +12,13 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from bench.common import BENCH, HOST, LOOP, PY, READY, RECIPE, WORK, base_env, free_range, log, touch
+from bench.suite.common import BENCH, HOST, LOOP, PY, READY, RECIPE, WORK, base_env, free_range, log, touch
 
 from support.dap import DAPClient
 
@@ -139,7 +139,7 @@ def wait_files(paths: list[Path], timeout: float, job: Job | None = None) -> Non
 
 
 def run_phase(
-    ctl: Path, name: str, nproc: int, job: Job, timeout: float = 120, also: list[Path] = ()
+    ctl: Path, name: str, nproc: int, job: Job, timeout: float = 120, also: Sequence[Path] = ()
 ) -> dict[str, float]:
     """Start phase `name` (in `ctl` and any `also` control dirs at the same instant) and wait for
     the results. wall = median window steps/s, best = fastest window, cpu = median steps per

@@ -11,7 +11,9 @@
    adopted job's rate relative to the other's, after (C+D) over before (A+B); the noise floor is the
    same for B over A. Goal: >= 0.97x.
 
-    .venv/bin/python bench/adopt_bench.py [--quick]   # --quick: ~2 min on 2 cores; full: ~6 min
+    bash scripts/bench.sh probes/adopt_bench [--quick]   # --quick: ~2 min on 2 cores; full: ~6 min
+
+Result: bench/results/2026-12-04-adopt.md.
 """
 
 from __future__ import annotations
@@ -30,9 +32,9 @@ from pathlib import Path
 
 import psutil
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-from bench.common import PY, base_env, fmt, free_range, log, summary  # noqa: E402
+from bench.suite.common import PY, base_env, fmt, free_range, log, summary
+
+ROOT = Path(__file__).resolve().parents[2]
 
 JOB = """
 import os, sys, time
@@ -250,7 +252,7 @@ def write(results: dict, path: Path) -> None:
     m4 = a4["total"].get("median")
     mr, mc = rate["wall"].get("median"), rate["cpu"].get("median")
     lines = [
-        "# `rtdebug adopt` benchmark (bench/adopt_bench.py)",
+        "# `rtdebug adopt` benchmark (bench/probes/adopt_bench.py)",
         "",
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: {os.cpu_count()} CPUs ({platform.machine()}), "
         f"load average {load} at the end; Python {platform.python_version()}; settings: {results['settings']}. "
