@@ -75,6 +75,18 @@ def test_a_hung_job_keeps_its_verdict_after_the_window():
     assert s["motion"]["state"] == "still" and s["motion_line"] is None and job.dumps == 2
 
 
+def test_recheck_takes_the_second_look_and_the_first_snapshot_is_shown():
+    """--native: py-spy's frames are in the first snapshot only; the second look is for positions."""
+    hung = {REDUCE: {0: rec(), 2: rec()}, FORWARD: {1: rec(811, "returned")}}
+    first = dict(snap_of(hung), native="py-spy's frames")
+    job, cheap = Job([first]), Job([snap_of(hung)])
+    s = motion.settle(job.take, window=0.01, recheck=cheap.take)
+    assert s is first and s["culprit"] == 1 and (job.dumps, cheap.dumps) == (1, 1)
+    moved = Job([snap_of({REDUCE: {0: rec(9000), 2: rec(9000)}, FORWARD: {1: rec(8999, "returned")}})])
+    s = motion.settle(Job([dict(snap_of(hung), native="x")]).take, window=0.01, recheck=moved.take)
+    assert s["native"] == "x" and s["culprit"] is None and s["motion"]["advanced"] == {"0": 8188, "1": 8188, "2": 8188}
+
+
 def test_a_rank_in_the_debugger_or_exited_gives_the_verdict_at_once():
     s = motion.settle(Job([snap_of({REDUCE: {0: rec()}, FORWARD: {1: None}}, debugger=FORWARD)]).take, window=5)
     assert s["culprit"] == 1 and s["motion"]["state"] == "stopped"

@@ -223,8 +223,12 @@ def _local_snapshot(
         raise HarnessError(
             f"session {session['session_id']} has no running rank" + (f" among {rank_spec}" if rank_spec else "")
         )
+    take = functools.partial(collect, reg, session, ranks, timeout)
     return motion.settle(
-        lambda: collect(reg, session, ranks, timeout, native), lambda: records(reg, session, ranks), instant=instant
+        functools.partial(take, native),
+        functools.partial(records, reg, session, ranks),
+        instant=instant,
+        recheck=functools.partial(take, False) if native else None,  # py-spy once: the second look needs positions
     )
 
 

@@ -135,10 +135,12 @@ def settle(
     records: Callable[[], Marks] | None = None,
     window: float = WINDOW_S,
     instant: bool = False,
+    recheck: Callable[[], Snapshot] | None = None,
 ) -> Snapshot:
     """A snapshot whose verdict (if any) is true of ranks that stand still; ``snap["motion"]`` says how it was
     checked, ``snap["motion_line"]`` the headline. ``records``: each rank's collective record, read without
-    signalling it (None: the ranks are elsewhere; only a second dump can tell)."""
+    signalling it (None: the ranks are elsewhere; only a second dump can tell). ``recheck``: a cheaper second
+    dump, for positions only (``--native``: py-spy once, not twice); the first snapshot is the one shown."""
     start = time.monotonic()
     first = records() if records is not None and not instant else None
     snap = take()
@@ -156,15 +158,16 @@ def settle(
         moved = advanced(first, records())
         if moved:
             return _said(_no_verdict(snap), Motion("moving", time.monotonic() - start, moved, "record"))
-    again = take()
+    again = (recheck or take)()
     moved = advanced(positions(snap), positions(again))
     elapsed = time.monotonic() - start
+    shown = again if recheck is None else snap  # the newer one, unless it was taken for its positions only
     if moved:
-        return _said(_no_verdict(again), Motion("moving", elapsed, moved, "dump"))
+        return _said(_no_verdict(shown), Motion("moving", elapsed, moved, "dump"))
     if again.get("verdict") is None:  # the second look has none (a rank went silent): nothing is claimed
-        return _said(again, Motion("none"))
+        return _said(_no_verdict(shown), Motion("none"))
     why = stopped(again)
-    return _said(again, Motion("stopped", why=why) if why else Motion("still", elapsed, how="dump"))
+    return _said(shown, Motion("stopped", why=why) if why else Motion("still", elapsed, how="dump"))
 
 
 def _no_verdict(snap: Snapshot) -> Snapshot:
