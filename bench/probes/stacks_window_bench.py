@@ -10,7 +10,9 @@ again and takes a second dump. Measured on a hung 4-rank job (examples/hang.py, 
 
 Every answer must carry the verdict (``culprit`` 1): a window that called the hung job moving would be a bug.
 
-    .venv/bin/python bench/stacks_window_bench.py [--repeats N]   # ~1 min on 2 cores
+    bash scripts/bench.sh probes/stacks_window_bench [--repeats N]   # ~1 min on 2 cores
+
+Result: bench/results/2026-12-07-stacks-window.md
 """
 
 from __future__ import annotations
@@ -26,23 +28,16 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
-
-from rtdebug.common.ports import is_port_free
 from rtdebug.registry.files import Registry
 from rtdebug.stacks import collect as stacks
 from rtdebug.stacks import motion
 
-ROOT = Path(__file__).resolve().parents[1]  # the repository (this probe needs nothing else of bench/)
+from support.ports import free_port_base
+from support.procs import kill_tree
+
+ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
 NPROC = 4
-
-
-def free_base() -> int:
-    for base in range(41000, 59000, 37):
-        if all(is_port_free(base + i, "127.0.0.1") for i in range(NPROC + 1)):
-            return base
-    raise RuntimeError("no free port range")
 
 
 def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
@@ -50,20 +45,6 @@ def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
         return subprocess.Popen(
             [PY, "-m", "rtdebug", *args], cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
         )
-
-
-def kill_tree(proc: subprocess.Popen) -> None:
-    """The job's whole tree, by the pids this probe started (its own session)."""
-    try:
-        procs = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-    except psutil.Error:
-        procs = []
-    for p in procs:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    proc.wait()
 
 
 def session_of(log: Path, timeout: float = 300) -> str:
@@ -113,7 +94,8 @@ def main() -> None:
     reg = Registry()
     log = tmp / "hang.log"
     # a long process-group timeout: the job stays hung for the whole run
-    cmd = ["torchrun", "--debug-port-base", str(free_base()), "--pg-timeout", "900", "--hang-report", "0",
+    base = free_port_base(NPROC + 1, 41000, 59000)
+    cmd = ["torchrun", "--debug-port-base", str(base), "--pg-timeout", "900", "--hang-report", "0",
            "--nproc-per-node", str(NPROC), str(ROOT / "examples" / "hang.py")]  # fmt: skip
     job = start(cmd, env, log)
     rows: dict[str, list[float]] = {"window": [], "instant": [], "settle": [], "collect": []}
@@ -147,7 +129,7 @@ def main() -> None:
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     day, when = time.strftime("%Y-%m-%d", time.gmtime()), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     verdict = "met" if statistics.median(extra) <= 0.5 else "NOT met"
-    text = f"""# `rtdebug stacks`: what the second look costs on a hung job (bench/stacks_window_bench.py)
+    text = f"""# `rtdebug stacks`: what the second look costs on a hung job (bench/probes/stacks_window_bench.py)
 
 {when}: {os.cpu_count()} CPUs ({platform.machine()}), load average {load} at the end;
 Python {platform.python_version()}. {NPROC} ranks of examples/hang.py (gloo, CPU), hung: rank 1 in a barrier,
