@@ -1,0 +1,70 @@
+"""A real nvim-dap in headless Neovim against a job's DAP endpoint (``rtdebug torchrun --dap-port``).
+
+nvim-dap is not in this repository and CI cannot fetch it: set ``RTDEBUG_NVIM_DAP`` to a checkout of it (a tag
+that supports your Neovim: 0.6.0 for Debian's Neovim 0.7.2) and have ``nvim`` on PATH; otherwise this test
+skips and says so. docs/other-editors.md records the last run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from support.paths import EXAMPLES, ROOT, marker_line
+from support.ports import port_free
+from support.sigs import default_dispositions
+
+pytestmark = pytest.mark.e2e
+NVIM_DAP = os.environ.get("RTDEBUG_NVIM_DAP", "")
+NVIM = shutil.which("nvim")
+FULL = os.environ.get("RTDEBUG_FULL") == "1"
+SCRIPT = EXAMPLES / "plain_ddp.py"
+DRIVER = ROOT / "tests" / "scripts" / "nvim_dap_job.lua"
+
+needs_nvim_dap = pytest.mark.skipif(
+    not (NVIM_DAP and (Path(NVIM_DAP) / "lua" / "dap.lua").exists() and NVIM),
+    reason="set RTDEBUG_NVIM_DAP to an nvim-dap checkout (0.6.0 for Neovim 0.7.2) and put nvim on PATH: "
+    "nvim-dap is fetched from GitHub, which CI cannot reach",
+)
+
+
+@needs_nvim_dap
+@pytest.mark.parametrize("n", [2, *([4] if FULL else [])])
+def test_nvim_dap_gets_every_rank_through_the_job_endpoint(job, tmp_path, port_base, n):
+    line = marker_line(SCRIPT, "plain step")
+    dap_port = port_base + 15
+    j = job(
+        "torchrun", "--debug-port-base", str(port_base), "--wait", "all", "--dap-port", str(dap_port),
+        "--nproc-per-node", str(n), str(SCRIPT), "--epochs", "1", "--samples", str(32 * n),
+    )  # fmt: skip
+    sid = j.session_id()
+    j.wait_output(f"DAP endpoint for session {sid} on 127.0.0.1:{dap_port}", 60)
+    out = tmp_path / "nvim.json"
+    env = dict(
+        os.environ,
+        RTDEBUG_NVIM_OUT=str(out),
+        RTDEBUG_NVIM_PORT=str(dap_port),
+        RTDEBUG_NVIM_SCRIPT=str(SCRIPT),
+        RTDEBUG_NVIM_LINE=str(line),
+        RTDEBUG_NVIM_RANKS=str(n),
+        XDG_STATE_HOME=str(tmp_path),  # nvim-dap's log and Neovim's shada stay in the test's folder
+        XDG_DATA_HOME=str(tmp_path),
+    )
+    argv = [NVIM, "--headless", "-u", "NONE", "-i", "NONE", "--cmd", f"set rtp+={NVIM_DAP}", "-c", f"luafile {DRIVER}"]
+    r = subprocess.run(argv, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       timeout=300, preexec_fn=default_dispositions)  # fmt: skip
+    assert out.exists(), (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
+    got = json.loads(out.read_text())
+    assert got["status"] == "ok", (got["log"], got, r.stderr[-2000:])
+    names = [f"rank {k}" for k in range(n)]
+    assert sorted(got["children"]) == names
+    assert got["ranks"] == {name: str(k) for k, name in enumerate(names)}
+    assert set(got["lines"].values()) == {line}
+    assert j.wait(180) == 0, j.output()[-3000:]
+    assert f"rtdebug: session {sid} exited (exit code 0)" in j.output()
+    assert port_free(dap_port)
