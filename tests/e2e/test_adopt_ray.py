@@ -110,8 +110,11 @@ def test_a_worker_lookalike_without_train_context_is_refused(registry_dir, port_
     import site
 
     paths = [*site.getsitepackages(), str(SCRIPTS.parents[1] / "harness")]  # argv[0] no longer finds the venv
-    code = f"import sys; sys.path[:0] = {paths!r}; import ray.train, time; print('up', flush=True); time.sleep(120)"
-    fake = subprocess.Popen(["bash", "-c", f'exec -a ray::RayTrainWorker {PY} -c "{code}"'], stdout=subprocess.PIPE)
+    code = "import ray.train, time; print('up', flush=True); time.sleep(120)"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+    fake = subprocess.Popen(
+        ["bash", "-c", f'exec -a ray::RayTrainWorker {PY} -c "{code}"'], stdout=subprocess.PIPE, env=env
+    )
     try:
         assert fake.stdout is not None and fake.stdout.readline() == b"up\n"
         r = rtdebug("adopt", str(fake.pid), "--debug-port-base", str(port_base))

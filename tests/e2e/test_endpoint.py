@@ -16,7 +16,7 @@ import pytest
 
 from support.dap import DAPClient, DAPError
 from support.jobs import read_ranks, wait_ranks
-from support.paths import EXAMPLES, ROOT, marker_line
+from support.paths import EXAMPLES, ROOT, marker_line, support_env
 from support.ports import port_free
 from support.wait import until
 
@@ -173,9 +173,8 @@ SERVER = textwrap.dedent("""
 CLIENT = textwrap.dedent('''
     """Run in the other namespace: raw `initialize` from given source addresses, then one real DAP session."""
     import json, socket, sys
-    sys.path.insert(0, sys.argv[1])
     from support.dap import DAPClient
-    job = json.loads(sys.argv[2])
+    job = json.loads(sys.argv[1])
     host = job["host"]
     body = json.dumps({"seq": 1, "type": "request", "command": "initialize", "arguments": {}}).encode()
     def raw(port, source):
@@ -208,8 +207,9 @@ def _from_other_host(ns: str, tmp_path, job: dict) -> dict:
     client = tmp_path / "client.py"
     client.write_text(CLIENT)
     r = subprocess.run(
-        ["ip", "netns", "exec", ns, sys.executable, str(client), str(ROOT / "tests"), json.dumps(job)],
+        ["ip", "netns", "exec", ns, sys.executable, str(client), json.dumps(job)],
         cwd=ROOT,
+        env=support_env(),
         capture_output=True,
         text=True,
         timeout=240,

@@ -14,8 +14,7 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/
-from support.dap import DAPClient  # noqa: E402
+from support.dap import DAPClient  # tests/support: PYTHONPATH from the test that runs this (support_env)
 
 
 def attach_all(script: str, line: int, endpoints: list[tuple[str, int]]) -> float:

@@ -10,10 +10,8 @@ With ``hold`` it prints the line and keeps the rank stopped until it is killed.
 import json
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/
-from support.dap import DAPClient  # noqa: E402
+from support.dap import DAPClient  # tests/support: PYTHONPATH from the test that runs this (support_env)
 
 host, port, script, line, expr = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), sys.argv[5]
 c = DAPClient(host, port, timeout=120)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from support.paths import PY, ROOT
+from support.paths import PY, ROOT, support_env
 from support.sigs import default_dispositions
 
 
@@ -104,7 +104,7 @@ class Hosts:
     def env(self, h: str) -> dict[str, str]:
         reg = self.tmp / f"registry-{h}"
         return dict(
-            os.environ,
+            support_env(),  # the test scripts a host runs import support (dap_probe.py)
             RTDEBUG_REGISTRY_DIR=str(reg),
             GLOO_SOCKET_IFNAME="eth0",
             NODE_ADDR=self.addr[h],

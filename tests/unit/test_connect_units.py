@@ -186,12 +186,12 @@ def test_the_secret_socket_answers_its_own_user_only(tmp_path):
         if os.geteuid() == 0:  # another uid, given a way in to the directory, gets nothing
             d.chmod(0o755)
             tmp_path.chmod(0o755)
-            code = f"import sys; sys.path.insert(0, {str(Path(signing.__file__).parents[2])!r})\n"
-            code += "from pathlib import Path; from rtdebug.registry import signing\n"
+            code = "from pathlib import Path; from rtdebug.registry import signing\n"
             code += f"print(signing.read_secret(Path({str(d)!r})))"
             other = subprocess.run(
                 ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code],
                 capture_output=True, text=True, timeout=60,
+                env=dict(os.environ, PYTHONPATH=str(Path(signing.__file__).parents[2])),  # rtdebug, as nobody
             )  # fmt: skip
             assert other.stdout.strip() == "None", other.stdout + other.stderr
     finally:

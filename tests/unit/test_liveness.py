@@ -14,7 +14,7 @@ from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import prune, reserve_session
 
 from support.entries import rank, session
-from support.paths import ROOT
+from support.paths import support_env
 from support.procs import dead_pid
 
 SCHEMA = json.loads(SCHEMA_PATH.read_text())
@@ -95,7 +95,6 @@ import os, sys, time
 from rtdebug.common.errors import HarnessError
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import reserve_session
-sys.path.insert(0, {root!r})
 from support.entries import session
 base = int(sys.argv[1])
 entry = session("s%d" % os.getpid(), pid=os.getpid(), ports=(base, base + 1))
@@ -109,12 +108,16 @@ sys.stdin.read()  # stay alive (a live launcher) until the test has checked the 
 
 
 def test_fifty_sessions_at_once_never_double_book(tmp_path):
-    code = RACER.format(root=str(ROOT / "tests"), reg=str(tmp_path / "reg"))
+    code = RACER.format(reg=str(tmp_path / "reg"))
     n = int(os.environ.get("RTDEBUG_RACERS", "50"))
     # 50 launchers asking for 10 overlapping ranges: (base, base+1) with bases 8000..8009 overlap pairwise
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", code, str(8000 + i % 10)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", code, str(8000 + i % 10)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=support_env(),
         )
         for i in range(n)
     ]
