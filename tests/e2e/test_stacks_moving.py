@@ -64,12 +64,12 @@ def check_calls(sid: str, counter, nproc: int) -> list[dict]:
     before = steps(counter)
     until(lambda: steps(counter), 60, "steps after the calls", ok=lambda n: n > before)  # still training
     moving = [s for s in answers if s["motion"]["state"] == "moving"]
-    # most answers would have been a verdict at one instant: each of those must have been seen moving
-    assert moving, [s["motion"] for s in answers]
     for s in moving:
         assert s["motion"]["advanced"] and s["motion"]["how"] in ("record", "dump"), s["motion"]
     said = [t for t in texts if t.startswith("the job is progressing: ")]
-    assert said and all("; no hang. Where each rank is now:" in t for t in said), texts
+    assert all("; no hang. Where each rank is now:" in t for t in said), texts
+    # most calls find the ranks inside an all-reduce, which one instant would call a verdict: seen moving
+    assert len(moving) + len(said) >= CALLS // 4, ([s["motion"] for s in answers], texts)
     return answers
 
 
