@@ -43,6 +43,13 @@ def is_port_free(port: int, host: str = "127.0.0.1") -> bool:
     return True
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the kernel says is free on ``host`` now (``rtdebug connect``'s local end of a forward)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
 def port_holder(port: int) -> str | None:
     """Describe the process bound to ``port`` (``"python (pid 123)"``), if psutil can see it."""
     import psutil  # only on an error path: not on a rank's start path

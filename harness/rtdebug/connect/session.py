@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
-import socket
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +23,7 @@ from typing import Any
 
 from rtdebug.common import log
 from rtdebug.common.errors import HarnessError, printable
-from rtdebug.common.ports import is_port_free, port_holder
+from rtdebug.common.ports import free_port, is_port_free, port_holder
 from rtdebug.common.procinfo import is_alive
 from rtdebug.connect import listing
 from rtdebug.connect.listing import RemoteRank, RemoteSession
@@ -39,12 +38,6 @@ from rtdebug.registry.liveness import prune
 Entry = dict[str, Any]
 LIST_TIMEOUT_S = 60.0
 PICK_TRIES = 20  # free local ports tried for one rank when no --local-port-base is given
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def warn(msg: str) -> None:
