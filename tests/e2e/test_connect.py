@@ -8,13 +8,14 @@ the laptop has its own, so ``stacks`` from the laptop works only with the secret
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from support.paths import PY, SCRIPTS, marker_line
+from support.paths import EXAMPLES, PY, SCRIPTS, marker_line
 from support.sigs import default_dispositions
 from support.sshhosts import (
     BIND_ALL,
@@ -106,6 +107,12 @@ def attach_all(c: Cluster, ranks: list[int]) -> dict[int, str]:
     return out
 
 
+def pid_column(table: str) -> dict[int, int]:
+    """``rtdebug ps``'s rank rows: rank -> its PID column."""
+    rows = [ln.split() for ln in table.splitlines()]
+    return {int(w[0]): int(w[2]) for w in rows if len(w) > 2 and w[0].isdigit()}
+
+
 def test_connect_through_a_jump_host_every_rank_of_two_nodes(cluster, tmp_path):
     c = cluster
     nodes = start_job(c, tmp_path)
@@ -129,6 +136,8 @@ def test_connect_through_a_jump_host_every_rank_of_two_nodes(cluster, tmp_path):
     assert {r["tunnel"]["node"] for r in ranks.values()} == {"node0", c.addr["n1"]}
     assert not (c.tmp / "registry-lap" / s["session_id"] / "job.secret").exists()  # in memory only
     assert not list(c.lap_home.rglob("*secret*"))
+    # ps on the laptop: each rank's own pid (on its node), never the ssh master's that carries its forward
+    assert pid_column(c.rtdebug("lap", "ps").stdout) == {r["rank"]: r["pid"] for r in job["ranks"]}
 
     # attach-all from the laptop: every rank stops at the breakpoint; rank 3 is node 1's and says RANK == 3
     values = attach_all(c, [0, 1, 2, 3])
@@ -163,7 +172,7 @@ def test_connect_through_a_jump_host_every_rank_of_two_nodes(cluster, tmp_path):
     conn = start_connect(c)
     assert not killed_dirs & set(Path("/tmp").glob("rtdebug-connect-*"))
     stop = c.rtdebug("lap", "stop", "--session", s["session_id"])
-    assert stop.returncode == 0, stop.stderr
+    assert stop.returncode == 0 and f"disconnected session {s['session_id']} from node0" in stop.stdout, stop
     assert conn.wait(timeout=60) == 0
     assert not ssh_processes(conn.pid) and ps_json(c, "lap", "--all")["sessions"] == []
     assert ready_ranks(c, "n0") == [0, 1, 2, 3]
@@ -182,3 +191,72 @@ def test_connect_through_a_jump_host_every_rank_of_two_nodes(cluster, tmp_path):
     assert not ssh_processes(conn.pid) and not [p for p in (c.tmp / "registry-lap").iterdir() if p.is_dir()]
     for p in nodes:
         assert p.wait(timeout=120) == 0, c.trouble()
+
+
+# -- one node: no store, so stacks runs on the node, over connect's link ------------------------------------
+HANG = EXAMPLES / "hang.py"
+
+
+def hung(c: Cluster) -> dict | None:
+    """node0's session once every rank waits in its collective #4 (the hang example's)."""
+    sessions = ps_json(c, "n0")["sessions"]
+    s = sessions[0] if sessions else None
+    colls = [r.get("collective") or {} for r in s["ranks"]] if s else []
+    return s if colls and all(x.get("seq") == 4 and x.get("state") == "entered" for x in colls) else None
+
+
+def test_connect_to_a_one_node_job_stacks_verdict_and_ps_states(cluster):
+    """A job on one node publishes no store: `stacks` from the laptop is the node's own, run over connect's
+    link, with its verdict and the ranks' own pids; `ps` shows each rank's state, pid and collective as on
+    the node; `stop` on the laptop disconnects (the job runs on)."""
+    c = cluster
+    c.start("n0", ["torchrun", "--pg-timeout", "300", "--nproc-per-node=3", str(HANG)])
+    node = until(lambda: hung(c), 300, "3 ranks hung in collective #4 on node0", every=1, context=c.trouble)
+    assert "store" not in node
+    conn = start_connect(c)
+
+    # ps: the states, pids and collectives of the node's ranks, and its pg-timeout
+    (s,) = ps_json(c, "lap")["sessions"]
+    assert s["mode"] == "connected" and s["session_id"] == node["session_id"]
+    mine, theirs = ({r["rank"]: r for r in x["ranks"]} for x in (s, node))
+    for n, r in mine.items():
+        assert r["state"] == theirs[n]["state"] and r["tunnel"]["remote_pid"] == theirs[n]["pid"], (r, theirs[n])
+        assert r["collective"] == theirs[n]["collective"] and r["pid"] != theirs[n]["pid"]  # (pid: its link here)
+    table = c.rtdebug("lap", "ps").stdout
+    assert pid_column(table) == {n: r["pid"] for n, r in theirs.items()}, table
+    line = marker_line(HANG, "hang barrier")
+    assert "pg-timeout 300s" in table and f"in BARRIER #4 (hang.py:{line})" in table, table
+
+    # stacks --json: every rank, grouped, the verdict naming rank 1 (as on the node); the node's pids
+    st = c.rtdebug("lap", "stacks", "--json", "--timeout", "20")
+    assert st.returncode == 0, st.stderr
+    snap, there = json.loads(st.stdout), json.loads(c.rtdebug("n0", "stacks", "--json", "--timeout", "20").stdout)
+    assert [g["ranks"] for g in snap["groups"]] == [[0, 2], [1]], snap
+    assert snap["culprit"] == there["culprit"] == 1 and snap["verdict"] == there["verdict"], snap["verdict"]
+    assert snap["verdict"].startswith(f"rank 1 is in BARRIER #4 (hang.py:{line})"), snap["verdict"]
+    assert [g["label"] for g in snap["groups"]] == [g["label"] for g in there["groups"]]
+    assert snap["source"] == "ssh link to node0" and snap["session_id"] == node["session_id"]
+    text = c.rtdebug("lap", "stacks", "--history", "4", "--timeout", "20")
+    assert text.returncode == 0 and text.stdout.startswith(snap["verdict"] + "\n"), text
+    assert "(every rank of the job, through the ssh link to node0)" in text.stdout
+    assert "<- first divergence" in text.stdout, text.stdout
+    bad = c.rtdebug("lap", "stacks", "--rank", "7")  # the node's usage error, said as the user's
+    assert bad.returncode == 2, bad
+    assert bad.stderr.strip() == "rtdebug: error: invalid --rank value '7': rank 7 >= world size 3", bad.stderr
+
+    # a rank stopped on the node (SIGSTOP) is unresponsive, named with its own pid there
+    rank1 = theirs[1]["pid"]
+    os.kill(rank1, signal.SIGSTOP)
+    try:
+        stopped = json.loads(c.rtdebug("lap", "stacks", "--json", "--timeout", "5").stdout)
+    finally:
+        os.kill(rank1, signal.SIGCONT)
+    assert stopped["unresponsive_detail"] == [
+        {"rank": 1, "pid": rank1, "reason": "process is stopped (SIGSTOP or a tracer)"}
+    ], stopped
+
+    # stop on the laptop ends connect only: the job's ranks are still hung on node0
+    stop = c.rtdebug("lap", "stop")
+    assert stop.returncode == 0 and "the job runs on there" in stop.stdout, stop
+    assert conn.wait(timeout=60) == 0 and not ssh_processes(conn.pid)
+    assert ps_json(c, "lap", "--all")["sessions"] == [] and hung(c) is not None

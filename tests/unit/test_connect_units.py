@@ -581,3 +581,28 @@ def test_a_hop_that_failed_without_a_reason_is_told_by_whether_the_jump_host_for
     assert explain(said, "node1", ["login"], False).startswith("jump host login refused to forward")
     both = explain(said, "node1", ["login"])
     assert "AllowTcpForwarding" in both and "node1 is down or has no sshd listening" in both
+
+
+def test_a_rank_s_last_collective_is_copied_whole_and_printable_or_not_at_all():
+    coll = {"op": "BARRIER", "seq": 4, "state": "entered", "file": "/w/hang.py", "line": 26, "func": "evaluate",
+            "shapes": "", "dtype": "", "pg": "0", "since": 1.5}  # fmt: skip
+    (s,) = listing.parse(ps(session([rank(0, collective=coll)], pg_timeout_s=300, pg_timeout_source="x")), "n").sessions
+    assert s.ranks[0].entry["collective"] == coll
+    assert s.entry["pg_timeout_s"] == 300 and s.entry["pg_timeout_source"] == "x"
+    for forged in ({"func": "a\x1b[2J"}, {"seq": True}, {"line": -1}, {"since": "now"}, {"shapes": 1}, {"op": None}):
+        (s,) = listing.parse(ps(session([rank(0, collective={**coll, **forged})])), "n").sessions
+        assert "collective" not in s.ranks[0].entry, forged
+    (s,) = listing.parse(
+        ps(session([rank(0, collective={k: v for k, v in coll.items() if k != "dtype"})])), "n"
+    ).sessions
+    assert "collective" not in s.ranks[0].entry
+
+
+def test_ps_shows_a_connected_rank_s_own_pid_never_its_link_s():
+    from rtdebug.registry.table import format_table, own_pid
+
+    tunneled = rank(1, tunnel={"node": "node0", "remote_host": "127.0.0.1", "remote_port": 5679, "remote_pid": 4242})
+    assert own_pid(tunneled) == 4242 and own_pid(rank(0)) == 100
+    assert own_pid(rank(2, tunnel={"node": "n", "remote_host": "h", "remote_port": 1, "remote_pid": "1"})) == 102
+    row = format_table([tunneled], "s1").splitlines()[1].split()
+    assert row[:3] == ["1", "1", "4242"], row

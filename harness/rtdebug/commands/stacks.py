@@ -199,7 +199,12 @@ def _ray_snapshot(
 
 
 def _local_snapshot(
-    session_id: str | None, rank_spec: str | None, native: bool, timeout: float, instant: bool = False
+    session_id: str | None,
+    rank_spec: str | None,
+    native: bool,
+    timeout: float,
+    instant: bool = False,
+    history: int | None = None,
 ) -> dict:
     reg = Registry()
     prune(reg)
@@ -217,6 +222,11 @@ def _local_snapshot(
             return _store_snapshot(session["store"], session["session_id"], rank_spec, timeout, instant)
         except HarnessError:
             pass  # the store is not answering: this node's ranks at least
+    if session.get("mode") == "connected":  # its ranks run elsewhere: the node's own stacks, over connect's link
+        from rtdebug.connect import relay
+
+        req = relay.StacksRequest(rank_spec, timeout, native, history, instant)
+        return relay.stacks(reg.session_dir(session["session_id"]), session, req)
     ranks = _ranks(session, rank_spec, reg.ranks(session["session_id"]))
     live, _ = select_ranks(reg, session, ranks)
     if not live:
@@ -260,9 +270,9 @@ def run(opts: StacksOptions) -> int:
     elif opts.ray_address:
         snap = _ray_snapshot(opts.ray_address, opts.session, opts.rank, opts.timeout, opts.snapshot)
     else:
-        snap = _local_snapshot(opts.session, opts.rank, opts.native, opts.timeout, opts.snapshot)
+        snap = _local_snapshot(opts.session, opts.rank, opts.native, opts.timeout, opts.snapshot, history=opts.history)
     flights = snap.pop("_flights", {})
-    if opts.history is not None:
+    if opts.history is not None and "history" not in snap:  # (a connected node's stacks brings its own)
         snap["history"] = stackhistory.align(flights, opts.history)
     if opts.json:
         print(json.dumps(snap, indent=1))

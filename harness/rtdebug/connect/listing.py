@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rtdebug.common.errors import HarnessError
+from rtdebug.registry import collseq
 from rtdebug.registry.entry import LIVE_SESSION_STATES, SCHEMA_VERSION, problem, valid_session_id
 
 Entry = dict[str, Any]
@@ -37,9 +38,15 @@ PLAIN: dict[str, tuple[type, ...]] = {
 STOP_KINDS = ("nonfinite", "disagree", "step")
 # session fields copied to the local entry, by JSON type
 SESSION_PLAIN: dict[str, tuple[type, ...]] = {
-    **dict.fromkeys(("script", "nnodes", "mode", "rdzv_id"), (str,)),
+    **dict.fromkeys(("script", "nnodes", "mode", "rdzv_id", "pg_timeout_source"), (str,)),
     "nproc_per_node": (int,),
-    "started_at": (int, float),
+    **dict.fromkeys(("started_at", "pg_timeout_s"), (int, float)),
+}
+# a rank's last collective (``ps --json``'s ``collective``: what ``ps`` shows in its COLLECTIVE column), by JSON type
+COLLECTIVE: dict[str, tuple[type, ...]] = {
+    **dict.fromkeys(("op", "state", "file", "func", "shapes", "dtype", "pg"), (str,)),
+    **dict.fromkeys(("seq", "line"), (int,)),
+    "since": (int, float),
 }
 MAX_TEXT = 4096  # characters of one copied text field (a path's limit): a longer one is dropped, never copied
 ANY_ADDRESS = ("0.0.0.0", "::")
@@ -143,6 +150,15 @@ def _stop(value: Any) -> Entry | None:
     return out
 
 
+def _collective(value: Any) -> Entry | None:
+    """The rank's last collective, every field of its type and printable, else None (left out)."""
+    if not collseq.plausible(value):
+        return None
+    out = plain(value, COLLECTIVE)
+    whole = len(out) == len(COLLECTIVE) and out["seq"] >= 1 and out["line"] >= 0
+    return out if whole and not any(collseq.has_control(out[k]) for k in ("func", "shapes", "dtype")) else None
+
+
 def _rank(r: Any, sid: str, where: str) -> RemoteRank:
     why = problem(r, "rank")
     if why is not None:
@@ -159,6 +175,8 @@ def _rank(r: Any, sid: str, where: str) -> RemoteRank:
         entry["meshes"] = m
     if "stop" in r:
         entry["stop"] = _stop(r["stop"])
+    if (coll := _collective(r.get("collective"))) is not None:
+        entry["collective"] = coll
     node_rank = r["node_rank"] if _int(r.get("node_rank")) else 0
     return RemoteRank(r["rank"], r["host"], r["port"], r["state"], node_rank, node_ip, r["pid"], entry)
 

@@ -49,12 +49,13 @@ class StacksRequest:
     timeout: float = 3.0
     native: bool = False
     history: int | None = None
+    snapshot: bool = False  # the one-instant verdict (no second look at the positions)
 
     def check(self) -> StacksRequest:
         ok = self.rank is None or (isinstance(self.rank, str) and RANK_SPEC.fullmatch(self.rank) is not None)
         t = self.timeout
         ok = ok and isinstance(t, (int, float)) and not isinstance(t, bool) and 0 < t <= 600
-        ok = ok and isinstance(self.native, bool)
+        ok = ok and isinstance(self.native, bool) and isinstance(self.snapshot, bool)
         h = self.history
         ok = ok and (h is None or (isinstance(h, int) and not isinstance(h, bool) and 1 <= h <= HISTORY_MAX))
         if not ok:
@@ -67,6 +68,7 @@ class StacksRequest:
         out += ["--rank", self.rank] if self.rank is not None else []
         out += ["--native"] if self.native else []
         out += ["--history", str(self.history)] if self.history is not None else []
+        out += ["--snapshot"] if self.snapshot else []
         return out
 
     @classmethod
@@ -77,7 +79,8 @@ class StacksRequest:
             data = None
         if not isinstance(data, dict) or data.get("op") != "stacks":
             raise HarnessError("not a stacks request this connect takes")
-        return cls(data.get("rank"), data.get("timeout", 3.0), data.get("native", False), data.get("history")).check()
+        args = (data.get("rank"), data.get("timeout", 3.0), data.get("native", False), data.get("history"))
+        return cls(*args, data.get("snapshot", False)).check()
 
 
 def _uid_of(conn: socket.socket) -> int:
@@ -179,7 +182,7 @@ def ask(session_dir: Path, req: StacksRequest, host: str) -> tuple[int, bytes, s
             if _uid_of(s) != os.getuid():
                 raise OSError(0, "its connect is another user's")
             body = {"op": "stacks", "rank": req.rank, "timeout": req.timeout, "native": req.native}
-            s.sendall(json.dumps(dict(body, history=req.history)).encode() + b"\n")
+            s.sendall(json.dumps(dict(body, history=req.history, snapshot=req.snapshot)).encode() + b"\n")
             data = _read_all(s, time.monotonic() + req.timeout + SLACK_S + 10)
     except OSError as exc:
         why = exc.strerror or str(exc)

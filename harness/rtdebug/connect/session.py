@@ -139,6 +139,7 @@ class Connection:
                 host="127.0.0.1",
                 port_base=1,
                 ports=[],
+                **{k: s.entry[k] for k in ("pg_timeout_s", "pg_timeout_source") if k in s.entry},
                 connect={
                     "transport": self.transport.label,
                     "host": self.opts.host,

@@ -51,6 +51,14 @@ def collective(r: dict[str, Any], now: float | None = None) -> str:
     return f"in {where}" + (f" {waited:.0f}s" if waited is not None and 0 <= waited < 1e9 else "")
 
 
+def own_pid(r: dict[str, Any]) -> int:
+    """The rank's own pid: a connected rank's is on its node (``tunnel.remote_pid``), never the ssh master's
+    that carries its forward here (which the entry's ``pid`` names, so that a dead link makes it ``failed``)."""
+    t = r.get("tunnel")
+    remote = t.get("remote_pid") if isinstance(t, dict) else None
+    return remote if isinstance(remote, int) and not isinstance(remote, bool) else int(r["pid"])
+
+
 def format_table(ranks: list[dict[str, Any]], session_id: str) -> str:
     colls = {r["rank"]: collective(r) for r in ranks}  # a column only once some rank has entered one
     coords = {r["rank"]: selector.label(r) for r in ranks}  # a column once the job has made a DeviceMesh
@@ -61,7 +69,7 @@ def format_table(ranks: list[dict[str, Any]], session_id: str) -> str:
             (
                 str(r["rank"]),
                 str(r["local_rank"]),
-                str(r["pid"]),
+                str(own_pid(r)),
                 f"{r['host']}:{r['port']}",
                 rank_state(r),
                 f"rtdebug attach --session {session_id} --rank {r['rank']}",

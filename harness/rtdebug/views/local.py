@@ -4,6 +4,7 @@ The files are the owner's alone (``Registry.check_root``), so their entries are 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rtdebug.registry import collseq
@@ -12,6 +13,12 @@ from rtdebug.registry.liveness import live_sessions
 from rtdebug.views.teardown import stop_local_session
 
 Entry = dict[str, Any]
+
+
+def _collective(sdir: Path, r: Entry) -> Any:
+    if "tunnel" in r:
+        return r.get("collective") if collseq.plausible(r.get("collective")) else None
+    return collseq.read_entry(sdir, r)
 
 
 class LocalView:
@@ -24,8 +31,9 @@ class LocalView:
 
     def _mark(self, session: Entry, ranks: list[Entry]) -> Entry:
         sdir = self.registry.session_dir(str(session["session_id"]))
-        # each rank's last collective, read from its record file (it is never signalled for it)
-        ranks = [dict(r, verified=True, collective=collseq.read_entry(sdir, r)) for r in ranks]
+        # each rank's last collective, read from its record file (it is never signalled for it); a connected
+        # rank's as its node said it (``rtdebug.connect.listing`` checked it), its file being there
+        ranks = [dict(r, verified=True, collective=_collective(sdir, r)) for r in ranks]
         return dict(session, ranks=ranks, source=self.label, verified=True)
 
     def sessions(self) -> list[Entry]:

@@ -133,4 +133,10 @@ def stop_local_session(reg: Registry, session: Entry) -> str:
         )
     ports = session["ports"]
     span = f"ports {ports[0]}-{ports[-1]} free" if ports else "no ports"
+    if session.get("mode") == "connected":  # only `connect` was signalled (its links die with it), never a rank
+        host = str((session.get("connect") or {}).get("host") or "its node")
+        return (
+            f"rtdebug: disconnected session {sid} from {host} ({span}); the job runs on there "
+            f"(`rtdebug stop --session {sid}` on {host} ends it)"
+        )
     return f"rtdebug: stopped session {sid} ({len(procs)} processes ended, {span})"
