@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from rtdebug.stacks.group import ranks_word
 
@@ -35,13 +35,16 @@ Snapshot = dict[str, Any]
 Marks = dict[int, Any]  # rank -> something that changes when the rank advances (a record, a position)
 
 
+State = Literal["moving", "still", "stopped", "instant", "none"]
+
+
 @dataclass
 class Motion:
     """What the second look found. ``state``: ``moving`` (``advanced`` ranks moved), ``still`` (every position
     stayed put for ``window_s``), ``stopped`` (a rank is stopped in the debugger or exited: ``why``, no wait),
     ``instant`` (``--snapshot``: not checked), or ``none`` (no verdict was on the table: nothing to check)."""
 
-    state: str
+    state: State
     window_s: float = 0.0
     advanced: dict[int, int | None] = field(default_factory=dict)  # rank -> collectives advanced (None: moved)
     how: str = ""  # "record" (read without a signal) or "dump" (a second dump)
@@ -51,13 +54,18 @@ class Motion:
         """The headline said before anything else (None: nothing to say)."""
         if self.state == "moving":
             moved = sorted(self.advanced)
-            who = "every rank advanced" if set(moved) >= set(ranks) else f"{ranks_word(moved)} advanced"
+            rest = sorted(set(ranks) - set(moved))
+            who = f"{ranks_word(moved)} advanced" if rest else "every rank advanced"
             counted = [(n, r) for r, n in self.advanced.items() if n]
             if counted:
                 n, r = max(counted)
                 who += f" (rank {r} by {n} collective{'s' if n != 1 else ''} in {_seconds(self.window_s)})"
             else:
                 who += f" within {_seconds(self.window_s)}"
+            if rest:  # the others may be waiting for them: no verdict while anyone moves
+                return f"the job is progressing: {who}, {ranks_word(rest)} did not; no verdict while ranks move. " + (
+                    "Where each rank is now:"
+                )
             return f"the job is progressing: {who}; no hang. Where each rank is now:"
         if self.state == "stopped":
             return f"{self.why}: the verdict is this instant's (the others cannot move past it)"
