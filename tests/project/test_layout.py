@@ -29,6 +29,7 @@ LAYER = {
     "common": 0,
     "inject": 1,
     "registry": 1,
+    "capsule": 1,  # a replay capsule's format: written by a rank, read by the shell and a replaying rank
     "views": 2,
     "stacks": 3,
     "connect": 3,

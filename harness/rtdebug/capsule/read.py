@@ -1,0 +1,229 @@
+"""Reading a capsule: ``open_capsule(dir) -> Capsule``, every fault one line (``CapsuleError``).
+
+A capsule is input, not code: it is as trusted as the job's own peers, and nothing in it is ever unpickled.
+A tensor file that is a pickle or a ``torch.save`` archive is refused; JSON that is not what the format says,
+a file cut short, an index that names a missing shard, another world size, a rank it does not hold and a
+format version this rtdebug does not know each end in one line that names the file.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rtdebug.capsule import format as fmt
+from rtdebug.common.errors import HarnessError
+
+# the rank's environment a replay sets (read from rank.json's "env")
+RANK_ENV = (
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+    "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "TORCHELASTIC_RUN_ID",
+)  # fmt: skip
+
+
+class CapsuleError(HarnessError):
+    """A capsule that cannot be used, said in one line."""
+
+
+def _load_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise CapsuleError(f"{path}: missing ({what}); is this a capsule made with --capture?") from None
+    except OSError as exc:
+        raise CapsuleError(f"{path}: cannot read it: {exc.strerror}") from None
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise CapsuleError(f"{path}: not valid JSON (truncated or corrupted)") from None
+    if not isinstance(data, dict):
+        raise CapsuleError(f"{path}: not a JSON object (corrupted)")
+    return data
+
+
+@dataclass
+class RankLog:
+    """One rank's part: its environment, its ordered records, where its capture ends."""
+
+    capsule: Capsule
+    rank: int
+    info: dict[str, Any]
+    records: list[dict[str, Any]]
+    complete_upto: int
+    end_reason: str  # "" when the capture was not closed (the rank died, or is still running)
+    _maps: dict[str, tuple[mmap.mmap, int, dict[str, Any]]] = field(default_factory=dict, repr=False)
+
+    @property
+    def dir(self) -> Path:
+        return self.capsule.dir / fmt.rank_dir(self.rank)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.records)
+
+    def collectives(self) -> list[dict[str, Any]]:
+        return [r for r in self.records if r.get("kind") == "coll"]
+
+    def tensor(self, out: dict[str, Any]) -> tuple[str, list[int], memoryview]:
+        """(dtype, shape, bytes) of an output a record names (``{"file", "name"}``)."""
+        mm, start, header = self._shard(str(out.get("file", "")))
+        info = header.get(str(out.get("name")))
+        if info is None:
+            raise CapsuleError(f"{self.dir}/{out.get('file')}: has no tensor {out.get('name')!r} (corrupted)")
+        begin, end = info["data_offsets"]
+        return info["dtype"], info["shape"], memoryview(mm)[start + begin : start + end]
+
+    def _shard(self, name: str) -> tuple[mmap.mmap, int, dict[str, Any]]:
+        if name in self._maps:
+            return self._maps[name]
+        path = self.dir / name
+        if os.sep in name or not name.endswith(fmt.SHARD_SUFFIX) or name.startswith("."):
+            raise CapsuleError(f"{self.dir}/index.jsonl: names a tensor file {name!r} that is not a safetensors file")
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+        except FileNotFoundError:
+            raise CapsuleError(f"{path}: missing (the index names it)") from None
+        if mm is None:
+            raise CapsuleError(f"{path}: empty (truncated)")
+        head = bytes(mm[: min(size, 8 + fmt.HEADER_MAX)])
+        if fmt.needs_unpickling(head):
+            raise CapsuleError(f"{path}: a pickle / torch.save file would need unpickling: refused")
+        try:
+            start, header = fmt.decode_header(head, size)
+        except ValueError as exc:
+            raise CapsuleError(f"{path}: not a valid safetensors file: {exc}") from None
+        self._maps[name] = (mm, start, header)
+        return self._maps[name]
+
+    def check_tensors(self) -> None:
+        """Open every shard the index names (``rtdebug capsule``/pre-flight: a bad file shows before a replay)."""
+        for record in self.collectives():
+            for out in record.get("out", ()):
+                self.tensor(out)
+
+
+@dataclass
+class Capsule:
+    dir: Path
+    manifest: dict[str, Any]
+    world_size: int
+    ranks: list[int]  # the ranks captured
+    _logs: dict[int, RankLog] = field(default_factory=dict, repr=False)
+
+    def check_rank(self, rank: int) -> None:
+        if not 0 <= rank < self.world_size:
+            raise CapsuleError(f"--rank {rank} is out of range: the job had ranks 0-{self.world_size - 1}")
+        if rank not in self.ranks:
+            held = ",".join(map(str, self.ranks)) or "none"
+            raise CapsuleError(f"rank {rank} was not captured: {self.dir} holds ranks {held}")
+
+    def rank(self, rank: int) -> RankLog:
+        self.check_rank(rank)
+        if rank not in self._logs:
+            self._logs[rank] = _read_rank(self, rank)
+        return self._logs[rank]
+
+    def env(self, rank: int) -> dict[str, str]:
+        """The torchrun / Ray Train variables rank ``rank`` had (what a replay sets)."""
+        env = self.rank(rank).info.get("env", {})
+        return {k: str(v) for k, v in env.items() if isinstance(k, str)}
+
+    def summary(self) -> dict[str, Any]:
+        """What ``rtdebug capsule DIR --json`` prints: the job, and per rank its collectives, size and end."""
+        ranks = []
+        for r in self.ranks:
+            log = self.rank(r)
+            size = sum(p.stat().st_size for p in log.dir.glob("*" + fmt.SHARD_SUFFIX))
+            ranks.append(
+                {
+                    "rank": r,
+                    "collectives": len(log.collectives()),
+                    "groups": sum(1 for x in log.records if x.get("kind") == "group"),
+                    "bytes": size,
+                    "complete_upto": log.complete_upto,
+                    "closed": bool(log.end_reason),
+                    "end_reason": log.end_reason,
+                }
+            )
+        keys = ("script", "module", "argv", "cwd", "script_sha256", "python", "torch", "ray", "device", "created")
+        return {
+            "dir": str(self.dir),
+            "format": self.manifest.get("format"),
+            "world_size": self.world_size,
+            **{k: self.manifest.get(k) for k in keys},
+            "ranks": ranks,
+        }
+
+
+def open_capsule(path: str | os.PathLike[str], world_size: int | None = None) -> Capsule:
+    """The capsule in ``path``; ``world_size`` (where the caller knows the job's) must match."""
+    root = Path(path)
+    if not root.is_dir():
+        raise CapsuleError(f"{root}: not a directory (a capsule is the folder --capture wrote)")
+    manifest = _load_json(root / fmt.MANIFEST, "the capsule's manifest")
+    version = manifest.get("format")
+    if version != fmt.VERSION:
+        raise CapsuleError(
+            f"{root / fmt.MANIFEST}: capsule format {version!r} is not one this rtdebug reads (it reads {fmt.VERSION})"
+        )
+    ws = manifest.get("world_size")
+    if not isinstance(ws, int) or ws < 1:
+        raise CapsuleError(f"{root / fmt.MANIFEST}: no valid world_size (corrupted)")
+    if world_size is not None and world_size != ws:
+        raise CapsuleError(f"{root}: captured from a job of {ws} ranks, not {world_size}")
+    ranks = sorted(
+        int(p.name[5:]) for p in root.glob("rank-*") if p.name[5:].isdigit() and (p / fmt.RANK_JSON).exists()
+    )
+    for r in ranks:
+        if r >= ws:
+            raise CapsuleError(f"{root / fmt.rank_dir(r)}: rank {r} in a capsule of world size {ws} (corrupted)")
+    return Capsule(root, manifest, ws, ranks)
+
+
+def _read_rank(capsule: Capsule, rank: int) -> RankLog:
+    d = capsule.dir / fmt.rank_dir(rank)
+    info = _load_json(d / fmt.RANK_JSON, f"rank {rank}'s environment")
+    if info.get("world_size", capsule.world_size) != capsule.world_size:
+        raise CapsuleError(f"{d / fmt.RANK_JSON}: world size {info.get('world_size')} differs from the manifest's")
+    records = _read_index(d / fmt.INDEX)
+    last = max((r["n"] for r in records if r.get("kind") == "coll"), default=0)
+    end_path = d / fmt.END
+    if end_path.exists():
+        end = _load_json(end_path, "where the capture ends")
+        upto, reason = end.get("complete_upto"), str(end.get("reason", ""))
+        if not isinstance(upto, int) or upto > last:
+            raise CapsuleError(f"{end_path}: says complete up to #{upto} but the index ends at #{last} (truncated?)")
+        return RankLog(capsule, rank, info, records, upto, reason or "ended")
+    return RankLog(capsule, rank, info, records, last, "")
+
+
+def _read_index(path: Path) -> list[dict[str, Any]]:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise CapsuleError(f"{path}: missing (the rank's index of collectives)") from None
+    lines = raw.split(b"\n")
+    if lines and lines[-1] != b"":
+        raise CapsuleError(f"{path}: its last line is cut short (truncated)")
+    records, expect = [], 1
+    for number, line in enumerate(lines[:-1], 1):
+        try:
+            record = json.loads(line)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise CapsuleError(f"{path}:{number}: not valid JSON (corrupted)") from None
+        if not isinstance(record, dict) or record.get("kind") not in ("group", "coll", "meet"):
+            raise CapsuleError(f"{path}:{number}: not a capsule record (corrupted)")
+        if record["kind"] == "coll":
+            if record.get("n") != expect:
+                raise CapsuleError(
+                    f"{path}:{number}: collective #{record.get('n')} where #{expect} was due (corrupted)"
+                )
+            expect += 1
+        records.append(record)
+    return records

@@ -1,0 +1,139 @@
+"""``CapsuleWriter``: one rank's part of a capsule, written by a thread of its own, off the step's path.
+
+The capturing rank ``submit``\\ s a job per collective (a callable run on the writer thread, which waits for
+the collective's outputs and returns the record and its tensors' bytes); the queue is bounded, so a rank that
+produces faster than the disk takes is held back rather than growing memory. Tensors are batched into
+safetensors shards; a record's index line is appended only after its shard is on disk, so the index never
+names a file that is not there. ``max_bytes`` (``--capture-max-gb``) closes the capsule at a collective
+boundary, and a full disk closes it the same way: the job runs on, and ``end.json`` says up to which
+collective the capture is complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rtdebug.capsule import format as fmt
+from rtdebug.common import atomic, log
+
+# (name, safetensors dtype, shape, the bytes)
+Tensor = tuple[str, str, list[int], Any]
+Job = Callable[[], "tuple[dict[str, Any], list[Tensor]] | None"]
+BATCH_BYTES = 32 * 1024 * 1024
+_STOP = object()
+
+
+class CapsuleWriter:
+    def __init__(self, root: str | os.PathLike[str], rank: int, max_bytes: int = 0, queue_size: int = 64) -> None:
+        self.root = Path(root)
+        self.dir = self.root / fmt.rank_dir(rank)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.max_bytes = max_bytes
+        self.closed = False  # no more records are kept (closed, over max_bytes, disk full)
+        self.reason = ""
+        self.written = 0  # tensor bytes on disk
+        self.complete_upto = 0  # the last collective number whose record is on disk
+        self._shards = 0
+        self._pending: list[tuple[dict[str, Any], list[Tensor]]] = []
+        self._pending_bytes = 0
+        self._index = open(self.dir / fmt.INDEX, "a", encoding="utf-8")  # noqa: SIM115  # closed by close()
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
+        self._thread = threading.Thread(target=self._run, name="rtdebug-capsule-writer", daemon=True)
+        self._thread.start()
+
+    def write_json(self, name: str, data: dict[str, Any], top: bool = False) -> None:
+        """``manifest.json`` (``top``: the capsule's, the same from every rank) or a file of this rank's."""
+        where = self.root if top else self.dir
+        atomic.write(where / name, json.dumps(data, indent=1, sort_keys=True).encode(), mode=0o644)
+
+    def submit(self, job: Job) -> None:
+        """Queue ``job`` (blocks while the queue is full); nothing once the capsule is closed."""
+        if not self.closed:
+            self._queue.put(job)
+
+    def close(self, reason: str = "ended") -> None:
+        """Write what is queued, then ``end.json``; later submits are dropped. Safe to call twice."""
+        if self._thread.is_alive():
+            self._queue.put(_STOP)
+            self._thread.join()
+        self._finish(reason)
+
+    def _run(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is _STOP:
+                self._flush()
+                return
+            if self.closed:
+                continue
+            try:
+                out = job()
+            except Exception as exc:  # a record we cannot make ends the capsule there, never the job
+                log.swallowed("capsule.write: a job failed; the capsule ends before it")
+                self._flush()
+                self._finish(f"error: {type(exc).__name__}: {exc}")
+                continue
+            if out is not None:
+                self._add(*out)
+            if self._queue.empty() or self._pending_bytes >= BATCH_BYTES:
+                self._flush()
+
+    def _add(self, record: dict[str, Any], tensors: list[Tensor]) -> None:
+        size = sum(len(memoryview(b).cast("B")) for _, _, _, b in tensors)
+        if self.max_bytes and self.written + self._pending_bytes + size > self.max_bytes:
+            self._flush()
+            self._finish(f"capture-max-gb reached before collective #{record.get('n', '?')}")
+            return
+        self._pending.append((record, tensors))
+        self._pending_bytes += size
+
+    def _flush(self) -> None:
+        if not self._pending or self.closed:
+            return
+        pending, self._pending, size = self._pending, [], self._pending_bytes
+        self._pending_bytes = 0
+        try:
+            if size or any(t for _, t in pending):
+                self._write_shard(pending)
+            self._index.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r, _ in pending))
+            self._index.flush()
+        except OSError as exc:  # the disk is full (or gone): the capsule ends at the last record on disk
+            self._finish(f"disk: {exc.strerror or exc}")
+            return
+        self.written += size
+        for record, _ in pending:
+            if record.get("kind") == "coll":
+                self.complete_upto = record["n"]
+
+    def _write_shard(self, pending: list[tuple[dict[str, Any], list[Tensor]]]) -> None:
+        self._shards += 1
+        name = fmt.shard_name(self._shards)
+        entries = []
+        for record, tensors in pending:
+            for tname, dtype, shape, data in tensors:
+                entries.append((tname, dtype, shape, len(memoryview(data).cast("B"))))
+            for out in record.get("out", ()):
+                out["file"] = name
+        path = self.dir / name
+        with open(path, "wb") as f:
+            f.write(fmt.encode_header(entries))
+            for _, tensors in pending:
+                for _, _, _, data in tensors:
+                    f.write(data)
+
+    def _finish(self, reason: str) -> None:
+        if self.closed:
+            return
+        self.closed, self.reason = True, reason
+        try:
+            self._index.close()
+            end = {"complete_upto": self.complete_upto, "reason": reason, "bytes": self.written}
+            self.write_json(fmt.END, end)
+        except OSError:
+            log.swallowed("capsule.write: end.json not written (disk full?); the reader sees an unclosed capture")
