@@ -195,6 +195,24 @@ def test_connect_through_a_jump_host_every_rank_of_two_nodes(cluster, tmp_path):
 
 # -- one node: no store, so stacks runs on the node, over connect's link ------------------------------------
 HANG = EXAMPLES / "hang.py"
+# a DAP initialize at 127.0.0.1:PORT; prints the response's command and success
+INITIALIZE = """import json, socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=60)
+body = json.dumps({"seq": 1, "type": "request", "command": "initialize", "arguments": {"adapterID": "t"}}).encode()
+s.sendall(b"Content-Length: %d\\r\\n\\r\\n" % len(body) + body)
+buf = b""
+while True:
+    while b"\\r\\n\\r\\n" not in buf:
+        buf += s.recv(65536) or sys.exit("closed")
+    head, _, buf = buf.partition(b"\\r\\n\\r\\n")
+    n = int(head.split(b":")[1])
+    while len(buf) < n:
+        buf += s.recv(65536) or sys.exit("closed")
+    msg, buf = json.loads(buf[:n]), buf[n:]
+    if msg.get("type") == "response":
+        print(msg["command"], msg["success"])
+        break
+"""
 
 
 def hung(c: Cluster) -> dict | None:
@@ -226,6 +244,12 @@ def test_connect_to_a_one_node_job_stacks_verdict_and_ps_states(cluster):
     assert pid_column(table) == {n: r["pid"] for n, r in theirs.items()}, table
     line = marker_line(HANG, "hang barrier")
     assert "pg-timeout 300s" in table and f"in BARRIER #4 (hang.py:{line})" in table, table
+
+    # attach: rank 1 at its local port, and a DAP client there gets its debugger's answer through the tunnel
+    a = c.rtdebug("lap", "attach", "--rank", "1", "--json", "--timeout", "30")
+    assert a.returncode == 0 and json.loads(a.stdout)["port"] == mine[1]["port"], a
+    hello = c.run("lap", PY, "-c", INITIALIZE, str(mine[1]["port"]), timeout=120)
+    assert hello.stdout.strip() == "initialize True", hello
 
     # stacks --json: every rank, grouped, the verdict naming rank 1 (as on the node); the node's pids
     st = c.rtdebug("lap", "stacks", "--json", "--timeout", "20")

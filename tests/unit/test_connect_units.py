@@ -606,3 +606,16 @@ def test_ps_shows_a_connected_rank_s_own_pid_never_its_link_s():
     assert own_pid(rank(2, tunnel={"node": "n", "remote_host": "h", "remote_port": 1, "remote_pid": "1"})) == 102
     row = format_table([tunneled], "s1").splitlines()[1].split()
     assert row[:3] == ["1", "1", "4242"], row
+
+
+def test_what_a_rank_s_debugger_does_is_copied_field_by_field():
+    debug = {"state": "stopped", "reason": "breakpoint", "file": "/w/train.py", "line": 41, "by": None, "since": 2.0}
+    (s,) = listing.parse(ps(session([rank(0, debug=debug)])), "n").sessions
+    assert s.ranks[0].entry["debug"] == debug
+    forged = {"state": "paused", "reason": "\x1b]0;x\x07", "file": 7, "line": True, "by": -1, "since": 1, "extra": 1}
+    (s,) = listing.parse(ps(session([rank(0, debug=forged)])), "n").sessions
+    assert s.ranks[0].entry["debug"] == {"state": "paused", "reason": None, "file": None, "line": None, "by": None,
+                                         "since": 1}  # fmt: skip
+    for bad in ({**debug, "state": "owned"}, {**debug, "since": "now"}, "stopped", None):
+        (s,) = listing.parse(ps(session([rank(0, debug=bad)])), "n").sessions
+        assert "debug" not in s.ranks[0].entry, bad

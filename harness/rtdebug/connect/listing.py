@@ -36,6 +36,7 @@ PLAIN: dict[str, tuple[type, ...]] = {
     "error": (str, type(None)),
 }
 STOP_KINDS = ("nonfinite", "disagree", "step")
+DEBUG_STATES = ("running", "stopped", "paused", "pausing")
 # session fields copied to the local entry, by JSON type
 SESSION_PLAIN: dict[str, tuple[type, ...]] = {
     **dict.fromkeys(("script", "nnodes", "mode", "rdzv_id", "pg_timeout_source"), (str,)),
@@ -159,6 +160,24 @@ def _collective(value: Any) -> Entry | None:
     return out if whole and not any(collseq.has_control(out[k]) for k in ("func", "shapes", "dtype")) else None
 
 
+def _debug(value: Any) -> Entry | None:
+    """What the rank's debugger is doing (stopped at file:line, paused by all-stop ...: ``ps``'s STATE), each
+    field of its type or None, else None (left out): the node's own word on where the rank stands."""
+    if not isinstance(value, dict) or value.get("state") not in DEBUG_STATES:
+        return None
+    since = value.get("since")
+    if not isinstance(since, (int, float)) or isinstance(since, bool) or not math.isfinite(since):
+        return None
+    out: Entry = {"state": value["state"], "since": since}
+    for k in ("reason", "file"):
+        v = value.get(k)
+        out[k] = v if isinstance(v, str) and len(v) <= MAX_TEXT and not collseq.has_control(v) else None
+    for k in ("line", "by"):
+        v = value.get(k)
+        out[k] = v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+    return out
+
+
 def _rank(r: Any, sid: str, where: str) -> RemoteRank:
     why = problem(r, "rank")
     if why is not None:
@@ -177,6 +196,8 @@ def _rank(r: Any, sid: str, where: str) -> RemoteRank:
         entry["stop"] = _stop(r["stop"])
     if (coll := _collective(r.get("collective"))) is not None:
         entry["collective"] = coll
+    if (debug := _debug(r.get("debug"))) is not None:
+        entry["debug"] = debug
     node_rank = r["node_rank"] if _int(r.get("node_rank")) else 0
     return RemoteRank(r["rank"], r["host"], r["port"], r["state"], node_rank, node_ip, r["pid"], entry)
 
