@@ -15,9 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from support.jobs import read_ranks
 from support.paths import EXAMPLES, ROOT, marker_line
 from support.ports import port_free
+from support.procs import alive
 from support.sigs import default_dispositions
+from support.wait import until
 
 pytestmark = pytest.mark.e2e
 NVIM_DAP = os.environ.get("RTDEBUG_NVIM_DAP", "")
@@ -34,8 +37,10 @@ needs_nvim_dap = pytest.mark.skipif(
 
 
 @needs_nvim_dap
-@pytest.mark.parametrize("n", [2, *([4] if FULL else [])])
-def test_nvim_dap_gets_every_rank_through_the_job_endpoint(job, tmp_path, port_base, n):
+@pytest.mark.parametrize(("end", "n"), [("disconnect", 2), ("terminate", 2), *([("disconnect", 4)] if FULL else [])])
+def test_nvim_dap_gets_every_rank_through_the_job_endpoint(job, registry_dir, tmp_path, port_base, end, n):
+    """Every rank a child, stopped at the breakpoint, its own rank; then disconnect (the job runs to exit 0) or
+    :DapTerminate on the parent (every rank ends, nothing is left)."""
     line = marker_line(SCRIPT, "plain step")
     dap_port = port_base + 15
     j = job(
@@ -52,6 +57,7 @@ def test_nvim_dap_gets_every_rank_through_the_job_endpoint(job, tmp_path, port_b
         RTDEBUG_NVIM_SCRIPT=str(SCRIPT),
         RTDEBUG_NVIM_LINE=str(line),
         RTDEBUG_NVIM_RANKS=str(n),
+        RTDEBUG_NVIM_END=end,
         XDG_STATE_HOME=str(tmp_path),  # nvim-dap's log and Neovim's shada stay in the test's folder
         XDG_DATA_HOME=str(tmp_path),
     )
@@ -65,6 +71,11 @@ def test_nvim_dap_gets_every_rank_through_the_job_endpoint(job, tmp_path, port_b
     assert sorted(got["children"]) == names
     assert got["ranks"] == {name: str(k) for k, name in enumerate(names)}
     assert set(got["lines"].values()) == {line}
-    assert j.wait(180) == 0, j.output()[-3000:]
-    assert f"rtdebug: session {sid} exited (exit code 0)" in j.output()
-    assert port_free(dap_port)
+    if end == "terminate":
+        j.wait(60)
+        until(lambda: f"rtdebug: DAP endpoint: stopped session {sid} (" in j.output(), 60, "the endpoint's stop")
+        assert alive([r["pid"] for r in read_ranks(registry_dir, sid).values()]) == []
+    else:
+        assert j.wait(180) == 0, j.output()[-3000:]
+        assert f"rtdebug: session {sid} exited (exit code 0)" in j.output()
+    assert all(port_free(p) for p in [dap_port, *range(port_base, port_base + n)])

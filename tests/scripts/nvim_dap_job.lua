@@ -1,7 +1,8 @@
 -- Drives a real nvim-dap (headless Neovim) against a job's DAP endpoint, as a user would, without
 -- nvim-dap-python: the adapter is the few lines docs/other-editors.md shows. Every rank must arrive as a
 -- child session, stop at the breakpoint, and evaluate dist.get_rank(); then each child continues and
--- disconnects, and so does the parent. What happened is written to $RTDEBUG_NVIM_OUT as JSON.
+-- disconnects, and so does the parent (or, with RTDEBUG_NVIM_END=terminate, the parent is terminated: the
+-- whole job ends). What happened is written to $RTDEBUG_NVIM_OUT as JSON.
 local out_path = os.getenv('RTDEBUG_NVIM_OUT')
 local port = tonumber(os.getenv('RTDEBUG_NVIM_PORT'))
 local script = os.getenv('RTDEBUG_NVIM_SCRIPT')
@@ -73,7 +74,14 @@ dap.listeners.after.event_stopped['rtdebug'] = function(session, body)
       result.ranks[name] = err2 and ('error: ' .. vim.inspect(err2)) or r.result
       result.lines[name] = frame.line
       table.insert(stopped, { session = session, thread = body.threadId })
-      if #stopped == nranks then continue_all() end
+      if #stopped == nranks then
+        if os.getenv('RTDEBUG_NVIM_END') == 'terminate' then  -- :DapTerminate with the parent focused
+          dap.set_session(parent)
+          dap.terminate(nil, nil, function() finish('ok') end)
+        else
+          continue_all()
+        end
+      end
     end)
   end)
 end

@@ -21,6 +21,7 @@ import select
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
@@ -34,6 +35,7 @@ from rtdebug.views.api import Views
 Entry = dict[str, Any]
 POLL_S = 0.25  # how often an attached client's session is re-read for new ranks
 LIVE_CHECK_S = 1.0  # how often the server checks that its session is still live
+WAKE_S = 0.2  # how soon the accept loop sees ``done`` (set by SIGTERM, or a terminate)
 TERMINATE_WAIT_S = 90.0  # a terminate in progress (its stop) is answered before the server closes
 CAPABILITIES = {
     "supportsConfigurationDoneRequest": True,
@@ -81,13 +83,16 @@ class JobEndpoint:
 
     def serve(self) -> None:
         """Accept clients until the session is over; then tell every client and close."""
+        checked = time.monotonic()
         try:
             while not self.done.is_set():
-                ready, _, _ = select.select([self.sock], [], [], LIVE_CHECK_S)
+                ready, _, _ = select.select([self.sock], [], [], WAKE_S)
                 if ready:
                     self._accept()
-                elif children.live_session(self.views, self.session_id) is None:
-                    self.done.set()
+                elif time.monotonic() - checked >= LIVE_CHECK_S:
+                    checked = time.monotonic()
+                    if children.live_session(self.views, self.session_id) is None:
+                        self.done.set()
         finally:
             self.close()
 
@@ -262,18 +267,20 @@ class Conversation:
         self.closed.set()
 
     def on_terminate(self, req: Entry) -> None:
+        """Answered at once (a client may wait only seconds); the stop follows, then ``terminated``."""
         self.terminating = True
+        self.respond(req)
         self.output(f"stopping session {self.server.session_id}: every rank together")
         try:
             summary = self.server.stop_session()
         except HarnessError as exc:
             self.terminating = False
-            self.respond(req, error=printable(exc.message))
+            self.output(f"could not stop the session: {exc.message}")
+            self.server.say(f"DAP endpoint: could not stop the session: {exc.message}")
             return
         self.server.done.set()
         self.server.say(f"DAP endpoint: {summary} (terminate from a client)")
         self.output(summary)
-        self.respond(req)
         self.end("terminated")
 
     def on_reverse_response(self, msg: Entry) -> None:

@@ -49,7 +49,7 @@ from rtdebug.registry.table import format_table
 
 READY_LINE = "rtdebug: all {n} local ranks ready (session {sid})"
 START_LINE = "rtdebug: session {sid} starting"
-DAP_EXIT_S = 3.0  # the job's DAP endpoint notices the session's end within a second (rtdebug.dap.server)
+DAP_EXIT_S = 1.0  # the job's DAP endpoint ends within 0.2 s of a SIGTERM (rtdebug.dap.server)
 
 
 @dataclass
@@ -230,10 +230,11 @@ class Launcher:
         self.dap = subprocess.Popen([*argv, "--port", str(self.plan.dap_port)], env=env, stdin=subprocess.DEVNULL)
 
     def _end_dap(self) -> None:
-        """Reap the DAP endpoint, which closes within a second of the session's end; one serving a
-        ``terminate`` (the stop that ends this launcher) is left to answer its client and exit."""
+        """End and reap the DAP endpoint; one serving a ``terminate`` (the stop that ends this launcher)
+        finishes that stop first, so it is left to tell its client and exit on its own."""
         if self.dap is not None:
             try:
+                self.dap.terminate()  # it tells its clients the session is over, then exits
                 self.dap.wait(timeout=DAP_EXIT_S)
             except subprocess.TimeoutExpired:
                 pass
