@@ -138,6 +138,7 @@ def test_connect_through_a_jump_host_every_rank_of_two_nodes(cluster, tmp_path):
     assert not list(c.lap_home.rglob("*secret*"))
     # ps on the laptop: each rank's own pid (on its node), never the ssh master's that carries its forward
     assert pid_column(c.rtdebug("lap", "ps").stdout) == {r["rank"]: r["pid"] for r in job["ranks"]}
+    assert {r["rank"]: r["state"] for r in s["ranks"]} == {r["rank"]: r["state"] for r in job["ranks"]}
 
     # attach-all from the laptop: every rank stops at the breakpoint; rank 3 is node 1's and says RANK == 3
     values = attach_all(c, [0, 1, 2, 3])
