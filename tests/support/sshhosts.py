@@ -75,6 +75,12 @@ def _keygen(path: Path, kind: str = "ed25519") -> str:
     return (path.with_suffix(".pub") if path.suffix else Path(str(path) + ".pub")).read_text().strip()
 
 
+# A session's shell may run the machine's `pyenv init` (its .bashrc), which takes pyenv's shim lock; a session
+# ended mid-rehash (the test's teardown kills what runs in its namespaces) leaves the lock behind, and every
+# later rehash waits 60 s for it, so every later ssh into a test host did: the hosts' shells wait 1 s at most.
+REHASH = " PYENV_REHASH_TIMEOUT=1"
+
+
 def sshd_config(c: Cluster, h: str, port: int, forwarding: bool) -> Path:
     d = c.tmp / "ssh"
     reg = c.tmp / f"registry-{h}"
@@ -93,7 +99,7 @@ PasswordAuthentication no
 KbdInteractiveAuthentication no
 AllowTcpForwarding {"yes" if forwarding else "no"}
 DisableForwarding no
-SetEnv RTDEBUG_REGISTRY_DIR={reg} XDG_CONFIG_HOME={c.cluster_home} PYTHONUNBUFFERED=1{pythonpath}{more}
+SetEnv RTDEBUG_REGISTRY_DIR={reg} XDG_CONFIG_HOME={c.cluster_home} PYTHONUNBUFFERED=1{REHASH}{pythonpath}{more}
 LogLevel ERROR
 """
     path = d / f"sshd-{h}-{port}.conf"
