@@ -193,3 +193,13 @@ def test_the_history_table_reads_back_with_its_rank_columns():
     snap = dict(real_snapshot(), history=json.loads(json.dumps(hist)))
     got = remotesnap.parse(json.dumps(snap).encode(), "s1", "node0")
     assert history.render(got["history"]) == history.render(hist)
+
+
+def test_a_moving_job_s_motion_reads_back_typed():
+    snap = real_snapshot()
+    snap.update(verdict=None, culprit=None, motion_line="the job is progressing: every rank advanced")
+    snap["motion"] = {"state": "moving", "window_s": 0.25, "advanced": {"0": 312, "1": "x", "r": 3}, "how": "record",
+                      "why": None}  # fmt: skip
+    got = remotesnap.parse(json.dumps(snap).encode(), "s1", "node0")
+    assert got["motion"] == {"state": "moving", "window_s": 0.25, "advanced": {"0": 312}, "how": "record", "why": None}
+    assert got["motion_line"] == snap["motion_line"] and got["verdict"] is None and got["culprit"] is None

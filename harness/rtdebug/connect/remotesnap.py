@@ -151,6 +151,18 @@ def _history(h: Any, where: str) -> Entry:
             "without": _list(h.get("without"), f"{where}.without", _rank)}  # fmt: skip
 
 
+def _motion(m: dict[str, Any]) -> Entry:
+    advanced = m.get("advanced")
+    advanced = advanced if isinstance(advanced, dict) else {}
+    return {
+        "state": m.get("state") if _text(m.get("state"), 32) else None,
+        "window_s": m.get("window_s") if _num(m.get("window_s")) else None,
+        "advanced": {str(k): v for k, v in advanced.items() if str(k).isdigit() and _int(v)},
+        "how": _opt(m.get("how"), lambda v: _text(v, 256)),
+        "why": _opt(m.get("why"), _text),
+    }
+
+
 def _detail(spec: dict[str, Callable[[Any], bool]]) -> Callable[[Any, str], Entry]:
     return lambda d, where: _fields(d, where, {"rank": lambda v: _int(v) and v >= 0, **spec})
 
@@ -184,6 +196,8 @@ def _snapshot(data: Any, session_id: str) -> Entry:
         snap[k] = _opt(data.get(k), ok)
     if "history" in data:
         snap["history"] = _history(data["history"], "history")
+    if isinstance(data.get("motion"), dict):  # moving or still (rtdebug.stacks.motion), typed field by field
+        snap["motion"] = _motion(data["motion"])
     for k, v in data.items():  # a newer rtdebug's other keys: plain scalars only
         if (
             k not in snap
