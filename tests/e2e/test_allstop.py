@@ -4,10 +4,12 @@ in one continues all) is done by the ranks. A plain DAP client per rank, a real 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from support.dap import DAPClient
-from support.jobs import read_ranks, wait_ranks
+from support.jobs import read_ranks, rtdebug, wait_ranks
 from support.paths import ROOT, marker_line
 from support.wait import until
 
@@ -20,7 +22,7 @@ COLLECTIVE = marker_line(SCRIPT, "collective")
 
 def _start(job, registry_dir, port_base, tmp_path, *env_pairs: str):
     done = tmp_path / "done"
-    env = dict(p.split("=", 1) for p in env_pairs)
+    env = {"RTDEBUG_ALL_STOP": "1", **dict(p.split("=", 1) for p in env_pairs)}  # the suite's default is off
     j = job("torchrun", "--debug-port-base", str(port_base), "--nproc-per-node", "2", str(SCRIPT), str(done), env=env)
     sid = j.session_id()
     wait_ranks(registry_dir, sid, 2)
@@ -61,3 +63,81 @@ def test_terminate_or_disconnect_with_terminate_debuggee_never_ends_a_rank(job, 
     assert j.wait(120) == 0
     out = j.output()
     assert "rank 0 ended after" in out and "rank 1 ended after" in out
+
+
+def _ps(registry_dir) -> tuple[str, dict[int, dict]]:
+    env = {"RTDEBUG_REGISTRY_DIR": str(registry_dir)}
+    text, js = rtdebug("ps", env=env), rtdebug("ps", "--json", env=env)
+    assert text.returncode == 0 and js.returncode == 0, text.stderr + js.stderr
+    (session,) = json.loads(js.stdout)["sessions"]
+    return text.stdout, {r["rank"]: r.get("debug") or {} for r in session["ranks"]}
+
+
+def _until_debug(registry_dir, sid, rank, state, **fields) -> dict:
+    def ok(d: dict) -> bool:
+        return d.get("state") == state and all(d.get(k) == v for k, v in fields.items())
+
+    return until(lambda: _debug(registry_dir, sid, rank), 60, f"rank {rank} {state} {fields}", ok=ok)
+
+
+def test_a_breakpoint_in_rank_1_pauses_rank_0s_debugger_and_continue_in_one_continues_all(
+    job, registry_dir, port_base, tmp_path
+):
+    j, sid, done = _start(job, registry_dir, port_base, tmp_path)
+    c0 = DAPClient("127.0.0.1", port_base)
+    c0.attach()
+    _until_debug(registry_dir, sid, 0, "running")
+    c1 = DAPClient("127.0.0.1", port_base + 1)
+    c1.attach({str(SCRIPT): [ONLY1]})
+    s1 = c1.wait_stopped(120)
+    assert s1["reason"] == "breakpoint"
+    s0 = c0.wait_stopped(60)  # all-stop: rank 0 is paused by the ranks, no client asked
+    assert s0["reason"] == "pause"
+    f0 = c0.top_frame(s0["threadId"])
+    assert c0.evaluate("dist.get_rank()", f0["id"]) == "0"
+    _until_debug(registry_dir, sid, 1, "stopped", line=ONLY1, reason="breakpoint")
+    _until_debug(registry_dir, sid, 0, "paused", by=1)
+    text, debug = _ps(registry_dir)
+    assert f"stopped at allstop_job.py:{ONLY1} (breakpoint)" in text
+    assert "paused (all-stop, by rank 1)" in text
+    assert debug[1]["file"] == str(SCRIPT) and debug[0]["line"] == f0["line"]
+
+    c1.request("setBreakpoints", source={"path": str(SCRIPT)}, breakpoints=[])
+    c1.continue_(s1["threadId"])  # continue in one rank continues all
+    c0.event("continued", 60)
+    _until_debug(registry_dir, sid, 0, "running")
+    _until_debug(registry_dir, sid, 1, "running")
+    assert "attached, running" in _ps(registry_dir)[0]
+    done.write_text("")
+    assert j.wait(120) == 0
+    c0.close()
+    c1.close()
+
+
+def test_a_rank_with_no_client_is_held_before_its_next_collective_and_says_so(job, registry_dir, port_base, tmp_path):
+    j, sid, done = _start(job, registry_dir, port_base, tmp_path)
+    c1 = DAPClient("127.0.0.1", port_base + 1)
+    c1.attach({str(SCRIPT): [ONLY1]})
+    s1 = c1.wait_stopped(120)
+    _until_debug(registry_dir, sid, 0, "paused", by=1, line=COLLECTIVE)
+    assert f"rtdebug: rank 0 paused at allstop_job.py:{COLLECTIVE} before its next collective: rank 1 stopped" in (
+        j.wait_output("before its next collective")
+    )
+    text, _ = _ps(registry_dir)
+    assert f"paused (all-stop, by rank 1) at allstop_job.py:{COLLECTIVE}" in text
+
+    # a client that attaches to the held rank finds it suspended there, at the user's line
+    c0 = DAPClient("127.0.0.1", port_base)
+    c0.attach()
+    s0 = c0.wait_stopped(60)
+    f0 = c0.top_frame(s0["threadId"])
+    assert f0["line"] == COLLECTIVE
+    assert c0.evaluate("dist.get_rank()", f0["id"]) == "0"
+    c0.disconnect()  # its client leaves: held again by all-stop, not released
+
+    c1.request("setBreakpoints", source={"path": str(SCRIPT)}, breakpoints=[])
+    c1.continue_(s1["threadId"])
+    _until_debug(registry_dir, sid, 0, "running")
+    done.write_text("")
+    assert j.wait(120) == 0
+    c1.close()

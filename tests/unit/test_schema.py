@@ -154,6 +154,7 @@ TYPED = [  # (the type, where the schema defines it)
     (schema_types_mod.StacksField, ("rank", "stacks")),
     (schema_types_mod.MeshInfo, ("rank", "meshes", "[]")),
     (schema_types_mod.StopInfo, ("rank", "stop")),
+    (schema_types_mod.DebugInfo, ("rank", "debug")),
     (schema_types_mod.CollectivesField, ("rank", "collectives")),
     (schema_types_mod.CollectiveRecord, ("rank", "collective")),
     (schema_types_mod.StacksAnswer, ("stacks_answer",)),

@@ -5,9 +5,9 @@ seconds (default 0) for one, then return ``False`` with a one-line notice on std
 an unattended run (CI, a colleague's job) alive.
 
 A debugger (the VS Code extension, through DAP ``evaluate``) calls only the functions of this module inside a
-rank, as ``__import__('rtdebug.rank.api', fromlist=['_']).NAME(...)``: ``stop_at_next_collective`` and
-``configure_stop_on``. Each answers one line and imports what it needs when called (``tests/project/test_layout.py``
-checks that the extension names nothing else).
+rank, as ``__import__('rtdebug.rank.api', fromlist=['_']).NAME(...)``: ``stop_at_next_collective``,
+``configure_stop_on`` and ``all_stop``. Each answers one line and imports what it needs when called
+(``tests/project/test_layout.py`` checks that the extension names nothing else).
 """
 
 from __future__ import annotations
@@ -114,3 +114,12 @@ def configure_stop_on(spec: str, gen: str | None = None) -> str:
     from rtdebug.rank.stopon import arm
 
     return arm.configure(spec, gen)
+
+
+def all_stop(on: bool | None = None, continue_all: bool | None = None) -> str:
+    """All-stop for the whole job (every rank that shares this one's session directory): ``on`` (one rank stops,
+    the others pause), ``continue_all`` (a continue in one rank continues all); None leaves either as it is. One
+    line says the setting. Turning all-stop off lets go of the ranks it holds."""
+    from rtdebug.rank import allstop
+
+    return allstop.configure(runtime.allstop, on, continue_all)

@@ -132,6 +132,18 @@ class StopInfo(_StopRequired, total=False):
     step: int | None
 
 
+class DebugInfo(TypedDict):
+    """What the rank's debugger is doing (``rtdebug.rank.debugstate``): running, stopped at file:line (the DAP
+    stop reason), paused by all-stop (``by``: the rank that stopped), or pausing (asked, not landed yet)."""
+
+    state: Literal["running", "stopped", "paused", "pausing"]
+    reason: str | None
+    file: str | None
+    line: int | None
+    by: int | None
+    since: float
+
+
 class _TunnelRequired(TypedDict):
     node: str
     remote_host: str
@@ -203,6 +215,7 @@ class RankEntry(_RankRequired, total=False):
     stacks: StacksField | None
     meshes: list[MeshInfo]
     stop: StopInfo | None
+    debug: DebugInfo | None
     collectives: CollectivesField | None
     collective: CollectiveRecord | None
     exit_code: int | None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -16,6 +17,28 @@ def world_size(session: dict[str, Any]) -> int:
     return int(str(session["nnodes"]).rpartition(":")[2]) * int(session["nproc_per_node"])
 
 
+def _shown(text: Any, limit: int) -> str:
+    return "".join(c if c.isprintable() else "?" for c in str(text)[:limit])
+
+
+def debug_state(r: dict[str, Any]) -> str:
+    """``stopped at train.py:41 (breakpoint)``, ``paused (all-stop, by rank 1) at train.py:50``, ``pausing
+    (all-stop, by rank 1): in C++, a collective most likely``, ``running``: the entry's ``debug`` field, or ""."""
+    d = r.get("debug")
+    if not isinstance(d, dict) or d.get("state") not in ("running", "stopped", "paused", "pausing"):
+        return ""
+    file, line, by = d.get("file"), d.get("line"), d.get("by")
+    at = f" at {_shown(os.path.basename(file), 80)}:{line}" if isinstance(file, str) and isinstance(line, int) else ""
+    who = f", by rank {by}" if isinstance(by, int) and not isinstance(by, bool) else ""
+    if d["state"] == "stopped":
+        return f"stopped{at}" + (f" ({_shown(d['reason'], 40)})" if isinstance(d.get("reason"), str) else "")
+    if d["state"] == "paused":
+        return f"paused (all-stop{who}){at}"
+    if d["state"] == "pausing":
+        return f"pausing (all-stop{who}): in C++, a collective most likely"
+    return "running"
+
+
 def rank_state(r: dict[str, Any]) -> str:
     s = r["state"]
     stop = r.get("stop")
@@ -23,6 +46,11 @@ def rank_state(r: dict[str, Any]) -> str:
         kind = "".join(c for c in str(stop.get("kind"))[:12] if c.isalnum())
         reason = "".join(c if c.isprintable() else "?" for c in stop["reason"][:120])
         return f"stopped ({kind}: {reason})"
+    debug = debug_state(r) if s in ("ready", "attached") else ""
+    if debug and debug != "running":
+        return debug
+    if debug and s == "attached":
+        return "attached, running"
     if s == "ready" and r.get("wait") and r.get("attach_count", 0) == 0:
         return "ready (waiting)"
     if s == "ready" and r.get("attach_count", 0) > 0:

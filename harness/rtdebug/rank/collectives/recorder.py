@@ -45,6 +45,7 @@ _user: dict[str, bool] = {}  # code file -> is it the user's (not torch's, not r
 # holds its groups only until destroy_process_group, as c10d itself does
 _static: dict[Any, tuple[Any, list[int], int, bytes]] = {}
 _pg: dict[str, Any] = {"tensor": ()}  # the patched module's pieces the wrapper needs (no torch: no tensor)
+_hold: list[Any] = [None, 0, None]  # all-stop's board (an mmap), its mode byte's offset, what holds the rank there
 _NAMED = type("NamedGroup", (), {"group_name": collseq.NAMED_GROUP})  # the group named ops are numbered in
 _PATCHED = (*collseq.OP_CODES, "destroy_process_group")
 _HEAD, _TAIL = collseq.MOVING.pack_into, collseq.TAIL.pack_into  # the header after its magic and version
@@ -129,6 +130,11 @@ def returned(gen: int) -> None:
         _rec["mm"][_STATE] = _RETURNED
 
 
+def hold_with(board: Any, offset: int, hold: Any) -> None:
+    """Before each collective, while ``board[offset]`` is set, call ``hold(frame)`` (``rtdebug.rank.allstop``)."""
+    _hold[:] = [board, offset, hold]
+
+
 def stop_at_next() -> str:
     """Arm a one-shot stop at the next collective this rank enters (called through DAP ``evaluate``)."""
     if _rec["mm"] is None:
@@ -194,6 +200,8 @@ def _wrap(fn: Any, fn_name: str) -> Any:
             gen = -1
         if _rec["stop"]:
             _stop_here()
+        if _hold[0] is not None and _hold[0][_hold[1]]:  # a peer is stopped (all-stop): not into this one yet
+            _hold_here()
         try:
             return fn(*args, **kwargs)
         finally:
@@ -295,6 +303,18 @@ def _static_entry(key: tuple, code: Any, frame: Any) -> tuple[Any, list[int], in
     line = frame.f_lineno if frame is not None else 0
     entry = _static[key] = (code, counter, line, collseq.static_block(pg, dt, sh, file, func))
     return entry
+
+
+def _hold_here() -> None:
+    """All-stop: wait (or suspend in the debugger) in the user's frame, before the collective runs."""
+    try:
+        frame = _user_frame(sys._getframe(2))
+    except ValueError:
+        return
+    try:
+        _hold[2](frame)
+    except Exception:  # all-stop never breaks the user's call
+        log.swallowed("rank.collectives.recorder: all-stop's hold failed")
 
 
 def _stop_here() -> None:

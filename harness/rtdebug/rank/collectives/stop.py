@@ -28,6 +28,8 @@ def suspend(frame: Any) -> None:
     py_db = pydevd.get_global_debugger()
     if py_db is None:
         return
+    if runtime.allstop is not None:
+        runtime.allstop.quiet = True  # each rank runs to its own collective: this stop pauses no other rank
     thread = threading.current_thread()
     info = set_additional_thread_info(thread)
     py_db.set_trace_for_frame_and_parents(thread.ident, frame)

@@ -1,0 +1,311 @@
+"""All-stop done by the ranks: when one rank stops, the others pause; a continue in one continues all.
+
+Whatever client is attached, or none. How ranks learn of a peer's stop: one small shared file in the session
+directory, ``allstop.bin`` (``Board``): a generation, a mode (running / stopped) and the rank that set it. The
+rank that stops (a breakpoint, an exception, a step, ``rtdebug.breakpoint``; not a pause, not ``--stop-on``,
+which stops every rank by itself) sets it ``stopped``; a ``continue`` request from any rank's client sets it
+``running``, and so does the last client of the rank that stopped leaving (no rank stays held for a client
+that is gone). Then:
+
+- **a rank with a client attached** reads the board every ``POLL_S`` from a thread of its own (only while a
+  client is attached) and asks pydevd to pause every thread, as a client's ``pause`` would; on ``running`` it
+  resumes them (unless ``RTDEBUG_CONTINUE_ALL=0``: then each rank is continued in its own client). A rank
+  blocked in C++ (a collective) pauses when it returns to Python, and its entry says ``pausing`` meanwhile;
+- **every rank** (client or not) checks the board's mode byte at each collective it enters (the collective
+  record's wrapper: one byte read): while a peer is stopped, it does not enter it. A rank with no client
+  waits there (its entry says ``paused``, with the line, and one line on stderr says why); if a client
+  attaches meanwhile, or one is attached, it is suspended there in the debugger instead.
+
+Cost when no rank is stopped: no thread without a client, one byte read per collective; with a client, one
+wake-up every ``POLL_S``. ``RTDEBUG_ALL_STOP=0`` turns it off for the job (one rank stops alone); the entry's
+debug state (``rtdebug.rank.debugstate``) is kept either way. Limits: the board is one machine's session
+directory, so a multi-node job's all-stop reaches the ranks of the stopping rank's node only; a Ray worker
+(no session directory) and an adopted rank keep their debug state but take no part.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rtdebug.common import log
+from rtdebug.common.threads import hidden_thread
+from rtdebug.rank import debugstate
+
+FILE = "allstop.bin"
+MAGIC = b"RTAS"
+SIZE = 64
+GEN, MODE, FLAGS, BY = struct.Struct("<I"), 8, 9, struct.Struct("<iid")  # at 4, 8, 9, 12 (rank, pid, wall time)
+RUNNING, STOPPED = 0, 1
+NO_ALL_STOP, NO_CONTINUE_ALL = 1, 2  # FLAGS' bits: the job's setting, from the first rank's environment
+POLL_S = 0.02
+ALL_STOP_ENV, CONTINUE_ALL_ENV = "RTDEBUG_ALL_STOP", "RTDEBUG_CONTINUE_ALL"
+
+
+def _on(name: str) -> bool:
+    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+class Board:
+    """The session's all-stop board: an mmap of ``allstop.bin`` every local rank shares (0600, in the 0700
+    session directory). A forged or torn read is harmless: the worst is a pause or a resume."""
+
+    def __init__(self, path: Path, flags: int = 0) -> None:
+        """Open the session's board; the rank that makes it writes the job's setting (``flags``) into it."""
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            made = True
+        except FileExistsError:
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+            made = False
+        try:
+            if os.fstat(fd).st_size < SIZE:
+                os.ftruncate(fd, SIZE)
+            self.mm = mmap.mmap(fd, SIZE)
+        finally:
+            os.close(fd)
+        if made:
+            self.mm[FLAGS] = flags
+        if self.mm[:4] != MAGIC:
+            self.mm[:4] = MAGIC
+
+    @property
+    def stop_all(self) -> bool:
+        return not self.mm[FLAGS] & NO_ALL_STOP
+
+    @property
+    def continue_all(self) -> bool:
+        return not self.mm[FLAGS] & NO_CONTINUE_ALL
+
+    def configure(self, stop_all: bool | None, continue_all: bool | None) -> None:
+        flags = self.mm[FLAGS]
+        if stop_all is not None:
+            flags = flags & ~NO_ALL_STOP | (0 if stop_all else NO_ALL_STOP)
+        if continue_all is not None:
+            flags = flags & ~NO_CONTINUE_ALL | (0 if continue_all else NO_CONTINUE_ALL)
+        self.mm[FLAGS] = flags
+
+    def gen(self) -> int:
+        return int(GEN.unpack_from(self.mm, 4)[0])
+
+    def read(self) -> tuple[int, int, int]:
+        """(generation, mode, the rank that set it)."""
+        return self.gen(), self.mm[MODE], int(BY.unpack_from(self.mm, 12)[0])
+
+    def setter_gone(self) -> bool:
+        """Whether the process that set the board has ended (killed while stopped, or a restart's leftover)."""
+        pid = int(BY.unpack_from(self.mm, 12)[1])
+        if pid <= 0:
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False
+        return False
+
+    def publish(self, mode: int, by: int) -> None:
+        BY.pack_into(self.mm, 12, by, os.getpid(), time.time())
+        GEN.pack_into(self.mm, 4, (self.gen() + 1) & 0xFFFFFFFF)
+        self.mm[MODE] = mode
+
+
+class AllStop:
+    """One rank's part: ``on_dap`` (what its relay sees), ``hold`` (its collective wrapper, while a peer is
+    stopped), and the watcher thread while a client is attached."""
+
+    def __init__(self, board: Board, rank: int, endpoint: Any, record: Any) -> None:
+        self.board, self.rank, self.endpoint, self.record = board, rank, endpoint, record
+        self.state = "running"
+        self.pausing_by: int | None = None  # a pause all-stop asked for and that has not landed yet
+        self.in_episode = False  # stopped as part of an all-stop (its origin, or paused by it): a continue ends it
+        self.quiet = False  # the next stop is one that pauses no one (the one-shot stop at the next collective)
+        self._lock = threading.Lock()
+        self._watching = False
+
+    # -- what the relay sees --------------------------------------------------------------------------------
+    def on_dap(self, kind: str, body: dict) -> None:
+        if kind == "stopped":
+            self._stopped(body)
+        elif kind == "continued":
+            self._running()
+        elif kind == "continue":
+            ending = self.in_episode
+            self._running()
+            if ending and self.board.read()[1] == STOPPED:
+                self.board.publish(RUNNING, self.rank)
+        elif kind == "attached":
+            self._attached()
+        elif kind == "detached":
+            if self.state != "running":  # pydevd resumes on a disconnect; a client that just went leaves it held
+                self._resume()
+            self._running()
+            _, mode, by = self.board.read()
+            if mode == STOPPED and by == self.rank:
+                self.board.publish(RUNNING, self.rank)
+
+    def _stopped(self, body: dict) -> None:
+        reason = str(body.get("reason") or "")
+        where = debugstate.where_suspended()
+        by = self.pausing_by
+        if by is not None and reason == "pause":
+            self.state, self.in_episode = "paused", True
+            debugstate.record(self.record, "paused", "all-stop", where, by)
+            return
+        self.state = "stopped"
+        debugstate.record(self.record, "stopped", reason, where)
+        quiet, self.quiet = self.quiet, False
+        description = str(body.get("description") or "")
+        if quiet or reason == "pause" or description.startswith("rtdebug --stop-on") or not self.board.stop_all:
+            return  # --stop-on stops every rank by itself; a pause (a user's, or to evaluate) is that rank's own
+        self.in_episode = True
+        self.board.publish(STOPPED, self.rank)
+
+    def _running(self) -> None:
+        self.pausing_by, self.in_episode = None, False
+        if self.state != "running":
+            self.state = "running"
+            debugstate.record(self.record, "running")
+
+    def _attached(self) -> None:
+        if self.state == "running":
+            debugstate.record(self.record, "running")
+        with self._lock:
+            if self._watching:
+                return
+            self._watching = True
+        hidden_thread(self._watch, f"rtdebug-allstop-{self.rank}")
+
+    # -- a client attached: the watcher ---------------------------------------------------------------------
+    def _watch(self) -> None:
+        seen = self.board.gen()
+        while True:
+            with self._lock:
+                if self.endpoint.clients == 0:
+                    self._watching = False
+                    return
+            time.sleep(POLL_S)
+            gen = self.board.gen()
+            if gen == seen:
+                continue
+            seen, mode, by = self.board.read()
+            try:
+                if mode == STOPPED and by != self.rank and self.state == "running" and self.board.stop_all:
+                    self._pause(by)
+                elif mode == RUNNING and by != self.rank and self.state != "running" and self.board.continue_all:
+                    self._resume()
+            except Exception:  # pydevd went away under us (the client left): the next round sees it
+                log.swallowed("rank.allstop: pause or resume failed")
+
+    def _pause(self, by: int) -> None:
+        import pydevd
+        from _pydevd_bundle.pydevd_api import PyDevdAPI
+
+        self.pausing_by, self.state = by, "pausing"
+        debugstate.record(self.record, "pausing", "all-stop", None, by)
+        PyDevdAPI().request_suspend_thread(pydevd.get_global_debugger(), "*")
+
+    def _resume(self) -> None:
+        from _pydevd_bundle.pydevd_api import PyDevdAPI
+
+        PyDevdAPI().request_resume_thread("*")
+        self._running()
+
+    # -- every rank: the collective boundary ---------------------------------------------------------------
+    def hold(self, frame: Any) -> None:
+        """Called before a collective while the board says stopped: do not enter it until the peer continues.
+        With a client, suspended in the debugger (its own continue lets it go); with none, waiting here."""
+        _, mode, by = self.board.read()
+        if mode != STOPPED or by == self.rank or not self.board.stop_all:
+            return
+        waiting, checked = False, time.monotonic()
+        while self.board.read()[1] == STOPPED:
+            attached = self.endpoint.clients > 0 and self.endpoint.client_connected()
+            if time.monotonic() - checked > 1.0:  # the rank that stopped was killed: nobody would continue it
+                checked = time.monotonic()
+                if self.board.setter_gone():
+                    self.board.publish(RUNNING, self.rank)
+                    break
+            if attached:
+                self._suspend_here(frame, by)  # back when resumed: continued, or its client left
+                if self.endpoint.clients > 0 and self.endpoint.client_connected():
+                    break  # continued in its own client: it goes on
+                waiting = False
+                continue
+            if not waiting:
+                self._say_paused(frame, by)
+                waiting = True
+            time.sleep(POLL_S)
+        self._running()
+
+    def _say_paused(self, frame: Any, by: int) -> None:
+        where = debugstate.at(frame)
+        self.state = "paused"
+        debugstate.record(self.record, "paused", "all-stop", where, by)
+        shown = f" at {os.path.basename(where[0])}:{where[1]}" if where else ""
+        print(
+            f"rtdebug: rank {self.rank} paused{shown} before its next collective: rank {by} stopped (all-stop);"
+            f" it goes on when rank {by} continues",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def _suspend_here(self, frame: Any, by: int) -> None:
+        """Suspend this thread (and the others) in the debugger at the user's line, as a pause: its stop is
+        all-stop's, so it pauses no one else."""
+        import pydevd
+        from _pydevd_bundle.pydevd_additional_thread_info import set_additional_thread_info
+        from _pydevd_bundle.pydevd_comm_constants import CMD_THREAD_SUSPEND
+
+        py_db = pydevd.get_global_debugger()
+        user = debugstate.user_frame(frame)
+        if py_db is None or user is None:
+            return
+        self.pausing_by, self.state = by, "pausing"
+        thread = threading.current_thread()
+        info = set_additional_thread_info(thread)
+        # as inside pydevd's tracer: this thread must not suspend in rtdebug's own lines on the way, nor again
+        # in what the client evaluates while it is held
+        info.is_tracing += 1
+        try:
+            py_db.set_trace_for_frame_and_parents(thread.ident, user)
+            py_db.set_suspend(thread, CMD_THREAD_SUSPEND, suspend_other_threads=True, is_pause=True)
+            py_db.do_wait_suspend(thread, user, "line", None)
+        finally:
+            info.is_tracing -= 1
+
+
+def arm(session_dir: Path | str, rank: int, endpoint: Any, record: Any, hold_with: Any) -> AllStop | None:
+    """This rank's all-stop and debug state (written to ``record``, its ``RankState``), wired to its endpoint
+    and, through ``hold_with`` (the collective record's ``recorder.hold_with``), to its collective wrapper."""
+    try:
+        flags = (0 if _on(ALL_STOP_ENV) else NO_ALL_STOP) | (0 if _on(CONTINUE_ALL_ENV) else NO_CONTINUE_ALL)
+        board = Board(Path(session_dir) / FILE, flags)
+    except OSError as exc:
+        print(f"rtdebug: rank {rank}: all-stop is off in this rank (its board: {exc})", file=sys.stderr)
+        return None
+    part = AllStop(board, rank, endpoint, record)
+    endpoint.on_dap = part.on_dap
+    hold_with(board.mm, MODE, part.hold)
+    return part
+
+
+def configure(part: AllStop | None, on: bool | None, continue_all: bool | None) -> str:
+    """Set the job's all-stop (every rank that shares the board) and say the setting in one line; turning it
+    off lets go of ranks held by it."""
+    if part is None:
+        return "rtdebug: all-stop is not available in this rank (no session directory)"
+    part.board.configure(on, continue_all)
+    if on is False and part.board.read()[1] == STOPPED:
+        part.board.publish(RUNNING, part.rank)
+    return (
+        f"rtdebug: all-stop {'on' if part.board.stop_all else 'off'},"
+        f" continue-all {'on' if part.board.continue_all else 'off'}"
+    )
