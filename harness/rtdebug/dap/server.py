@@ -106,6 +106,7 @@ class JobEndpoint:
             self.say(f"DAP endpoint: {peer.line}")
             conn.close()
             return
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # an event then a response: no 40 ms Nagle wait
         talk = Conversation(self, conn)
         with self._lock:
             self.clients = [c for c in self.clients if not c.closed.is_set()] + [talk]
@@ -247,6 +248,7 @@ class Conversation:
         self.attach_args = dict(req.get("arguments") or {})
         self.event("initialized")
         self.respond(req)
+        self.announce_new()  # the ranks there are now, at once; the thread then looks for more
         self.output(f"session {sid}: one child session per rank ({self.server.choice.text}); terminate ends the job")
         hidden_thread(self.announce, "rtdebug-dap-children")
 
@@ -290,18 +292,23 @@ class Conversation:
             self.server.say(f"DAP endpoint: the client did not start {name}: {text}")
 
     # -- the children -------------------------------------------------------
+    def announce_new(self) -> bool:
+        """A ``startDebugging`` for each chosen rank that became attachable since the last look; False once
+        the session is over."""
+        session = children.live_session(self.server.views, self.server.session_id)
+        if session is None:
+            return False
+        for entry in children.new_ranks(session, self.server.choice, self.seen):
+            self.seen.add(children.key_of(entry))
+            config = children.child_configuration(entry, self.attach_args)
+            request = {"request": "attach", "configuration": config}
+            self.send({"type": "request", "command": "startDebugging", "arguments": request}, config["name"])
+        return True
+
     def announce(self) -> None:
         """Hand the client a child session for each chosen rank as it becomes attachable, until it leaves."""
-        server = self.server
-        while not self.closed.is_set() and not server.done.is_set():
-            session = children.live_session(server.views, server.session_id)
-            if session is None:
+        while not self.closed.wait(POLL_S) and not self.server.done.is_set():
+            if not self.announce_new():
                 break
-            for entry in children.new_ranks(session, server.choice, self.seen):
-                self.seen.add(children.key_of(entry))
-                config = children.child_configuration(entry, self.attach_args)
-                request = {"request": "attach", "configuration": config}
-                self.send({"type": "request", "command": "startDebugging", "arguments": request}, config["name"])
-            self.closed.wait(POLL_S)
         if not self.closed.is_set():
             self.end("the session is over")
