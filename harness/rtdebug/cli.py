@@ -37,6 +37,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "rtdebug.commands.connect",
         "debug a job on other machines from this one: forward every rank through ssh and register it here",
     ),
+    "replay": (
+        "rtdebug.commands.replay",
+        "run one captured rank alone as one process (a job run with --capture DIR), with a debug endpoint",
+    ),
+    "capsule": ("rtdebug.commands.capsule", "show what a --capture folder holds: ranks, collectives, where each ends"),
     "check": (
         "rtdebug.commands.check",
         "check a --stop-on spec, --wait policy or rank selector: its meaning, or the refusal",

@@ -121,6 +121,9 @@ def run(opts: PsOptions) -> int:
             f"session {s['session_id']}  {s['mode']}  {s['script']}  state={s['state']}  "
             f"launcher pid {s['launcher_pid']}  {ports}{where}"
         )
+        if isinstance(s.get("replay"), dict):  # rtdebug replay: one captured rank, alone
+            rp = s["replay"]
+            print(f"  replay of rank {rp.get('rank')} (of {rp.get('world_size')}) from {rp.get('capsule')}")
         if s.get("error") and s["state"] in ("orphaned", "failed"):
             print(f"  {s['error']}")
         note = _trust_note(s)

@@ -10,7 +10,7 @@ import argparse
 import dataclasses
 
 from rtdebug.common import selector
-from rtdebug.common.config import RankConfig
+from rtdebug.common.config import RankConfig, ReplayTarget
 from rtdebug.common.ports import parse_rank_list
 from rtdebug.launcher import capture, multinode
 from rtdebug.launcher.single import run_single
@@ -18,7 +18,7 @@ from rtdebug.launcher.torchrun import Launcher, plan_torchrun
 from rtdebug.registry.entry import new_session_id
 from rtdebug.registry.files import Registry
 
-__all__ = ["run_single", "run_torchrun"]
+__all__ = ["run_replay", "run_single", "run_torchrun"]
 
 
 def run_torchrun(parsed: argparse.Namespace, tokens: list[str]) -> int:
@@ -55,3 +55,8 @@ def run_torchrun(parsed: argparse.Namespace, tokens: list[str]) -> int:
             ),
         )
     return Launcher(plan, cfg, Registry()).run()
+
+
+def run_replay(args: argparse.Namespace, replay: ReplayTarget) -> int:
+    """``rtdebug replay``: ``rtdebug run``'s one process, as rank ``replay.rank`` of the capsule."""
+    return run_single(args, replay)

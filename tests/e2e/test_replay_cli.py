@@ -1,0 +1,92 @@
+"""``rtdebug replay`` and ``rtdebug capsule`` through the CLI, on a real capsule (a 2-rank gloo job captured once
+per module): a replayed rank prints what it printed in the job; a replay is a session of its own in ``ps``
+(mode replay, its capsule and rank) and ends by ``stop``; ``--info`` and ``capsule --json`` agree; an edited
+script is said at start. The bit-for-bit and divergence proofs are ``test_replay.py``'s."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from support.jobs import read_ranks, rtdebug, wait_ranks
+from support.paths import SCRIPTS
+from support.ports import free_port_base, port_free
+from support.wait import until
+
+pytestmark = pytest.mark.e2e
+JOB = SCRIPTS / "replay_shell_job.py"
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory) -> tuple[Path, str]:
+    """(the capsule, what the job printed)."""
+    d = tmp_path_factory.mktemp("capsule")
+    base = str(free_port_base(4))
+    args = ["torchrun", "--debug-port-base", base, "--nproc-per-node", "2", "--capture", str(d / "cap"), str(JOB)]
+    r = rtdebug(*args, env={"RTDEBUG_REGISTRY_DIR": str(d / "registry")}, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return d / "cap", r.stdout
+
+
+def lines_of(out: str, rank: int) -> list[str]:
+    """The rank's own lines (two ranks' prints may share a line of the job's output)."""
+    return re.findall(rf"rank {rank} (?:step \d+ loss \d+\.\d{{8}}|done)", out)
+
+
+def test_a_replayed_rank_prints_what_it_printed_in_the_job(captured, tmp_path, port_base):
+    cap, job_out = captured
+    assert len(lines_of(job_out, 1)) == 4  # 3 steps and "done"
+    env = {"RTDEBUG_REGISTRY_DIR": str(tmp_path / "registry")}
+    r = rtdebug("replay", str(cap), "--rank", "1", "--port", str(port_base), env=env, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert lines_of(r.stdout, 1) == lines_of(job_out, 1) and not lines_of(r.stdout, 0)
+    said = f"replay of rank 1 of 2 from {cap}; checkpoints and Ray Train storage go under {cap}/scratch/rank-1"
+    assert said in r.stderr
+    assert (cap / "scratch" / "rank-1" / ".rtdebug-scratch").is_file()
+    assert port_free(port_base)
+
+
+def test_a_replay_is_a_session_of_its_own_and_stop_ends_it(captured, job, registry_dir, port_base):
+    cap, _ = captured
+    j = job("replay", str(cap), "--rank", "1", "--wait", "--port", str(port_base))
+    sid = j.session_id()
+    rank = wait_ranks(registry_dir, sid, 1)[1]
+    assert rank["world_size"] == 2 and rank["port"] == port_base and rank["wait"] is True
+    sessions = json.loads(rtdebug("ps", "--json").stdout)["sessions"]
+    (s,) = [x for x in sessions if x["session_id"] == sid]
+    assert s["mode"] == "replay" and s["state"] == "running"
+    assert s["replay"] == {"capsule": str(cap), "rank": 1, "world_size": 2, "scratch": str(cap / "scratch" / "rank-1")}
+    assert f"replay of rank 1 (of 2) from {cap}" in rtdebug("ps").stdout
+    r = rtdebug("stop", "--session", sid)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert j.wait(60) != 0
+    until(lambda: port_free(port_base), 30, "the replay's debug port is free after stop")
+    assert read_ranks(registry_dir, sid)[1]["state"] in ("exited", "failed")
+    ended = json.loads(rtdebug("ps", "--json", "--all").stdout)["ended"]
+    assert [x["state"] for x in ended if x["session_id"] == sid] == ["stopped"]
+
+
+def test_info_and_capsule_agree_and_an_edited_script_is_said(captured, tmp_path, port_base):
+    cap, _ = captured
+    info = json.loads(rtdebug("capsule", str(cap), "--json").stdout)
+    assert info == json.loads(rtdebug("replay", str(cap), "--info", "--json").stdout)
+    assert info["world_size"] == 2 and info["script"] == str(JOB) and info["script_today"]["state"] == "same"
+    assert [(x["rank"], x["end_reason"], x["complete_upto"] == x["collectives"] > 0) for x in info["ranks"]] == [
+        (0, "ended", True),
+        (1, "ended", True),
+    ]
+    text = rtdebug("capsule", str(cap)).stdout
+    assert "today's file is the captured one" in text and f"complete (#1-#{info['ranks'][1]['collectives']})" in text
+    edited = tmp_path / "edited.py"
+    shutil.copy(JOB, edited)
+    edited.write_text(edited.read_text() + "\n# edited after the capture\n")
+    moved = json.loads(rtdebug("replay", str(cap), "--info", "--json", "--script", str(edited)).stdout)
+    assert moved["script_today"]["state"] == "differs"
+    env = {"RTDEBUG_REGISTRY_DIR": str(tmp_path / "registry")}
+    r = rtdebug("replay", str(cap), "--rank", "0", "--script", str(edited), "--port", str(port_base), env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"rtdebug: {edited} is not the captured script (sha256 differs)" in r.stderr
