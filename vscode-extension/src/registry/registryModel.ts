@@ -15,7 +15,8 @@ export interface SessionEntry {
   schema_version: 1;
   kind: 'session';
   session_id: string;
-  mode: 'run' | 'torchrun' | 'ray' | 'adopted';
+  mode: 'run' | 'torchrun' | 'ray' | 'adopted' | 'connected' | 'replay';
+  replay?: { capsule: string; rank: number; world_size: number; scratch: string }; // mode replay: which captured rank runs alone
   launcher_pid: number;
   launcher_create_time: number;
   command: string[];

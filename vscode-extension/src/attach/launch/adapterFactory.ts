@@ -3,6 +3,7 @@ import { Gated } from '../../common/constants';
 import { rankEndpoint } from '../rank/attachConfig';
 import { GroupAdapter } from '../group/groupAdapter';
 import { JobProcess, JobSpec } from './jobProcess';
+import { replayOptions } from './replayModel';
 import { RankGroup } from '../group/rankGroup';
 import { checkWait, checkWith } from '../../common/harnessCheck';
 import { currentHarness } from '../../common/harnessCommand';
@@ -58,6 +59,7 @@ export class RtdebugAdapterFactory implements vscode.DebugAdapterDescriptorFacto
 
 /** The config's `ranks`: a list, or a rank list the harness reads as it reads `--wait` (`0,2-3`); undefined: all. */
 async function ranksOf(c: vscode.DebugConfiguration): Promise<number[] | undefined> {
+  if (c.mode === 'replay') return [Number(c.rank)]; // a replay is one rank: the captured rank it runs
   if (Array.isArray(c.ranks)) return c.ranks.map(Number);
   if (typeof c.ranks !== 'string' || c.ranks.trim() === 'all') return undefined;
   const w = await checkWait(checkWith(await currentHarness(Gated.attach)), c.ranks);
@@ -71,7 +73,7 @@ function jobSpec(c: vscode.DebugConfiguration): JobSpec {
   return {
     python: c.python,
     module: c.harnessModule ?? s.harnessModule,
-    mode: c.mode === 'run' ? 'run' : 'torchrun',
+    mode: c.mode === 'run' || c.mode === 'replay' ? c.mode : 'torchrun',
     script: c.script,
     args: (c.args ?? []).map(String),
     cwd: c.cwd,
@@ -81,5 +83,6 @@ function jobSpec(c: vscode.DebugConfiguration): JobSpec {
     wait: String(c.wait ?? s.wait),
     nprocPerNode: c.nprocPerNode === undefined ? undefined : Number(c.nprocPerNode),
     torchrunArgs: (c.torchrunArgs ?? []).map(String),
+    replay: c.mode === 'replay' ? replayOptions(c) : undefined,
   };
 }

@@ -4,7 +4,8 @@ import * as vscode from 'vscode';
 import { DEBUG_TYPE, ENTRY_PREFIX, Gated } from '../../common/constants';
 import { rankEndpoint } from '../rank/attachConfig';
 import { absoluteFrom } from '../../common/cliPaths';
-import { checkInstalled } from '../../common/harnessCli';
+import { checkInstalled, HarnessCliError, HarnessCommand, runHarness } from '../../common/harnessCli';
+import { CapsuleInfo, parseCapsuleInfo, rankProblem, scriptNote } from './replayModel';
 import { AttachDeclinedError } from '../rank/remoteAttach';
 import { trustGate } from '../../common/trustGate';
 import { AttachService } from '../rank/attachService';
@@ -88,6 +89,8 @@ export class RtdebugConfigurationProvider implements vscode.DebugConfigurationPr
     if (config.request !== 'launch') return config;
     const cwd = config.cwd ?? folder?.uri.fsPath ?? (config.script ? path.dirname(config.script) : process.cwd());
     config.cwd = cwd;
+    if (config.mode === 'replay')
+      return resolveReplay(config, cwd, { python: config.python, module: config.harnessModule, env: harnessEnv(s) });
     if (!config.script) return fail('the configuration has no "script" to run.');
     const script = path.resolve(cwd, config.script);
     if (!fs.existsSync(script)) return fail(`script not found: ${script}`);
@@ -99,6 +102,36 @@ export class RtdebugConfigurationProvider implements vscode.DebugConfigurationPr
     }
     return config;
   }
+}
+
+/**
+ * `"mode": "replay"`: the capsule and rank checked by the harness itself (`rtdebug capsule DIR --json`), so a
+ * damaged capsule, a rank out of range or not captured is one message before anything starts.
+ */
+async function resolveReplay(
+  config: vscode.DebugConfiguration,
+  cwd: string,
+  cli: HarnessCommand,
+): Promise<vscode.DebugConfiguration | undefined> {
+  if (!config.capsule) return fail('a replay configuration needs "capsule": the folder --capture wrote.');
+  config.capsule = path.resolve(cwd, String(config.capsule));
+  if (config.script) {
+    config.script = path.resolve(cwd, String(config.script));
+    if (!fs.existsSync(config.script)) return fail(`script not found: ${config.script}`);
+  }
+  let info: CapsuleInfo;
+  try {
+    await checkInstalled(cli);
+    info = parseCapsuleInfo(await runHarness(cli, ['capsule', config.capsule, '--json']));
+  } catch (e) {
+    return fail(e instanceof HarnessCliError && e.line ? e.line.replace(/^rtdebug: (error: )?/, '') : (e as Error).message);
+  }
+  const problem = rankProblem(info, config.rank);
+  if (problem) return fail(problem);
+  config.rank = Number(config.rank);
+  const note = config.script ? undefined : scriptNote(info);
+  if (note) void vscode.window.showWarningMessage(`rtdebug: ${note}`);
+  return config;
 }
 
 function fail(msg: string): undefined {

@@ -1,15 +1,16 @@
 import { ChildProcess, spawn } from 'child_process';
 import { ALL_READY_RE, SESSION_STARTING_RE } from '../../common/constants';
+import { replayArgs, ReplayOptions } from './replayModel';
 
 /**
- * One `rtdebug torchrun|run` job started by F5. It runs in its own process group; stop() sends SIGTERM to
+ * One `rtdebug torchrun|run|replay` job started by F5. It runs in its own process group; stop() sends SIGTERM to
  * the launcher (which tears the whole job down) and, after a grace period, SIGKILL to the group, so no
  * rank outlives the debug session.
  */
 export interface JobSpec {
   python: string;
   module: string;
-  mode: 'run' | 'torchrun';
+  mode: 'run' | 'torchrun' | 'replay';
   script: string;
   args: string[];
   cwd: string;
@@ -19,9 +20,14 @@ export interface JobSpec {
   wait: string;
   nprocPerNode?: number;
   torchrunArgs?: string[];
+  replay?: ReplayOptions; // mode replay: the capsule, the rank and the replay's options
 }
 
 export function jobArgs(s: JobSpec): string[] {
+  if (s.mode === 'replay') {
+    if (!s.replay) throw new Error('a replay needs a capsule and a rank');
+    return ['-m', s.module, ...replayArgs(s.replay, s.portBase, s.host, s.wait !== 'none')];
+  }
   if (s.mode === 'run') {
     const a = ['-m', s.module, 'run', '--port', String(s.portBase), '--host', s.host];
     if (s.wait !== 'none') a.push('--wait');
