@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from rtdebug.common.errors import HarnessError
+from rtdebug.rank.raylocal import notes
 from rtdebug.rank.raylocal.exchange import Exchange, World
 from rtdebug.rank.raylocal.history import Controller, Snapshot, open_storage
 from rtdebug.rank.raylocal.localrun import LocalRun
@@ -237,6 +238,7 @@ def _training_failed(world: World, exc: BaseException) -> BaseException:
     from ray.train.v2.api.exceptions import WorkerGroupError
 
     message = f"[Rank {world.rank}]\n{type(exc).__name__}: {exc}"
+    notes.say(f"rank {world.rank}: {notes.fit_raises(exc)}" if world.size > 1 else notes.fit_raises(exc))
     return WorkerGroupError(message, {world.rank: exc})
 
 
@@ -245,6 +247,9 @@ def _result(local: LocalRun, value: Any) -> Any:
 
     snap = local.snapshot
     latest = snap.latest
+    name = local.run_config.name
+    local.say("Result.metrics", notes.result_metrics(local.seen, latest, name))
+    local.say("Result.checkpoint", notes.result_checkpoint(local.seen, latest, name))
     frame = None
     if snap.best:
         import pandas as pd  # type: ignore[import-untyped]

@@ -22,6 +22,7 @@ from typing import Any
 
 SEQUENCE = "ray.train"  # report, barrier, broadcast_from_rank_zero: one sequence of calls
 WARN_INTERVAL_S = 30.0  # as Ray's synchronization actor: say who is missing while the others wait
+_fits = 0  # this process's fit() calls so far: each meets under a key space of its own
 
 
 @dataclass(frozen=True)
@@ -46,12 +47,25 @@ class Exchange:
 
     @classmethod
     def create(cls, world: World, attempt: int = 0) -> Exchange:
+        """The meetings of this process's next ``fit()``: a key space of its own (a script may call ``fit()``
+        again, and every rank calls it as often), so no call meets a key an earlier ``fit()`` left."""
+        global _fits
+        _fits += 1
         if world.size == 1:
             return cls(world)
         import torch.distributed as dist
 
         base = dist.distributed_c10d._get_default_store()
-        return cls(world, dist.PrefixStore(f"rtdebug/ray.train/{attempt}/", base))
+        return cls(world, dist.PrefixStore(f"rtdebug/ray.train/{attempt}/{_fits}/", base))
+
+    def first(self, key: str) -> bool:
+        """Whether this rank is the job's first to ask for ``key`` in this ``fit()`` (a world of one: yes)."""
+        if self.store is None:
+            return True
+        try:
+            return int(self.store.add(f"first/{key}", 1)) == 1
+        except Exception:  # the store went away: rank 0 speaks for the job
+            return self.world.rank == 0
 
     def next_call(self, op: str) -> int:
         """The call's number: Ray Train's collectives share one sequence (as Ray numbers them), others count

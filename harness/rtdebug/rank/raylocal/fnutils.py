@@ -62,7 +62,7 @@ class ClusterTrainFnUtils(LocalTrainFnUtils):
         )
 
     def get_checkpoint(self) -> Any:
-        return self.run.latest_checkpoint()
+        return self.run.get_checkpoint()
 
     def get_all_reported_checkpoints(
         self,

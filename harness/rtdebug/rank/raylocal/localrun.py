@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rtdebug.common.errors import HarnessError
-from rtdebug.rank.raylocal import recording
+from rtdebug.rank.raylocal import notes, recording
 from rtdebug.rank.raylocal.exchange import Exchange, World
 from rtdebug.rank.raylocal.history import Controller, Snapshot, reason
 
@@ -77,6 +77,7 @@ class LocalRun:
         self._checkpoints: dict[str, Any] = {}  # path -> the one Checkpoint object this rank hands out for it
         self.pending: Pending | None = None
         self.noted: set[str] = set()
+        self.seen = notes.Reports(world.size)  # this run's reports, for the lines where Ray's value differs
 
     # -- the user's calls -------------------------------------------------------------------------
 
@@ -95,7 +96,12 @@ class LocalRun:
                 self.exchange.publish(BROADCAST, n, data)
                 return data
             self.exchange.meet(BROADCAST, n, None, want_all=False)
-            return self.exchange.answer(BROADCAST, n)
+            got = self.exchange.answer(BROADCAST, n)
+        if "broadcast" not in self.noted and not notes.same(got, data):
+            self.noted.add("broadcast")
+            if self.exchange.first("broadcast"):
+                notes.say(notes.broadcast(self.world.rank))
+        return got
 
     def report(
         self,
@@ -132,6 +138,7 @@ class LocalRun:
                 raise HarnessError(f"ray.train.report #{n}: checkpoint_dir_name differs across ranks ({listed})")
             chosen = proposals[0].dir_name  # rank 0's, as Ray broadcasts it from rank zero
             all_metrics = [p.metrics for p in proposals]
+            self.seen.add(all_metrics, [p.has_checkpoint for p in proposals])
             if not any(p.has_checkpoint for p in proposals):
                 self.register_metrics(all_metrics)
                 return
@@ -166,10 +173,17 @@ class LocalRun:
         latest = self.snapshot.latest
         return self.checkpoint(latest[0]) if latest else None
 
+    def get_checkpoint(self) -> Any:
+        """The train function's ``get_checkpoint()``: the run's latest, said once where Ray's would be None."""
+        found = self.latest_checkpoint()
+        self.say("get_checkpoint", notes.get_checkpoint(self.seen, self.snapshot.latest, self.run_config.name))
+        return found
+
     def reported_checkpoints(self) -> list[Any]:
         from ray.train.v2.api.reported_checkpoint import ReportedCheckpoint, ReportedCheckpointStatus
 
         self.settle()
+        self.say("reported", notes.reported_checkpoints(self.world.size, len(self.snapshot.history)))
         return [
             ReportedCheckpoint(checkpoint=self.checkpoint(p), metrics=m, status=ReportedCheckpointStatus.COMMITTED)
             for p, m in self.snapshot.history
@@ -289,6 +303,19 @@ class LocalRun:
             return
         if os.path.isdir(path):
             shutil.rmtree(path, ignore_errors=True)
+
+    def say(self, key: str, lines: list[str | None]) -> None:
+        """This rank's line of ``lines`` (every rank's, ``notes``), once per ``fit()``: by the job's first
+        rank to see it where every rank would say the same, else on each rank it is true of."""
+        mine = lines[self.world.rank] if self.world.rank < len(lines) else None
+        if mine is None or key in self.noted:
+            return
+        self.noted.add(key)
+        if all(line == mine for line in lines):
+            if self.exchange.first(key):
+                notes.say(mine)
+        else:
+            notes.say(f"rank {self.world.rank}: {mine}")
 
     def note_once(self, key: str, line: str) -> None:
         if key not in self.noted and self.world.rank == 0:

@@ -10,7 +10,9 @@ TRAINER_MODULE = "ray.train.v2.api.data_parallel_trainer"
 def install() -> None:
     """Replace the V2 trainer's local controller when (if ever) the job imports it."""
     from rtdebug.common.imports import when_imported
+    from rtdebug.rank.raylocal import notes
 
+    notes.keep_stderr()  # before the script (or a test runner) redirects it: the lines where Ray's value differs
     when_imported(TRAINER_MODULE, _patch)
 
 
