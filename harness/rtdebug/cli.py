@@ -15,8 +15,8 @@ import argparse
 import importlib
 import os
 import sys
-import warnings
 
+from rtdebug.common import warns
 from rtdebug.common.errors import HarnessError, UsageParser, printable, usage
 
 # name -> (module, the summary `rtdebug --help` lists)
@@ -72,7 +72,7 @@ def _command_in(argv: list[str]) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    warnings.formatwarning = lambda msg, cat, *a, **k: f"rtdebug: warning: {msg}\n"
+    warns.install()  # rtdebug's own warnings read "rtdebug: warning: ..."; the script's keep Python's format
     try:
         args, extra = build_parser(_command_in(argv)).parse_known_args(argv)
         if extra:  # argparse would blame `rtdebug`; the words are the command's

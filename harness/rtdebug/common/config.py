@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rtdebug.common import selector, stopon
+from rtdebug.common import selector, stopon, warns
 from rtdebug.common.addresses import LOOPBACK, parse_allow
 from rtdebug.common.errors import usage
 from rtdebug.common.ports import DEFAULT_PORT_BASE, MAX_PORT, parse_rank_list
@@ -28,7 +27,7 @@ LAUNCH_VAR = "RTDEBUG_CAPTURE_LAUNCH"  # the launch facts a capturing rank write
 
 def check_host(host: str) -> None:
     if host not in LOOPBACK:
-        warnings.warn(
+        warns.warn(
             f"debug endpoints bind {host}: whoever they let in (your uid here, allow-listed machines) can run code",
             stacklevel=3,
         )

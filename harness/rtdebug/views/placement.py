@@ -6,9 +6,9 @@ job is visible through its store, its own placement wins, and a guess that disag
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
+from rtdebug.common import warns
 from rtdebug.views.api import Views
 from rtdebug.views.store import connect_host
 
@@ -27,7 +27,7 @@ def job_endpoints(opts: Any, nproc: int, nnodes: int, hosts: list[str] | None) -
         if len(ranks) != nproc * nnodes:
             continue
         if not all(r.get("verified") for r in ranks.values()):
-            warnings.warn(
+            warns.warn(
                 f"job {s['session_id']} (via {s.get('source')}) has unverified rank entries: its placement is "
                 f"not used (set the job's RTDEBUG_JOB_SECRET here to verify it)",
                 stacklevel=2,
@@ -37,7 +37,7 @@ def job_endpoints(opts: Any, nproc: int, nnodes: int, hosts: list[str] | None) -
         wrong = [n for n, (h, _) in out.items() if hosts is not None and hosts[n // nproc] != h]
         if wrong and hosts is not None:
             n = wrong[0]
-            warnings.warn(
+            warns.warn(
                 f"rank {n} of job {s['session_id']} runs on {out[n][0]}, not on --hosts entry "
                 f"{hosts[n // nproc]} (c10d places nodes at run time); the configs use the job's placement",
                 stacklevel=2,
