@@ -42,8 +42,11 @@ def endpoint_port(server: Job) -> int:
     return int(re.search(r"DAP endpoint for session \S+ on 127\.0\.0\.1:(\d+)", out).group(1))
 
 
-def take_children(parent: DAPClient, n: int, breakpoints: dict[str, list[int]] | None = None) -> dict[int, DAPClient]:
-    """Answer ``n`` startDebugging requests as a client does: attach a child session to each rank's address."""
+def take_children(
+    parent: DAPClient, n: int, breakpoints: dict[str, list[int]] | None = None, back: int | None = None
+) -> dict[int, DAPClient]:
+    """Answer ``n`` startDebugging requests as a client does: attach a child session to each rank's address,
+    or (``back``: the job endpoint's port) as dape does, to the parent's address, which relays it."""
     kids: dict[int, DAPClient] = {}
     for _ in range(n):
         req = parent.reverse_request("startDebugging", 120)
@@ -51,7 +54,8 @@ def take_children(parent: DAPClient, n: int, breakpoints: dict[str, list[int]] |
         config = args["configuration"]
         assert args["request"] == "attach" and config["request"] == "attach"
         rank = int(re.fullmatch(r"rank (\d+)", config["name"]).group(1))
-        child = DAPClient(config["connect"]["host"], config["connect"]["port"])
+        where = ("127.0.0.1", back) if back and rank == 1 else (config["connect"]["host"], config["connect"]["port"])
+        child = DAPClient(*where)
         child.attach(breakpoints or {}, **{k: v for k, v in config.items() if k != "request"})  # as a client does
         parent.answer(req)
         kids[rank] = child
@@ -82,8 +86,9 @@ def stop_and_evaluate(kids: dict[int, DAPClient], line: int) -> None:
 
 @pytest.mark.parametrize("n", [2, *([4] if FULL else [])])
 def test_one_endpoint_every_rank_then_disconnect_leaves_the_job(job, registry_dir, port_base, n):
-    """``rtdebug torchrun --dap-port``: attach once, n children, one per rank; each stops at its breakpoint and
-    is its own rank; disconnect all: the job runs to its end (exit 0) and the endpoint closes with it."""
+    """``rtdebug torchrun --dap-port``: attach once, n children, one per rank (rank 1's connecting back to the
+    endpoint, which relays it, as dape's do); each stops at its breakpoint and is its own rank; disconnect all:
+    the job runs to its end (exit 0) and the endpoint closes with it."""
     line = marker_line(SCRIPT, "plain step")
     j = start_job(job, port_base, n, 1, "--wait", "all", "--dap-port", str(port_base + 15))
     sid = j.session_id()
@@ -93,8 +98,10 @@ def test_one_endpoint_every_rank_then_disconnect_leaves_the_job(job, registry_di
     parent.event("initialized")
     parent.request("configurationDone")
     parent.response(attach)
-    kids = take_children(parent, n, {str(SCRIPT): [line]})
+    kids = take_children(parent, n, {str(SCRIPT): [line]}, back=port_base + 15)  # rank 1 back through the endpoint
     assert sorted(kids) == list(range(n))
+    caps = kids[1].event("capabilities", 10)["capabilities"]  # the rank's own, as the relay hands them on
+    assert any(f["filter"] == "uncaught" for f in caps["exceptionBreakpointFilters"])
     assert parent.request("threads")["threads"] == []
     stop_and_evaluate(kids, line)
     for c in kids.values():

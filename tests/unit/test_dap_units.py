@@ -10,7 +10,7 @@ import pytest
 
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.procinfo import process_create_time
-from rtdebug.dap import children, wire
+from rtdebug.dap import children, relay, wire
 from rtdebug.dap.children import RankChoice
 
 
@@ -75,7 +75,8 @@ def test_child_names_and_configuration():
               "connect": {"host": "127.0.0.1", "port": 5677}, "__sessionId": "x", "processId": 3}  # fmt: skip
     config = children.child_configuration(entry(1), parent)
     assert config == {"type": "python", "name": "rank 1", "request": "attach", "justMyCode": False,
-                      "connect": {"host": "127.0.0.1", "port": 6001}}  # fmt: skip
+                      "connect": {"host": "127.0.0.1", "port": 6001},
+                      "rtdebugRank": {"rank": 1, "pid": os.getpid()}}  # fmt: skip
 
 
 def test_each_rank_once_and_a_restarted_rank_again():
@@ -90,3 +91,13 @@ def test_each_rank_once_and_a_restarted_rank_again():
     assert [e["pid"] for e in children.new_ranks(session, RankChoice(), seen)] == [parent_pid]
     forged = dict(entry(3), verified=False)
     assert children.new_ranks({"source": "store", "ranks": [forged]}, RankChoice(), set()) == []
+
+
+def test_a_child_coming_back_names_a_rank_of_the_session_never_an_address():
+    session = {"source": "local", "ranks": [entry(0), entry(1), dict(entry(2), verified=False)]}
+    assert relay.find(session, {"rank": 1, "pid": os.getpid()})["port"] == 6001
+    for mark in [{"rank": 1, "pid": 1}, {"rank": 2, "pid": os.getpid()}, {"rank": 5, "pid": os.getpid()},
+                 "rank 1", None, {"rank": 1, "pid": os.getpid(), "host": "evil"} | {"rank": "1"}]:  # fmt: skip
+        assert relay.find(session, mark) is None
+    session["ranks"][1]["state"] = "exited"
+    assert relay.find(session, {"rank": 1, "pid": os.getpid()}) is None

@@ -22,7 +22,8 @@ from rtdebug.views.api import Views
 Entry = dict[str, Any]
 RankKey = tuple[int, int, float, int]  # (rank, pid, create time, port): one rank process, where it listens
 # the parent's attach arguments a child must not inherit (as debugpy's adapter drops them for a subprocess)
-NOT_INHERITED = ("processId", "listen", "preLaunchTask", "postDebugTask", "request", "restart", "host", "port")
+NOT_INHERITED = ("processId", "listen", "preLaunchTask", "postDebugTask", "request", "restart", "host", "port",
+                 "rtdebugRank")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -71,12 +72,19 @@ def rank_address(entry: Entry) -> tuple[str, int]:
     return str(entry["host"]), int(entry["port"])
 
 
+def marker(entry: Entry) -> Entry:
+    """What a child's configuration carries (``rtdebugRank``) so that, connecting back to the job endpoint
+    (``rtdebug.dap.relay``), it names its rank; a client that connects to ``connect`` never uses it."""
+    return {"rank": int(entry["rank"]), "pid": int(entry.get("pid") or 0)}
+
+
 def child_configuration(entry: Entry, parent: Entry) -> Entry:
     """The ``startDebugging`` configuration for one rank: the parent's attach arguments (its ``type``,
     ``justMyCode``, path mappings...) less the ones that name the parent, plus the rank's name and address."""
     config = {k: v for k, v in parent.items() if k not in NOT_INHERITED and not k.startswith("__")}
     host, port = rank_address(entry)
     config.update(request="attach", name=child_name(entry), connect={"host": host, "port": port})
+    config["rtdebugRank"] = marker(entry)
     return config
 
 

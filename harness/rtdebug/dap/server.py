@@ -28,7 +28,7 @@ from typing import Any, TextIO
 from rtdebug.common.access import AllowList, judge
 from rtdebug.common.errors import HarnessError, printable
 from rtdebug.common.threads import hidden_thread
-from rtdebug.dap import children, wire
+from rtdebug.dap import children, relay, wire
 from rtdebug.dap.children import RankChoice, RankKey
 from rtdebug.views.api import Views
 
@@ -143,6 +143,8 @@ class Conversation:
         self.seq = 0
         self.wlock = threading.Lock()
         self.client_caps: Entry = {}
+        self.initialize: Entry = {}  # the client's own initialize request (a relayed child's goes on to its rank)
+        self.upstream: tuple[socket.socket, Any] | None = None  # a relayed child: its rank's socket and reader
         self.attach_args: Entry = {}
         self.seen: set[RankKey] = set()
         self.pending: dict[int, str] = {}  # startDebugging seq -> child name
@@ -195,6 +197,11 @@ class Conversation:
         """Tell the client its session is over (``terminated``) and close the connection."""
         if self.closed.is_set() or (self.terminating and why != "terminated"):
             return
+        if self.upstream is not None:  # a relayed child: the rank's bytes go to it, never one of ours
+            self.closed.set()
+            with contextlib.suppress(OSError):
+                self.conn.shutdown(socket.SHUT_RDWR)
+            return
         self.event("terminated")
         self.closed.set()
         with contextlib.suppress(OSError):
@@ -213,6 +220,9 @@ class Conversation:
                     raise wire.WireError("its first message is not a DAP initialize request")
                 first = False
                 self.dispatch(msg)
+                if self.upstream is not None:
+                    self.relay_rest(f, *self.upstream)
+                    break
         except (wire.WireError, OSError) as exc:
             self.server.say(f"DAP endpoint: closed a client: {exc}")
         finally:
@@ -238,10 +248,14 @@ class Conversation:
 
     def on_initialize(self, req: Entry) -> None:
         self.client_caps = dict(req.get("arguments") or {})
+        self.initialize = req
         self.respond(req, body=CAPABILITIES)
 
     def on_attach(self, req: Entry) -> None:
         sid = self.server.session_id
+        if "rtdebugRank" in req["arguments"]:  # a child that came back here, as debugpy's children do
+            self.relay_child(req)
+            return
         if self.client_caps.get("supportsStartDebuggingRequest") is not True:
             self.respond(req, error=no_start_debugging(sid))
             return
@@ -251,6 +265,33 @@ class Conversation:
         self.announce_new()  # the ranks there are now, at once; the thread then looks for more
         self.output(f"session {sid}: one child session per rank ({self.server.choice.text}); terminate ends the job")
         hidden_thread(self.announce, "rtdebug-dap-children")
+
+    def relay_child(self, req: Entry) -> None:
+        """Open the named rank for this child, give it the rank's capabilities, pass its attach on."""
+        session = children.live_session(self.server.views, self.server.session_id)
+        entry = relay.find(session, req["arguments"]["rtdebugRank"]) if session is not None else None
+        if entry is None:
+            mark = printable(str(req["arguments"]["rtdebugRank"]))[:100]
+            self.respond(req, error=f"no attachable rank {mark} in session {self.server.session_id}")
+            return
+        try:
+            sock, reader, caps = relay.open_rank(entry, self.initialize)
+        except (OSError, wire.WireError) as exc:
+            self.respond(req, error=printable(f"could not open rank {entry['rank']}'s endpoint: {exc}")[:300])
+            return
+        self.event("capabilities", {"capabilities": caps})
+        with contextlib.suppress(OSError):
+            sock.sendall(wire.encode(req))
+        self.upstream = (sock, reader)
+
+    def relay_rest(self, f: Any, sock: socket.socket, reader: Any) -> None:
+        """Copy bytes between the child and its rank until either side ends (this thread: child -> rank)."""
+        hidden_thread(relay.pump, "rtdebug-dap-relay", reader, self.conn)
+        try:
+            relay.pump(f, sock)
+        finally:
+            with contextlib.suppress(OSError):
+                sock.close()
 
     def on_launch(self, req: Entry) -> None:
         self.respond(req, error="the job endpoint only attaches (request: attach): the job is already running")
