@@ -1,5 +1,6 @@
--- Drives a real nvim-dap (headless Neovim) against a job's DAP endpoint, as a user would, without
--- nvim-dap-python: the adapter is the few lines docs/other-editors.md shows. Every rank must arrive as a
+-- Drives a real nvim-dap (headless Neovim) against a job's DAP endpoint, as a user would: with
+-- nvim-dap-python ($RTDEBUG_NVIM_DAP_PYTHON) or without (the adapter is the few lines docs/other-editors.md
+-- shows); or ($RTDEBUG_NVIM_RUN) against one rank, running the line `rtdebug attach --format nvim-dap` printed. Every rank must arrive as a
 -- child session, stop at the breakpoint, and evaluate dist.get_rank(); then each child continues and
 -- disconnects, and so does the parent (or, with RTDEBUG_NVIM_END=terminate, the parent is terminated: the
 -- whole job ends). What happened is written to $RTDEBUG_NVIM_OUT as JSON.
@@ -22,14 +23,24 @@ local function finish(status)
 end
 vim.defer_fn(function() finish('timeout') end, tonumber(os.getenv('RTDEBUG_NVIM_TIMEOUT_MS') or '240000'))
 
--- without nvim-dap-python: connect to the address the (child) configuration names
-dap.adapters.python = function(callback, config)
-  local c = config.connect or config
-  callback({ type = 'server', host = c.host or '127.0.0.1', port = c.port })
+local dap_python = os.getenv('RTDEBUG_NVIM_DAP_PYTHON') or ''
+local solo = os.getenv('RTDEBUG_NVIM_RUN') or ''  -- one rank: what `rtdebug attach --format nvim-dap` printed
+if dap_python ~= '' then  -- nvim-dap-python's adapter: it connects to an attach configuration's `connect`
+  vim.opt.rtp:append(dap_python)
+  require('dap-python').setup('python3')
+else  -- without nvim-dap-python: connect to the address the (child) configuration names
+  dap.adapters.python = function(callback, config)
+    local c = config.connect or config
+    callback({ type = 'server', host = c.host or '127.0.0.1', port = c.port })
+  end
 end
 
 local function leave()
   table.insert(result.log, 'leaving')
+  if solo ~= '' then
+    stopped[1].session:disconnect({ terminateDebuggee = false }, function() finish('ok') end)
+    return
+  end
   for _, child in pairs(parent.children) do
     child:disconnect({ terminateDebuggee = false })
   end
@@ -54,7 +65,7 @@ local function continue_all()
 end
 
 dap.listeners.after.event_initialized['rtdebug'] = function(session)
-  if session.parent == nil then
+  if session.parent == nil and solo == '' then
     parent = session
   else
     table.insert(result.children, session.config.name)
@@ -63,7 +74,7 @@ end
 
 dap.listeners.after.event_stopped['rtdebug'] = function(session, body)
   table.insert(result.log, string.format('%s stopped: %s', session.config.name, body.reason))
-  if session.parent == nil or body.reason ~= 'breakpoint' or result.ranks[session.config.name] then return end
+  if (session.parent == nil and solo == '') or body.reason ~= 'breakpoint' or result.ranks[session.config.name] then return end
   result.ranks[session.config.name] = 'stopped'
   session:request('stackTrace', { threadId = body.threadId, levels = 1 }, function(err, st)
     if err then table.insert(result.log, 'stackTrace: ' .. vim.inspect(err)) return end
@@ -88,4 +99,8 @@ end
 
 vim.cmd('edit ' .. vim.fn.fnameescape(script))
 require('dap.breakpoints').set({}, vim.api.nvim_get_current_buf(), line)
-dap.run({ type = 'python', request = 'attach', name = 'job', connect = { host = '127.0.0.1', port = port } })
+if solo ~= '' then
+  assert(loadstring(solo))()
+else
+  dap.run({ type = 'python', request = 'attach', name = 'job', connect = { host = '127.0.0.1', port = port } })
+end
