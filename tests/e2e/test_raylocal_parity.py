@@ -97,6 +97,7 @@ def _cluster_runs(cluster, tmp: Path, data: bool) -> list[dict]:
     for run in (1, 2):
         args = [sys.executable, str(JOB), "--workers", "2", "--address", cluster.address]
         args += ["--storage", str(storage), "--out", str(out), "--pass", str(run)] + (["--data"] if data else [])
+        args += ["--metrics-only", "also"] if run == 1 else []
         p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
         seen.append(_observe(out, run))
@@ -118,6 +119,22 @@ def _local_runs(tmp: Path, data: bool, mode: str = "cluster") -> list[dict]:
             assert f"checkpoints go to {storage}/parity" in r.stderr
         seen.append(_observe(out, run))
     return seen
+
+
+def _metrics_only(out: Path) -> list[dict]:
+    return _load(out, "metrics-only-*.json")
+
+
+def _local_metrics_only(tmp: Path) -> list[dict]:
+    """The metrics-only ``fit()`` under ``rtdebug run`` (one process: a second ``fit()`` in a torchrun job
+    re-creates the process group, which gloo does not always survive)."""
+    out = tmp / "local-metrics-only"
+    out.mkdir()
+    args = ["run", "--port", str(free_port_base(2)), str(JOB), "--workers", "0", "--storage", str(tmp / "mo")]
+    r = rtdebug(*args, "--out", str(out), "--pass", "1", "--metrics-only", "only", timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "rtdebug: Result.metrics is None, as on a Ray cluster: " in r.stderr  # said where the value differs
+    return _metrics_only(out)
 
 
 def _compare(cluster_seen: list[dict], local_seen: list[dict]) -> list[str]:
@@ -148,6 +165,10 @@ def test_local_mode_behaves_like_the_cluster(cluster, tmp_path):
     assert second["start_files"] == [["rank0.txt", "rank1.txt"]] * 2
     assert first["result"]["checkpoint_exists"] and first["result"]["checkpoint_files"] == ["rank0.txt", "rank1.txt"]
     assert _compare(cluster_seen, local_seen) == []
+    # reports with metrics and no checkpoint: Result.metrics is None on a cluster (Ray's guide reads it), and here
+    cluster_mo = _metrics_only(tmp_path / "cluster-out")
+    assert cluster_mo == [{"metrics": None, "checkpoint": False}]
+    assert _local_metrics_only(tmp_path) == cluster_mo
 
 
 def test_rays_own_local_mode_differs(tmp_path):

@@ -78,6 +78,25 @@ def train_fn(config):
         json.dump(obs, f)
 
 
+def metrics_only_fn(config):
+    """Ray's local-mode guide's first example, in short: reports with metrics, none with a checkpoint."""
+    for step in range(3):
+        ray.train.report({"loss": 1.0 / (step + 1)})
+
+
+def metrics_only(a: argparse.Namespace) -> None:
+    """``Result.metrics`` after reports without a checkpoint: None on a cluster (Ray's own local mode: the last
+    report's); written to ``OUT/metrics-only-<pid>.json``."""
+    trainer = TorchTrainer(
+        metrics_only_fn,
+        scaling_config=ScalingConfig(num_workers=a.workers),
+        run_config=RunConfig(storage_path=a.storage, name="parity-metrics-only"),
+    )
+    result = trainer.fit()
+    with open(os.path.join(a.out, f"metrics-only-{os.getpid()}.json"), "w") as f:
+        json.dump({"metrics": result.metrics, "checkpoint": result.checkpoint is not None}, f)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workers", type=int, required=True)
@@ -86,9 +105,13 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--pass", dest="run", type=int, required=True)
     ap.add_argument("--data", action="store_true")
+    ap.add_argument("--metrics-only", choices=("also", "only"), help="the fit() of reports without a checkpoint")
     a = ap.parse_args()
     if a.address:
         ray.init(address=a.address)
+    if a.metrics_only == "only":
+        metrics_only(a)
+        return
     datasets = {"train": ray.data.range(40)} if a.data else None
     trainer = TorchTrainer(
         train_fn,
@@ -115,6 +138,8 @@ def main() -> None:
     }
     with open(os.path.join(a.out, f"result-run{a.run}-{os.getpid()}.json"), "w") as f:
         json.dump(summary, f)
+    if a.metrics_only == "also":  # on a cluster a second fit() in the driver is cheap
+        metrics_only(a)
 
 
 if __name__ == "__main__":
