@@ -37,6 +37,7 @@ class CapsuleWriter:
         self.max_bytes = max_bytes
         self.closed = False  # no more records are kept (closed, over max_bytes, disk full)
         self.reason = ""
+        self.stopping = False  # close() was called: a job must not wait for what may never come
         self.written = 0  # tensor bytes on disk
         self.complete_upto = 0  # the last collective number whose record is on disk
         self._shards = 0
@@ -59,6 +60,7 @@ class CapsuleWriter:
 
     def close(self, reason: str = "ended") -> None:
         """Write what is queued, then ``end.json``; later submits are dropped. Safe to call twice."""
+        self.stopping = True
         if self._thread.is_alive():
             self._queue.put(_STOP)
             self._thread.join()

@@ -39,6 +39,16 @@ def fixes(
     from rtdebug.rank import localmode, meshes
 
     localmode.install(pg_timeout_s)
+    if cfg is not None and cfg.capture_dir:  # --capture: this rank's collectives into a capsule
+        from rtdebug.rank.replay import capture
+
+        capture.install(cfg.capture_dir, rank, cfg.capture_ranks, cfg.capture_max_gb, launch=cfg.launch)
+    if cfg is not None and cfg.replay_dir:  # rtdebug replay: every collective answered from the capsule
+        from rtdebug.rank.replay import serve
+
+        serve.install(
+            cfg.replay_dir, rank, check=cfg.replay_check, tolerance=cfg.replay_tolerance, stop_at=cfg.replay_stop_at
+        )
     if ray_local_mode == "cluster":
         from rtdebug.rank.raylocal import patch
 

@@ -21,6 +21,7 @@ import platform
 import random
 import sys
 import threading
+import time
 from typing import Any
 
 from rtdebug.capsule import format as fmt
@@ -245,7 +246,8 @@ def _first_tensors(args: tuple[Any, ...]) -> list[Any]:
 
 
 def _not_captured(method: str) -> Any:
-    def call(self: Any, *args: Any) -> Any:
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        args = (*args, *kwargs.values())  # torch passes the trailing ones by name at times (barrier(opts=))
         if _s.writer is not None and not _s.writer.closed:
             print(
                 f"rtdebug: capture of rank {_s.rank}: {method} cannot be captured; the capsule ends before it "
@@ -260,8 +262,8 @@ def _not_captured(method: str) -> Any:
 
 
 def _captured(method: str) -> Any:
-    def call(self: Any, *args: Any) -> Any:
-        return _capture(self, method, args)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return _capture(self, method, (*args, *kwargs.values()))  # barrier(opts=opts): trailing, in order
 
     call.__name__ = method
     return call
@@ -269,6 +271,7 @@ def _captured(method: str) -> Any:
 
 def _capture(pg: Any, method: str, args: tuple[Any, ...]) -> Any:
     backend = pg.backend_for(args)
+    method = ops.CANON.get(method, method)
     writer = _s.writer
     if writer is None or writer.closed:
         return getattr(backend, method)(*args)
@@ -290,13 +293,15 @@ def _capture(pg: Any, method: str, args: tuple[Any, ...]) -> Any:
     if not received:
         writer.submit(lambda: _job(record, sent_copies, None, []))
         return work
-    if not (record["ddp"] or ops.from_python_api()):
+    future = _future(work) if (record["ddp"] or ops.from_python_api()) else None
+    if future is None:
         # torch's C++ helpers (DDP's start-up checks and broadcast) wait holding the GIL, so a Python callback on
-        # the backend's thread would never run: wait here, copy, and hand back completed work
+        # the backend's thread would never run; a work without a future (gloo's recv) has none to run: wait
+        # here, copy, and hand back the finished work
         work.wait()
         got_now = [t.detach().clone() for t in received]
         writer.submit(lambda: _job(record, sent_copies, None, got_now))
-        return work
+        return _done(received)  # a waited work is not waited again (gloo's recv would block)
     got: list[Any] = []
 
     def copy(fut: Any) -> Any:
@@ -304,14 +309,25 @@ def _capture(pg: Any, method: str, args: tuple[Any, ...]) -> Any:
         got.extend(t.detach().clone() for t in received)
         return value
 
-    try:
-        done = work.get_future().then(copy)
-    except RuntimeError:  # a backend's work without a future: wait for it on the writer thread
-        log.swallowed("rank.replay.capture: a work without a future is waited for by the writer")
-        writer.submit(lambda: _job(record, sent_copies, work, received))
-        return work
+    done = future.then(copy)
     writer.submit(lambda: _job(record, sent_copies, done, got))
     return _create_work_from_future(done)
+
+
+def _done(received: list[Any]) -> Any:
+    from torch._C._distributed_c10d import _create_work_from_future  # type: ignore[attr-defined]
+    from torch.futures import Future
+
+    fut: Any = Future()
+    fut.set_result(received)
+    return _create_work_from_future(fut)
+
+
+def _future(work: Any) -> Any:
+    try:
+        return work.get_future()
+    except RuntimeError:  # gloo's send/recv work has none
+        return None
 
 
 def _options(method: str, args: tuple[Any, ...]) -> dict[str, Any]:
@@ -330,8 +346,12 @@ def _options(method: str, args: tuple[Any, ...]) -> dict[str, Any]:
 
 
 def _job(record: dict[str, Any], sent: list[Any], waitable: Any, got: list[Any]) -> tuple[dict[str, Any], list[Any]]:
-    if waitable is not None:
-        waitable.wait()  # a future (copies made by its callback) or a work without one (its outputs now)
+    if waitable is not None:  # the collective's future: its callback made the copies
+        while not waitable.done():
+            if _s.writer is not None and _s.writer.stopping:  # the rank exits with it in flight
+                raise RuntimeError(f"collective #{record['n']} had not completed when the rank exited")
+            time.sleep(0.002)
+        waitable.wait()  # raises what the collective raised
     record["in"] = [ops.fingerprint(t) for t in sent]
     tensors, outs = [], []
     for i, t in enumerate(got):

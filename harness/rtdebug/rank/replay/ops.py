@@ -33,11 +33,18 @@ METHODS = {
     "gather": "gather",
     "scatter": "scatter",
     "reduce": "reduce",
+    "all_gather_single": "all_gather_into_tensor",  # torch 2.13's names of the three above
+    "reduce_scatter_single": "reduce_scatter_tensor",
+    "all_to_all_single": "all_to_all_single",
 }
+# a method -> the one a backend has and a capsule records (torch calls either, by version and path)
+CANON = {"all_gather_single": "_allgather_base", "reduce_scatter_single": "_reduce_scatter_base",
+         "all_to_all_single": "alltoall_base"}  # fmt: skip
 # methods a capture cannot record (a capsule ends before the first one), a replay cannot serve
 UNKNOWN = (
     "allreduce_coalesced", "allgather_coalesced", "allgather_into_tensor_coalesced",
-    "reduce_scatter_tensor_coalesced", "monitored_barrier", "recv_anysource",
+    "reduce_scatter_tensor_coalesced", "monitored_barrier", "recv_anysource", "all_gather_single_coalesced",
+    "reduce_scatter_single_coalesced",
 )  # fmt: skip
 ST_DTYPES = {
     "float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16", "int64": "I64", "int32": "I32",
@@ -53,7 +60,7 @@ def _root(opts: Any) -> int:
 
 def tensors(method: str, args: tuple[Any, ...], rank: int) -> tuple[list[Any], list[Any]]:
     """(what this rank sends, what it receives) in a call of ``method`` with ``args``."""
-    a = args
+    a, method = args, CANON.get(method, method)
     if method in ("allreduce", "reduce"):
         return list(a[0]), list(a[0])
     if method == "broadcast":

@@ -116,8 +116,8 @@ def _group_class() -> Any:
 
 
 def _served(method: str) -> Any:
-    def call(self: Any, *args: Any) -> Any:
-        return _serve(self, method, args)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return _serve(self, method, (*args, *kwargs.values()))  # barrier(opts=opts): trailing, in order
 
     call.__name__ = method
     return call
@@ -155,7 +155,7 @@ def _serve(pg: Any, method: str, args: tuple[Any, ...]) -> Any:
         )
         _suspend(frame)
     sent, received = ops.tensors(method, args, pg.rank())
-    if record.get("op") != method:
+    if record.get("op") != ops.CANON.get(method, method):
         _fatal(
             f" diverged at collective #{n} ({here}): the capture has {_captured(record)} there; a replay cannot go on"
         )

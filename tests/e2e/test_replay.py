@@ -1,0 +1,133 @@
+"""Replay one rank alone: a real gloo job captured with ``rtdebug torchrun --capture``, then each rank run alone
+with ``rtdebug replay``; what it computes must equal what it computed in the job, bit for bit (CPU).
+
+The job (``tests/scripts/replay_job.py``) makes DDP steps, then one of each other collective (object
+collectives, barrier, all_to_all_single, send/recv, all_gather_into_tensor, reduce_scatter_tensor, a
+``new_group`` sub-group), and writes each value a rank computed or received to ``lines-R.txt`` and its final
+parameters to ``params-R.pt``. ``RTDEBUG_FULL=1`` adds a 4-rank job.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from support.jobs import rtdebug
+from support.paths import SCRIPTS, marker_line
+from support.ports import free_port_base
+
+pytestmark = pytest.mark.e2e
+JOB = SCRIPTS / "replay_job.py"
+FULL = os.environ.get("RTDEBUG_FULL") == "1"
+
+
+def capture(where: Path, out: Path, nproc: int, script: Path = JOB) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    args = ["torchrun", "--debug-port-base", str(free_port_base(nproc + 1)), "--nproc-per-node", str(nproc)]
+    r = rtdebug(*args, "--capture", str(where), str(script), env={"OUT": str(out)}, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+
+
+def replay(where: Path, rank: int, out: Path, *extra: str, **env: str) -> subprocess.CompletedProcess:
+    out.mkdir(parents=True, exist_ok=True)
+    args = ["replay", str(where), "--rank", str(rank), "--port", str(free_port_base(2)), *extra]
+    return rtdebug(*args, env={"OUT": str(out), **env}, timeout=180)
+
+
+def rtdebug_lines(r: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in r.stderr.splitlines() if line.startswith("rtdebug: replay of rank")]
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory) -> tuple[Path, Path, Path]:
+    """(capsule, the job's outputs, the script it ran: a copy, so a test can edit it after the capture)."""
+    d = tmp_path_factory.mktemp("replay")
+    script = d / "job.py"
+    shutil.copy(JOB, script)
+    capture(d / "cap", d / "job", 2, script)
+    return d / "cap", d / "job", script
+
+
+def same_as_job(job: Path, alone: Path, rank: int) -> None:
+    """Every value rank ``rank`` printed and its final parameters equal the job's (torch.equal, not a tolerance)."""
+    lines = (alone / f"lines-{rank}.txt").read_text().splitlines()
+    assert lines == (job / f"lines-{rank}.txt").read_text().splitlines()
+    assert any(" step 3 loss " in x for x in lines) and any(" recv " in x or rank % 2 == 0 for x in lines)
+    want = torch.load(job / f"params-{rank}.pt", weights_only=True)
+    got = torch.load(alone / f"params-{rank}.pt", weights_only=True)
+    assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_each_rank_alone_computes_what_it_computed_in_the_job(captured, tmp_path, rank):
+    cap, job, _ = captured
+    r = replay(cap, rank, tmp_path)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert rtdebug_lines(r) == []  # no divergence: what the rank sent is what it sent in the job
+    same_as_job(job, tmp_path, rank)
+
+
+def test_the_ranks_differ_so_the_comparison_can_fail(captured):
+    _, job, _ = captured
+    assert (job / "lines-0.txt").read_text() != (job / "lines-1.txt").read_text()
+
+
+def test_an_edited_script_names_the_first_diverging_collective(captured, tmp_path):
+    cap, _, script = captured
+    edited = tmp_path / "job.py"
+    edited.write_text(script.read_text().replace("lr=0.1", "lr=0.2"))
+    r = replay(cap, 1, tmp_path / "out", "--script", str(edited))
+    assert r.returncode == 0, r.stderr[-3000:]
+    # step 0's gradients are the same; step 1's (after an update at lr 0.2) are not: DDP's first bucket then
+    where = marker_line(edited, "backward", ("replay-marker: ",))
+    [line] = rtdebug_lines(r)
+    prefix = (
+        f"rtdebug: replay of rank 1 diverged at collective #7 (all_reduce, DDP gradient bucket, job.py:{where}): "
+        "the input differs from the capture (|Δ sum| "
+    )
+    assert line.startswith(prefix) and line.endswith(")") and float(line[len(prefix) : -1]) > 0, line
+    step0 = (tmp_path / "out" / "lines-1.txt").read_text().splitlines()[0]
+    assert step0 == (captured[1] / "lines-1.txt").read_text().splitlines()[0]  # before #7, the same
+
+
+def test_more_collectives_than_captured_is_one_line_and_exit_1(captured, tmp_path):
+    cap, _, script = captured
+    r = replay(cap, 0, tmp_path, EXTRA="1")
+    assert r.returncode == 1, r.stderr[-3000:]
+    extra = marker_line(script, "extra", ("replay-marker: ",))
+    assert rtdebug_lines(r) == [
+        "rtdebug: replay of rank 0: the script makes more collectives than the capture holds: capture ends at "
+        f"collective #20 (then all_reduce, job.py:{extra})"
+    ]
+    assert "Traceback" not in r.stderr
+
+
+def test_the_capsule_says_what_it_holds(captured):
+    from rtdebug.capsule.read import open_capsule
+
+    cap, _, script = captured
+    c = open_capsule(cap)
+    assert (c.world_size, c.ranks, c.manifest["script"], c.manifest["format"]) == (2, [0, 1], str(script), 1)
+    log = c.rank(1)
+    assert (log.complete_upto, log.end_reason) == (20, "ended")
+    ops = [r["name"] for r in log.collectives()]
+    for name in ("all_reduce", "broadcast", "all_gather", "barrier", "all_to_all_single", "recv"):
+        assert name in ops
+    assert ops.count("all_gather_into_tensor") == 1 and ops.count("reduce_scatter_tensor") == 1
+    groups = [r for r in log.records if r["kind"] == "group"]
+    assert [(g["g"], g["ranks"]) for g in groups] == [(0, [0, 1]), (1, [0, 1])]
+    log.check_tensors()
+
+
+@pytest.mark.skipif(not FULL, reason="RTDEBUG_FULL=1: a 4-rank capture and four replays")
+def test_four_ranks_each_alone(tmp_path):
+    capture(tmp_path / "cap", tmp_path / "job", 4)
+    for rank in range(4):
+        r = replay(tmp_path / "cap", rank, tmp_path / f"alone-{rank}")
+        assert r.returncode == 0 and rtdebug_lines(r) == [], r.stderr[-3000:]
+        same_as_job(tmp_path / "job", tmp_path / f"alone-{rank}", rank)
