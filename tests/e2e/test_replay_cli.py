@@ -25,8 +25,10 @@ JOB = SCRIPTS / "replay_shell_job.py"
 def captured(tmp_path_factory) -> tuple[Path, str]:
     """(the capsule, what the job printed)."""
     d = tmp_path_factory.mktemp("capsule")
-    base = str(free_port_base(4))
-    args = ["torchrun", "--debug-port-base", base, "--nproc-per-node", "2", "--capture", str(d / "cap"), str(JOB)]
+    first = free_port_base(5)  # debug ports first, first + 1; the store: not torchrun's 29500 (a parallel job's)
+    base, master = str(first), str(first + 4)
+    args = ["torchrun", "--debug-port-base", base, "--master-addr", "127.0.0.1", "--master-port", master]
+    args += ["--nproc-per-node", "2", "--capture", str(d / "cap"), str(JOB)]
     r = rtdebug(*args, env={"RTDEBUG_REGISTRY_DIR": str(d / "registry")}, timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
     return d / "cap", r.stdout

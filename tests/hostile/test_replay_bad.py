@@ -37,8 +37,10 @@ def no_sessions(registry_dir: Path) -> None:
 
 
 def capture(where: Path, registry: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    base = str(free_port_base(4))
-    args = ["torchrun", "--debug-port-base", base, "--nproc-per-node", "2", "--capture", str(where), *extra, str(JOB)]
+    first = free_port_base(5)  # debug ports first, first + 1; the store: not torchrun's 29500 (a parallel job's)
+    base, master = str(first), str(first + 4)
+    args = ["torchrun", "--debug-port-base", base, "--master-addr", "127.0.0.1", "--master-port", master]
+    args += ["--nproc-per-node", "2", "--capture", str(where), *extra, str(JOB)]
     return rtdebug(*args, env={"RTDEBUG_REGISTRY_DIR": str(registry), **(env or {})}, timeout=180)
 
 
@@ -204,3 +206,18 @@ def test_a_full_disk_closes_the_capsule_and_the_job_runs_on(tmp_path):
         assert "open: up to #" in text or ": disk: " in text, text
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_more_collectives_than_captured_is_one_line_and_exit_1(capsule, tmp_path):
+    registry = tmp_path / "registry"
+    port = free_port_base(1)
+    env = {"RTDEBUG_REGISTRY_DIR": str(registry), "EXTRA": "1"}  # one all_reduce more than the job made
+    r = rtdebug("replay", str(capsule), "--rank", "0", "--port", str(port), env=env)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    ends = [line for line in r.stderr.splitlines() if "capture ends at collective #" in line]
+    assert len(ends) == 1 and ends[0].startswith("rtdebug: replay of rank 0"), r.stderr
+    assert "replay_shell_job.py:" in ends[0] and "Traceback" not in r.stderr, r.stderr
+    assert "rank 0 step 2 loss" in r.stdout  # what the capture holds was served first
+    (sid,) = [p.name for p in registry.iterdir() if p.is_dir()]
+    ended = json.loads(rtdebug("ps", "--json", "--all", env={"RTDEBUG_REGISTRY_DIR": str(registry)}).stdout)["ended"]
+    assert [(s["session_id"], s["state"], s["mode"]) for s in ended] == [(sid, "failed", "replay")]
