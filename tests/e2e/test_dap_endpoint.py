@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from support.dap import DAPClient, DAPError
-from support.jobs import Job, wait_ranks
+from support.jobs import Job, rtdebug, wait_ranks
 from support.paths import EXAMPLES, marker_line
 from support.ports import port_free
 from support.procs import alive
@@ -168,3 +168,22 @@ def test_a_client_without_start_debugging_is_told_what_to_use(job, registry_dir,
         c.disconnect()
     parent.disconnect()
     assert j.proc.poll() is None  # the job runs on
+
+
+def test_dap_port_mistakes_are_one_line_and_leave_nothing(registry_dir, port_base):
+    """``--dap-port`` on a rank's port, on a busy port, or out of range: one line, no session, nothing bound."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        cases = [
+            (port_base + 1, 2, f"rtdebug: error: --dap-port {port_base + 1} is one of the ranks' debug ports"),
+            (taken, 1, f"rtdebug: error: --dap-port {taken} is already in use by "),
+            (70000, 2, "rtdebug: error: --dap-port 70000: a TCP port, 1-65535\n"),
+        ]
+        for port, code, want in cases:
+            argv = ["--debug-port-base", str(port_base), "--dap-port", str(port), "--nproc-per-node", "2", str(SCRIPT)]
+            r = rtdebug("torchrun", *argv, env={"RTDEBUG_REGISTRY_DIR": str(registry_dir)})
+            assert (r.returncode, r.stderr.count("\n")) == (code, 1) and r.stderr.startswith(want), r.stderr
+    assert list(registry_dir.glob("*/session.json")) == []
+    assert port_free(port_base) and port_free(port_base + 1)

@@ -36,8 +36,8 @@ from typing import Any
 
 from rtdebug.common import lifetime, rankenv
 from rtdebug.common.config import RankConfig, Target, check_host
-from rtdebug.common.errors import usage
-from rtdebug.common.ports import check_ports_free, ports_for_ranks
+from rtdebug.common.errors import HarnessError, usage
+from rtdebug.common.ports import check_ports_free, is_port_free, port_holder, ports_for_ranks
 from rtdebug.common.procinfo import process_create_time
 from rtdebug.launcher import agent, multinode
 from rtdebug.launcher.session import SessionRun
@@ -184,8 +184,9 @@ class Launcher:
         if self.plan.dap_port in ports:
             raise usage(f"--dap-port {self.plan.dap_port} is one of the ranks' debug ports ({ports[0]}-{ports[-1]})")
         check_ports_free(ports, self.cfg.host)
-        if self.plan.dap_port is not None:
-            check_ports_free([self.plan.dap_port], "127.0.0.1")
+        if self.plan.dap_port is not None and not is_port_free(self.plan.dap_port, "127.0.0.1"):
+            holder = port_holder(self.plan.dap_port) or "an unknown process"
+            raise HarnessError(f"--dap-port {self.plan.dap_port} is already in use by {holder}; pick another")
         session = SessionRun(self.registry, self._session_entry(ports))
         session.open()
         sid = self.cfg.session_id
