@@ -92,3 +92,18 @@ def test_info_and_capsule_agree_and_an_edited_script_is_said(captured, tmp_path,
     r = rtdebug("replay", str(cap), "--rank", "0", "--script", str(edited), "--port", str(port_base), env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"rtdebug: {edited} is not the captured script (sha256 differs)" in r.stderr
+
+
+def test_rtdebug_run_captures_and_replays_its_one_rank(tmp_path, port_base):
+    """``rtdebug run --capture``: the launcher's own process captures (the manifest's launch facts from ``run``);
+    its replay prints the same line, the object broadcast included."""
+    env = {"RTDEBUG_REGISTRY_DIR": str(tmp_path / "registry")}
+    cap = tmp_path / "cap"
+    job = rtdebug("run", "--port", str(port_base), "--capture", str(cap), str(SCRIPTS / "replay_single.py"), env=env)
+    assert job.returncode == 0, job.stdout + job.stderr
+    (line,) = [x for x in job.stdout.splitlines() if x.startswith("single sum ")]
+    manifest = json.loads((cap / "manifest.json").read_text())
+    assert manifest["world_size"] == 1 and manifest["script"] == str(SCRIPTS / "replay_single.py")
+    r = rtdebug("replay", str(cap), "--rank", "0", "--port", str(port_base + 1), env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert [x for x in r.stdout.splitlines() if x.startswith("single sum ")] == [line]

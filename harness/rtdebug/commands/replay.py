@@ -149,6 +149,13 @@ def run(opts: ReplayOptions) -> int:
             "first sends something else",
             file=sys.stderr,
         )
+    device = cap.manifest.get("device")
+    if isinstance(device, str) and device != "cpu" and not opts.no_check and not opts.check_tolerance:
+        print(
+            f"rtdebug: a {device[:40]} capture: where the script runs on CPU here, what the rank sends differs by "
+            "rounding; give --check-tolerance X (or --no-check)",
+            file=sys.stderr,
+        )
     root = Path(opts.capsule).absolute()
     replay = ReplayTarget(
         capsule=str(root),
