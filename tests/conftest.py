@@ -31,13 +31,6 @@ def own_ray_results(tmp_path_factory, monkeypatch) -> Path:
     return d
 
 
-@pytest.fixture(autouse=True)
-def ranks_stop_alone(monkeypatch) -> None:
-    """All-stop in the ranks (``rtdebug.rank.allstop``) is on by default for users; the suite's tests stop and
-    continue each rank on its own unless they turn it on (``RTDEBUG_ALL_STOP=1``, ``tests/e2e/test_allstop.py``)."""
-    monkeypatch.setenv("RTDEBUG_ALL_STOP", "0")
-
-
 @pytest.fixture
 def registry_dir(tmp_path, monkeypatch) -> Path:
     d = tmp_path / "registry"

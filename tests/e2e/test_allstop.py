@@ -22,7 +22,7 @@ COLLECTIVE = marker_line(SCRIPT, "collective")
 
 def _start(job, registry_dir, port_base, tmp_path, *env_pairs: str):
     done = tmp_path / "done"
-    env = {"RTDEBUG_ALL_STOP": "1", **dict(p.split("=", 1) for p in env_pairs)}  # the suite's default is off
+    env = {"RTDEBUG_ALL_STOP": "1", **dict(p.split("=", 1) for p in env_pairs)}  # off by default
     j = job("torchrun", "--debug-port-base", str(port_base), "--nproc-per-node", "2", str(SCRIPT), str(done), env=env)
     sid = j.session_id()
     wait_ranks(registry_dir, sid, 2)
