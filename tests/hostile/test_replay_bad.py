@@ -130,6 +130,7 @@ def test_rank_out_of_range_or_not_captured(capsule, tmp_path):
     one_line_error(r, 1, f"rank 0 was not captured: {capsule} holds ranks 1")
     info = json.loads(rtdebug("capsule", str(capsule), "--json", env=env).stdout)
     assert [x["rank"] for x in info["ranks"]] == [1] and info["missing_ranks"] == [0]
+    assert "not captured: ranks 0" in rtdebug("capsule", str(capsule), env=env).stdout
     no_sessions(tmp_path / "registry")
 
 
@@ -221,3 +222,16 @@ def test_more_collectives_than_captured_is_one_line_and_exit_1(capsule, tmp_path
     (sid,) = [p.name for p in registry.iterdir() if p.is_dir()]
     ended = json.loads(rtdebug("ps", "--json", "--all", env={"RTDEBUG_REGISTRY_DIR": str(registry)}).stdout)["ended"]
     assert [(s["session_id"], s["state"], s["mode"]) for s in ended] == [(sid, "failed", "replay")]
+
+
+def test_a_manifest_with_terminal_escapes_prints_them_escaped(capsule, tmp_path):
+    """A capsule is input: its strings reach the terminal as escapes, never as control sequences."""
+    _set(capsule / "manifest.json", script="\x1b[2J/job/evil.py", argv=["\x1b]0;owned\x07", "--lr"], cwd="\r/job")
+    r = rtdebug("capsule", str(capsule))
+    assert r.returncode == 0, r.stderr
+    assert "\x1b" not in r.stdout and "\x07" not in r.stdout and "\r" not in r.stdout, r.stdout
+    assert "script \\x1b[2J/job/evil.py \\x1b]0;owned\\x07 --lr; cwd \\x0d/job" in r.stdout, r.stdout
+    r = rtdebug("replay", str(capsule), "--rank", "1", env={"RTDEBUG_REGISTRY_DIR": str(tmp_path / "registry")})
+    one_line_error(r, 1, "the captured script \\x1b[2J/job/evil.py is not here; give --script PATH")
+    assert "\x1b" not in r.stderr
+    no_sessions(tmp_path / "registry")

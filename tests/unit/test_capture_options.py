@@ -100,3 +100,10 @@ def test_the_cli_refuses_in_one_line_and_makes_nothing(argv, msg, tmp_path, caps
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("rtdebug: error: ") and msg in err, err
     assert not (tmp_path / "cap").exists() and not os.path.exists(tmp_path / "reg" / "x")
+
+
+def test_capsule_lists_missing_ranks_as_ranges():
+    from rtdebug.commands.capsule import ranges
+
+    assert ranges([9, 0, 1, 2, 3, 5, 7, 8, 1023]) == "0-3,5,7-9,1023"
+    assert ranges([]) == "" and ranges([4]) == "4" and ranges(list(range(1, 1024))) == "1-1023"

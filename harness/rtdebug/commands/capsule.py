@@ -17,6 +17,7 @@ import os
 from typing import Any
 
 from rtdebug.commands.options import Options
+from rtdebug.common.errors import printable
 
 HASH_CHUNK = 1 << 20
 
@@ -94,8 +95,26 @@ SCRIPT_WORDS = {
 }
 
 
+def ranges(ranks: list[int]) -> str:
+    """``0,2-5,9``: a rank list as one short line, whatever the world size."""
+    parts: list[str] = []
+    for r in sorted(ranks):
+        if parts and "-" not in parts[-1].split(",")[-1] and int(parts[-1]) == r - 1:
+            parts[-1] = f"{parts[-1]}-{r}"
+        elif parts and "-" in parts[-1] and int(parts[-1].split("-")[1]) == r - 1:
+            parts[-1] = f"{parts[-1].split('-')[0]}-{r}"
+        else:
+            parts.append(str(r))
+    return ",".join(parts)
+
+
 def describe(s: dict[str, Any]) -> str:
-    """The text ``rtdebug capsule`` prints for ``summary``'s dict."""
+    """The text ``rtdebug capsule`` prints for ``summary``'s dict: the manifest's words made printable (a
+    capsule is input: its strings may hold terminal escapes)."""
+    return "\n".join(printable(line) for line in _describe(s))
+
+
+def _describe(s: dict[str, Any]) -> list[str]:
     argv = " ".join(s.get("argv") or [])
     today = s["script_today"]
     lines = [
@@ -110,8 +129,8 @@ def describe(s: dict[str, Any]) -> str:
     for r in s["ranks"]:
         lines.append(f"{r['rank']:<6}{r['collectives']:<13}{r['groups']:<8}{_size(r['bytes']):<11}{_end(r)}")
     if s["missing_ranks"]:
-        lines.append("not captured: ranks " + ",".join(map(str, s["missing_ranks"])))
-    return "\n".join(lines)
+        lines.append("not captured: ranks " + ranges(s["missing_ranks"]))
+    return lines
 
 
 def run(opts: CapsuleOptions) -> int:
