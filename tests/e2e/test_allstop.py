@@ -114,7 +114,9 @@ def test_a_breakpoint_in_rank_1_pauses_rank_0s_debugger_and_continue_in_one_cont
     c1.close()
 
 
-def test_a_rank_with_no_client_is_held_before_its_next_collective_and_says_so(job, registry_dir, port_base, tmp_path):
+def test_a_rank_with_no_client_is_held_before_its_next_collective_and_let_go_when_the_stopped_rank_terminates(
+    job, registry_dir, port_base, tmp_path
+):
     j, sid, done = _start(job, registry_dir, port_base, tmp_path)
     c1 = DAPClient("127.0.0.1", port_base + 1)
     c1.attach({str(SCRIPT): [ONLY1]})
@@ -133,11 +135,16 @@ def test_a_rank_with_no_client_is_held_before_its_next_collective_and_says_so(jo
     f0 = c0.top_frame(s0["threadId"])
     assert f0["line"] == COLLECTIVE
     assert c0.evaluate("dist.get_rank()", f0["id"]) == "0"
-    c0.disconnect()  # its client leaves: held again by all-stop, not released
+    c0.disconnect()  # its client leaves; rank 1 is still stopped
 
-    c1.request("setBreakpoints", source={"path": str(SCRIPT)}, breakpoints=[])
-    c1.continue_(s1["threadId"])
+    # terminate in the stopped rank: a detach; its client gone, the rank it paused goes on, and the job ends well
+    assert s1["reason"] == "breakpoint"
+    seq = c1.send("terminate")
+    assert "rtdebug: rank 1 keeps running; to end the whole job: `rtdebug stop`" in _console(c1)
+    c1.response(seq)
+    c1.event("terminated")
+    c1.disconnect()
     _until_debug(registry_dir, sid, 0, "running")
+    _until_debug(registry_dir, sid, 1, "running")
     done.write_text("")
     assert j.wait(120) == 0
-    c1.close()
