@@ -13,12 +13,15 @@ import subprocess
 import psutil
 import pytest
 
+from rtdebug.inject import run as inject
+
 from support.dap import DAPClient, DAPError
 from support.jobs import Job, rtdebug, wait_ranks
-from support.paths import EXAMPLES, marker_line
+from support.paths import EXAMPLES, PY, SCRIPTS, marker_line
 from support.ports import port_free
-from support.procs import alive
+from support.procs import alive, kill_tree
 from support.users import NOBODY, SETPRIV
+from support.wait import until
 
 pytestmark = pytest.mark.e2e
 SCRIPT = EXAMPLES / "plain_ddp.py"
@@ -187,3 +190,36 @@ def test_dap_port_mistakes_are_one_line_and_leave_nothing(registry_dir, port_bas
             assert (r.returncode, r.stderr.count("\n")) == (code, 1) and r.stderr.startswith(want), r.stderr
     assert list(registry_dir.glob("*/session.json")) == []
     assert port_free(port_base) and port_free(port_base + 1)
+
+
+def test_an_adopted_job_is_detached_by_terminate_and_runs_on(job, registry_dir, port_base, tmp_path):
+    """``rtdebug dap`` on an adopted (torch-free) job: both ranks as children; ``terminate`` does what ``rtdebug
+    stop`` does to an adopted job, a detach, and says so; the job runs on and ends well."""
+    if (why := inject.ptrace_denied(os.getpid())) is not None:
+        pytest.skip(why)
+    control, log = tmp_path / "control", tmp_path / "plain.log"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen([PY, str(SCRIPTS / "adopt_plain.py"), str(control)], stdout=f, stderr=subprocess.STDOUT)
+    try:
+        until(lambda: log.read_text().count("running") >= 2, 60, "both ranks running", context=log.read_text)
+        rank0 = re.search(r"plain rank 0 pid (\d+)", log.read_text()).group(1)
+        env = {"RTDEBUG_REGISTRY_DIR": str(registry_dir)}
+        assert rtdebug("adopt", rank0, "--debug-port-base", str(port_base), env=env).returncode == 0
+        sid = next(p.name for p in registry_dir.iterdir() if (p / "session.json").exists())
+        server = job("dap", "--session", sid)
+        parent = DAPClient("127.0.0.1", endpoint_port(server))
+        parent.response(parent.attach_job())
+        kids = take_children(parent, 2)
+        parent.request("terminate", timeout=10)
+        assert parent.event("terminated", 60) == {}
+        said = "".join(m["body"]["output"] for m in parent.pending("event") if m["event"] == "output")
+        assert "terminate detaches rtdebug from every rank (an adopted job runs on)" in said
+        assert f"rtdebug: session {sid} detached from 2 ranks; the job runs on" in said
+        for c in kids.values():
+            c.close()
+        assert proc.poll() is None
+        control.touch()
+        assert proc.wait(60) == 0 and log.read_text().count("steps: ok") == 2
+        assert server.wait(30) == 0
+    finally:
+        kill_tree(proc)

@@ -37,6 +37,11 @@ POLL_S = 0.25  # how often an attached client's session is re-read for new ranks
 LIVE_CHECK_S = 1.0  # how often the server checks that its session is still live
 WAKE_S = 0.2  # how soon the accept loop sees ``done`` (set by SIGTERM, or a terminate)
 TERMINATE_WAIT_S = 90.0  # a terminate in progress (its stop) is answered before the server closes
+TERMINATE_MEANS = {  # by session mode: what rtdebug stop does to it
+    "adopted": "detaches rtdebug from every rank (an adopted job runs on)",
+    "connected": "ends this machine's connection to the job (rtdebug connect; the job runs on)",
+    "": "ends the whole job, every rank together",
+}
 CAPABILITIES = {
     "supportsConfigurationDoneRequest": True,
     "supportsTerminateRequest": True,
@@ -123,6 +128,11 @@ class JobEndpoint:
         for c in clients:  # a client whose terminate stopped the session is answered before the process exits
             if c.terminating:
                 c.closed.wait(TERMINATE_WAIT_S)
+
+    def terminate_means(self) -> str:
+        """What ``terminate`` does to this session, as ``rtdebug stop`` does it (its view's teardown)."""
+        session = self.views.session(self.session_id) or {}
+        return TERMINATE_MEANS.get(str(session.get("mode")), TERMINATE_MEANS[""])
 
     def stop_session(self) -> str:
         """End the whole session as ``rtdebug stop`` does (its view's teardown); the one-line summary."""
@@ -263,7 +273,8 @@ class Conversation:
         self.event("initialized")
         self.respond(req)
         self.announce_new()  # the ranks there are now, at once; the thread then looks for more
-        self.output(f"session {sid}: one child session per rank ({self.server.choice.text}); terminate ends the job")
+        what = self.server.terminate_means()
+        self.output(f"session {sid}: one child session per rank ({self.server.choice.text}); terminate {what}")
         hidden_thread(self.announce, "rtdebug-dap-children")
 
     def relay_child(self, req: Entry) -> None:
@@ -313,7 +324,7 @@ class Conversation:
         """Answered at once (a client may wait only seconds); the stop follows, then ``terminated``."""
         self.terminating = True
         self.respond(req)
-        self.output(f"stopping session {self.server.session_id}: every rank together")
+        self.output(f"session {self.server.session_id}: terminate {self.server.terminate_means()}")
         try:
             summary = self.server.stop_session()
         except HarnessError as exc:
