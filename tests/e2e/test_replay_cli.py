@@ -57,7 +57,7 @@ def test_a_replay_is_a_session_of_its_own_and_stop_ends_it(captured, job, regist
     j = job("replay", str(cap), "--rank", "1", "--wait", "--port", str(port_base))
     sid = j.session_id()
     rank = wait_ranks(registry_dir, sid, 1)[1]
-    assert rank["world_size"] == 2 and rank["port"] == port_base and rank["wait"] is True
+    assert rank["world_size"] == 2 and rank["local_rank"] == 1 and rank["port"] == port_base and rank["wait"] is True
     sessions = json.loads(rtdebug("ps", "--json").stdout)["sessions"]
     (s,) = [x for x in sessions if x["session_id"] == sid]
     assert s["mode"] == "replay" and s["state"] == "running"

@@ -68,6 +68,21 @@ def entry_fields(replay: ReplayTarget) -> dict[str, Any]:
     }
 
 
+def place(replay: ReplayTarget) -> dict[str, int]:
+    """Where the rank sat in the job, for its registry entry: rank, world size, local and node rank."""
+
+    def number(name: str) -> int:
+        value = replay.env.get(name, "0")
+        return int(value) if value.isdigit() else 0
+
+    return {
+        "rank": replay.rank,
+        "world_size": replay.world_size,
+        "local_rank": number("LOCAL_RANK"),
+        "node_rank": number("GROUP_RANK"),
+    }
+
+
 def start_words(replay: ReplayTarget) -> str:
     return (
         f"replay of rank {replay.rank} of {replay.world_size} from {replay.capsule}; checkpoints and Ray Train "

@@ -111,8 +111,8 @@ def run_single(args: Any, replay: ReplayTarget | None = None) -> int:
     code = 1
     try:
         with run.signals(lambda signum, frame: _end_by_signal(run, signum, frame), STOP_SIGNALS):
-            world = replay.world_size if replay is not None else 1
-            code = bootstrap.run_in_launcher(target, cfg, run.registry, port, rank=rank, world_size=world)
+            place = replaying.place(replay) if replay is not None else {}
+            code = bootstrap.run_in_launcher(target, cfg, run.registry, port, **place)
     finally:
         run.close(code)
     return code

@@ -85,12 +85,28 @@ def failed(exc: BaseException, record: RankState, endpoint: Endpoint | None, cfg
 
 
 def run_in_launcher(
-    target: Target, cfg: RankConfig, registry: Registry, port: int, rank: int = 0, world_size: int = 1
+    target: Target,
+    cfg: RankConfig,
+    registry: Registry,
+    port: int,
+    rank: int = 0,
+    world_size: int = 1,
+    local_rank: int = 0,
+    node_rank: int = 0,
 ) -> int:
     """``rtdebug run``: rank 0 in the launcher's own process, registered in ``registry``; ``rtdebug replay``:
-    the capsule's rank ``rank`` of ``world_size``, alone."""
+    the capsule's rank ``rank`` of ``world_size`` (its local and node rank as recorded), alone."""
     record = RankState(
-        registry, cfg.session_id, rank, cfg.host, port, cfg.waits(rank), target.display, world_size=world_size
+        registry,
+        cfg.session_id,
+        rank,
+        cfg.host,
+        port,
+        cfg.waits(rank),
+        target.display,
+        local_rank=local_rank,
+        node_rank=node_rank,
+        world_size=world_size,
     )
     return serve_and_run(target, record, Endpoint(cfg.host, port, allow=cfg.allow), cfg)
 
