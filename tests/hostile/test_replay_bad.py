@@ -177,15 +177,20 @@ def test_a_capture_is_never_written_over(captured, tmp_path):
 
 
 def test_capture_max_gb_closes_the_capsule_and_the_job_runs_on(tmp_path):
-    r = capture(tmp_path / "cap", tmp_path / "registry", "--capture-max-gb", "0.0000004", env={"PAYLOAD": "64"})
-    assert r.returncode == 0, r.stdout + r.stderr  # the job ran to its end
-    assert "rank 1 done" in r.stdout and "rank 0 done" in r.stdout
-    info = json.loads(rtdebug("capsule", str(tmp_path / "cap"), "--json").stdout)
-    for x in info["ranks"]:
-        assert x["closed"] and x["end_reason"].startswith("capture-max-gb reached"), x
-        assert 0 < x["complete_upto"] < 13, x  # 1 + 3 x (bucket + payload) + the rest: closed before the end
-    text = rtdebug("capsule", str(tmp_path / "cap")).stdout
-    assert f"closed after #{info['ranks'][0]['complete_upto']}: capture-max-gb reached" in text
+    """20 bytes: the first all_reduce fits, the object broadcast does not (one process: ``rtdebug run``)."""
+    env = {"RTDEBUG_REGISTRY_DIR": str(tmp_path / "registry")}
+    cap, script = tmp_path / "cap", SCRIPTS / "replay_single.py"
+    args = ["run", "--port", str(free_port_base(1)), "--capture", str(cap), "--capture-max-gb", "0.00000002"]
+    r = rtdebug(*args, str(script), env=env)
+    assert r.returncode == 0 and "single sum 6.0 objects" in r.stdout, r.stdout + r.stderr  # the job ran on
+    info = json.loads(rtdebug("capsule", str(cap), "--json").stdout)
+    (x,) = info["ranks"]
+    assert x["closed"] and x["complete_upto"] == 1 == x["collectives"], x
+    assert x["end_reason"] == "capture-max-gb reached before collective #2", x
+    text = rtdebug("capsule", str(cap)).stdout
+    assert "closed after #1: capture-max-gb reached before collective #2" in text, text
+    r = rtdebug("replay", str(cap), "--rank", "0", "--port", str(free_port_base(1)), env=env)
+    assert r.returncode == 1 and "capture ends at collective #1" in r.stderr, r.stdout + r.stderr
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs (root)")
