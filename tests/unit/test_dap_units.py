@@ -101,3 +101,20 @@ def test_a_child_coming_back_names_a_rank_of_the_session_never_an_address():
         assert relay.find(session, mark) is None
     session["ranks"][1]["state"] = "exited"
     assert relay.find(session, {"rank": 1, "pid": os.getpid()}) is None
+
+
+def test_each_change_of_a_ranks_debug_state_is_told_once():
+    stopped = {"state": "stopped", "reason": "breakpoint", "file": "/w/train.py", "line": 41, "by": None, "since": 1.0}
+    paused = {"state": "paused", "reason": None, "file": "/w/train.py", "line": 50, "by": 1, "since": 1.0}
+    running = {"state": "running", "reason": None, "file": None, "line": None, "by": None, "since": 1.0}
+    known: dict = {}
+    session = {"ranks": [entry(0, debug=running), entry(1, debug=running), entry(2)]}
+    assert children.state_lines(session, RankChoice(), known) == []  # running at first: nothing to say
+    session["ranks"][:2] = [entry(0, debug=paused), entry(1, debug=stopped)]
+    assert children.state_lines(session, RankChoice(), known) == [
+        "rank 0: paused (all-stop, by rank 1) at train.py:50",
+        "rank 1: stopped at train.py:41 (breakpoint)",
+    ]
+    assert children.state_lines(session, RankChoice(), known) == []
+    session["ranks"][1] = entry(1, debug=running)
+    assert children.state_lines(session, RankChoice.parse("1"), known) == ["rank 1: running"]

@@ -17,6 +17,7 @@ from rtdebug.common.ports import parse_rank_list
 from rtdebug.common.procinfo import is_alive
 from rtdebug.registry.entry import ATTACHABLE_STATES, LIVE_SESSION_STATES
 from rtdebug.registry.liveness import judge
+from rtdebug.registry.table import debug_state
 from rtdebug.views.api import Views
 
 Entry = dict[str, Any]
@@ -119,3 +120,19 @@ def new_ranks(session: Entry, choice: RankChoice, seen: set[RankKey]) -> list[En
         if choice.wants(entry) and attachable(entry, local):
             out.append(entry)
     return out
+
+
+def state_lines(session: Entry, choice: RankChoice, known: dict[int, str]) -> list[str]:
+    """``rank 1: stopped at train.py:41 (breakpoint)`` for each chosen rank whose debug state (the entry's
+    ``debug`` field, as ``rtdebug ps`` shows it) changed since ``known``, which is updated; a rank's first
+    state is told unless it is ``running``."""
+    lines = []
+    for entry in sorted(session.get("ranks", []), key=lambda e: e["rank"]):
+        if entry.get("verified") is False or not choice.wants(entry):
+            continue
+        now, before = debug_state(entry), known.get(entry["rank"])
+        if now and now != before and (before is not None or now != "running"):
+            lines.append(f"rank {entry['rank']}: {now}")
+        if now:
+            known[entry["rank"]] = now
+    return lines

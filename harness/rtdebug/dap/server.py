@@ -158,6 +158,7 @@ class Conversation:
         self.attach_args: Entry = {}
         self.seen: set[RankKey] = set()
         self.pending: dict[int, str] = {}  # startDebugging seq -> child name
+        self.states: dict[int, str] = {}  # rank -> its debug state as last told to the client (an output event)
         self.handlers: dict[str, Callable[[Entry], None]] = {
             "initialize": self.on_initialize,
             "attach": self.on_attach,
@@ -355,6 +356,8 @@ class Conversation:
             config = children.child_configuration(entry, self.attach_args)
             request = {"request": "attach", "configuration": config}
             self.send({"type": "request", "command": "startDebugging", "arguments": request}, config["name"])
+        for line in children.state_lines(session, self.server.choice, self.states):
+            self.output(line)
         return True
 
     def announce(self) -> None:
