@@ -74,9 +74,11 @@ def test_the_guides_unit_test_under_pytest_shows_the_line_before_its_failure(tmp
 
 
 def test_two_ranks_say_each_difference_once_and_where(tmp_path):
-    """2 ranks: rank 0 alone passes a checkpoint to report 1 of 2; report 2 has none. Every rank would say the
-    same of ``Result`` and of ``get_checkpoint()`` after report 2: said once. After report 1 only rank 1's
-    ``get_checkpoint()`` differs from Ray's (it passed no checkpoint): said by rank 1."""
+    """2 ranks, three ``fit()`` calls in one job. The first: rank 0 alone passes a checkpoint to report 1 of 2;
+    report 2 has none. Every rank would say the same of ``Result`` and of ``get_checkpoint()`` after report 2:
+    said once. After report 1 only rank 1's ``get_checkpoint()`` differs from Ray's (it passed no checkpoint):
+    said by rank 1. The second resumes (said once) and every rank checkpoints its own metrics: rank 1's
+    ``Result.metrics`` are rank 0's. The third raises on both ranks: each says so."""
     base = str(free_port_base(4))
     job = ["torchrun", "--debug-port-base", base, "--nproc-per-node", "2", str(SCRIPTS / "raylocal_values.py")]
     r = rtdebug(*job, str(tmp_path / "storage"), timeout=300)
@@ -104,6 +106,18 @@ def test_two_ranks_say_each_difference_once_and_where(tmp_path):
         f"metrics: {WAY_OUT})",
         f"rtdebug: Result.checkpoint is {late} (Ray's own local mode returns the last report's checkpoint, None: "
         f"{WAY_OUT})",
+        # the second fit()
+        f"rtdebug: get_checkpoint() is {name}, from an earlier run of 'values', as on a Ray cluster: a run with the "
+        "same RunConfig(name, storage_path) resumes from its latest checkpoint, and this run has reported none "
+        f"(Ray's own local mode starts over: None: {WAY_OUT})",
+        "rtdebug: rank 1: Result.metrics are rank 0's, as on a Ray cluster: the controller keeps rank 0's metrics "
+        f"of each report() (Ray's own local mode returns this rank's own last report's metrics: {WAY_OUT})",
+        # the third
+        *[
+            f"rtdebug: rank {rank}: fit() raises ray.train.WorkerGroupError, as on a Ray cluster: the controller "
+            f"wraps the train function's ValueError (Ray's own local mode raises the ValueError itself: {WAY_OUT})"
+            for rank in (0, 1)
+        ],
     ]
     assert sorted(said) == sorted(expected), "\n".join(said)
     # the values themselves are the cluster's (test_raylocal_parity.py compares them with a real cluster)
@@ -111,6 +125,8 @@ def test_two_ranks_say_each_difference_once_and_where(tmp_path):
         assert f"rank {rank}: broadcast {{'seed': 1000}}" in r.stdout
         assert f"rank {rank}: after report 1 get_checkpoint {name}" in r.stdout
         assert f"rank {rank}: result metrics {{'loss': 1.0, 'rank': 0}}" in r.stdout
+        assert f"rank {rank}: second result metrics {{'loss': 0.25, 'rank': 0}}" in r.stdout
+        assert f"rank {rank}: caught WorkerGroupError" in r.stdout
 
 
 def test_one_process_resumed_run_and_a_failing_train_function(tmp_path):

@@ -138,7 +138,7 @@ def main() -> None:
     }
     with open(os.path.join(a.out, f"result-run{a.run}-{os.getpid()}.json"), "w") as f:
         json.dump(summary, f)
-    if a.metrics_only == "also":  # on a cluster a second fit() in the driver is cheap
+    if a.metrics_only == "also":  # a second fit() of the same job
         metrics_only(a)
 
 

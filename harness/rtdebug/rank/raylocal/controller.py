@@ -21,6 +21,7 @@ from rtdebug.rank.raylocal.history import Controller, Snapshot, open_storage
 from rtdebug.rank.raylocal.localrun import LocalRun
 
 FIT = "rtdebug.fit"  # the ranks agree on the run (not one of Ray Train's collectives)
+_fits = 0  # this process's fit() calls so far (every rank makes as many): each has key spaces of its own
 
 
 def run(trainer: Any, train_func: Any) -> Any:
@@ -29,9 +30,11 @@ def run(trainer: Any, train_func: Any) -> Any:
 
     from rtdebug.rank.raylocal.fnutils import ClusterTrainFnUtils
 
-    world, made_group = _init_world(trainer)
+    global _fits
+    _fits += 1
+    world, made_group = _init_world(trainer, _fits)
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
-    exchange = Exchange.create(world, attempt)
+    exchange = Exchange.create(world, attempt, _fits)
     shards: dict[str, Any] | None = None
     try:
         local = _open(trainer, world, exchange)
@@ -76,7 +79,7 @@ def run(trainer: Any, train_func: Any) -> Any:
                 dist.destroy_process_group()
 
 
-def _init_world(trainer: Any) -> tuple[World, bool]:
+def _init_world(trainer: Any, fit: int = 1) -> tuple[World, bool]:
     """The process group, made as Ray's ``LocalTorchController`` makes it (torchrun's variables)."""
     if not _is_torch_trainer(trainer):
         if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
@@ -97,13 +100,28 @@ def _init_world(trainer: Any) -> tuple[World, bool]:
             "the script called torch.distributed.init_process_group before fit(): in local mode under torchrun, "
             "fit() makes the process group itself (as Ray's LocalTorchController does); remove that call"
         )
-    dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+    _init_group(dist, "nccl" if torch.cuda.is_available() else "gloo", fit)
     rank, size = dist.get_rank(), dist.get_world_size()
     local_rank = int(os.environ["LOCAL_RANK"])
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
     local_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     return World(size, rank, local_rank, local_size, rank // local_size), True
+
+
+def _init_group(dist: Any, backend: str, fit: int) -> None:
+    """``init_process_group`` from torchrun's variables, as torch does it (``env://``, the job's store under
+    ``default_pg``), except that fit number 2, 3, ... of this process gets keys of its own: the group of an
+    earlier ``fit()`` was destroyed, torch numbers the new one as the first, and its ranks would read each
+    other's old addresses from the store (gloo: "Connection refused", then a wait to the timeout)."""
+    if fit == 1:
+        dist.init_process_group(backend=backend)
+        return
+    timeout = dist.distributed_c10d.default_pg_timeout  # rtdebug's --pg-timeout (rank.localmode)
+    store, rank, size = next(dist.rendezvous("env://", timeout=timeout))
+    store.set_timeout(timeout)
+    store = dist.PrefixStore(f"default_pg/rtdebug-fit-{fit}", store)
+    dist.init_process_group(backend=backend, store=store, rank=rank, world_size=size, timeout=timeout)
 
 
 def _is_torch_trainer(trainer: Any) -> bool:

@@ -22,7 +22,6 @@ from typing import Any
 
 SEQUENCE = "ray.train"  # report, barrier, broadcast_from_rank_zero: one sequence of calls
 WARN_INTERVAL_S = 30.0  # as Ray's synchronization actor: say who is missing while the others wait
-_fits = 0  # this process's fit() calls so far: each meets under a key space of its own
 
 
 @dataclass(frozen=True)
@@ -46,17 +45,15 @@ class Exchange:
     _done: list[str] = field(default_factory=list)  # keys of finished calls, deleted one call later
 
     @classmethod
-    def create(cls, world: World, attempt: int = 0) -> Exchange:
-        """The meetings of this process's next ``fit()``: a key space of its own (a script may call ``fit()``
-        again, and every rank calls it as often), so no call meets a key an earlier ``fit()`` left."""
-        global _fits
-        _fits += 1
+    def create(cls, world: World, attempt: int = 0, fit: int = 1) -> Exchange:
+        """The meetings of this process's ``fit()`` number ``fit``: a key space of its own (a script may call
+        ``fit()`` again, and every rank calls it as often), so no call meets a key an earlier ``fit()`` left."""
         if world.size == 1:
             return cls(world)
         import torch.distributed as dist
 
         base = dist.distributed_c10d._get_default_store()
-        return cls(world, dist.PrefixStore(f"rtdebug/ray.train/{attempt}/{_fits}/", base))
+        return cls(world, dist.PrefixStore(f"rtdebug/ray.train/{attempt}/{fit}/", base))
 
     def first(self, key: str) -> bool:
         """Whether this rank is the job's first to ask for ``key`` in this ``fit()`` (a world of one: yes)."""
