@@ -240,3 +240,23 @@ def test_a_manifest_with_terminal_escapes_prints_them_escaped(capsule, tmp_path)
     one_line_error(r, 1, "the captured script \\x1b[2J/job/evil.py is not here; give --script PATH")
     assert "\x1b" not in r.stderr
     no_sessions(tmp_path / "registry")
+
+
+def test_the_scratch_folder_is_never_a_link_nor_someone_elses(capsule, tmp_path):
+    """The replay empties ``DIR/scratch/rank-R`` at start: only a folder it made (its marker inside), never
+    through a link a capsule brought along."""
+    env = {"RTDEBUG_REGISTRY_DIR": str(tmp_path / "registry")}
+    precious = tmp_path / "precious"
+    (precious / "rank-1").mkdir(parents=True)
+    (precious / "rank-1" / "keep.txt").write_text("mine")
+    (capsule / "scratch").symlink_to(precious)
+    r = rtdebug("replay", str(capsule), "--rank", "1", "--port", str(free_port_base(1)), env=env)
+    one_line_error(r, 2, f"cannot prepare the replay: {capsule / 'scratch'} is not a folder rtdebug made")
+    (capsule / "scratch").unlink()
+    (capsule / "scratch" / "rank-1").mkdir(parents=True)
+    (capsule / "scratch" / "rank-1" / "notes.txt").write_text("mine too")
+    r = rtdebug("replay", str(capsule), "--rank", "1", "--port", str(free_port_base(1)), env=env)
+    one_line_error(r, 2, f"{capsule / 'scratch' / 'rank-1'} is not a folder rtdebug made; move it away")
+    assert (precious / "rank-1" / "keep.txt").read_text() == "mine"
+    assert (capsule / "scratch" / "rank-1" / "notes.txt").read_text() == "mine too"
+    no_sessions(tmp_path / "registry")
