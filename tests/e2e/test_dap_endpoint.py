@@ -223,3 +223,20 @@ def test_an_adopted_job_is_detached_by_terminate_and_runs_on(job, registry_dir, 
         assert server.wait(30) == 0
     finally:
         kill_tree(proc)
+
+
+@pytest.mark.skipif(not FULL, reason="a 4-rank mesh job: RTDEBUG_FULL=1")
+def test_a_mesh_selector_chooses_children_named_by_coordinates(job, registry_dir, port_base):
+    """``--ranks dp=1,tp=*`` on a 2x2 (dp, tp) mesh: ranks 2 and 3 alone, each named with its coordinates, once
+    its mesh is published (a rank is attachable before the job makes its mesh)."""
+    j = job("torchrun", "--debug-port-base", str(port_base), "--nproc-per-node", "4",
+            str(SCRIPTS / "mesh_job.py"), "--layout", "2d")  # fmt: skip
+    sid = j.session_id()
+    wait_ranks(registry_dir, sid, 4)
+    server = job("dap", "--session", sid, "--ranks", "dp=1,tp=*")
+    parent = DAPClient("127.0.0.1", endpoint_port(server))
+    parent.response(parent.attach_job())
+    names = sorted(parent.reverse_request("startDebugging", 120)["arguments"]["configuration"]["name"] for _ in "ab")
+    assert names == ["rank 2 (dp=1,tp=0)", "rank 3 (dp=1,tp=1)"]
+    assert parent.pending("request") == []
+    parent.disconnect()
