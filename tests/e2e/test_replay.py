@@ -4,11 +4,13 @@ with ``rtdebug replay``; what it computes must equal what it computed in the job
 The job (``tests/scripts/replay_job.py``) makes DDP steps, then one of each other collective (object
 collectives, barrier, all_to_all_single, send/recv, all_gather_into_tensor, reduce_scatter_tensor, a
 ``new_group`` sub-group), and writes each value a rank computed or received to ``lines-R.txt`` and its final
-parameters to ``params-R.pt``. ``RTDEBUG_FULL=1`` adds a 4-rank job.
+parameters to ``params-R.pt``. ``RTDEBUG_FULL=1`` adds a 4-rank job and FSDP2 on a 2x2 DeviceMesh
+(``tests/scripts/replay_mesh.py``). ``tests/scripts/replay_nan.py`` is a rank-specific NaN.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -17,12 +19,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from support.jobs import rtdebug
+from support.dap import DAPClient
+from support.jobs import rtdebug, wait_ranks
 from support.paths import SCRIPTS, marker_line
 from support.ports import free_port_base
 
 pytestmark = pytest.mark.e2e
 JOB = SCRIPTS / "replay_job.py"
+NAN = SCRIPTS / "replay_nan.py"
+MESH = SCRIPTS / "replay_mesh.py"
 FULL = os.environ.get("RTDEBUG_FULL") == "1"
 
 
@@ -122,6 +127,86 @@ def test_the_capsule_says_what_it_holds(captured):
     groups = [r for r in log.records if r["kind"] == "group"]
     assert [(g["g"], g["ranks"]) for g in groups] == [(0, [0, 1]), (1, [0, 1])]
     log.check_tensors()
+
+
+@pytest.fixture(scope="module")
+def nan_capsule(tmp_path_factory) -> tuple[Path, Path]:
+    d = tmp_path_factory.mktemp("replay-nan")
+    capture(d / "cap", d / "job", 2, NAN)
+    return d / "cap", d / "job"
+
+
+def test_a_rank_specific_nan_stops_the_replay_at_the_same_step_and_line(nan_capsule, tmp_path, job, registry_dir):
+    """Rank 1's shard holds a NaN at step 3: rank 1 alone, --stop-on nonfinite, stops at step 3 on the
+    backward line, and a real DAP client reads there the values the job printed for that step."""
+    cap, out = nan_capsule
+    want = (out / "lines-1.txt").read_text().splitlines()[3]  # rank 1 step 3 ysum Y loss nan
+    assert want.startswith("rank 1 step 3 ysum ") and want.endswith(" loss nan")
+    port = free_port_base(2)
+    j = job("replay", str(cap), "--rank", "1", "--port", str(port), "--stop-on", "nonfinite",
+            env={"OUT": str(tmp_path)})  # fmt: skip
+    wait_ranks(registry_dir, j.session_id(), 1, states=("ready", "attached", "stopped"))
+    c = DAPClient("127.0.0.1", port)
+    try:
+        c.attach()
+        ev = c.wait_stopped(120)
+        assert ev["description"].startswith("rtdebug --stop-on nonfinite: "), ev
+        frame = c.top_frame(ev["threadId"])
+        assert frame["source"]["path"] == str(NAN)
+        assert c.evaluate("step", frame["id"]) == "3"
+        ysum = want.split(" ysum ", 1)[1].split(" loss ", 1)[0]
+        assert c.evaluate("repr(float(y.sum()))", frame["id"]) == repr(ysum)
+        assert c.evaluate("loss.item()", frame["id"]) == "nan"
+    finally:
+        c.close()
+    assert rtdebug("stop", "--session", j.session_id()).returncode == 0
+
+
+def test_stop_at_collective_stops_before_it_at_the_users_line(nan_capsule, tmp_path, job, registry_dir):
+    cap, _ = nan_capsule
+    index = (cap / "rank-0" / "index.jsonl").read_text().splitlines()
+    seventh = next(json.loads(x) for x in index if '"n":7,' in x)
+    port = free_port_base(2)
+    j = job("replay", str(cap), "--rank", "0", "--port", str(port), "--wait", "--stop-at-collective", "7",
+            env={"OUT": str(tmp_path)})  # fmt: skip
+    wait_ranks(registry_dir, j.session_id(), 1)
+    c = DAPClient("127.0.0.1", port)
+    try:
+        c.attach()
+        ev = c.wait_stopped(120)
+        frame = c.top_frame(ev["threadId"])
+        assert (frame["source"]["path"], frame["line"]) == (
+            str(NAN),
+            marker_line(NAN, "backward", ("replay-marker: ",)),
+        )
+        assert seventh["site"] == f"replay_nan.py:{frame['line']}" and seventh["ddp"] is True
+        # collective #7 is step 1's bucket: step 0 is done (one line written), step 1's not yet
+        assert c.evaluate("step", frame["id"]) == "1"
+        assert (tmp_path / "lines-0.txt").read_text().count("\n") == 1
+    finally:
+        c.close()
+    assert rtdebug("stop", "--session", j.session_id()).returncode == 0
+
+
+@pytest.mark.skipif(not FULL, reason="RTDEBUG_FULL=1: a 4-rank capture (~20 s) and a replay")
+def test_fsdp2_on_a_2x2_mesh_replays_a_rank_alone(tmp_path):
+    """FSDP2 (all_gather_into_tensor, reduce_scatter_tensor) on the mesh's dp groups, an all_reduce on tp."""
+    capture(tmp_path / "cap", tmp_path / "job", 4, MESH)
+    groups = [r for r in open_rank(tmp_path / "cap", 3).records if r["kind"] == "group"]
+    assert [g["ranks"] for g in groups] == [[0, 1, 2, 3], [1, 3], [2, 3]]  # the world, rank 3's dp, its tp
+    r = replay(tmp_path / "cap", 3, tmp_path / "alone")
+    assert r.returncode == 0 and rtdebug_lines(r) == [], r.stderr[-3000:]
+    lines = (tmp_path / "alone" / "lines-3.txt").read_text()
+    assert lines == (tmp_path / "job" / "lines-3.txt").read_text() and lines.count(" tp ") == 3
+    want = torch.load(tmp_path / "job" / "params-3.pt", weights_only=True)
+    got = torch.load(tmp_path / "alone" / "params-3.pt", weights_only=True)
+    assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+
+
+def open_rank(cap: Path, rank: int):
+    from rtdebug.capsule.read import open_capsule
+
+    return open_capsule(cap).rank(rank)
 
 
 @pytest.mark.skipif(not FULL, reason="RTDEBUG_FULL=1: a 4-rank capture and four replays")

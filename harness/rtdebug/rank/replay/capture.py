@@ -273,7 +273,7 @@ def _capture(pg: Any, method: str, args: tuple[Any, ...]) -> Any:
     backend = pg.backend_for(args)
     method = ops.CANON.get(method, method)
     writer = _s.writer
-    if writer is None or writer.closed:
+    if writer is None or writer.closed or ops.by_rtdebug(_s.internal[1]):  # rtdebug's own: not the job's
         return getattr(backend, method)(*args)
     from torch._C._distributed_c10d import _create_work_from_future  # type: ignore[attr-defined]
 

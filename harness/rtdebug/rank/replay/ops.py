@@ -148,6 +148,39 @@ def site(frame: Any) -> str:
     return "?" if frame is None else f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
 
 
+def by_rtdebug(torch_dir: str) -> bool:
+    """Whether rtdebug itself made this collective (``--stop-on``'s agreement between ranks), not the script:
+    the first frame above torch's is rtdebug's (the collective record's wrapper and this package aside)."""
+    frame: Any = sys._getframe(2)
+    here = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not (name.startswith((torch_dir, here)) or name.endswith(RECORDER)):
+            return name.startswith(PACKAGE_DIR)
+        frame = frame.f_back
+    return False
+
+
+RECORDER = os.path.join("rank", "collectives", "recorder.py")
+
+
+def alone(method: str, args: tuple[Any, ...], rank: int) -> None:
+    """rtdebug's own collective in a replay, answered as a world of one would: what this rank sent is all
+    there is (an all_reduce keeps its input, an all_gather repeats it; anything else receives zeros)."""
+    sent, received = tensors(method, args, rank)
+    method = CANON.get(method, method)
+    if method in ("allreduce", "reduce", "broadcast", "barrier", "send"):
+        return
+    for i, t in enumerate(received):
+        src = sent[i % len(sent)] if method in ("allgather", "_allgather_base") and sent else None
+        if src is not None and src.numel() * len(received) == t.numel() and len(received) == 1:
+            t.copy_(src.reshape(-1).repeat(t.numel() // max(src.numel(), 1)).reshape(t.shape))
+        elif src is not None and src.shape == t.shape:
+            t.copy_(src)
+        else:
+            t.zero_()
+
+
 def in_backward(internal: tuple[str, ...]) -> bool:
     """Whether autograd's backward made this call (DDP's reducer hands a gradient bucket to the group)."""
     frame: Any = sys._getframe(2)

@@ -131,9 +131,10 @@ def _fatal(line: str) -> None:
 
 
 def _serve(pg: Any, method: str, args: tuple[Any, ...]) -> Any:
-    from torch._C._distributed_c10d import _create_work_from_future  # type: ignore[attr-defined]
-    from torch.futures import Future
 
+    if ops.by_rtdebug(_s.internal[1]):  # --stop-on's agreement: this rank is the whole world now
+        ops.alone(method, args, pg.rank())
+        return _done(ops.tensors(method, args, pg.rank())[1])
     frame = ops.user_frame(_s.internal)
     name = ops.METHODS.get(method, method)
     here = f"{name}, DDP gradient bucket" if ops.in_backward(_s.internal) else name
@@ -163,6 +164,13 @@ def _serve(pg: Any, method: str, args: tuple[Any, ...]) -> Any:
     if _s.check and not _s.diverged:
         _check(record, sent, frame, here)
     _fill(outputs, received)
+    return _done(received)
+
+
+def _done(received: list[Any]) -> Any:
+    from torch._C._distributed_c10d import _create_work_from_future  # type: ignore[attr-defined]
+    from torch.futures import Future
+
     fut: Any = Future()
     fut.set_result(received)
     return _create_work_from_future(fut)
