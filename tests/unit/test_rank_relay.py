@@ -55,6 +55,14 @@ def test_terminate_goes_to_pydevd_as_a_detach_and_its_answer_back_as_terminate()
     pydevd.close()
 
 
+def test_a_terminate_with_a_malformed_seq_is_still_a_detach():
+    relay, client, _ = _relay([])
+    msg = {"seq": ["x"], "type": "request", "command": "terminate"}
+    assert json.loads(relay._from_client(frame(msg), msg).partition(b"\r\n\r\n")[2])["command"] == "disconnect"
+    relay.client.close()
+    assert _read(client)[0]["body"]["output"] == KEEPS
+
+
 def test_disconnect_with_terminate_debuggee_goes_on_without_it():
     relay, client, _ = _relay([])
     msg = {"seq": 2, "type": "request", "command": "disconnect", "arguments": {"terminateDebuggee": True}}

@@ -94,9 +94,10 @@ class Relay:
         args = args if isinstance(args, dict) else {}
         if command == "continue":
             self._tell("continue", {"threadId": args.get("threadId")})
-        elif command == "terminate" and isinstance(msg.get("seq"), int):
+        elif command == "terminate":  # whatever else the message holds: it never reaches pydevd as a terminate
             self._say_keeps_running()
-            self._renamed.add(msg["seq"])
+            if isinstance(msg.get("seq"), int):
+                self._renamed.add(msg["seq"])
             return frame(dict(msg, command="disconnect", arguments={"restart": False, "terminateDebuggee": False}))
         elif command == "disconnect" and args.get("terminateDebuggee"):
             self._say_keeps_running()
@@ -133,6 +134,18 @@ class Relay:
             close_both(self.client, self.upstream)
 
     def _from_pydevd(self, raw: bytes, body: bytes) -> None:
+        try:
+            renamed = self._look(body)
+        except (ValueError, TypeError, AttributeError):  # not what pydevd sends: passed on as it is
+            log.swallowed("rank.endpoint.relay: a message from pydevd that is not DAP")
+            renamed = None
+        if renamed is not None:
+            self._send_client(renamed + _event("terminated"))
+        else:
+            self._send_client(raw)
+
+    def _look(self, body: bytes) -> bytes | None:
+        """Tell ``on_dap`` of pydevd's stops and continues; the renamed response to a terminate, if this is it."""
         renamed = None
         if self._renamed and b'"response"' in body:
             msg = json.loads(body)
@@ -143,10 +156,7 @@ class Relay:
             msg = json.loads(body)
             if msg.get("type") == "event" and msg.get("event") in ("stopped", "continued"):
                 self._tell(msg["event"], msg.get("body") or {})
-        if renamed is not None:
-            self._send_client(renamed + _event("terminated"))
-        else:
-            self._send_client(raw)
+        return renamed
 
     def _send_client(self, data: bytes) -> None:
         with self._write:
