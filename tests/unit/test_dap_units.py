@@ -12,6 +12,7 @@ from rtdebug.common.errors import HarnessError
 from rtdebug.common.procinfo import process_create_time
 from rtdebug.dap import children, relay, wire
 from rtdebug.dap.children import RankChoice
+from rtdebug.dap.server import JobEndpoint
 
 
 def frame(body: bytes, headers: bytes | None = None) -> io.BytesIO:
@@ -118,3 +119,19 @@ def test_each_change_of_a_ranks_debug_state_is_told_once():
     assert children.state_lines(session, RankChoice(), known) == []
     session["ranks"][1] = entry(1, debug=running)
     assert children.state_lines(session, RankChoice.parse("1"), known) == ["rank 1: running"]
+
+
+def test_refusals_are_one_line_a_second_the_rest_counted():
+    log = io.StringIO()
+    server = JobEndpoint(None, "s", RankChoice(), log=log)  # type: ignore[arg-type]  # no session is read here
+    try:
+        for _ in range(3):
+            server.refused("refused debug connection from 127.0.0.1:1 (uid 65534): its socket belongs to another user")
+        assert log.getvalue().count("\n") == 1
+        server.last_refusal -= 1.0  # a second later
+        server.refused("refused again")
+        assert log.getvalue().splitlines()[1] == (
+            "rtdebug: DAP endpoint: refused again (and 2 more refused since the last line)"
+        )
+    finally:
+        server.sock.close()

@@ -82,6 +82,7 @@ class JobEndpoint:
         self.done = threading.Event()  # the session is over (ended, or terminated through this endpoint)
         self.clients: list[Conversation] = []
         self._lock = threading.Lock()
+        self.last_refusal, self.unsaid = -1e9, 0
 
     def say(self, line: str) -> None:
         print(f"rtdebug: {printable(line)}", file=self.log, flush=True)
@@ -108,14 +109,24 @@ class JobEndpoint:
             return
         peer = judge(conn, AllowList(), os.geteuid())
         if peer.reason:
-            self.say(f"DAP endpoint: {peer.line}")
             conn.close()
+            self.refused(peer.line)
             return
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # an event then a response: no 40 ms Nagle wait
         talk = Conversation(self, conn)
         with self._lock:
             self.clients = [c for c in self.clients if not c.closed.is_set()] + [talk]
         hidden_thread(talk.run, "rtdebug-dap-client")
+
+    def refused(self, line: str) -> None:
+        """One line a second at most (a flood from another user must not flood your terminal), the rest counted."""
+        now = time.monotonic()
+        if now - self.last_refusal < 1.0:
+            self.unsaid += 1
+            return
+        more = f" (and {self.unsaid} more refused since the last line)" if self.unsaid else ""
+        self.last_refusal, self.unsaid = now, 0
+        self.say(f"DAP endpoint: {line}{more}")
 
     def close(self) -> None:
         self.done.set()
