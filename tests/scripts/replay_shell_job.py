@@ -23,7 +23,7 @@ for step in range(int(os.environ.get("STEPS", "3"))):
     opt.step()
     if payload:
         dist.all_reduce(torch.full((payload,), float(rank + step)))
-    print(f"rank {rank} step {step} loss {loss.item():.8f}", flush=True)
+    print(f"rank {rank} step {step} loss {loss.item():.8f}", flush=True)  # BREAKPOINT: replay step
 if os.environ.get("EXTRA") == "1":
     dist.all_reduce(torch.ones(2))
 print(f"rank {rank} done", flush=True)
