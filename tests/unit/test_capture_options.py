@@ -107,3 +107,23 @@ def test_capsule_lists_missing_ranks_as_ranges():
 
     assert ranges([9, 0, 1, 2, 3, 5, 7, 8, 1023]) == "0-3,5,7-9,1023"
     assert ranges([]) == "" and ranges([4]) == "4" and ranges(list(range(1, 1024))) == "1-1023"
+
+
+def test_a_node_refuses_only_the_captures_of_itsown_ranks(tmp_path):
+    """Static rendezvous: node 1 of 2 x 2 runs ranks 2-3, so a shared folder holding rank 0 is not in its way;
+    a dynamic rendezvous knows no node rank yet and refuses none."""
+    from rtdebug.commands.options import torchrun_parser
+    from rtdebug.launcher.start import own_ranks
+    from rtdebug.launcher.torchrun import plan_torchrun
+
+    script = tmp_path / "t.py"
+    script.write_text("")
+
+    def own(*tokens: str) -> list[int]:
+        return own_ranks(plan_torchrun(torchrun_parser().parse_args([*tokens, str(script)]), [*tokens, str(script)]))
+
+    static = ("--nnodes", "2", "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", "29999")
+    assert own(*static, "--node-rank", "1") == [2, 3]
+    assert own("--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h:1") == []
+    (tmp_path / "cap" / "rank-0").mkdir(parents=True)
+    assert capture.prepare(str(tmp_path / "cap"), own(*static, "--node-rank", "1"), "", 4) == str(tmp_path / "cap")

@@ -14,7 +14,7 @@ from rtdebug.common.config import RankConfig, ReplayTarget
 from rtdebug.common.ports import parse_rank_list
 from rtdebug.launcher import capture, multinode
 from rtdebug.launcher.single import run_single
-from rtdebug.launcher.torchrun import Launcher, plan_torchrun
+from rtdebug.launcher.torchrun import Launcher, TorchrunPlan, plan_torchrun
 from rtdebug.registry.entry import new_session_id
 from rtdebug.registry.files import Registry
 
@@ -49,12 +49,18 @@ def run_torchrun(parsed: argparse.Namespace, tokens: list[str]) -> int:
     if cfg.capture_dir:  # checked above; the folder is made last, once nothing else can refuse the job
         cfg = dataclasses.replace(
             cfg,
-            capture_dir=capture.prepare(cfg.capture_dir, plan.local_ranks, cfg.capture_ranks, plan.max_world_size),
+            capture_dir=capture.prepare(cfg.capture_dir, own_ranks(plan), cfg.capture_ranks, plan.max_world_size),
             launch=capture.launch_facts(
                 "torchrun", plan.target, cfg.session_id, plan.nnodes, plan.nproc_per_node, plan.torchrun_options
             ),
         )
     return Launcher(plan, cfg, Registry()).run()
+
+
+def own_ranks(plan: TorchrunPlan) -> list[int]:
+    """The ranks this node will surely run: a dynamic rendezvous (no node rank yet) names none, so a folder
+    shared by the nodes is not refused for the ranks another node is writing."""
+    return plan.local_ranks if plan.node_rank is not None else []
 
 
 def run_replay(args: argparse.Namespace, replay: ReplayTarget) -> int:
