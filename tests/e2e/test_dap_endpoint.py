@@ -143,8 +143,8 @@ def test_terminate_on_the_job_endpoint_ends_every_rank(job, registry_dir, port_b
 
 def test_a_client_without_start_debugging_is_told_what_to_use(job, registry_dir, port_base):
     """No ``supportsStartDebuggingRequest``: ``attach`` fails naming ``rtdebug attach --rank N``; garbage first
-    bytes and another uid (as root) are refused; with ``--ranks 1`` a capable client gets rank 1 alone; the
-    job is untouched."""
+    bytes and another uid (as root) are refused; with ``--ranks 1`` Helix (which does not announce it) gets rank
+    1 alone, its child relayed; the job is untouched."""
     j = start_job(job, port_base, 2, 100000)
     sid = j.session_id()
     wait_ranks(registry_dir, sid, 2)
@@ -162,9 +162,9 @@ def test_a_client_without_start_debugging_is_told_what_to_use(job, registry_dir,
         r = subprocess.run([*SETPRIV, FOREIGN_PY, "-c", PROBE, str(port)], capture_output=True, text=True, timeout=60)
         assert r.stdout.strip() == "closed", (r.stdout, r.stderr)
         server.wait_output(f"(uid {NOBODY}): its socket belongs to another user")
-    parent = DAPClient("127.0.0.1", port)
-    parent.response(parent.attach_job())
-    kids = take_children(parent, 1)
+    parent = DAPClient("127.0.0.1", port)  # Helix ("hx") handles startDebugging without saying so
+    parent.response(parent.attach_job(start_debugging=False, client_id="hx"))
+    kids = take_children(parent, 1, back=port)  # and its children connect to the parent's address
     assert list(kids) == [1]
     assert parent.pending("request") == []  # rank 0 is not offered
     for c in kids.values():

@@ -113,10 +113,10 @@ class DAPClient:
         with self._cv:
             return [m for m in self._messages if m.get("type") == kind]
 
-    def attach_job(self, start_debugging: bool = True, **config: Any) -> int:
+    def attach_job(self, start_debugging: bool = True, client_id: str = "rtdebug-tests", **config: Any) -> int:
         """initialize (announcing ``startDebugging`` or not) -> attach, to a job's DAP endpoint; the attach's seq."""
         caps = {"supportsStartDebuggingRequest": True} if start_debugging else {}
-        self.request("initialize", adapterID="debugpy", clientID="rtdebug-tests", pathFormat="path",
+        self.request("initialize", adapterID="debugpy", clientID=client_id, pathFormat="path",
                      linesStartAt1=True, columnsStartAt1=True, **caps)  # fmt: skip
         return self.send("attach", **config)
 

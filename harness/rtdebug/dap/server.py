@@ -42,6 +42,9 @@ TERMINATE_MEANS = {  # by session mode: what rtdebug stop does to it
     "connected": "ends this machine's connection to the job (rtdebug connect; the job runs on)",
     "": "ends the whole job, every rank together",
 }
+# clients that handle startDebugging without announcing it in initialize: Helix ("hx") does, when its parent
+# session uses its TCP transport (its children connect to the parent's address, which the relay serves)
+START_DEBUGGING_UNSAID = ("hx",)
 CAPABILITIES = {
     "supportsConfigurationDoneRequest": True,
     "supportsTerminateRequest": True,
@@ -278,7 +281,8 @@ class Conversation:
         if "rtdebugRank" in req["arguments"]:  # a child that came back here, as debugpy's children do
             self.relay_child(req)
             return
-        if self.client_caps.get("supportsStartDebuggingRequest") is not True:
+        says = self.client_caps.get("supportsStartDebuggingRequest") is True
+        if not says and self.client_caps.get("clientID") not in START_DEBUGGING_UNSAID:
             self.respond(req, error=no_start_debugging(sid))
             return
         self.attach_args = dict(req.get("arguments") or {})
