@@ -41,6 +41,7 @@ def test_terminate_or_disconnect_with_terminate_debuggee_never_ends_a_rank(job, 
     """nvim-dap's :DapTerminate sends ``terminate``, VS Code's Stop a ``disconnect`` with ``terminateDebuggee``:
     either becomes a detach, the client reads why in its console, and the job runs on to exit 0."""
     j, sid, done = _start(job, registry_dir, port_base, tmp_path, "RTDEBUG_ALL_STOP=0")
+    assert [r.get("all_stop") for r in read_ranks(registry_dir, sid).values()] == [False, False]
     c1 = DAPClient("127.0.0.1", port_base + 1)
     c1.attach({str(SCRIPT): [ONLY1]})
     stopped = c1.wait_stopped(120)
@@ -84,6 +85,7 @@ def test_a_breakpoint_in_rank_1_pauses_rank_0s_debugger_and_continue_in_one_cont
     job, registry_dir, port_base, tmp_path
 ):
     j, sid, done = _start(job, registry_dir, port_base, tmp_path)
+    assert [r.get("all_stop") for r in read_ranks(registry_dir, sid).values()] == [True, True]  # clients read it
     c0 = DAPClient("127.0.0.1", port_base)
     c0.attach()
     _until_debug(registry_dir, sid, 0, "running")

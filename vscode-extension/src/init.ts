@@ -32,7 +32,9 @@ export function registerAll(context: vscode.ExtensionContext): void {
     (ep) => rankForEndpoint(registry.sessions, ep),
   );
   const states = new RankDebugStates();
-  const allStop = new AllStopController(attach, states, log);
+  const ranksDoAllStop = (session: string): boolean =>
+    registry.sessions.find((s) => s.entry.session_id === session)?.ranks.some((r) => r.all_stop === true) ?? false;
+  const allStop = new AllStopController(attach, states, log, ranksDoAllStop);
   const commands = new AttachCommands(attach, registry);
   const provider = new RtdebugConfigurationProvider(attach);
   const ranksView = new RanksView(registry, states, attach, context.workspaceState);

@@ -294,6 +294,7 @@ def arm(session_dir: Path | str, rank: int, endpoint: Any, record: Any, hold_wit
         print(f"rtdebug: rank {rank}: all-stop is off in this rank (its board: {exc})", file=sys.stderr)
         return None
     part = AllStop(board, rank, endpoint, record)
+    record.set(all_stop=board.stop_all)  # what a client reads to leave all-stop to the ranks (the extension)
     endpoint.on_dap = part.on_dap
     hold_with(board.mm, MODE, part.hold)
     return part
@@ -305,6 +306,7 @@ def configure(part: AllStop | None, on: bool | None, continue_all: bool | None) 
     if part is None:
         return "rtdebug: all-stop is not available in this rank (no session directory)"
     part.board.configure(on, continue_all)
+    part.record.set(all_stop=part.board.stop_all)  # this rank's entry; the others' say it from their next start
     if on is False and part.board.read()[1] == STOPPED:
         part.board.publish(RUNNING, part.rank)
     return (

@@ -216,6 +216,7 @@ class RankEntry(_RankRequired, total=False):
     meshes: list[MeshInfo]
     stop: StopInfo | None
     debug: DebugInfo | None
+    all_stop: bool
     collectives: CollectivesField | None
     collective: CollectiveRecord | None
     exit_code: int | None

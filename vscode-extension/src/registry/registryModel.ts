@@ -78,6 +78,8 @@ export interface RankEntry {
   stop?: StopEntry | null;
   /** The DeviceMeshes the rank made (issue 31), checked by parseMeshes: only well-formed ones. */
   meshes?: Mesh[];
+  /** true: the job's ranks do all-stop themselves (RTDEBUG_ALL_STOP=1); read as `=== true` only. */
+  all_stop?: boolean;
 }
 
 /** An entry a remote listing could not verify (this machine's files are always trusted: the root is the owner's alone). */

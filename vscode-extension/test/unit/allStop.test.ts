@@ -56,6 +56,26 @@ test('one rank stops at a breakpoint: every other attached rank is paused, once'
   );
 });
 
+test('a session whose ranks do all-stop themselves: states are tracked, nothing is sent from here', async () => {
+  const { a, states, calls, k } = setup();
+  const ctl = (a as unknown as { ctl: RankControl }).ctl;
+  ctl.ranksDoIt = (session) => session === 's';
+  a.stopped(k(0), 'breakpoint', 7, { file: 't.py', line: 3 });
+  a.stopped(k(1), 'pause', 11); // paused by the ranks' all-stop
+  await flush();
+  assert.deepEqual(calls, []);
+  assert.deepEqual(
+    [0, 1].map((r) => states.get(k(r))?.state),
+    ['stopped', 'stopped'],
+  );
+  a.continued(k(0)); // the ranks continue rank 1 themselves
+  await flush();
+  assert.deepEqual(calls, []);
+  assert.equal(states.get(k(0))?.state, 'running');
+  // the explicit commands still act: Pause All Ranks / Continue All Ranks
+  assert.deepEqual(a.continueAll('s'), [1]);
+});
+
 test('continue on one rank continues the others; their own continued events do not echo', async () => {
   const { a, states, calls, k } = setup();
   a.stopped(k(0), 'breakpoint', 7);

@@ -7,7 +7,8 @@ import { parseStopDescription } from './stopFocus';
  * continues them all. Feedback loops are avoided by remembering what we asked for: a rank that stops
  * while its pause from us is pending ('pausing') or resumes after our continue ('continuing') does not
  * propagate. A pause sent to a rank blocked in a collective lands only when the collective returns; if the
- * user continued in between, that late stop is resumed at once (its episode is over).
+ * user continued in between, that late stop is resumed at once (its episode is over). A session whose ranks do
+ * all-stop themselves (RankControl.ranksDoIt) is only tracked: the ranks pause and continue each other.
  */
 export interface RankControl {
   /** Pause the rank's main thread (customRequest('pause') on its debug session). */
@@ -17,6 +18,11 @@ export interface RankControl {
   /** Attached ranks of a session (our debug sessions). */
   attached(session: string): RankKey[];
   log(line: string): void;
+  /**
+   * Whether the session's ranks do all-stop themselves (their entries' `all_stop`, RTDEBUG_ALL_STOP=1): then a
+   * stop or a continue propagates in the ranks, for every client, and nothing is sent from here.
+   */
+  ranksDoIt?(session: string): boolean;
 }
 
 export class AllStop {
@@ -58,7 +64,7 @@ export class AllStop {
       // it stopped by itself (a breakpoint, --stop-on) before our pause landed: a real stop, kept stopped
       if (brief === 'abandoned') this.brief.delete(keyOf(k));
       else this.brief.set(keyOf(k), 'keep');
-      if (this.enabled()) this.pauseOthers(k.session, k.rank, `rank ${k.rank} stopped (${reason})`);
+      if (this.propagates(k.session)) this.pauseOthers(k.session, k.rank, `rank ${k.rank} stopped (${reason})`);
       return;
     }
     if (this.armed.delete(keyOf(k))) return; // stopped at its next collective, as asked: the others run on to theirs
@@ -74,7 +80,7 @@ export class AllStop {
     }
     // --stop-on stops every rank at the same step by itself: a pause sent now would race its own suspend
     if (parseStopDescription(description)) return;
-    if (this.enabled()) this.pauseOthers(k.session, k.rank, `rank ${k.rank} stopped (${reason})`);
+    if (this.propagates(k.session)) this.pauseOthers(k.session, k.rank, `rank ${k.rank} stopped (${reason})`);
   }
 
   /** A rank resumed: a `continue` request from the UI, or a `continued` event from the adapter. */
@@ -83,7 +89,7 @@ export class AllStop {
     if (!before || before.state === 'running' || before.state === 'stepping') return;
     const ours = before.state === 'continuing';
     this.states.set(k, { state: 'running' });
-    if (ours || !this.enabled()) return;
+    if (ours || !this.propagates(k.session)) return;
     this.continueAll(k.session, k.rank);
   }
 
@@ -201,6 +207,11 @@ export class AllStop {
     } catch (e) {
       this.ctl.log(`rtdebug: continue rank ${k.rank} failed: ${(e as Error).message}`);
     }
+  }
+
+  /** Whether a stop or continue in `session` is passed on from here: all-stop on, and not done by its ranks. */
+  private propagates(session: string): boolean {
+    return this.enabled() && !(this.ctl.ranksDoIt?.(session) ?? false);
   }
 
   private ep(session: string): number {

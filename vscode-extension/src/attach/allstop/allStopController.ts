@@ -22,12 +22,14 @@ export class AllStopController implements vscode.Disposable {
     private attach: AttachService,
     private states: RankDebugStates,
     private log: vscode.OutputChannel,
+    ranksDoIt: (session: string) => boolean = () => false,
   ) {
     const ctl: RankControl = {
       pause: (k) => this.pause(k),
       resume: (k, threadId) => this.resume(k, threadId),
       attached: (session) => this.attach.attachedRanks(session),
       log: (line) => this.log.appendLine(line),
+      ranksDoIt,
     };
     this.allStop = new AllStop(states, ctl, () => readSettings().allStop);
     this.timer = setInterval(() => this.checkBlocked(), 500);
