@@ -240,3 +240,26 @@ def test_a_mesh_selector_chooses_children_named_by_coordinates(job, registry_dir
     assert names == ["rank 2 (dp=1,tp=0)", "rank 3 (dp=1,tp=1)"]
     assert parent.pending("request") == []
     parent.disconnect()
+
+
+def test_ranks_that_restart_become_new_children(job, registry_dir, port_base, tmp_path):
+    """torchrun restarts every rank (``--max-restarts 1``, rank 1 failing once): the attached client is handed a
+    new child for each new rank process, without attaching again."""
+    go, control = tmp_path / "go", tmp_path / "control"
+    j = job("torchrun", "--debug-port-base", str(port_base), "--dap-port", str(port_base + 15), "--max-restarts", "1",
+            "--nproc-per-node", "2", str(SCRIPTS / "restart_once.py"), str(go), str(control))  # fmt: skip
+    j.session_id()
+    endpoint_port(j)
+    parent = DAPClient("127.0.0.1", port_base + 15)
+    parent.response(parent.attach_job())
+    first = [parent.reverse_request("startDebugging", 120)["arguments"]["configuration"] for _ in "ab"]
+    j.wait_output("rank 1 attempt 0 pid")
+    go.touch()
+    j.wait_output("rank 1 attempt 1 pid")
+    second = [parent.reverse_request("startDebugging", 120)["arguments"]["configuration"] for _ in "ab"]
+    assert sorted(c["name"] for c in first) == sorted(c["name"] for c in second) == ["rank 0", "rank 1"]
+    pids = {c["rtdebugRank"]["pid"] for c in first}, {c["rtdebugRank"]["pid"] for c in second}
+    assert not pids[0] & pids[1]  # new processes
+    control.touch()
+    assert j.wait(120) == 0, j.output()[-3000:]
+    parent.close()
