@@ -5,7 +5,8 @@ The job (``tests/scripts/replay_job.py``) makes DDP steps, then one of each othe
 collectives, barrier, all_to_all_single, send/recv, all_gather_into_tensor, reduce_scatter_tensor, a
 ``new_group`` sub-group), and writes each value a rank computed or received to ``lines-R.txt`` and its final
 parameters to ``params-R.pt``. ``RTDEBUG_FULL=1`` adds a 4-rank job and FSDP2 on a 2x2 DeviceMesh
-(``tests/scripts/replay_mesh.py``). ``tests/scripts/replay_nan.py`` is a rank-specific NaN.
+(``tests/scripts/replay_mesh.py``). ``tests/scripts/replay_nan.py`` is a rank-specific NaN,
+``tests/scripts/replay_raylocal.py`` Ray Train local mode's meetings under torchrun.
 """
 
 from __future__ import annotations
@@ -28,13 +29,14 @@ pytestmark = pytest.mark.e2e
 JOB = SCRIPTS / "replay_job.py"
 NAN = SCRIPTS / "replay_nan.py"
 MESH = SCRIPTS / "replay_mesh.py"
+RAYLOCAL = SCRIPTS / "replay_raylocal.py"
 FULL = os.environ.get("RTDEBUG_FULL") == "1"
 
 
-def capture(where: Path, out: Path, nproc: int, script: Path = JOB) -> None:
+def capture(where: Path, out: Path, nproc: int, script: Path = JOB, *script_args: str) -> None:
     out.mkdir(parents=True, exist_ok=True)
     args = ["torchrun", "--debug-port-base", str(free_port_base(nproc + 1)), "--nproc-per-node", str(nproc)]
-    r = rtdebug(*args, "--capture", str(where), str(script), env={"OUT": str(out)}, timeout=300)
+    r = rtdebug(*args, "--capture", str(where), str(script), *script_args, env={"OUT": str(out)}, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
 
 
@@ -201,6 +203,22 @@ def test_fsdp2_on_a_2x2_mesh_replays_a_rank_alone(tmp_path):
     want = torch.load(tmp_path / "job" / "params-3.pt", weights_only=True)
     got = torch.load(tmp_path / "alone" / "params-3.pt", weights_only=True)
     assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+
+
+def test_ray_train_local_mode_meetings_replay_and_write_only_to_scratch(tmp_path):
+    """Ray Train local mode under torchrun: rank 1 alone sees rank 0's broadcast_from_rank_zero value and the
+    checkpoint directory the ranks agreed on in report(), and writes its checkpoint under the scratch folder."""
+    storage = tmp_path / "storage"
+    capture(tmp_path / "cap", tmp_path / "job", 2, RAYLOCAL, str(storage))
+    job_lines = (tmp_path / "job" / "lines-1.txt").read_text()
+    assert "{'from': 0, 'r': " in job_lines and " checkpoint checkpoint_" in job_lines
+    before = sorted(str(p.relative_to(storage)) for p in storage.rglob("*"))
+    r = replay(tmp_path / "cap", 1, tmp_path / "alone")
+    assert r.returncode == 0 and rtdebug_lines(r) == [], r.stderr[-3000:]
+    assert (tmp_path / "alone" / "lines-1.txt").read_text() == job_lines
+    assert sorted(str(p.relative_to(storage)) for p in storage.rglob("*")) == before  # the job's storage as it was
+    name = job_lines.rsplit(" checkpoint ", 1)[1].strip()
+    assert (tmp_path / "cap" / "scratch" / "rank-1" / "replay-run" / name / "rank1.txt").is_file()
 
 
 def open_rank(cap: Path, rank: int):

@@ -23,6 +23,7 @@ from rtdebug.common.errors import HarnessError
 RANK_ENV = (
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
     "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "TORCHELASTIC_RUN_ID",
+    "MASTER_ADDR", "MASTER_PORT",  # a replay meets no one (no rendezvous), but Ray Train asks for them
 )  # fmt: skip
 
 

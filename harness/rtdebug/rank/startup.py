@@ -47,7 +47,12 @@ def fixes(
         from rtdebug.rank.replay import serve
 
         serve.install(
-            cfg.replay_dir, rank, check=cfg.replay_check, tolerance=cfg.replay_tolerance, stop_at=cfg.replay_stop_at
+            cfg.replay_dir,
+            rank,
+            check=cfg.replay_check,
+            tolerance=cfg.replay_tolerance,
+            stop_at=cfg.replay_stop_at,
+            scratch=cfg.replay_scratch,
         )
     if ray_local_mode == "cluster":
         from rtdebug.rank.raylocal import patch

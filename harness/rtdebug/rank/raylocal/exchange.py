@@ -22,6 +22,8 @@ from typing import Any
 
 SEQUENCE = "ray.train"  # report, barrier, broadcast_from_rank_zero: one sequence of calls
 WARN_INTERVAL_S = 30.0  # as Ray's synchronization actor: say who is missing while the others wait
+# rtdebug.rank.replay.meetings: records each meeting's outcome (--capture) or answers it (rtdebug replay)
+tap: Any = None
 
 
 @dataclass(frozen=True)
@@ -59,8 +61,13 @@ class Exchange:
         """Whether this rank is the job's first to ask for ``key`` in this ``fit()`` (a world of one: yes)."""
         if self.store is None:
             return True
+        if tap is not None and tap.serving:
+            return bool(tap.serve("first", key, 0))
         try:
-            return int(self.store.add(f"first/{key}", 1)) == 1
+            first = int(self.store.add(f"first/{key}", 1)) == 1
+            if tap is not None:
+                tap.record("first", key, 0, first)
+            return first
         except Exception:  # the store went away: rank 0 speaks for the job
             return self.world.rank == 0
 
@@ -77,13 +84,17 @@ class Exchange:
         others waiting, as on a cluster."""
         if self.store is None:
             return [mine]
+        if tap is not None and tap.serving:  # a replay: what every rank brought, from the capture
+            raw = tap.serve("meet", op, n)
+            return None if not want_all else [pickle.loads(v) for v in raw]
         keys = [f"{op}/{n}/{r}" for r in range(self.world.size)]
         self.store.set(keys[self.world.rank], pickle.dumps(mine, protocol=pickle.HIGHEST_PROTOCOL))
         self._wait(keys, op, n)
         self._forget_earlier(keys)
-        if not want_all:
-            return None
-        return [pickle.loads(v) for v in self.store.multi_get(keys)]
+        raw = self.store.multi_get(keys) if want_all else []
+        if tap is not None:
+            tap.record("meet", op, n, raw)
+        return [pickle.loads(v) for v in raw] if want_all else None
 
     def post(self, op: str, n: int, mine: Any) -> None:
         """This rank's part of call ``n`` of ``op`` for rank 0 alone (which ``meet``s them); no waiting."""
@@ -98,9 +109,14 @@ class Exchange:
             self._done.append(key)
 
     def answer(self, op: str, n: int) -> Any:
+        if tap is not None and tap.serving:
+            return pickle.loads(tap.serve("answer", op, n))
         key = f"{op}/{n}/out"
         self._wait([key], op, n)
-        return pickle.loads(self.store.get(key))
+        raw = self.store.get(key)
+        if tap is not None:
+            tap.record("answer", op, n, raw)
+        return pickle.loads(raw)
 
     def _wait(self, keys: list[str], op: str, n: int) -> None:
         since = time.monotonic()

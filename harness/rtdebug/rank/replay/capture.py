@@ -30,7 +30,7 @@ from rtdebug.capsule.write import CapsuleWriter
 from rtdebug.common import log
 from rtdebug.common.imports import when_imported
 from rtdebug.common.ports import parse_rank_list
-from rtdebug.rank.replay import ops
+from rtdebug.rank.replay import meetings, ops
 
 OURS = "rtdebug_capture"
 
@@ -71,6 +71,7 @@ def install(
     }
     _s.writer.write_json(fmt.RANK_JSON, _s.info)
     atexit.register(close)
+    meetings.arm_capture(_s.writer)
     when_imported("torch.distributed", _patch)
     when_imported("numpy.random", _numpy_state)
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from rtdebug.capsule.read import CapsuleError, RankLog, open_capsule
 from rtdebug.common.imports import when_imported
-from rtdebug.rank.replay import ops
+from rtdebug.rank.replay import meetings, ops
 
 OURS = "rtdebug_replay"
 
@@ -42,8 +42,11 @@ class _State:
 _s = _State()
 
 
-def install(replay_dir: str, rank: int, check: bool = True, tolerance: float = 0.0, stop_at: int = 0) -> None:
-    """Serve rank ``rank`` of the capsule in ``replay_dir`` to this process (raises ``CapsuleError``)."""
+def install(
+    replay_dir: str, rank: int, check: bool = True, tolerance: float = 0.0, stop_at: int = 0, scratch: str = ""
+) -> None:
+    """Serve rank ``rank`` of the capsule in ``replay_dir`` to this process (raises ``CapsuleError``); Ray
+    Train's storage goes under ``scratch``."""
     if not replay_dir:
         return
     log = open_capsule(replay_dir).rank(rank)
@@ -52,6 +55,7 @@ def install(replay_dir: str, rank: int, check: bool = True, tolerance: float = 0
     for record in log.collectives():
         if record["n"] <= log.complete_upto:
             _s.queues.setdefault(int(record.get("g", -1)), deque()).append(record)
+    meetings.arm_serve(log.records, rank, scratch)
     os.environ["TORCH_DIST_INIT_BARRIER"] = "0"  # no store-based barrier: there are no peers
     state = log.info.get("random_state")
     if isinstance(state, list) and len(state) == 3 and isinstance(state[1], list):
@@ -79,6 +83,7 @@ def _patch(dist: Any) -> None:
         yield dist.HashStore(), rank, world_size
 
     c10d.rendezvous = rendezvous  # type: ignore[attr-defined]
+    dist.rendezvous = rendezvous  # what scripts (and rtdebug's own fit() controller) call by that name
 
 
 def _factory(o: Any, backend_options: Any) -> Any:
