@@ -1,5 +1,10 @@
 import * as assert from 'assert';
+import * as fs from 'fs';
+import * as path from 'path';
 import { test } from 'node:test';
+import Ajv2020 from 'ajv/dist/2020';
+import { parseSessionEntry } from '../../src/registry/registryModel';
+import { FIXTURES, SCHEMA_PATH } from './helpers';
 import { jobArgs } from '../../src/attach/launch/jobProcess';
 import {
   captureEnd,
@@ -102,4 +107,16 @@ test('a replay configuration becomes `rtdebug replay DIR --rank R` with its opti
   const plain = jobArgs({ ...spec, wait: 'none', replay: replayOptions({ capsule: '/c', rank: '0', noCheck: true }) });
   assert.deepStrictEqual(plain, ['-m', 'rtdebug', 'replay', '/c', '--rank', '0', '--port', '6000', '--host', '127.0.0.1', '--no-check']);
   assert.throws(() => jobArgs({ ...spec, replay: undefined }), /needs a capsule and a rank/);
+});
+
+test('a replay session entry (mode replay, its replay field) is one the schema and the parser take', () => {
+  const schema = JSON.parse(fs.readFileSync(SCHEMA_PATH, 'utf8'));
+  const compiled = new Ajv2020({ strict: false }).compile(schema);
+  const validate = (x: object): boolean => compiled(x) === true;
+  const base = JSON.parse(fs.readFileSync(path.join(FIXTURES, 'registry', 's1', 'session.json'), 'utf8'));
+  const entry = { ...base, mode: 'replay', replay: { capsule: '/caps/c1', rank: 1, world_size: 2, scratch: '/caps/c1/scratch/rank-1' } };
+  assert.ok(validate(entry), JSON.stringify(compiled.errors));
+  assert.deepStrictEqual(parseSessionEntry(JSON.stringify(entry)).replay, entry.replay);
+  assert.equal(validate({ ...entry, replay: { capsule: '/caps/c1', world_size: 2, scratch: '/s' } }), false);
+  assert.equal(validate({ ...entry, mode: 'replayed' }), false);
 });
