@@ -107,3 +107,4 @@ def test_rtdebug_run_captures_and_replays_its_one_rank(tmp_path, port_base):
     r = rtdebug("replay", str(cap), "--rank", "0", "--port", str(port_base + 1), env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert [x for x in r.stdout.splitlines() if x.startswith("single sum ")] == [line]
+    assert "scratch: None" in job.stdout and f"scratch: {cap}/scratch/rank-0" in r.stdout  # the script sees it

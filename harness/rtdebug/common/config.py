@@ -23,6 +23,7 @@ RAY_LOCAL_MODES = ("cluster", "ray")  # --ray-local-mode
 RAY_LOCAL_MODE_VAR = "RTDEBUG_RAY_LOCAL_MODE"
 WORKER_PORT_BASE_VAR = "RTDEBUG_WORKER_PORT_BASE"  # Ray Train workers' port base (rtdebug run)
 LAUNCH_VAR = "RTDEBUG_CAPTURE_LAUNCH"  # the launch facts a capturing rank writes into the capsule's manifest
+REPLAY_SCRATCH_VAR = "RTDEBUG_REPLAY_SCRATCH"  # a replay's scratch folder (set in the replaying process too)
 
 
 def check_host(host: str) -> None:
@@ -186,7 +187,7 @@ class RankConfig:
             env["RTDEBUG_REPLAY_CHECK"] = "1" if self.replay_check else "0"
             env["RTDEBUG_REPLAY_TOLERANCE"] = repr(self.replay_tolerance)
             env["RTDEBUG_REPLAY_STOP_AT"] = str(self.replay_stop_at)
-            env["RTDEBUG_REPLAY_SCRATCH"] = self.replay_scratch
+            env[REPLAY_SCRATCH_VAR] = self.replay_scratch
         return env
 
     @classmethod
@@ -228,7 +229,7 @@ def _replay_from_env(env: Mapping[str, str]) -> dict[str, Any]:
         "replay_check": env.get("RTDEBUG_REPLAY_CHECK", "1") != "0",
         "replay_tolerance": float(env.get("RTDEBUG_REPLAY_TOLERANCE") or 0.0),
         "replay_stop_at": int(env.get("RTDEBUG_REPLAY_STOP_AT") or 0),
-        "replay_scratch": env.get("RTDEBUG_REPLAY_SCRATCH", ""),
+        "replay_scratch": env.get(REPLAY_SCRATCH_VAR, ""),
     }
 
 

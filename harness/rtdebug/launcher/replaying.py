@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from rtdebug.common.config import ReplayTarget
+from rtdebug.common.config import REPLAY_SCRATCH_VAR, ReplayTarget
 from rtdebug.common.errors import usage
 
 MARKER = ".rtdebug-scratch"
@@ -53,7 +53,7 @@ def prepare(replay: ReplayTarget) -> dict[str, str]:
         raise usage(f"cannot prepare the replay: {exc.filename}: {exc.strerror}") from None
     for name in FOREIGN:
         os.environ.pop(name, None)
-    return dict(replay.env)
+    return {**replay.env, REPLAY_SCRATCH_VAR: replay.scratch}  # the scratch: for the rank side and the script
 
 
 def entry_fields(replay: ReplayTarget) -> dict[str, Any]:
