@@ -221,6 +221,39 @@ def test_ray_train_local_mode_meetings_replay_and_write_only_to_scratch(tmp_path
     assert (tmp_path / "cap" / "scratch" / "rank-1" / "replay-run" / name / "rank1.txt").is_file()
 
 
+UNCAPTURABLE = """
+import os, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="file://" + os.path.join(os.environ["OUT"], "store"), rank=0, world_size=1)
+t = torch.ones(2)
+dist.all_reduce(t)
+dist.monitored_barrier()  # not an op a capture knows
+dist.all_reduce(t)
+print("done", t.tolist())
+"""
+
+
+def test_an_op_the_capture_does_not_know_is_one_line_and_the_job_runs_on(tmp_path):
+    script = tmp_path / "uncapturable.py"
+    script.write_text(UNCAPTURABLE)
+    (tmp_path / "job").mkdir()
+    r = rtdebug("run", "--port", str(free_port_base(2)), "--capture", str(tmp_path / "cap"), str(script),
+                env={"OUT": str(tmp_path / "job")})  # fmt: skip
+    assert r.returncode == 0 and "done [1.0, 1.0]" in r.stdout, r.stderr[-3000:]
+    said = [x for x in r.stderr.splitlines() if x.startswith("rtdebug: capture of rank")]
+    assert said == [
+        "rtdebug: capture of rank 0: monitored_barrier cannot be captured; the capsule ends before it "
+        "(collective #2); the job runs on"
+    ]
+    log = open_rank(tmp_path / "cap", 0)
+    assert (log.complete_upto, log.end_reason) == (1, "monitored_barrier cannot be captured")
+    r = replay(tmp_path / "cap", 0, tmp_path / "alone")
+    where = next(i for i, x in enumerate(UNCAPTURABLE.splitlines(), 1) if "monitored_barrier" in x)
+    assert r.returncode == 1 and rtdebug_lines(r) == [
+        "rtdebug: replay of rank 0: the script makes more collectives than the capture holds: capture ends at "
+        f"collective #1 (then monitored_barrier, uncapturable.py:{where})"
+    ], r.stderr[-3000:]
+
+
 def open_rank(cap: Path, rank: int):
     from rtdebug.capsule.read import open_capsule
 
