@@ -51,9 +51,8 @@ class ServeTap:
             _fatal(self.rank, f"Ray Train's {op} #{n} is past the capture's last meeting")
         record = self.queue.popleft()
         if (record.get("call"), record.get("op"), record.get("call_n")) != (call, op, n):
-            _fatal(
-                self.rank, f"Ray Train's {op} #{n} is where the capture has {record.get('op')} #{record.get('call_n')}"
-            )
+            theirs = f"{record.get('op')} #{record.get('call_n')} ({record.get('call')})"
+            _fatal(self.rank, f"Ray Train's {op} #{n} ({call}) is where the capture has {theirs}")
         value = record.get("value")
         if call == "first":
             return bool(value)
