@@ -5,6 +5,7 @@ in one continues all) is done by the ranks. A plain DAP client per rank, a real 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -20,12 +21,13 @@ ONLY1 = marker_line(SCRIPT, "rank 1 only")
 COLLECTIVE = marker_line(SCRIPT, "collective")
 
 
-def _start(job, registry_dir, port_base, tmp_path, *env_pairs: str):
+def _start(job, registry_dir, port_base, tmp_path, *env_pairs: str, n: int = 2):
     done = tmp_path / "done"
     env = {"RTDEBUG_ALL_STOP": "1", **dict(p.split("=", 1) for p in env_pairs)}  # off by default
-    j = job("torchrun", "--debug-port-base", str(port_base), "--nproc-per-node", "2", str(SCRIPT), str(done), env=env)
+    ours = ["--debug-port-base", str(port_base), "--nproc-per-node", str(n)]
+    j = job("torchrun", *ours, str(SCRIPT), str(done), env=env)
     sid = j.session_id()
-    wait_ranks(registry_dir, sid, 2)
+    wait_ranks(registry_dir, sid, n)
     return j, sid, done
 
 
@@ -150,3 +152,22 @@ def test_a_rank_with_no_client_is_held_before_its_next_collective_and_let_go_whe
     _until_debug(registry_dir, sid, 1, "running")
     done.write_text("")
     assert j.wait(120) == 0
+
+
+@pytest.mark.skipif(os.environ.get("RTDEBUG_FULL") != "1", reason="RTDEBUG_FULL=1: all-stop on 4 ranks")
+def test_four_ranks_one_stops_every_other_is_held_and_a_continue_lets_all_go(job, registry_dir, port_base, tmp_path):
+    j, sid, done = _start(job, registry_dir, port_base, tmp_path, n=4)
+    c1 = DAPClient("127.0.0.1", port_base + 1)
+    c1.attach({str(SCRIPT): [ONLY1]})
+    s1 = c1.wait_stopped(120)
+    for rank in (0, 2, 3):
+        _until_debug(registry_dir, sid, rank, "paused", by=1, line=COLLECTIVE)
+    text, _ = _ps(registry_dir)
+    assert text.count(f"paused (all-stop, by rank 1) at allstop_job.py:{COLLECTIVE}") == 3
+    c1.request("setBreakpoints", source={"path": str(SCRIPT)}, breakpoints=[])
+    c1.continue_(s1["threadId"])
+    for rank in (0, 2, 3):
+        _until_debug(registry_dir, sid, rank, "running")
+    done.write_text("")
+    assert j.wait(120) == 0
+    c1.close()

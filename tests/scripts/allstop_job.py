@@ -1,6 +1,6 @@
 """Ranks step through ``all_reduce`` until the file ``argv[1]`` exists (they agree on it in the collective, so
-they end at the same step); rank 1 has a line only it runs, the tests' breakpoint, and gets there while rank 0
-still sleeps after the last collective. Each rank prints its step
+they end at the same step); rank 1 has a line only it runs, the tests' breakpoint, and gets there while the
+others still sleep after the last collective. Each rank prints its step
 count at the end, and exits 0."""
 
 import os
@@ -22,6 +22,6 @@ while True:
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # BREAKPOINT: collective
     if flag.item() > 0:
         break
-    time.sleep(0.25 if rank == 0 else 0.02)  # rank 0 is in Python, not in the collective, when rank 1 stops
+    time.sleep(0.02 if rank == 1 else 0.25)  # the others are in Python, not in the collective, when rank 1 stops
 print(f"rank {rank} ended after {step} steps", flush=True)
 dist.destroy_process_group()
