@@ -62,7 +62,10 @@ def run(opts: DapOptions) -> int:
     views = Views.open(opts.views, reg)
     session = views.find_session(opts.session)
     sid = session["session_id"]
-    server = JobEndpoint(views, sid, RankChoice.parse(opts.ranks), port=opts.port)
+    # every rank's entry a file in the session's directory here (not a multi-node job's store, not Ray's KV)
+    files_only = session.get("mode") in ("torchrun", "adopted", "connected") and not session.get("store")
+    watch = reg.session_dir(sid) if files_only and session.get("source", "local") == "local" else None
+    server = JobEndpoint(views, sid, RankChoice.parse(opts.ranks), port=opts.port, watch=watch)
     host, port = server.address
     signal.signal(signal.SIGTERM, lambda *_: server.done.set())
     print(

@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TextIO
 
 from rtdebug.common.access import AllowList, judge
@@ -35,6 +36,7 @@ from rtdebug.views.api import Views
 Entry = dict[str, Any]
 POLL_S = 0.25  # how often an attached client's session is re-read for new ranks
 LIVE_CHECK_S = 1.0  # how often the server checks that its session is still live
+SETTLED_NS = 100_000_000  # a directory's change time is the kernel's coarse clock (a few ms a tick)
 WAKE_S = 0.2  # how soon the accept loop sees ``done`` (set by SIGTERM, or a terminate)
 TERMINATE_WAIT_S = 90.0  # a terminate in progress (its stop) is answered before the server closes
 TERMINATE_MEANS = {  # by session mode: what rtdebug stop does to it
@@ -71,8 +73,11 @@ class JobEndpoint:
         port: int = 0,
         host: str = "127.0.0.1",
         log: TextIO = sys.stderr,
+        watch: Path | None = None,
     ) -> None:
-        self.views, self.session_id, self.choice, self.log = views, session_id, choice, log
+        """``watch``: the session's registry directory when every rank's entry is a file there (a local
+        session): an attached client's look for new ranks is skipped while nothing in it was written."""
+        self.views, self.session_id, self.choice, self.log, self.watch = views, session_id, choice, log, watch
         self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -86,6 +91,16 @@ class JobEndpoint:
         self.clients: list[Conversation] = []
         self._lock = threading.Lock()
         self.last_refusal, self.unsaid = -1e9, 0
+
+    def stamp(self) -> int | None:
+        """The watched directory's change time (each entry write renames a file into it); None: always look.
+        The live check (``serve``) does not depend on it: a process can die without writing."""
+        if self.watch is None:
+            return None
+        try:
+            return os.stat(self.watch).st_mtime_ns
+        except OSError:
+            return None
 
     def say(self, line: str) -> None:
         print(f"rtdebug: {printable(line)}", file=self.log, flush=True)
@@ -377,7 +392,13 @@ class Conversation:
 
     def announce(self) -> None:
         """Hand the client a child session for each chosen rank as it becomes attachable, until it leaves."""
+        seen: int | None = None
         while not self.closed.wait(POLL_S) and not self.server.done.is_set():
+            now = self.server.stamp()
+            if now is not None and now == seen:
+                continue  # no registry file of the session was written: nothing new to hand out or tell
+            # a stamp is trusted once it is older than the clock's tick: a write in the same tick keeps it
+            seen = now if now is not None and time.time_ns() - now > SETTLED_NS else None
             if not self.announce_new():
                 break
         if not self.closed.is_set():
