@@ -23,7 +23,6 @@ Result: none kept as a file: its figures are docs/performance.md's refused-conne
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -35,46 +34,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO
 
+from support.hostile import NOBODY, cpu_seconds, flood, flood_argv
 from support.ports import free_port
-
-NOBODY = 65534
-SETPRIV = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-FOREIGN_PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-TICK = os.sysconf("SC_CLK_TCK")
-
-FLOOD = textwrap.dedent("""
-    import json, os, selectors, socket, sys, time
-    port, n, inflight = map(int, sys.argv[1:4])
-    sel = selectors.DefaultSelector()
-    started = done = replied = 0
-    t0 = time.monotonic()
-    while done < n:
-        while started < n and started - done < inflight:
-            s = socket.socket()
-            s.setblocking(False)
-            try:
-                s.connect(("127.0.0.1", port))
-            except BlockingIOError:
-                pass
-            sel.register(s, selectors.EVENT_READ)
-            started += 1
-        events = sel.select(timeout=30)
-        if not events:
-            break
-        for key, _ in events:
-            try:
-                replied += bool(key.fileobj.recv(100))
-            except OSError:
-                pass
-            sel.unregister(key.fileobj)
-            key.fileobj.close()
-            done += 1
-    print(json.dumps({"uid": os.getuid(), "done": done, "replied": replied, "seconds": time.monotonic() - t0}))
-""")
 
 RANK = textwrap.dedent("""
     import sys, time
-    from rtdebug.rank.endpoint import access
+    from rtdebug.common import access
     from rtdebug.rank.endpoint import Endpoint
     access._diag_broken = sys.argv[2] == "proc"  # --proc: the /proc fallback, as where netlink cannot answer
     ep = Endpoint("127.0.0.1", int(sys.argv[1]), on_refused=lambda: None)
@@ -83,25 +48,6 @@ RANK = textwrap.dedent("""
     while True:
         time.sleep(0.1)
 """)
-
-
-def flood(port: int, n: int, inflight: int = 32, prefix: list[str] | None = None) -> dict:
-    """``n`` connects to ``port`` as another uid; {"uid", "done", "replied", "seconds"}."""
-    argv = [*(SETPRIV if prefix is None else prefix), *_flood_argv(port, n, inflight)[len(SETPRIV) :]]
-    r = subprocess.run(argv, cwd="/", capture_output=True, text=True, timeout=300)
-    if r.returncode != 0:
-        raise RuntimeError(f"flood failed: {r.stderr.strip()[-2000:]}")
-    return json.loads(r.stdout)
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of ``pid``, all its threads (also those that ended), in seconds."""
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def _flood_argv(port: int, n: int, inflight: int) -> list[str]:
-    return [*SETPRIV, FOREIGN_PY, "-c", FLOOD, str(port), str(n), str(inflight)]
 
 
 @contextmanager
@@ -164,7 +110,7 @@ def measure_attach(rounds: int, connects: int, inflight: int, pythonpath: str | 
         _attach_s(port)  # the first attach starts debugpy (lazy): not what is measured
         for i in range(rounds):
             quiet.append(_attach_s(port))
-            fl = subprocess.Popen(_flood_argv(port, connects, inflight), cwd="/", stdout=subprocess.PIPE, text=True)
+            fl = subprocess.Popen(flood_argv(port, connects, inflight), cwd="/", stdout=subprocess.PIPE, text=True)
             try:
                 time.sleep(0.3)  # a bench, not a test: the flood gets going (checked below: still on at the end)
                 took = _attach_s(port)

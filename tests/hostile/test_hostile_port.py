@@ -20,13 +20,12 @@ import time
 
 import pytest
 
-from bench.refusal_bench import cpu_seconds, flood
 from rtdebug.rank.endpoint import dapgate
 from rtdebug.rank.endpoint.dapgate import MAX_MESSAGE, NotDAP, message_end, read_first
 from rtdebug.rank.endpoint.refusals import RefusalLog
 
 from support.dap import DAPClient
-from support.hostile import browser_post, send
+from support.hostile import browser_post, cpu_seconds, flood, send
 from support.jobs import read_ranks, wait_ranks
 from support.paths import SCRIPTS, marker_line
 from support.users import NOBODY, SETPRIV, needs_setpriv

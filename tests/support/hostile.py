@@ -1,9 +1,14 @@
-"""What a hostile peer sends a rank's debug port, and ``send`` to read what comes back."""
+"""What a hostile peer sends a rank's debug port, and ``send`` to read what comes back; ``flood``: another
+uid's connects by the thousand (the hostile tests and ``bench/probes/refusal_bench.py`` share it)."""
 
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
+import textwrap
 
 
 def browser_post(port: int, marker: str) -> bytes:
@@ -41,3 +46,59 @@ def send(port: int, data: bytes) -> bytes:
         except OSError:
             pass
         return got
+
+
+# Another uid flooding a port: the hostile tests and bench/probes/refusal_bench.py share it.
+NOBODY = 65534
+SETPRIV = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+FOREIGN_PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+TICK = os.sysconf("SC_CLK_TCK")
+
+FLOOD = textwrap.dedent("""
+    import json, os, selectors, socket, sys, time
+    port, n, inflight = map(int, sys.argv[1:4])
+    sel = selectors.DefaultSelector()
+    started = done = replied = 0
+    t0 = time.monotonic()
+    while done < n:
+        while started < n and started - done < inflight:
+            s = socket.socket()
+            s.setblocking(False)
+            try:
+                s.connect(("127.0.0.1", port))
+            except BlockingIOError:
+                pass
+            sel.register(s, selectors.EVENT_READ)
+            started += 1
+        events = sel.select(timeout=30)
+        if not events:
+            break
+        for key, _ in events:
+            try:
+                replied += bool(key.fileobj.recv(100))
+            except OSError:
+                pass
+            sel.unregister(key.fileobj)
+            key.fileobj.close()
+            done += 1
+    print(json.dumps({"uid": os.getuid(), "done": done, "replied": replied, "seconds": time.monotonic() - t0}))
+""")
+
+
+def flood(port: int, n: int, inflight: int = 32, prefix: list[str] | None = None) -> dict:
+    """``n`` connects to ``port`` as another uid; {"uid", "done", "replied", "seconds"}."""
+    argv = [*(SETPRIV if prefix is None else prefix), *flood_argv(port, n, inflight)[len(SETPRIV) :]]
+    r = subprocess.run(argv, cwd="/", capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise RuntimeError(f"flood failed: {r.stderr.strip()[-2000:]}")
+    return json.loads(r.stdout)
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of ``pid``, all its threads (also those that ended), in seconds."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def flood_argv(port: int, n: int, inflight: int) -> list[str]:
+    return [*SETPRIV, FOREIGN_PY, "-c", FLOOD, str(port), str(n), str(inflight)]
