@@ -62,14 +62,19 @@ def install(
     if selected is not None and rank not in selected:
         return
     _s.rank, _s.launch = rank, (dict(launch.__dict__) if launch is not None else {})
-    _s.writer = CapsuleWriter(capture_dir, rank, max_bytes=int(capture_max_gb * (1 << 30)))
+    try:
+        _s.writer = CapsuleWriter(capture_dir, rank, max_bytes=int(capture_max_gb * (1 << 30)))
+    except OSError as exc:  # a capture that cannot start never stops the job
+        print(f"rtdebug: capture of rank {rank}: cannot write {capture_dir}: {exc.strerror}; this rank is not captured",
+              file=sys.stderr, flush=True)  # fmt: skip
+        return
     _s.info = {
         "rank": rank,
         "world_size": int(os.environ.get("WORLD_SIZE", "1")),
         "env": {k: os.environ[k] for k in RANK_ENV if k in os.environ},
         "random_state": _jsonable(random.getstate()),
     }
-    _s.writer.write_json(fmt.RANK_JSON, _s.info)
+    _write(fmt.RANK_JSON, _s.info)
     atexit.register(close)
     meetings.arm_capture(_s.writer)
     when_imported("torch.distributed", _patch)
@@ -79,6 +84,19 @@ def install(
 def close(reason: str = "ended") -> None:
     if _s.writer is not None:
         _s.writer.close(reason)
+
+
+def _write(name: str, data: dict[str, Any], top: bool = False) -> None:
+    """A JSON file of the capsule; a full disk ends the capsule here (one line), never the job."""
+    writer = _s.writer
+    if writer is None or writer.closed:
+        return
+    try:
+        writer.write_json(name, data, top=top)
+    except OSError as exc:
+        print(f"rtdebug: capture of rank {_s.rank}: {exc.strerror}; the capsule ends here, the job runs on",
+              file=sys.stderr, flush=True)  # fmt: skip
+        writer.close(f"disk: {exc.strerror}")
 
 
 def _jsonable(value: Any) -> Any:
@@ -93,7 +111,7 @@ def _numpy_state(np_random: Any) -> None:
     if _s.writer is None:
         return
     _s.info["numpy_state"] = _jsonable(np_random.get_state())
-    _s.writer.write_json(fmt.RANK_JSON, _s.info)
+    _write(fmt.RANK_JSON, _s.info)
 
 
 def _manifest(world_size: int) -> dict[str, Any]:
@@ -174,7 +192,7 @@ def _factory(o: Any, backend_options: Any) -> Any:
     if writer is not None:
         if not _s.manifest:
             _s.manifest = True
-            writer.write_json(fmt.MANIFEST, _manifest(int(os.environ.get("WORLD_SIZE", o.group_size))), top=True)
+            _write(fmt.MANIFEST, _manifest(int(os.environ.get("WORLD_SIZE", o.group_size))), top=True)
         record = {
             "kind": "group", "g": g, "name": str(o.group_id),
             "ranks": list(o.global_ranks_in_group) or list(range(o.group_size)),
