@@ -295,3 +295,35 @@ def test_every_rtdebug_subpackage_counts_as_rtdebug_not_user_code():
     for mod in (rtdebug.rank.bootstrap, rtdebug.rank.stacks.dump, rtdebug.launcher.agent):
         assert stackgroup.frame_kind(mod.__file__) != "user", mod.__file__
     assert stackgroup.frame_kind(str(ROOT / "examples" / "hang.py")) == "user"
+
+
+def test_the_fallback_signal_never_goes_to_a_process_that_no_longer_handles_it(tmp_path):
+    """An exiting interpreter puts the default action (terminate) back for the dump signal; a `stacks` that
+    signalled it then would kill a rank that was ending well. Only a process that catches it is signalled."""
+    from rtdebug.stacks import collect
+
+    handles = (
+        f"import signal, time; signal.signal({contract.SIGNAL}, lambda *a: print('dumped', flush=True)); "
+        "print('ready', flush=True); time.sleep(60)"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+             for code in (handles, "import time; print('ready', flush=True); time.sleep(60)")]  # fmt: skip
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline() == "ready\n"
+        stacks = {"signal": contract.SIGNAL}
+        entries = [
+            {"rank": r, "pid": p.pid, "stacks": {**stacks, "file": contract.dump_file(r)}} for r, p in enumerate(procs)
+        ]
+        for e in entries:
+            (tmp_path / contract.dump_file(e["rank"])).write_text("")
+        unresponsive: dict[int, str] = {}
+        pending = collect.signal_ranks(tmp_path, entries, unresponsive)
+        assert [p.rank for p in pending] == [0] and procs[0].stdout is not None
+        assert procs[0].stdout.readline() == "dumped\n"
+        assert unresponsive == {1: "it no longer handles the stacks signal (it is exiting); not signalled"}
+        assert procs[1].poll() is None  # alive: never sent a signal whose default would have ended it
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()

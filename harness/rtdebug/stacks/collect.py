@@ -111,7 +111,22 @@ def _why_not(e: Entry) -> str | None:
         return "its stacks entry is not rtdebug's (file or signal differs); not signalled"
     if _stopped(e["pid"]):
         return "process is stopped (SIGSTOP or a tracer)"
+    if catches(e["pid"], SIGNAL) is False:  # an exiting interpreter has put the default (terminate) back
+        return "it no longer handles the stacks signal (it is exiting); not signalled"
     return None
+
+
+def catches(pid: int, signum: int) -> bool | None:
+    """Whether process ``pid`` has a handler for ``signum`` (its ``SigCgt`` mask), None where unknown: a rank's
+    dump signal is sent only to a process that catches it, since its default action ends the process."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            line = next((ln for ln in f if ln.startswith("SigCgt:")), None)
+    except OSError:
+        return None
+    if line is None:
+        return None
+    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
 
 
 def _truncate(path: Path) -> None:
