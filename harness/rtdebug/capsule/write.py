@@ -26,6 +26,7 @@ from rtdebug.common import atomic, log
 Tensor = tuple[str, str, list[int], Any]
 Job = Callable[[], "tuple[dict[str, Any], list[Tensor]] | None"]
 BATCH_BYTES = 32 * 1024 * 1024
+INFLIGHT_BYTES = 512 * 1024 * 1024  # copies queued for the writer: past this a collective waits for room
 _STOP = object()
 
 
@@ -45,6 +46,8 @@ class CapsuleWriter:
         self._pending_bytes = 0
         self._index = open(self.dir / fmt.INDEX, "a", encoding="utf-8")  # noqa: SIM115  # closed by close()
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
+        self._inflight = 0  # bytes the queued jobs hold (their copies)
+        self._room = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="rtdebug-capsule-writer", daemon=True)
         self._thread.start()
 
@@ -53,38 +56,51 @@ class CapsuleWriter:
         where = self.root if top else self.dir
         atomic.write(where / name, json.dumps(data, indent=1, sort_keys=True).encode(), mode=0o644)
 
-    def submit(self, job: Job) -> None:
-        """Queue ``job`` (blocks while the queue is full); nothing once the capsule is closed."""
-        if not self.closed:
-            self._queue.put(job)
+    def submit(self, job: Job, nbytes: int = 0) -> None:
+        """Queue ``job``, which holds ``nbytes`` of copies; blocks while the queue is full or holds
+        ``INFLIGHT_BYTES`` already (a job alone may be larger); nothing once the capsule is closed."""
+        if self.closed:
+            return
+        with self._room:
+            while self._inflight and self._inflight + nbytes > INFLIGHT_BYTES and not self.closed:
+                self._room.wait(1.0)
+            self._inflight += nbytes
+        self._queue.put((job, nbytes))
 
     def close(self, reason: str = "ended") -> None:
         """Write what is queued, then ``end.json``; later submits are dropped. Safe to call twice."""
         self.stopping = True
         if self._thread.is_alive():
-            self._queue.put(_STOP)
+            self._queue.put((_STOP, 0))
             self._thread.join()
         self._finish(reason)
 
     def _run(self) -> None:
         while True:
-            job = self._queue.get()
+            job, nbytes = self._queue.get()
             if job is _STOP:
                 self._flush()
                 return
-            if self.closed:
-                continue
             try:
-                out = job()
-            except Exception as exc:  # a record we cannot make ends the capsule there, never the job
-                log.swallowed("capsule.write: a job failed; the capsule ends before it")
-                self._flush()
-                self._finish(f"error: {type(exc).__name__}: {exc}")
-                continue
-            if out is not None:
-                self._add(*out)
-            if self._queue.empty() or self._pending_bytes >= BATCH_BYTES:
-                self._flush()
+                if not self.closed:
+                    self._do(job)
+            finally:
+                with self._room:
+                    self._inflight -= nbytes
+                    self._room.notify_all()
+
+    def _do(self, job: Job) -> None:
+        try:
+            out = job()
+        except Exception as exc:  # a record we cannot make ends the capsule there, never the job
+            log.swallowed("capsule.write: a job failed; the capsule ends before it")
+            self._flush()
+            self._finish(f"error: {type(exc).__name__}: {exc}")
+            return
+        if out is not None:
+            self._add(*out)
+        if self._queue.empty() or self._pending_bytes >= BATCH_BYTES:
+            self._flush()
 
     def _add(self, record: dict[str, Any], tensors: list[Tensor]) -> None:
         size = sum(len(memoryview(b).cast("B")) for _, _, _, b in tensors)

@@ -310,7 +310,7 @@ def _capture(pg: Any, method: str, args: tuple[Any, ...]) -> Any:
     sent_copies = [t.detach().clone() for t in sent]
     work = getattr(backend, method)(*args)
     if not received:
-        writer.submit(lambda: _job(record, sent_copies, None, []))
+        writer.submit(lambda: _job(record, sent_copies, None, []), _nbytes(sent_copies))
         return work
     future = _future(work) if (record["ddp"] or ops.from_python_api()) else None
     if future is None:
@@ -319,7 +319,7 @@ def _capture(pg: Any, method: str, args: tuple[Any, ...]) -> Any:
         # here, copy, and hand back the finished work
         work.wait()
         got_now = [t.detach().clone() for t in received]
-        writer.submit(lambda: _job(record, sent_copies, None, got_now))
+        writer.submit(lambda: _job(record, sent_copies, None, got_now), _nbytes(sent_copies, got_now))
         return _done(received)  # a waited work is not waited again (gloo's recv would block)
     got: list[Any] = []
 
@@ -329,8 +329,12 @@ def _capture(pg: Any, method: str, args: tuple[Any, ...]) -> Any:
         return value
 
     done = future.then(copy)
-    writer.submit(lambda: _job(record, sent_copies, done, got))
+    writer.submit(lambda: _job(record, sent_copies, done, got), _nbytes(sent_copies, received))
     return _create_work_from_future(done)
+
+
+def _nbytes(*lists: list[Any]) -> int:
+    return sum(t.numel() * t.element_size() for ts in lists for t in ts)
 
 
 def _done(received: list[Any]) -> Any:
