@@ -4,6 +4,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -85,3 +86,25 @@ def test_torchrun_agent_is_a_fork_of_the_launcher(job, registry_dir, port_base):
     assert j.wait(60) != 0
     assert "stopped" in j.output()
     assert not agent.is_running() or agent.status() == psutil.STATUS_ZOMBIE
+
+
+REAP_THEN_SIGNAL = """
+import os, signal, sys, threading, time
+from rtdebug.launcher.agent import Agent
+pid = os.fork()
+if pid == 0:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    time.sleep(30)
+    os._exit(0)
+a = Agent(pid)
+signal.signal(signal.SIGUSR1, lambda *_: a.send_signal(signal.SIGTERM))  # as the launcher forwards one
+threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGUSR1)).start()  # comes while reap() blocks
+print(a.reap(), flush=True)
+"""
+
+
+def test_a_signal_forwarded_while_the_agent_is_reaped_reaches_it():
+    """The launcher forwards a signal to the agent from its handler, on the main thread, which may be blocked
+    in ``reap`` holding the agent's lock: a second Ctrl-C or SIGTERM during teardown hung `rtdebug torchrun`."""
+    r = subprocess.run([sys.executable, "-c", REAP_THEN_SIGNAL], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == str(-signal.SIGTERM), (r.stdout, r.stderr)

@@ -57,7 +57,9 @@ class Agent:
         self.pid = pid
         self.returncode: int | None = None
         self._popen = popen  # kept referenced: a collected Popen would reap the agent behind our back
-        self._lock = threading.Lock()
+        # reentrant: the launcher's signal handlers forward to the agent on the main thread, which may be
+        # inside ``reap`` (blocked in waitpid) or ``send_signal`` when a second signal comes
+        self._lock = threading.RLock()
         self._reaped = False
 
     def _peek(self, block: bool) -> int | None:
