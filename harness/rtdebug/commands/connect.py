@@ -13,78 +13,27 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import shlex
 import signal
 import sys
 import threading
 
 from rtdebug.commands.options import Options, session_arg
-from rtdebug.common.errors import HarnessError, usage
-from rtdebug.connect.listing import split_store
-from rtdebug.connect.session import Connection, warn
+from rtdebug.common.errors import HarnessError
+from rtdebug.connect.session import DEFAULT_REFRESH_S, Connection, warn
 from rtdebug.connect.session import Options as ConnectOptions
-from rtdebug.connect.transport import SshTransport, check_node_name
-
-DEFAULT_REFRESH_S = 3.0
-MIN_REFRESH_S, MAX_REFRESH_S = 0.1, 3600.0
+from rtdebug.connect.transport import SshTransport
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ConnectCommandOptions(Options):
-    host: str
-    jump: str | None = None
-    session: str | None = None
-    store: str | None = None
-    remote_rtdebug: str = "rtdebug"
-    ssh_config: str | None = None
-    ssh_option: list[str] | None = None
-    local_port_base: int | None = None
-    refresh: float = DEFAULT_REFRESH_S
-    ray_address: str | None = None
-
-    def __post_init__(self) -> None:
-        check_node_name(self.host)
-        if self.jump is not None and not self.jumps():
-            raise usage(f"--jump {self.jump[:80]!r} names no host")
-        for j in self.jumps():
-            check_node_name(j, "jump host")
-        if self.session and self.store:
-            raise usage("--session and --store name the job two ways: give one")
-        if self.store is not None and split_store(self.store) is None:
-            raise usage(f"--store {self.store[:80]!r}: expected HOST:PORT")
-        if self.ray_address is not None:
-            if self.store:
-                raise usage("--ray-address and --store name two different jobs: give one")
-            if split_store(self.ray_address) is None:
-                raise usage(
-                    f"--ray-address {self.ray_address[:80]!r}: expected the GCS's HOST:PORT, as HOST reaches it"
-                )
-        if not MIN_REFRESH_S <= self.refresh <= MAX_REFRESH_S:  # nan fails both
-            raise usage(f"--refresh must be {MIN_REFRESH_S:g}-{MAX_REFRESH_S:g} seconds, got {self.refresh:g}")
-        if self.local_port_base is not None and not 1024 <= self.local_port_base <= 65535:
-            raise usage(f"--local-port-base must be 1024-65535, got {self.local_port_base}")
-        self._check_ssh_words()
-
-    def _check_ssh_words(self) -> None:
-        """What goes onto ssh's command lines as words: the remote command and the -o options."""
-        try:
-            words = shlex.split(self.remote_rtdebug or "")
-        except ValueError as exc:  # an unclosed quote
-            raise usage(f"--remote-rtdebug {self.remote_rtdebug[:80]!r}: {exc}") from None
-        if not words:
-            raise usage("--remote-rtdebug is empty")
-        for o in self.ssh_option or []:
-            if "=" not in o or o.startswith("-"):
-                raise usage(f"--ssh-option {o[:80]!r}: expected NAME=VALUE (as ssh -o takes it)")
-
-    def jumps(self) -> list[str]:
-        return [j.strip() for j in (self.jump or "").split(",") if j.strip()]
+class ConnectCommandOptions(Options, ConnectOptions):
+    """``rtdebug connect``'s options: the fields and their checks are the connection's
+    (``rtdebug.connect.session.Options``), built as every command's are."""
 
 
 OPTIONS = ConnectCommandOptions
 
 
-def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], summary: str) -> None:
     p = sub.add_parser(
         "connect",
         help=summary,
@@ -140,17 +89,7 @@ def run(opts: ConnectCommandOptions) -> int:
         if signal.getsignal(sig) is not signal.SIG_IGN:  # an ignored one (nohup's SIGHUP) stays ignored
             signal.signal(sig, on_signal)
     transport = SshTransport(opts.jumps(), opts.ssh_config, opts.ssh_option)
-    conn = Connection(
-        transport,
-        ConnectOptions(
-            host=opts.host,
-            session_id=opts.session,
-            store=opts.store,
-            remote_rtdebug=shlex.split(opts.remote_rtdebug),
-            local_port_base=opts.local_port_base,
-            ray_address=opts.ray_address,
-        ),
-    )
+    conn = Connection(transport, opts)
     try:
         conn.start()
         phase[0] = "connected"

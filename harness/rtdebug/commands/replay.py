@@ -18,9 +18,11 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from rtdebug.commands import capsule as capsule_cmd
 from rtdebug.commands.options import Options, debug_options
+from rtdebug.common.config import ReplayTarget, SingleRunOptions
 from rtdebug.common.errors import HarnessError, usage
 
 SCRATCH = "scratch"  # DIR/scratch/rank-R: a replay's checkpoints and Ray Train storage
@@ -69,7 +71,7 @@ class ReplayOptions(Options):
 OPTIONS = ReplayOptions
 
 
-def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], summary: str) -> None:
     p = sub.add_parser(
         "replay",
         help=summary,
@@ -108,7 +110,7 @@ def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
     p.add_argument("--wait", action="store_true", help="block before the script until a client attaches")
 
 
-def _script(opts: ReplayOptions, manifest: dict) -> tuple[str, bool]:
+def _script(opts: ReplayOptions, manifest: dict[str, Any]) -> tuple[str, bool]:
     """(the target to run, whether it is a module): ``--script``, else the captured one, which must be here."""
     if opts.script is not None:
         if not os.path.isfile(opts.script):
@@ -122,7 +124,7 @@ def _script(opts: ReplayOptions, manifest: dict) -> tuple[str, bool]:
     return script, module
 
 
-def _cwd(manifest: dict, script: str, module: bool) -> str:
+def _cwd(manifest: dict[str, Any], script: str, module: bool) -> str:
     cwd = manifest.get("cwd")
     if isinstance(cwd, str) and os.path.isdir(cwd):
         return cwd
@@ -131,7 +133,6 @@ def _cwd(manifest: dict, script: str, module: bool) -> str:
 
 def run(opts: ReplayOptions) -> int:
     from rtdebug.capsule.read import open_capsule
-    from rtdebug.common.config import ReplayTarget
 
     cap = open_capsule(opts.capsule)
     if opts.info:
@@ -176,17 +177,20 @@ def run(opts: ReplayOptions) -> int:
     return start.run_replay(_run_args(opts, script, module, argv), replay)
 
 
-def _run_args(opts: ReplayOptions, script: str, module: bool, argv: list[str]) -> argparse.Namespace:
+def _run_args(opts: ReplayOptions, script: str, module: bool, argv: list[str]) -> SingleRunOptions:
     """What ``rtdebug run``'s launcher path reads (``rtdebug.launcher.single``)."""
-    fields = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
-    return argparse.Namespace(
-        **fields,
+    return SingleRunOptions(
+        port=opts.port,
+        host=opts.host,
+        allow=opts.allow,
+        eager=opts.eager,
+        post_mortem=opts.post_mortem,
+        post_mortem_wait=opts.post_mortem_wait,
+        pg_timeout=opts.pg_timeout,
+        stop_on=opts.stop_on,
+        force_local=opts.force_local,
         target=script,
         args=list(argv),
         module=module,
-        ray_local_mode="cluster",
-        debug_port_base=None,
-        ray_address=None,
-        capture=None,
-        capture_max_gb=None,
+        wait=opts.wait,
     )

@@ -11,36 +11,19 @@ import argparse
 import dataclasses
 
 from rtdebug.commands.options import Options, capture_options, debug_options, ray_options
+from rtdebug.common.config import SingleRunOptions
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class RunOptions(Options):
-    """What ``run_single`` reads (the launcher takes it as it took the namespace: by attribute)."""
-
-    target: str
-    args: list[str]
-    module: bool
-    port: int
-    host: str
-    allow: str
-    wait: bool
-    eager: bool
-    post_mortem: bool
-    post_mortem_wait: float
-    pg_timeout: float
-    stop_on: str
-    force_local: bool
-    ray_local_mode: str
-    debug_port_base: int | None
-    ray_address: str | None
-    capture: str | None = None
-    capture_max_gb: float | None = None
+class RunOptions(Options, SingleRunOptions):
+    """``rtdebug run``'s options: the fields are what the launcher reads (``SingleRunOptions``, in
+    ``rtdebug.common.config``: the launcher may not import the shell), built as every command's are."""
 
 
 OPTIONS = RunOptions
 
 
-def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], summary: str) -> None:
     p = sub.add_parser(
         "run",
         help=summary,

@@ -21,6 +21,7 @@ import gc
 import importlib.util
 
 from rtdebug.commands.options import Options, our_flags, torchrun_parser, without_our_options
+from rtdebug.common.config import TorchrunDebugOptions
 from rtdebug.common.errors import HarnessError
 
 
@@ -32,6 +33,7 @@ class TorchrunOptions(Options):
 
     rest: list[str]
     parsed: argparse.Namespace | None = None
+    debug: TorchrunDebugOptions | None = None  # rtdebug's own options out of ``parsed``, typed for the launcher
 
     @classmethod
     def from_args(cls, ns: argparse.Namespace) -> TorchrunOptions:
@@ -44,7 +46,10 @@ class TorchrunOptions(Options):
         parsed = parser.parse_args(tokens)
         script_at = len(tokens) - len(parsed.training_script_args) - 1
         rest = without_our_options(tokens[:script_at], our_flags(parser)) + tokens[script_at:]
-        return cls(rest=rest, parsed=parsed)
+        debug = TorchrunDebugOptions(
+            **{f.name: getattr(parsed, f.name) for f in dataclasses.fields(TorchrunDebugOptions)}
+        )
+        return cls(rest=rest, parsed=parsed, debug=debug)
 
 
 OPTIONS = TorchrunOptions
@@ -64,16 +69,16 @@ def frozen_torchrun_parser() -> argparse.ArgumentParser:
             gc.enable()
 
 
-def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], summary: str) -> None:
     sub.add_parser("torchrun", add_help=False, help=summary, prefix_chars="\0").add_argument(
         "rest", nargs=argparse.REMAINDER
     )
 
 
 def run(opts: TorchrunOptions) -> int:
-    if opts.parsed is None:
+    if opts.parsed is None or opts.debug is None:
         torchrun_parser().print_help()
         return 0 if opts.rest else 2
     from rtdebug.launcher import start  # the launcher, loaded only by the commands that start a job
 
-    return start.run_torchrun(opts.parsed, opts.rest)
+    return start.run_torchrun(opts.parsed, opts.debug, opts.rest)

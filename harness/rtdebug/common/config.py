@@ -268,3 +268,91 @@ class Target:
     @property
     def display(self) -> str:
         return f"-m {self.target}" if self.module else self.target
+
+
+@dataclass(frozen=True, kw_only=True)
+class DebugOptions:
+    """The debug options ``rtdebug run``, ``torchrun`` and ``replay`` share (the shell's ``debug_options``
+    group: same names as its argparse destinations), as the launcher reads them. ``rank_config`` is the one
+    place a ``RankConfig`` is made from a command's options."""
+
+    port: int
+    host: str
+    allow: str
+    eager: bool
+    post_mortem: bool
+    post_mortem_wait: float
+    pg_timeout: float
+    stop_on: str
+    force_local: bool
+    ray_local_mode: str = "cluster"
+    capture: str | None = None
+    capture_max_gb: float | None = None
+
+    def rank_config(
+        self,
+        session_id: str,
+        *,
+        host: str,
+        wait: str,
+        check_collectives: bool = False,
+        hang_report_s: float | None = None,
+        capture_ranks: str = "",
+        replay: ReplayTarget | None = None,
+    ) -> RankConfig:
+        """The ranks' config: ``host`` as resolved (torchrun's ``auto``), ``wait`` as a rank list; ``replay``:
+        the capsule ``rtdebug replay`` serves to its one rank."""
+        return RankConfig(
+            session_id=session_id,
+            port_base=self.port,
+            host=host,
+            allow=self.allow,
+            wait=wait,
+            eager=self.eager,
+            post_mortem=self.post_mortem,
+            post_mortem_wait_s=self.post_mortem_wait,
+            pg_timeout_s=self.pg_timeout,
+            force_local=self.force_local,
+            check_collectives=check_collectives,
+            hang_report_s=hang_report_s,
+            stop_on=self.stop_on,
+            ray_local_mode=self.ray_local_mode,
+            capture_dir=self.capture or "",
+            capture_ranks=capture_ranks,
+            capture_max_gb=self.capture_max_gb or 0.0,
+            **(_replay_fields(replay) if replay is not None else {}),
+        )
+
+
+def _replay_fields(replay: ReplayTarget) -> dict[str, Any]:
+    return {
+        "replay_dir": replay.capsule,
+        "replay_check": replay.check,
+        "replay_tolerance": replay.tolerance,
+        "replay_stop_at": replay.stop_at,
+        "replay_scratch": replay.scratch,
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class SingleRunOptions(DebugOptions):
+    """What the one-process launcher (``rtdebug.launcher.single``) reads: ``rtdebug run``'s options (the
+    shell's ``RunOptions`` is this class), or those ``rtdebug replay`` makes for its rank."""
+
+    target: str
+    args: list[str]
+    module: bool
+    wait: bool
+    debug_port_base: int | None = None
+    ray_address: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TorchrunDebugOptions(DebugOptions):
+    """``rtdebug torchrun``'s own options (the debug group and its torchrun-only ones), taken out of the
+    namespace of torchrun's parser that also holds them, for the launcher (``rtdebug.launcher.start``)."""
+
+    wait_ranks: str
+    check_collectives: bool
+    hang_report: float | None = None
+    capture_ranks: str | None = None

@@ -18,22 +18,26 @@ import shutil
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from rtdebug.common import log
-from rtdebug.common.errors import HarnessError, printable
+from rtdebug.common.errors import HarnessError, printable, usage
 from rtdebug.common.ports import free_port, is_port_free, port_holder
 from rtdebug.common.procinfo import is_alive
 from rtdebug.connect import listing
 from rtdebug.connect.listing import RemoteRank, RemoteSession
 from rtdebug.connect.relay import RelayServer
 from rtdebug.connect.secretsock import SecretServer
-from rtdebug.connect.transport import Forward, Link, Transport
+from rtdebug.connect.transport import Forward, Link, Transport, check_node_name
 from rtdebug.registry import signing
 from rtdebug.registry.entry import LIVE_RANK_STATES, SCHEMA_VERSION, session_entry, write_json_atomic
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import prune
+
+if TYPE_CHECKING:
+    from rtdebug.views.ray import RayView
+    from rtdebug.views.store import StoreView
 
 Entry = dict[str, Any]
 LIST_TIMEOUT_S = 60.0
@@ -44,14 +48,67 @@ def warn(msg: str) -> None:
     print(f"rtdebug: warning: {printable(msg)}", file=sys.stderr, flush=True)
 
 
-@dataclass
+DEFAULT_REFRESH_S = 3.0
+MIN_REFRESH_S, MAX_REFRESH_S = 0.1, 3600.0
+
+
+@dataclass(frozen=True, kw_only=True)
 class Options:
+    """``rtdebug connect``'s options (the shell's ``ConnectCommandOptions`` is this class, built from its
+    argparse namespace: same names), checked here once: a mistake is one line before any ssh starts."""
+
     host: str
-    session_id: str | None = None
+    jump: str | None = None
+    session: str | None = None
     store: str | None = None  # the job's store, as the home node reaches it (ps --store there)
-    remote_rtdebug: list[str] = field(default_factory=lambda: ["rtdebug"])
+    remote_rtdebug: str = "rtdebug"  # how the nodes run rtdebug: words, as a shell splits them
+    ssh_config: str | None = None
+    ssh_option: list[str] | None = None
     local_port_base: int | None = None
+    refresh: float = DEFAULT_REFRESH_S
     ray_address: str | None = None  # a Ray cluster's GCS, as the home node reaches it: its Ray Train workers
+
+    def __post_init__(self) -> None:
+        check_node_name(self.host)
+        if self.jump is not None and not self.jumps():
+            raise usage(f"--jump {self.jump[:80]!r} names no host")
+        for j in self.jumps():
+            check_node_name(j, "jump host")
+        if self.session and self.store:
+            raise usage("--session and --store name the job two ways: give one")
+        if self.store is not None and listing.split_store(self.store) is None:
+            raise usage(f"--store {self.store[:80]!r}: expected HOST:PORT")
+        if self.ray_address is not None:
+            if self.store:
+                raise usage("--ray-address and --store name two different jobs: give one")
+            if listing.split_store(self.ray_address) is None:
+                raise usage(
+                    f"--ray-address {self.ray_address[:80]!r}: expected the GCS's HOST:PORT, as HOST reaches it"
+                )
+        if not MIN_REFRESH_S <= self.refresh <= MAX_REFRESH_S:  # nan fails both
+            raise usage(f"--refresh must be {MIN_REFRESH_S:g}-{MAX_REFRESH_S:g} seconds, got {self.refresh:g}")
+        if self.local_port_base is not None and not 1024 <= self.local_port_base <= 65535:
+            raise usage(f"--local-port-base must be 1024-65535, got {self.local_port_base}")
+        self._check_ssh_words()
+
+    def _check_ssh_words(self) -> None:
+        """What goes onto ssh's command lines as words: the remote command and the -o options."""
+        try:
+            words = shlex.split(self.remote_rtdebug or "")
+        except ValueError as exc:  # an unclosed quote
+            raise usage(f"--remote-rtdebug {self.remote_rtdebug[:80]!r}: {exc}") from None
+        if not words:
+            raise usage("--remote-rtdebug is empty")
+        for o in self.ssh_option or []:
+            if "=" not in o or o.startswith("-"):
+                raise usage(f"--ssh-option {o[:80]!r}: expected NAME=VALUE (as ssh -o takes it)")
+
+    def jumps(self) -> list[str]:
+        return [j.strip() for j in (self.jump or "").split(",") if j.strip()]
+
+    def remote_command(self) -> list[str]:
+        """``--remote-rtdebug`` as the words ssh runs on a node."""
+        return shlex.split(self.remote_rtdebug)
 
 
 class Connection:
@@ -72,8 +129,8 @@ class Connection:
         self.unverified = False
         self.written: dict[int, Entry] = {}
         self.ports: list[int] = []  # rank -> its entry as last written (less updated_at)
-        self.store_view: Any = None  # rtdebug.views.store.StoreView on the forwarded store: refresh reads it
-        self.ray_view: Any = None  # rtdebug.views.ray.RayView on the forwarded GCS (a Ray run): refresh reads it
+        self.store_view: StoreView | None = None  # on the forwarded store: refresh reads it
+        self.ray_view: RayView | None = None  # on the forwarded GCS (a Ray run): refresh reads it
         self.home_addrs: set[str] = set()  # the home node's own addresses (a Ray worker's node IP may be one)
 
     # -- the remote side -------------------------------------------------------------------------------------
@@ -87,7 +144,7 @@ class Connection:
 
     def _list(self) -> listing.Listing:
         ray = self.opts.ray_address
-        argv = [*self.opts.remote_rtdebug, "ps", "--json", *(["--store", self.opts.store] if self.opts.store else [])]
+        argv = [*self.opts.remote_command(), "ps", "--json", *(["--store", self.opts.store] if self.opts.store else [])]
         rc, out, err = self._home().run([*argv, *(["--ray-address", ray] if ray else [])], LIST_TIMEOUT_S)
         host = self.opts.host
         if ray and rc not in (0, 127, 255):
@@ -95,7 +152,7 @@ class Connection:
             raise HarnessError(f"{host} cannot read the Ray cluster at {ray}: {why}")
         if rc == 127:
             raise HarnessError(
-                f"{host} has no `{self.opts.remote_rtdebug[0]}` for ssh's commands ({err or 'command not found'}); "
+                f"{host} has no `{self.opts.remote_command()[0]}` for ssh's commands ({err or 'command not found'}); "
                 "give its path with --remote-rtdebug"
             )
         if rc == 255:
@@ -221,10 +278,10 @@ class Connection:
         found = self._list()
         took("listing read")
         if self.opts.ray_address:
-            s = listing.choose_ray(found, self.opts.session_id, self.opts.host, self.opts.ray_address)
+            s = listing.choose_ray(found, self.opts.session, self.opts.host, self.opts.ray_address)
             self.home_addrs = self._addresses(home)  # before any node is named: which workers run on HOST
         else:
-            s = listing.choose(found, self.opts.session_id, self.opts.host)
+            s = listing.choose(found, self.opts.session, self.opts.host)
         self.unverified = not s.verified
         self._register(s)
         assert self.sid is not None
@@ -259,7 +316,7 @@ class Connection:
         else:
             warn(f"no job secret readable on {self.opts.host}: `rtdebug stacks` from here cannot ask the job's ranks")
         if not self.opts.ray_address:  # (a Ray run's workers are asked through the forwarded GCS)
-            remote = [*self.opts.remote_rtdebug]
+            remote = self.opts.remote_command()
             self.relay = RelayServer(self.reg.session_dir(self.sid), self.sid, remote, self._run_home)
         trust = ([secret] if secret else [], frozenset[str]())
         where: dict[str, str] = {}

@@ -23,17 +23,6 @@ MARKER = ".rtdebug-scratch"
 FOREIGN = ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "GROUP_WORLD_SIZE")
 
 
-def config_fields(replay: ReplayTarget) -> dict[str, Any]:
-    """``RankConfig``'s replay fields."""
-    return {
-        "replay_dir": replay.capsule,
-        "replay_check": replay.check,
-        "replay_tolerance": replay.tolerance,
-        "replay_stop_at": replay.stop_at,
-        "replay_scratch": replay.scratch,
-    }
-
-
 def prepare(replay: ReplayTarget) -> dict[str, str]:
     """Make the scratch folder afresh, enter the captured working directory; the variables to set. Only a
     folder this module made (its marker inside) is ever emptied, and no link is followed on the way."""

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rtdebug.common import rankenv
-from rtdebug.common.config import RankConfig, ReplayTarget, Target, check_host
+from rtdebug.common.config import RankConfig, ReplayTarget, SingleRunOptions, Target, check_host
 from rtdebug.common.errors import usage
 from rtdebug.common.imports import when_imported
 from rtdebug.common.ports import check_ports_free, port_for_rank
@@ -32,30 +32,14 @@ from rtdebug.registry.files import Registry
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def config(args: Any, replay: ReplayTarget | None = None) -> tuple[Target, RankConfig]:
-    if args.host == multinode.AUTO:
+def config(opts: SingleRunOptions, replay: ReplayTarget | None = None) -> tuple[Target, RankConfig]:
+    if opts.host == multinode.AUTO:
         raise usage(
             "--host auto picks the address toward a multi-node job's rendezvous host: "
             "it is for `rtdebug torchrun --debug-host auto`"
         )
-    cfg = RankConfig(
-        session_id=new_session_id(),
-        port_base=args.port,
-        host=args.host,
-        allow=args.allow,
-        wait="all" if args.wait else "none",
-        eager=args.eager,
-        post_mortem=args.post_mortem,
-        post_mortem_wait_s=args.post_mortem_wait,
-        pg_timeout_s=args.pg_timeout,
-        force_local=args.force_local,
-        stop_on=args.stop_on,
-        ray_local_mode=args.ray_local_mode,
-        capture_dir=args.capture or "",
-        capture_max_gb=args.capture_max_gb or 0.0,
-        **(replaying.config_fields(replay) if replay is not None else {}),
-    )
-    target = Target(args.target, list(args.args), module=args.module)
+    cfg = opts.rank_config(new_session_id(), host=opts.host, wait="all" if opts.wait else "none", replay=replay)
+    target = Target(opts.target, list(opts.args), module=opts.module)
     if cfg.capture_dir:
         cfg = dataclasses.replace(
             cfg,
@@ -65,21 +49,21 @@ def config(args: Any, replay: ReplayTarget | None = None) -> tuple[Target, RankC
     return target, cfg
 
 
-def environment(cfg: RankConfig, target: Target, args: Any, env: Mapping[str, str]) -> dict[str, str]:
+def environment(cfg: RankConfig, target: Target, opts: SingleRunOptions, env: Mapping[str, str]) -> dict[str, str]:
     """Everything this process's environment gains: Ray local mode's switch, and what Ray Train
     workers (``num_workers > 0``) need to get endpoints of their own (``rtdebug.launcher.ray_driver``)."""
     port = port_for_rank(cfg.port_base, 0)
     out = rankenv.ray_env(env)
-    out.update(ray_driver.driver_env(cfg, target.display, port, args.debug_port_base, args.ray_address, env))
+    out.update(ray_driver.driver_env(cfg, target.display, port, opts.debug_port_base, opts.ray_address, env))
     return out
 
 
-def run_single(args: Any, replay: ReplayTarget | None = None) -> int:
+def run_single(opts: SingleRunOptions, replay: ReplayTarget | None = None) -> int:
     """``rtdebug run`` (rank 0), or with ``replay`` ``rtdebug replay`` (rank R of a capsule, alone)."""
     from rtdebug.rank import bootstrap  # the launcher's one entry into the rank package: rank 0 runs here
 
-    target, cfg = config(args, replay)
-    added = environment(cfg, target, args, os.environ)
+    target, cfg = config(opts, replay)
+    added = environment(cfg, target, opts, os.environ)
     if replay is not None:
         added.update(replaying.prepare(replay))  # the rank's variables; the scratch folder made, cwd set
     os.environ.update(added)

@@ -10,7 +10,7 @@ import argparse
 import dataclasses
 
 from rtdebug.common import selector
-from rtdebug.common.config import RankConfig, ReplayTarget
+from rtdebug.common.config import ReplayTarget, SingleRunOptions, TorchrunDebugOptions
 from rtdebug.common.ports import parse_rank_list
 from rtdebug.launcher import capture, multinode
 from rtdebug.launcher.single import run_single
@@ -21,28 +21,17 @@ from rtdebug.registry.files import Registry
 __all__ = ["run_replay", "run_single", "run_torchrun"]
 
 
-def run_torchrun(parsed: argparse.Namespace, tokens: list[str]) -> int:
-    """``rtdebug torchrun``: ``parsed`` is torchrun's own parser's namespace plus the debug options."""
+def run_torchrun(parsed: argparse.Namespace, opts: TorchrunDebugOptions, tokens: list[str]) -> int:
+    """``rtdebug torchrun``: ``parsed`` is torchrun's own parser's namespace (plus ours), ``opts`` rtdebug's
+    options taken out of it, ``tokens`` torchrun's options, the script and its arguments."""
     plan = plan_torchrun(parsed, tokens)
-    host = multinode.resolve_debug_host(parsed.host, parsed)
-    cfg = RankConfig(
-        session_id=new_session_id(),
-        port_base=parsed.port,
-        host=host,
-        allow=parsed.allow,
-        wait=parsed.wait_ranks,
-        eager=parsed.eager,
-        post_mortem=parsed.post_mortem,
-        post_mortem_wait_s=parsed.post_mortem_wait,
-        pg_timeout_s=parsed.pg_timeout,
-        force_local=parsed.force_local,
-        check_collectives=parsed.check_collectives,
-        hang_report_s=parsed.hang_report,
-        stop_on=parsed.stop_on,
-        ray_local_mode=parsed.ray_local_mode,
-        capture_dir=parsed.capture or "",
-        capture_ranks=parsed.capture_ranks or "",
-        capture_max_gb=parsed.capture_max_gb or 0.0,
+    cfg = opts.rank_config(
+        new_session_id(),
+        host=multinode.resolve_debug_host(opts.host, parsed),
+        wait=opts.wait_ranks,
+        check_collectives=opts.check_collectives,
+        hang_report_s=opts.hang_report,
+        capture_ranks=opts.capture_ranks or "",
     )
     if not selector.is_mesh(cfg.wait):
         parse_rank_list(cfg.wait, plan.max_world_size)
@@ -63,6 +52,6 @@ def own_ranks(plan: TorchrunPlan) -> list[int]:
     return plan.local_ranks if plan.node_rank is not None else []
 
 
-def run_replay(args: argparse.Namespace, replay: ReplayTarget) -> int:
+def run_replay(opts: SingleRunOptions, replay: ReplayTarget) -> int:
     """``rtdebug replay``: ``rtdebug run``'s one process, as rank ``replay.rank`` of the capsule."""
-    return run_single(args, replay)
+    return run_single(opts, replay)
