@@ -30,9 +30,14 @@ import os
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rtdebug.common import atomic, log
+
+if TYPE_CHECKING:
+    from rtdebug.rank.endpoint import Endpoint
+    from rtdebug.rank.state import RankState
+    from rtdebug.registry.files import Registry
 
 _lock = threading.RLock()  # main and detach may run in two threads of the rank (see the module docstring)
 
@@ -65,10 +70,10 @@ class Adoption:
     """What one adoption holds until ``detach`` undoes it: the parts it started and what it replaced."""
 
     session_id: str
-    registry: Any  # rtdebug.registry.files.Registry
+    registry: Registry
     entry_file: _EntryFile
-    endpoint: Any  # rtdebug.rank.endpoint.Endpoint
-    record: Any  # rtdebug.rank.state.RankState
+    endpoint: Endpoint
+    record: RankState
     stacks: dict[str, Any] | None  # what rtdebug.rank.startup.dumps armed
     prior: Any  # runtime.endpoint before the adoption (None: the rank had none)
     paths: list[str] = field(default_factory=list)  # added to sys.path, taken out again

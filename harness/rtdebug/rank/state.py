@@ -36,10 +36,16 @@ class EndpointLike(Protocol):
     def lazy(self) -> bool: ...
 
 
+class EntrySink(Protocol):
+    """Where a multi-node rank's entry also goes (``rtdebug.rank.publish.Publisher``: the job's store)."""
+
+    def update(self, entry: dict[str, Any], final: bool = False) -> None: ...
+
+
 class RankState:
     """This rank's registry entry, kept current as its state changes."""
 
-    publisher: Any = None  # rtdebug.rank.publish.Publisher of a multi-node job: the entry also goes to its store
+    publisher: EntrySink | None = None  # a multi-node job's: the entry also goes to its store
 
     def __init__(
         self,
