@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from support.jobs import read_ranks, rtdebug, wait_ranks
-from support.paths import SCRIPTS
+from support.paths import EXAMPLES, SCRIPTS
 from support.ports import free_port_base, port_free
 from support.wait import until
 
@@ -108,3 +108,22 @@ def test_rtdebug_run_captures_and_replays_its_one_rank(tmp_path, port_base):
     assert r.returncode == 0, r.stdout + r.stderr
     assert [x for x in r.stdout.splitlines() if x.startswith("single sum ")] == [line]
     assert "scratch: None" in job.stdout and f"scratch: {cap}/scratch/rank-0" in r.stdout  # the script sees it
+
+
+def test_a_one_process_job_with_no_process_group_is_captured_and_replays_into_its_scratch(tmp_path, port_base):
+    """Ray Train local mode in one process makes no process group: its capsule still gets a manifest (it was
+    written only at the first group, so `capsule` refused it), and its replay's checkpoints go to the scratch
+    folder, never where the job wrote."""
+    env = {"RTDEBUG_REGISTRY_DIR": str(tmp_path / "registry")}
+    cap, script, storage = tmp_path / "cap", str(EXAMPLES / "local_linear.py"), str(tmp_path / "storage")
+    argv = ["--capture", str(cap), script, "--epochs", "1", "--storage", storage]
+    job = rtdebug("run", "--port", str(port_base), *argv, env=env, timeout=180)
+    assert job.returncode == 0, job.stdout + job.stderr
+    info = rtdebug("capsule", str(cap), "--json", env=env)
+    assert info.returncode == 0, info.stderr
+    assert json.loads((cap / "manifest.json").read_text())["script"] == script
+    r = rtdebug("replay", str(cap), "--rank", "0", "--port", str(port_base + 1), env=env, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (final,) = [x for x in r.stdout.splitlines() if x.startswith("final checkpoint: ")]
+    assert final.startswith(f"final checkpoint: {cap}/scratch/rank-0/"), final
+    assert f"final checkpoint: {storage}/" in job.stdout  # the job's own, where the replay wrote nothing

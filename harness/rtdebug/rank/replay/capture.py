@@ -82,8 +82,16 @@ def install(
 
 
 def close(reason: str = "ended") -> None:
+    """End the capsule; a job that never made a process group (one process) still gets its manifest."""
     if _s.writer is not None:
+        _ensure_manifest(int(_s.info.get("world_size", 1)))
         _s.writer.close(reason)
+
+
+def _ensure_manifest(world_size: int) -> None:
+    if not _s.manifest:
+        _s.manifest = True
+        _write(fmt.MANIFEST, _manifest(world_size), top=True)
 
 
 def _write(name: str, data: dict[str, Any], top: bool = False) -> None:
@@ -114,13 +122,18 @@ def _numpy_state(np_random: Any) -> None:
     _write(fmt.RANK_JSON, _s.info)
 
 
-def _manifest(world_size: int) -> dict[str, Any]:
-    import torch
-
+def _version(package: str) -> str:
+    module = sys.modules.get(package)  # the one this process runs, else the installed one (no import)
+    if module is not None and isinstance(getattr(module, "__version__", None), str):
+        return str(module.__version__)
     try:
-        ray = importlib.metadata.version("ray")
+        return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
-        ray = ""
+        return ""
+
+
+def _manifest(world_size: int) -> dict[str, Any]:
+    ray = _version("ray")
     facts = {
         "mode": "",
         "script": os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else "",
@@ -145,7 +158,7 @@ def _manifest(world_size: int) -> dict[str, Any]:
         "format": fmt.VERSION,
         "world_size": world_size,
         "python": platform.python_version(),
-        "torch": torch.__version__,
+        "torch": _version("torch"),
         "ray": ray,
         "device": _s.device,
         "script_sha256": digest,
@@ -190,9 +203,7 @@ def _factory(o: Any, backend_options: Any) -> Any:
         pg._register_backend(torch.device(device), c10d.Backend.backend_type_map[config[device]], b)
     writer = _s.writer
     if writer is not None:
-        if not _s.manifest:
-            _s.manifest = True
-            _write(fmt.MANIFEST, _manifest(int(os.environ.get("WORLD_SIZE", o.group_size))), top=True)
+        _ensure_manifest(int(os.environ.get("WORLD_SIZE", o.group_size)))
         record = {
             "kind": "group", "g": g, "name": str(o.group_id),
             "ranks": list(o.global_ranks_in_group) or list(range(o.group_size)),
@@ -209,8 +220,7 @@ def _uncaptured(c10d: Any, why: str, o: Any, backend_options: Any) -> Any:
         file=sys.stderr,
         flush=True,
     )
-    if _s.writer is not None:
-        _s.writer.close(why)
+    close(why)
     plugin = c10d.Backend._plugins.get(str(_factory.real).upper())  # type: ignore[attr-defined]
     if plugin is None:
         raise RuntimeError(f"rtdebug --capture: {why}")
@@ -274,7 +284,7 @@ def _not_captured(method: str) -> Any:
                 file=sys.stderr,
                 flush=True,
             )
-            _s.writer.close(f"{method} cannot be captured")
+            close(f"{method} cannot be captured")
         return getattr(self.backend_for(args), method)(*args)
 
     return call

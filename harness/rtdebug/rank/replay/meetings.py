@@ -63,6 +63,13 @@ class ServeTap:
             self.job_storage = str(pickle.loads(raw[0])[1])
         return [self._here(v) for v in raw]
 
+    def alone(self, op: str, mine: Any) -> Any:
+        """A meeting of one process (no store: nothing was captured): its own value, but the run's storage
+        under the scratch folder, so a replay of a one-process job writes nothing where the job wrote."""
+        if op == FIT and self.scratch and isinstance(mine, tuple) and len(mine) == 2:
+            return (mine[0], self.scratch)
+        return mine
+
     def _here(self, raw: bytes) -> bytes:
         """``raw`` with every path under the job's storage said under the scratch folder (a checkpoint the
         ranks agreed on is written, and looked for, in the replay's own storage)."""
