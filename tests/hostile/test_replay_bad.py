@@ -127,10 +127,10 @@ def test_rank_out_of_range_or_not_captured(capsule, tmp_path):
     one_line_error(r, 1, "--rank 5 is out of range: the job had ranks 0-1")
     shutil.rmtree(capsule / "rank-0")
     r = rtdebug("replay", str(capsule), "--rank", "0", env=env)
-    one_line_error(r, 1, f"rank 0 was not captured: {capsule} holds ranks 1")
+    one_line_error(r, 1, f"rank 0 was not captured: {capsule} holds rank 1")
     info = json.loads(rtdebug("capsule", str(capsule), "--json", env=env).stdout)
     assert [x["rank"] for x in info["ranks"]] == [1] and info["missing_ranks"] == [0]
-    assert "not captured: ranks 0" in rtdebug("capsule", str(capsule), env=env).stdout
+    assert "not captured: rank 0\n" in rtdebug("capsule", str(capsule), env=env).stdout
     no_sessions(tmp_path / "registry")
 
 

@@ -161,7 +161,7 @@ def test_world_size_and_rank_one_liners(tmp_path):
     assert one_line(exc) == "--rank 5 is out of range: the job had ranks 0-1"
     with pytest.raises(CapsuleError) as exc:
         cap.rank(1)
-    assert one_line(exc) == f"rank 1 was not captured: {tmp_path} holds ranks 0"
+    assert one_line(exc) == f"rank 1 was not captured: {tmp_path} holds rank 0"
     with pytest.raises(CapsuleError) as exc:
         open_capsule(tmp_path / "nowhere")
     assert "not a directory (a capsule is the folder --capture wrote)" in one_line(exc)

@@ -34,7 +34,7 @@ def test_capture_and_replay_fields_round_trip_through_env():
     [
         ({"capture_ranks": "1"}, "--capture-ranks needs --capture DIR"),
         ({"capture_max_gb": 2.0}, "--capture-max-gb needs --capture DIR"),
-        ({"capture_dir": "/c", "capture_max_gb": -1.0}, "--capture-max-gb must be > 0 (GB), got -1"),
+        ({"capture_dir": "/c", "capture_max_gb": -1.0}, "--capture-max-gb must be >= 0 GB (0: no limit), got -1"),
         ({"capture_dir": "/c", "capture_ranks": "x"}, "invalid --capture-ranks value 'x'"),
         ({"capture_dir": "/c", "capture_ranks": "none"}, "--capture-ranks 'none' selects no rank"),
         ({"capture_dir": "/c", "capture_ranks": "tp=0"}, "mesh coordinates are known only after capture"),
@@ -88,7 +88,7 @@ def test_launch_facts_are_absolute(tmp_path, monkeypatch):
         (["torchrun", "--capture-ranks", "1", "--nproc-per-node", "2", "T"], "--capture-ranks needs --capture DIR"),
         (["torchrun", "--nproc-per-node", "2", "--capture", "C", "--capture-ranks", "2", "T"], "rank 2 >= world"),
         (["run", "--capture-max-gb", "1", "T"], "--capture-max-gb needs --capture DIR"),
-        (["run", "--capture", "C", "--capture-max-gb", "-3", "T"], "--capture-max-gb must be > 0 (GB), got -3"),
+        (["run", "--capture", "C", "--capture-max-gb", "-3", "T"], "--capture-max-gb must be >= 0 GB (0: no limit), got -3"),
     ],
 )
 def test_the_cli_refuses_in_one_line_and_makes_nothing(argv, msg, tmp_path, capsys, monkeypatch):

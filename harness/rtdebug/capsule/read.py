@@ -119,10 +119,11 @@ class Capsule:
 
     def check_rank(self, rank: int) -> None:
         if not 0 <= rank < self.world_size:
-            raise CapsuleError(f"--rank {rank} is out of range: the job had ranks 0-{self.world_size - 1}")
+            had = "rank 0" if self.world_size == 1 else f"ranks 0-{self.world_size - 1}"
+            raise CapsuleError(f"--rank {rank} is out of range: the job had {had}")
         if rank not in self.ranks:
-            held = ",".join(map(str, self.ranks)) or "none"
-            raise CapsuleError(f"rank {rank} was not captured: {self.dir} holds ranks {held}")
+            held = ("rank " if len(self.ranks) == 1 else "ranks ") + (",".join(map(str, self.ranks)) or "none")
+            raise CapsuleError(f"rank {rank} was not captured: {self.dir} holds {held}")
 
     def rank(self, rank: int) -> RankLog:
         self.check_rank(rank)

@@ -115,7 +115,8 @@ def describe(s: dict[str, Any]) -> str:
 
 
 def _describe(s: dict[str, Any]) -> list[str]:
-    argv = " ".join(s.get("argv") or [])
+    argv = s.get("argv") or []
+    argv = " ".join(map(str, argv)) if isinstance(argv, list) else str(argv)
     today = s["script_today"]
     lines = [
         f"capsule {s['dir']} (format {s.get('format')}, created {s.get('created') or '?'})",
@@ -129,7 +130,8 @@ def _describe(s: dict[str, Any]) -> list[str]:
     for r in s["ranks"]:
         lines.append(f"{r['rank']:<6}{r['collectives']:<13}{r['groups']:<8}{_size(r['bytes']):<11}{_end(r)}")
     if s["missing_ranks"]:
-        lines.append("not captured: ranks " + ranges(s["missing_ranks"]))
+        word = "rank" if len(s["missing_ranks"]) == 1 else "ranks"
+        lines.append(f"not captured: {word} " + ranges(s["missing_ranks"]))
     return lines
 
 

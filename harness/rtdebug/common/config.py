@@ -134,7 +134,7 @@ class RankConfig:
             flag = "--capture-ranks" if self.capture_ranks else "--capture-max-gb"
             raise usage(f"{flag} needs --capture DIR")
         if self.capture_max_gb < 0 or self.capture_max_gb != self.capture_max_gb:
-            raise usage(f"--capture-max-gb must be > 0 (GB), got {self.capture_max_gb:g}")
+            raise usage(f"--capture-max-gb must be >= 0 GB (0: no limit), got {self.capture_max_gb:g}")
         if self.capture_ranks:
             capture_rank_set(self.capture_ranks)
         if self.capture_dir and self.replay_dir:

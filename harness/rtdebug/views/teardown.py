@@ -139,4 +139,4 @@ def stop_local_session(reg: Registry, session: Entry) -> str:
             f"rtdebug: disconnected session {sid} from {host} ({span}); the job runs on there "
             f"(`rtdebug stop --session {sid}` on {host} ends it)"
         )
-    return f"rtdebug: stopped session {sid} ({len(procs)} processes ended, {span})"
+    return f"rtdebug: stopped session {sid} ({len(procs)} process{'' if len(procs) == 1 else 'es'} ended, {span})"
