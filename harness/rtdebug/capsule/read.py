@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,9 +32,29 @@ class CapsuleError(HarnessError):
     """A capsule that cannot be used, said in one line."""
 
 
+JSON_MAX = 1 << 30  # a manifest, rank.json, end.json or index past this is not one --capture wrote
+MAX_WORLD = 1 << 20  # a world size past this is a manifest's lie (rtdebug capsule lists every rank)
+
+
+def _open_file(path: Path) -> int:
+    """A descriptor of ``path``, a regular file: a FIFO or device named in a capsule never blocks nor streams."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise CapsuleError(f"{path}: not a regular file (a capsule holds only files --capture wrote)")
+    return fd
+
+
+def _read_file(path: Path) -> bytes:
+    with os.fdopen(_open_file(path), "rb") as f:
+        if os.fstat(f.fileno()).st_size > JSON_MAX:
+            raise CapsuleError(f"{path}: larger than any file --capture writes (corrupted)")
+        return f.read()
+
+
 def _load_json(path: Path, what: str) -> dict[str, Any]:
     try:
-        raw = path.read_bytes()
+        raw = _read_file(path)
     except FileNotFoundError:
         raise CapsuleError(f"{path}: missing ({what}); is this a capsule made with --capture?") from None
     except OSError as exc:
@@ -85,7 +106,7 @@ class RankLog:
         if os.sep in name or not name.endswith(fmt.SHARD_SUFFIX) or name.startswith("."):
             raise CapsuleError(f"{self.dir}/index.jsonl: names a tensor file {name!r} that is not a safetensors file")
         try:
-            with open(path, "rb") as f:
+            with os.fdopen(_open_file(path), "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else None
         except FileNotFoundError:
@@ -134,7 +155,11 @@ class Capsule:
     def env(self, rank: int) -> dict[str, str]:
         """The torchrun / Ray Train variables rank ``rank`` had (what a replay sets)."""
         env = self.rank(rank).info.get("env", {})
-        return {k: str(v) for k, v in env.items() if isinstance(k, str)}
+        if not isinstance(env, dict):
+            raise CapsuleError(f"{self.dir / fmt.rank_dir(rank) / fmt.RANK_JSON}: its env is not an object (corrupted)")
+        # only the variables a capture records: a capsule never sets LD_PRELOAD, PYTHONPATH, ... for a replay
+        kept = {k: str(v) for k, v in env.items() if k in RANK_ENV and "\0" not in str(v)}
+        return {**kept, "RANK": str(rank), "WORLD_SIZE": str(self.world_size)}
 
     def summary(self) -> dict[str, Any]:
         """What ``rtdebug capsule DIR --json`` prints: the job, and per rank its collectives, size and end."""
@@ -175,7 +200,7 @@ def open_capsule(path: str | os.PathLike[str], world_size: int | None = None) ->
             f"{root / fmt.MANIFEST}: capsule format {version!r} is not one this rtdebug reads (it reads {fmt.VERSION})"
         )
     ws = manifest.get("world_size")
-    if not isinstance(ws, int) or ws < 1:
+    if not isinstance(ws, int) or isinstance(ws, bool) or not 1 <= ws <= MAX_WORLD:
         raise CapsuleError(f"{root / fmt.MANIFEST}: no valid world_size (corrupted)")
     if world_size is not None and world_size != ws:
         raise CapsuleError(f"{root}: captured from a job of {ws} ranks, not {world_size}")
@@ -193,13 +218,17 @@ def _read_rank(capsule: Capsule, rank: int) -> RankLog:
     info = _load_json(d / fmt.RANK_JSON, f"rank {rank}'s environment")
     if info.get("world_size", capsule.world_size) != capsule.world_size:
         raise CapsuleError(f"{d / fmt.RANK_JSON}: world size {info.get('world_size')} differs from the manifest's")
+    if info.get("rank", rank) != rank:
+        raise CapsuleError(
+            f"{d / fmt.RANK_JSON}: holds rank {info.get('rank')!r}, not {rank} (a copied or linked folder?)"
+        )
     records = _read_index(d / fmt.INDEX)
     last = max((r["n"] for r in records if r.get("kind") == "coll"), default=0)
     end_path = d / fmt.END
     if end_path.exists():
         end = _load_json(end_path, "where the capture ends")
         upto, reason = end.get("complete_upto"), str(end.get("reason", ""))
-        if not isinstance(upto, int) or upto > last:
+        if not isinstance(upto, int) or not 0 <= upto <= last:
             raise CapsuleError(f"{end_path}: says complete up to #{upto} but the index ends at #{last} (truncated?)")
         return RankLog(capsule, rank, info, records, upto, reason or "ended")
     return RankLog(capsule, rank, info, records, last, "")
@@ -207,9 +236,11 @@ def _read_rank(capsule: Capsule, rank: int) -> RankLog:
 
 def _read_index(path: Path) -> list[dict[str, Any]]:
     try:
-        raw = path.read_bytes()
+        raw = _read_file(path)
     except FileNotFoundError:
         raise CapsuleError(f"{path}: missing (the rank's index of collectives)") from None
+    except OSError as exc:
+        raise CapsuleError(f"{path}: cannot read it: {exc.strerror}") from None
     lines = raw.split(b"\n")
     if lines and lines[-1] != b"":
         raise CapsuleError(f"{path}: its last line is cut short (truncated)")
@@ -222,10 +253,16 @@ def _read_index(path: Path) -> list[dict[str, Any]]:
         if not isinstance(record, dict) or record.get("kind") not in ("group", "coll", "meet"):
             raise CapsuleError(f"{path}:{number}: not a capsule record (corrupted)")
         if record["kind"] == "coll":
-            if record.get("n") != expect:
+            if not all(_dicts(record.get(k, [])) for k in ("in", "out")):
+                raise CapsuleError(f"{path}:{number}: its in/out are not lists of tensors (corrupted)")
+            if record.get("n") != expect or isinstance(record.get("n"), bool):
                 raise CapsuleError(
                     f"{path}:{number}: collective #{record.get('n')} where #{expect} was due (corrupted)"
                 )
             expect += 1
         records.append(record)
     return records
+
+
+def _dicts(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(x, dict) for x in value)
