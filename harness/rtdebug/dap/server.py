@@ -38,6 +38,7 @@ POLL_S = 0.25  # how often an attached client's session is re-read for new ranks
 LIVE_CHECK_S = 1.0  # how often the server checks that its session is still live
 SETTLED_NS = 100_000_000  # a directory's change time is the kernel's coarse clock (a few ms a tick)
 WAKE_S = 0.2  # how soon the accept loop sees ``done`` (set by SIGTERM, or a terminate)
+END_WAIT_S = 0.2  # a client's writer busy past this (it reads nothing) is not told the session ended
 TERMINATE_WAIT_S = 90.0  # a terminate in progress (its stop) is answered before the server closes
 TERMINATE_MEANS = {  # by session mode: what rtdebug stop does to it
     "adopted": "detaches rtdebug from every rank (an adopted job runs on)",
@@ -242,7 +243,16 @@ class Conversation:
             with contextlib.suppress(OSError):
                 self.conn.shutdown(socket.SHUT_RDWR)
             return
-        self.event("terminated")
+        # a client that reads nothing (its buffers full) must not hold the session's end: the last event is
+        # sent only if the conversation's writer is free within END_WAIT_S and it fits the socket's buffer now
+        if self.wlock.acquire(timeout=END_WAIT_S):
+            try:
+                self.seq += 1
+                last = wire.encode({"type": "event", "event": "terminated", "seq": self.seq})
+                with contextlib.suppress(OSError):
+                    self.conn.send(last, socket.MSG_DONTWAIT)
+            finally:
+                self.wlock.release()
         self.closed.set()
         with contextlib.suppress(OSError):
             self.conn.shutdown(socket.SHUT_RDWR)
@@ -369,7 +379,8 @@ class Conversation:
         self.end("terminated")
 
     def on_reverse_response(self, msg: Entry) -> None:
-        name = self.pending.pop(int(msg.get("request_seq") or 0), None)
+        seq = msg.get("request_seq")
+        name = self.pending.pop(seq, None) if isinstance(seq, int) else None
         if name is not None and not msg.get("success"):
             text = printable(str(msg.get("message") or "no reason given"))[:300]
             self.server.say(f"DAP endpoint: the client did not start {name}: {text}")
