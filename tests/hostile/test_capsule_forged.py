@@ -119,3 +119,16 @@ def test_a_capsule_sets_only_the_ranks_variables(capsule, tmp_path):
     r = rtdebug("replay", str(capsule), "--rank", "1", "--port", port, "--script", str(probe), env=env_run)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "PROBE ['', '', None, '1', '2']" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("cmd", ["torchrun", "run"])
+def test_an_empty_capture_folder_is_a_usage_error_not_a_job_without_capture(cmd, tmp_path):
+    registry = tmp_path / "registry"
+    extra = ["--nproc-per-node", "2"] if cmd == "torchrun" else []
+    r = rtdebug(cmd, *extra, "--capture=", str(JOB), env={"RTDEBUG_REGISTRY_DIR": str(registry)}, timeout=60)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert (
+        r.stderr
+        == f"rtdebug: error: argument --capture: needs a folder, got an empty name (see 'rtdebug {cmd} --help')\n"
+    )
+    assert not registry.exists() or not any(registry.iterdir())

@@ -135,12 +135,20 @@ def ray_options(g: Any) -> None:
     )
 
 
+def _folder(value: str) -> str:
+    """``--capture=``: an empty folder name is a mistake, never a job that runs without its capture."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("needs a folder, got an empty name")
+    return value
+
+
 def capture_options(p: argparse.ArgumentParser, ranks: bool) -> None:
     """``--capture DIR`` (``run`` and ``torchrun``), ``--capture-ranks`` (``torchrun``): see docs/replay.md."""
     g = p.add_argument_group("capture (replay a rank alone later: rtdebug replay DIR --rank R)")
     g.add_argument(
         "--capture",
         metavar="DIR",
+        type=_folder,
         default=None,
         help="record what every collective returned to each rank into a capsule under DIR (made if missing; "
         "a rank already captured there is refused)",
