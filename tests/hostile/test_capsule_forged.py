@@ -132,3 +132,18 @@ def test_an_empty_capture_folder_is_a_usage_error_not_a_job_without_capture(cmd,
         == f"rtdebug: error: argument --capture: needs a folder, got an empty name (see 'rtdebug {cmd} --help')\n"
     )
     assert not registry.exists() or not any(registry.iterdir())
+
+
+def test_a_rank_killed_mid_line_ends_at_its_last_complete_line(capsule):
+    """No end.json (the rank was killed) and the index's last line cut short: the capture ends at the last
+    complete line, as docs/replay.md says; with end.json there the same cut is damage (test_replay_bad)."""
+    (capsule / "rank-1" / "end.json").unlink()
+    p = capsule / "rank-1" / "index.jsonl"
+    lines = p.read_bytes().splitlines(keepends=True)
+    p.write_bytes(b"".join(lines[:-1]) + lines[-1][:-7])
+    whole = [json.loads(line) for line in lines[:-1]]
+    upto = max(r["n"] for r in whole if r["kind"] == "coll")
+    r = rtdebug("capsule", str(capsule), "--json", timeout=60)
+    assert r.returncode == 0, r.stderr
+    rank1 = next(x for x in json.loads(r.stdout)["ranks"] if x["rank"] == 1)
+    assert (rank1["complete_upto"], rank1["closed"]) == (upto, False), rank1

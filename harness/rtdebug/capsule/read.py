@@ -222,9 +222,9 @@ def _read_rank(capsule: Capsule, rank: int) -> RankLog:
         raise CapsuleError(
             f"{d / fmt.RANK_JSON}: holds rank {info.get('rank')!r}, not {rank} (a copied or linked folder?)"
         )
-    records = _read_index(d / fmt.INDEX)
-    last = max((r["n"] for r in records if r.get("kind") == "coll"), default=0)
     end_path = d / fmt.END
+    records = _read_index(d / fmt.INDEX, closed=end_path.exists())
+    last = max((r["n"] for r in records if r.get("kind") == "coll"), default=0)
     if end_path.exists():
         end = _load_json(end_path, "where the capture ends")
         upto, reason = end.get("complete_upto"), str(end.get("reason", ""))
@@ -234,7 +234,9 @@ def _read_rank(capsule: Capsule, rank: int) -> RankLog:
     return RankLog(capsule, rank, info, records, last, "")
 
 
-def _read_index(path: Path) -> list[dict[str, Any]]:
+def _read_index(path: Path, closed: bool = True) -> list[dict[str, Any]]:
+    """The records; ``closed`` (``end.json`` is there): a last line cut short is damage, else a rank killed
+    mid-write, whose capture ends at the last complete line."""
     try:
         raw = _read_file(path)
     except FileNotFoundError:
@@ -242,6 +244,8 @@ def _read_index(path: Path) -> list[dict[str, Any]]:
     except OSError as exc:
         raise CapsuleError(f"{path}: cannot read it: {exc.strerror}") from None
     lines = raw.split(b"\n")
+    if not closed:
+        lines[-1] = b""
     if lines and lines[-1] != b"":
         raise CapsuleError(f"{path}: its last line is cut short (truncated)")
     records, expect = [], 1
