@@ -147,3 +147,13 @@ def test_a_rank_killed_mid_line_ends_at_its_last_complete_line(capsule):
     assert r.returncode == 0, r.stderr
     rank1 = next(x for x in json.loads(r.stdout)["ranks"] if x["rank"] == 1)
     assert (rank1["complete_upto"], rank1["closed"]) == (upto, False), rank1
+
+
+def test_a_replay_prints_the_manifests_device_escaped(capsule, tmp_path):
+    _set(capsule / "manifest.json", device="cuda\x1b]0;owned\x07\x1b[31m")
+    env = {"RTDEBUG_REGISTRY_DIR": str(tmp_path / "registry")}
+    r = rtdebug("replay", str(capsule), "--rank", "1", "--port", str(free_port_base(1)), "--no-check", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "\x1b" not in r.stderr and "\x07" not in r.stderr, r.stderr
+    r = rtdebug("replay", str(capsule), "--rank", "1", "--port", str(free_port_base(1)), env=env)
+    assert "rtdebug: a cuda\\x1b]0;owned\\x07\\x1b[31m capture: where the script runs on CPU here" in r.stderr, r.stderr

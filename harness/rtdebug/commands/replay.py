@@ -23,7 +23,7 @@ from typing import Any
 from rtdebug.commands import capsule as capsule_cmd
 from rtdebug.commands.options import Options, debug_options
 from rtdebug.common.config import ReplayTarget, SingleRunOptions
-from rtdebug.common.errors import HarnessError, usage
+from rtdebug.common.errors import HarnessError, printable, usage
 
 SCRATCH = "scratch"  # DIR/scratch/rank-R: a replay's checkpoints and Ray Train storage
 
@@ -146,15 +146,15 @@ def run(opts: ReplayOptions) -> int:
     today = capsule_cmd.script_state(cap.manifest, None if module else script)
     if today["state"] == "differs":
         print(
-            f"rtdebug: {script} is not the captured script (sha256 differs): the replay says where the rank "
+            f"rtdebug: {printable(script)} is not the captured script (sha256 differs): the replay says where the rank "
             "first sends something else",
             file=sys.stderr,
         )
     device = cap.manifest.get("device")
     if isinstance(device, str) and device != "cpu" and not opts.no_check and not opts.check_tolerance:
         print(
-            f"rtdebug: a {device[:40]} capture: where the script runs on CPU here, what the rank sends differs by "
-            "rounding; give --check-tolerance X (or --no-check)",
+            f"rtdebug: a {printable(device[:40])} capture: where the script runs on CPU here, what the rank sends "
+            "differs by rounding; give --check-tolerance X (or --no-check)",
             file=sys.stderr,
         )
     root = Path(opts.capsule).absolute()
