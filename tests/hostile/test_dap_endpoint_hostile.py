@@ -75,3 +75,22 @@ def test_a_reverse_response_with_a_bad_request_seq_is_ignored(job, registry_dir,
     c = DAPClient("127.0.0.1", port)  # the endpoint still serves
     assert c.request("initialize", adapterID="rtdebug-hostile")["supportsTerminateRequest"] is True
     c.close()
+
+
+def test_clients_cut_short_by_the_endpoints_own_close_are_not_news(job, registry_dir, port_base):
+    """50 clients each hold half a header line (slowloris): a proper client is still answered; one that hangs
+    up mid-header is said as such once; the endpoint's own close of the rest prints nothing for them."""
+    server, port = endpoint(job, port_base)
+    held = [socket.create_connection(("127.0.0.1", port)) for _ in range(50)]
+    for s in held:
+        s.sendall(b"Content-Length: 1")
+    c = DAPClient("127.0.0.1", port)
+    assert c.request("initialize", adapterID="rtdebug-hostile")["supportsTerminateRequest"] is True
+    held[0].close()
+    server.wait_output("rtdebug: DAP endpoint: closed a client: the stream ended inside a message's headers\n", 30)
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.wait(30) == 0, server.output()
+    assert server.output().count("closed a client") == 1, server.output()
+    for s in held[1:]:
+        s.close()
+    c.close()

@@ -90,7 +90,7 @@ class JobEndpoint:
         self.address: tuple[str, int] = self.sock.getsockname()[:2]
         self.done = threading.Event()  # the session is over (ended, or terminated through this endpoint)
         self.clients: list[Conversation] = []
-        self._lock = threading.Lock()
+        self._lock, self._say_lock = threading.Lock(), threading.Lock()
         self.last_refusal, self.unsaid = -1e9, 0
 
     def stamp(self) -> int | None:
@@ -104,7 +104,8 @@ class JobEndpoint:
             return None
 
     def say(self, line: str) -> None:
-        print(f"rtdebug: {printable(line)}", file=self.log, flush=True)
+        with self._say_lock:  # clients' threads say at once: whole lines, never run together
+            print(f"rtdebug: {printable(line)}", file=self.log, flush=True)
 
     def serve(self) -> None:
         """Accept clients until the session is over; then tell every client and close."""
@@ -274,7 +275,8 @@ class Conversation:
                     self.relay_rest(f, *self.upstream)
                     break
         except (wire.WireError, OSError) as exc:
-            self.server.say(f"DAP endpoint: closed a client: {exc}")
+            if not self.closed.is_set():  # a client the endpoint ended itself (its close) is not news
+                self.server.say(f"DAP endpoint: closed a client: {exc}")
         finally:
             self.closed.set()
             with contextlib.suppress(OSError):

@@ -29,8 +29,10 @@ def _length(f: BinaryIO) -> int | None:
             if i == 0:
                 return None
             raise WireError("the stream ended inside a message's headers")
-        if len(line) > MAX_HEADER_LINE or not line.endswith(b"\n"):
+        if len(line) > MAX_HEADER_LINE:
             raise WireError(f"a header line longer than {MAX_HEADER_LINE} bytes")
+        if not line.endswith(b"\n"):
+            raise WireError("the stream ended inside a message's headers")
         line = line.strip()
         if not line:
             if length is None:
