@@ -62,7 +62,7 @@ class StacksOptions(Options):
                 flag = "--" + given[0].replace("_", "-")
                 raise usage(f"--pid reads one process tree on this machine with py-spy: not with {flag}")
             return
-        if self.timeout <= 0:
+        if not 0 < self.timeout < float("inf"):  # nan and inf too: a rank is waited on for a number of seconds
             raise usage(f"--timeout must be > 0 seconds, got {self.timeout:g}")
         if self.history is not None and not 1 <= self.history <= HISTORY_MAX:
             raise usage(f"--history takes 1 to {HISTORY_MAX} collectives, got {self.history}")
