@@ -157,3 +157,17 @@ def test_a_replay_prints_the_manifests_device_escaped(capsule, tmp_path):
     assert "\x1b" not in r.stderr and "\x07" not in r.stderr, r.stderr
     r = rtdebug("replay", str(capsule), "--rank", "1", "--port", str(free_port_base(1)), env=env)
     assert "rtdebug: a cuda\\x1b]0;owned\\x07\\x1b[31m capture: where the script runs on CPU here" in r.stderr, r.stderr
+
+
+def test_a_capture_folder_with_a_dangling_link_for_a_rank_is_refused(tmp_path):
+    """Someone else's shared folder where rank-1 is a link to nowhere: refused before anything starts, as a
+    folder holding rank 1's capture is; nothing is made where the link points."""
+    where = tmp_path / "shared"
+    where.mkdir()
+    (where / "rank-1").symlink_to(tmp_path / "elsewhere")
+    registry = tmp_path / "registry"
+    argv = ["torchrun", "--nproc-per-node", "2", "--capture", str(where), str(JOB)]
+    r = rtdebug(*argv, env={"RTDEBUG_REGISTRY_DIR": str(registry)}, timeout=60)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert r.stderr == f"rtdebug: error: --capture {where}: it already holds a capture of rank 1; pick a new folder\n"
+    assert not (tmp_path / "elsewhere").exists() and not (where / "rank-0").exists()

@@ -22,7 +22,7 @@ def prepare(directory: str, ranks: list[int], selector: str, world_size: int | N
     if path.exists() and not path.is_dir():
         raise usage(f"--capture {directory}: not a directory")
     mine = [r for r in ranks if chosen is None or r in chosen]
-    taken = [r for r in mine if (path / f"rank-{r}").exists()]
+    taken = [r for r in mine if os.path.lexists(path / f"rank-{r}")]  # a link, even to nothing, is not ours
     if taken:
         raise usage(f"--capture {directory}: it already holds a capture of rank {taken[0]}; pick a new folder")
     try:
