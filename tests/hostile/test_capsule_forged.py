@@ -64,6 +64,10 @@ FORGED: dict[str, tuple[Callable[[Path], None], str]] = {
         lambda c: _replace(c / "manifest.json", lambda p: os.symlink("/dev/zero", p)),
         "manifest.json: not a regular file",
     ),
+    "manifest a 300 MB sparse file": (
+        lambda c: os.truncate(c / "manifest.json", 300 << 20),
+        "manifest.json: larger than any file --capture writes (corrupted)",
+    ),
     "index a FIFO": (
         lambda c: _replace(c / "rank-1" / "index.jsonl", os.mkfifo),
         "rank-1/index.jsonl: not a regular file",

@@ -32,7 +32,8 @@ class CapsuleError(HarnessError):
     """A capsule that cannot be used, said in one line."""
 
 
-JSON_MAX = 1 << 30  # a manifest, rank.json, end.json or index past this is not one --capture wrote
+JSON_MAX = 1 << 28  # a manifest, rank.json or end.json past this is not one --capture wrote
+INDEX_MAX = 1 << 33  # an index past this (~30 million collectives) is a sparse file, not a capture
 MAX_WORLD = 1 << 20  # a world size past this is a manifest's lie (rtdebug capsule lists every rank)
 
 
@@ -45,9 +46,9 @@ def _open_file(path: Path) -> int:
     return fd
 
 
-def _read_file(path: Path) -> bytes:
+def _read_file(path: Path, limit: int = JSON_MAX) -> bytes:
     with os.fdopen(_open_file(path), "rb") as f:
-        if os.fstat(f.fileno()).st_size > JSON_MAX:
+        if os.fstat(f.fileno()).st_size > limit:
             raise CapsuleError(f"{path}: larger than any file --capture writes (corrupted)")
         return f.read()
 
@@ -238,7 +239,7 @@ def _read_index(path: Path, closed: bool = True) -> list[dict[str, Any]]:
     """The records; ``closed`` (``end.json`` is there): a last line cut short is damage, else a rank killed
     mid-write, whose capture ends at the last complete line."""
     try:
-        raw = _read_file(path)
+        raw = _read_file(path, INDEX_MAX)
     except FileNotFoundError:
         raise CapsuleError(f"{path}: missing (the rank's index of collectives)") from None
     except OSError as exc:
