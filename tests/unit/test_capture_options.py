@@ -88,7 +88,10 @@ def test_launch_facts_are_absolute(tmp_path, monkeypatch):
         (["torchrun", "--capture-ranks", "1", "--nproc-per-node", "2", "T"], "--capture-ranks needs --capture DIR"),
         (["torchrun", "--nproc-per-node", "2", "--capture", "C", "--capture-ranks", "2", "T"], "rank 2 >= world"),
         (["run", "--capture-max-gb", "1", "T"], "--capture-max-gb needs --capture DIR"),
-        (["run", "--capture", "C", "--capture-max-gb", "-3", "T"], "--capture-max-gb must be >= 0 GB (0: no limit), got -3"),
+        (
+            ["run", "--capture", "C", "--capture-max-gb", "-3", "T"],
+            "--capture-max-gb must be >= 0 GB (0: no limit), got -3",
+        ),
     ],
 )
 def test_the_cli_refuses_in_one_line_and_makes_nothing(argv, msg, tmp_path, capsys, monkeypatch):
