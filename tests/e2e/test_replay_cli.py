@@ -48,6 +48,7 @@ def test_a_replayed_rank_prints_what_it_printed_in_the_job(captured, tmp_path, p
     assert lines_of(r.stdout, 1) == lines_of(job_out, 1) and not lines_of(r.stdout, 0)
     said = f"replay of rank 1 of 2 from {cap}; checkpoints and Ray Train storage go under {cap}/scratch/rank-1"
     assert said in r.stderr
+    assert f"rtdebug: replay runs {JOB} in " in r.stderr  # the capsule chooses what runs: said first
     assert (cap / "scratch" / "rank-1" / ".rtdebug-scratch").is_file()
     assert port_free(port_base)
 

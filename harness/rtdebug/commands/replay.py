@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -172,6 +173,9 @@ def run(opts: ReplayOptions) -> int:
     argv = cap.manifest.get("argv") or []
     if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
         raise HarnessError(f"{opts.capsule}: the manifest's argv is not a list of strings (corrupted)")
+    # a capsule chooses what runs, and where: say it before anything runs (a forged hash hides a changed script)
+    what = shlex.join([*(["-m"] if module else []), script, *argv])
+    print(f"rtdebug: replay runs {printable(what)} in {printable(replay.cwd)}", file=sys.stderr, flush=True)
     from rtdebug.launcher import start  # the launcher, loaded only by the commands that start a job
 
     return start.run_replay(_run_args(opts, script, module, argv), replay)
