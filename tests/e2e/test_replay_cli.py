@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from support.jobs import read_ranks, rtdebug, wait_ranks
-from support.paths import EXAMPLES, SCRIPTS
+from support.paths import EXAMPLES, ROOT, SCRIPTS
 from support.ports import free_port_base, port_free
 from support.wait import until
 
@@ -46,9 +46,8 @@ def test_a_replayed_rank_prints_what_it_printed_in_the_job(captured, tmp_path, p
     r = rtdebug("replay", str(cap), "--rank", "1", "--port", str(port_base), env=env, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert lines_of(r.stdout, 1) == lines_of(job_out, 1) and not lines_of(r.stdout, 0)
-    said = f"replay of rank 1 of 2 from {cap}; checkpoints and Ray Train storage go under {cap}/scratch/rank-1"
-    assert said in r.stderr
-    assert f"rtdebug: replay runs {JOB} in " in r.stderr  # the capsule chooses what runs: said first
+    said = f"replay of rank 1 of 2 from {cap}: runs {JOB} in {ROOT}; checkpoints and Ray Train storage go under "
+    assert said + f"{cap}/scratch/rank-1" in r.stderr  # the capsule chooses what runs, and where: said at start
     assert (cap / "scratch" / "rank-1" / ".rtdebug-scratch").is_file()
     assert port_free(port_base)
 
@@ -58,6 +57,13 @@ def test_a_replay_is_a_session_of_its_own_and_stop_ends_it(captured, job, regist
     j = job("replay", str(cap), "--rank", "1", "--wait", "--port", str(port_base))
     sid = j.session_id()
     rank = wait_ranks(registry_dir, sid, 1)[1]
+    # a second replay of the same rank would empty the first's scratch folder: refused, the first's kept
+    second = rtdebug("replay", str(cap), "--rank", "1", "--port", str(port_base + 1),
+                     env={"RTDEBUG_REGISTRY_DIR": str(registry_dir)})  # fmt: skip
+    assert second.returncode == 1 and second.stderr.splitlines()[-1] == (
+        "rtdebug: error: another replay of rank 1 of this capsule is running: its scratch folder is in use"
+    ), second.stderr
+    assert (cap / "scratch" / "rank-1" / ".rtdebug-scratch").is_file()
     assert rank["world_size"] == 2 and rank["local_rank"] == 1 and rank["port"] == port_base and rank["wait"] is True
     sessions = json.loads(rtdebug("ps", "--json").stdout)["sessions"]
     (s,) = [x for x in sessions if x["session_id"] == sid]

@@ -158,6 +158,9 @@ def run(opts: ReplayOptions) -> int:
             "differs by rounding; give --check-tolerance X (or --no-check)",
             file=sys.stderr,
         )
+    argv = cap.manifest.get("argv") or []
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        raise HarnessError(f"{opts.capsule}: the manifest's argv is not a list of strings (corrupted)")
     root = Path(opts.capsule).absolute()
     replay = ReplayTarget(
         capsule=str(root),
@@ -169,13 +172,8 @@ def run(opts: ReplayOptions) -> int:
         check=not opts.no_check,
         tolerance=opts.check_tolerance or 0.0,
         stop_at=opts.stop_at_collective or 0,
+        runs=shlex.join([*(["-m"] if module else []), script, *argv]),  # the capsule chooses it: said at start
     )
-    argv = cap.manifest.get("argv") or []
-    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
-        raise HarnessError(f"{opts.capsule}: the manifest's argv is not a list of strings (corrupted)")
-    # a capsule chooses what runs, and where: say it before anything runs (a forged hash hides a changed script)
-    what = shlex.join([*(["-m"] if module else []), script, *argv])
-    print(f"rtdebug: replay runs {printable(what)} in {printable(replay.cwd)}", file=sys.stderr, flush=True)
     from rtdebug.launcher import start  # the launcher, loaded only by the commands that start a job
 
     return start.run_replay(_run_args(opts, script, module, argv), replay)

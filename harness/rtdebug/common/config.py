@@ -73,6 +73,7 @@ class ReplayTarget:
     check: bool = True
     tolerance: float = 0.0
     stop_at: int = 0
+    runs: str = ""  # what runs (script or -m module, and its arguments), as a shell would read it
 
 
 @dataclass

@@ -10,15 +10,18 @@ emptied at each start (a replay must not resume from what the previous one wrote
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 from rtdebug.common.config import REPLAY_SCRATCH_VAR, ReplayTarget
-from rtdebug.common.errors import usage
+from rtdebug.common.errors import HarnessError, printable, usage
+from rtdebug.common.filelocks import LockTimeout, locked
 
 MARKER = ".rtdebug-scratch"
+_HELD = contextlib.ExitStack()  # the scratch folder's lock, held until the process ends
 # what the replayed rank must not inherit from the shell it was started in (they would contradict the capsule)
 FOREIGN = ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "GROUP_WORLD_SIZE")
 
@@ -31,6 +34,8 @@ def prepare(replay: ReplayTarget) -> dict[str, str]:
         if p.is_symlink() or (p.exists() and not p.is_dir()):
             raise usage(f"cannot prepare the replay: {p} is not a folder rtdebug made")
     try:
+        scratch.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _hold(scratch.parent / f"{scratch.name}.lock", replay.rank)
         if scratch.exists():
             if not (scratch / MARKER).is_file():
                 raise usage(f"cannot prepare the replay: {scratch} is not a folder rtdebug made; move it away")
@@ -43,6 +48,17 @@ def prepare(replay: ReplayTarget) -> dict[str, str]:
     for name in FOREIGN:
         os.environ.pop(name, None)
     return {**replay.env, REPLAY_SCRATCH_VAR: replay.scratch}  # the scratch: for the rank side and the script
+
+
+def _hold(lock: Path, rank: int) -> None:
+    """One replay of a rank of a capsule at a time: a second would empty the scratch folder under the first.
+    The lock is held for this process's life (a flock: released however it ends)."""
+    try:
+        _HELD.enter_context(locked(lock, 0))
+    except LockTimeout:
+        raise HarnessError(
+            f"another replay of rank {rank} of this capsule is running: its scratch folder is in use"
+        ) from None
 
 
 def entry_fields(replay: ReplayTarget) -> dict[str, Any]:
@@ -74,6 +90,6 @@ def place(replay: ReplayTarget) -> dict[str, int]:
 
 def start_words(replay: ReplayTarget) -> str:
     return (
-        f"replay of rank {replay.rank} of {replay.world_size} from {replay.capsule}; checkpoints and Ray Train "
-        f"storage go under {replay.scratch}"
+        f"replay of rank {replay.rank} of {replay.world_size} from {replay.capsule}: runs {printable(replay.runs)} "
+        f"in {printable(replay.cwd)}; checkpoints and Ray Train storage go under {replay.scratch}"
     )
