@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rtdebug.common.errors import HarnessError, printable
+from rtdebug.connect.secretsock import private_socket
 
 RELAY_SOCKET = "relay.sock"
 MAX_REQUEST = 4096
@@ -95,17 +96,7 @@ class RelayServer:
         self.path = session_dir / RELAY_SOCKET
         self.session_id, self.remote, self.run = session_id, list(remote), run
         self._busy = threading.BoundedSemaphore(MAX_BUSY)
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        fd = os.open(session_dir, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            old = os.umask(0o177)
-            try:
-                self._sock.bind(f"/proc/self/fd/{fd}/{RELAY_SOCKET}")
-            finally:
-                os.umask(old)
-        finally:
-            os.close(fd)
-        self._sock.listen(16)
+        self._sock = private_socket(session_dir, RELAY_SOCKET)
         self._closed = False
         threading.Thread(target=self._serve, name="rtdebug-connect-relay", daemon=True).start()
 

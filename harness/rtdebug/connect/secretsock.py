@@ -18,21 +18,28 @@ from pathlib import Path
 from rtdebug.registry.signing import SECRET_SOCKET
 
 
+def private_socket(session_dir: Path, name: str) -> socket.socket:
+    """A listening unix socket ``name`` in ``session_dir``, mode 0600, bound through ``/proc/self/fd`` (a long
+    registry path never exceeds a socket address's 108 bytes); ``connect``'s relay uses it too."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    fd = os.open(session_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        old = os.umask(0o177)
+        try:
+            sock.bind(f"/proc/self/fd/{fd}/{name}")
+        finally:
+            os.umask(old)
+    finally:
+        os.close(fd)
+    sock.listen(16)
+    return sock
+
+
 class SecretServer:
     def __init__(self, session_dir: Path, secret: str) -> None:
         self.path = session_dir / SECRET_SOCKET
         self._secret = secret.encode()
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        fd = os.open(session_dir, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            old = os.umask(0o177)
-            try:
-                self._sock.bind(f"/proc/self/fd/{fd}/{SECRET_SOCKET}")
-            finally:
-                os.umask(old)
-        finally:
-            os.close(fd)
-        self._sock.listen(16)
+        self._sock = private_socket(session_dir, SECRET_SOCKET)
         self._closed = False
         self._thread = threading.Thread(target=self._serve, name="rtdebug-connect-secret", daemon=True)
         self._thread.start()
