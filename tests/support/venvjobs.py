@@ -14,7 +14,6 @@ import pytest
 from support.dap import DAPClient
 from support.jobs import Job, read_ranks
 from support.paths import ROOT, SCRIPTS
-from support.sigs import default_dispositions
 
 SCRIPT = SCRIPTS / "torch_free.py"
 
@@ -27,10 +26,7 @@ class VenvJob(Job):
     """conftest's Job, but started with a venv's own ``rtdebug`` entry point."""
 
     def __init__(self, exe: Path, args: list[str], cwd: Path, env: dict[str, str], log: Path) -> None:
-        self.log = log
-        self._f = open(log, "wb")
-        self.proc = subprocess.Popen([str(exe), *args], cwd=cwd, env=env, stdout=self._f, stderr=subprocess.STDOUT,
-                                     preexec_fn=default_dispositions)  # fmt: skip
+        super().__init__(args, cwd, env, log, argv=[str(exe), *args], name=f"job {exe.parent.parent.name}")
 
 
 class Runner:
