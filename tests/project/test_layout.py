@@ -42,6 +42,7 @@ LAYER = {
 ENTRY_POINTS = {
     ("shell", "rtdebug.launcher.start"),  # rtdebug run / torchrun start the controller
     ("launcher", "rtdebug.rank.bootstrap"),  # torchrun's -m target; rtdebug run runs rank 0 in-process
+    ("launcher", "rtdebug.rank.execute"),  # rtdebug run under a debugger already: the script alone
     ("launcher", "rtdebug.rank.ray_worker"),  # named in RAY_TRAIN_CALLBACKS: Ray loads it in each worker
     ("root", "rtdebug.rank.api"),  # rtdebug.breakpoint, resolved on first use
     ("shell", "rtdebug.rank.adopted"),  # rtdebug adopt: named in the code it injects into a running rank

@@ -76,7 +76,9 @@ def run_single(opts: SingleRunOptions, replay: ReplayTarget | None = None) -> in
         # F5 through rtdebug: VS Code's debugpy owns breakpoints and uncaught exceptions, so the
         # script's exceptions propagate to it untouched.
         print("rtdebug: already under a debugger; running the script without a second listener", file=sys.stderr)
-        return bootstrap.execute(target)
+        from rtdebug.rank.execute import execute  # the script alone, as python runs it
+
+        return execute(target)
     check_host(cfg.host)
     port = port_for_rank(cfg.port_base, 0)
     check_ports_free([port], cfg.host)

@@ -35,6 +35,7 @@ from rtdebug.common import log
 from rtdebug.common.imports import cancel, when_imported
 from rtdebug.common.paths import PACKAGE_DIR
 from rtdebug.registry import collseq
+from rtdebug.registry.schema import CollectiveRecord
 
 ENV = "RTDEBUG_COLLECTIVES"
 _OWN_DIRS = (PACKAGE_DIR, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep)
@@ -96,7 +97,7 @@ def recording() -> bool:
     return _rec["mm"] is not None
 
 
-def snapshot() -> collseq.CollectiveRecord | None:
+def snapshot() -> CollectiveRecord | None:
     """This rank's last collective (a ``CollectiveRecord``), or None before the first; any thread may call it."""
     mm = _rec["mm"]
     return None if mm is None else collseq.decode(bytes(mm[: collseq.SIZE]))
