@@ -101,6 +101,11 @@ def one_line(exc: pytest.ExceptionInfo) -> str:
         (lambda d: (d / "rank-1" / "index.jsonl").unlink(), "index.jsonl: missing"),
         (lambda d: (d / "rank-1" / "end.json").write_text('{"complete_upto": 9}'), "says complete up to #9"),
         (lambda d: _drop_line(d / "rank-1" / "index.jsonl", 2), "collective #3 where #2 was due"),
+        # a JSON bool is never read as an int (True == 1 in Python): hostile input, not format 1
+        (lambda d: (d / "manifest.json").write_text('{"format": true, "world_size": 2}'), "capsule format True is"),
+        (lambda d: (d / "rank-1" / "end.json").write_text('{"complete_upto": true}'), "says complete up to #True"),
+        (lambda d: (d / "rank-1" / "rank.json").write_text('{"rank": true}'), "holds rank True, not 1"),
+        (lambda d: (d / "rank-1" / "rank.json").write_text('{"world_size": 2.0}'), "world size 2.0 differs"),
     ],
 )
 def test_bad_capsule_is_one_line(tmp_path, damage, expect):
@@ -114,6 +119,17 @@ def test_bad_capsule_is_one_line(tmp_path, damage, expect):
 def _drop_line(path: Path, number: int) -> None:
     lines = path.read_text().splitlines(keepends=True)
     path.write_text("".join(lines[:number] + lines[number + 1 :]))
+
+
+def _bool_shard(raw: bytes) -> bytes:
+    """The same shard with its first tensor's shape ``[6]`` written as ``[true, 6]`` (6 elements to Python)."""
+    (length,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + length])
+    name = next(k for k in header if k != "__metadata__")
+    header[name]["shape"] = [True, *header[name]["shape"]]
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + raw[8 + length :]
 
 
 def _shard(d: Path) -> Path:
@@ -130,6 +146,7 @@ def _shard(d: Path) -> Path:
         (lambda p: p.write_bytes(struct.pack("<Q", 4) + b"[1] " + b"\0" * 24), "its header is not a JSON object"),
         (lambda p: p.write_bytes(pickle.dumps({"x": 1}, protocol=4)), "would need unpickling: refused"),
         (lambda p: p.write_bytes(b"PK\x03\x04" + b"\0" * 60), "would need unpickling: refused"),
+        (lambda p: p.write_bytes(_bool_shard(p.read_bytes())), "has a bad shape"),
     ],
 )
 def test_bad_tensor_file_is_one_line(tmp_path, damage, expect):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import struct
-from typing import Any
+from typing import Any, TypeGuard
 
 VERSION = 1
 MANIFEST = "manifest.json"
@@ -36,6 +36,11 @@ DTYPE_SIZES = {
     "I32": 4, "U32": 4, "F32": 4,
     "I64": 8, "U64": 8, "F64": 8,
 }  # fmt: skip
+
+
+def is_int(value: Any) -> TypeGuard[int]:
+    """A JSON integer, never a bool (``true`` is ``1`` to Python): every int a capsule's JSON holds is read so."""
+    return type(value) is int
 
 
 def rank_dir(rank: int) -> str:
@@ -91,9 +96,9 @@ def _check_entry(name: str, info: Any, data_size: int) -> None:
     if not isinstance(info, dict) or info.get("dtype") not in DTYPE_SIZES:
         raise ValueError(f"tensor {name!r} has no dtype safetensors knows")
     shape, offsets = info.get("shape"), info.get("data_offsets")
-    if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
+    if not (isinstance(shape, list) and all(is_int(d) and d >= 0 for d in shape)):
         raise ValueError(f"tensor {name!r} has a bad shape")
-    if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(is_int(o) for o in offsets)):
         raise ValueError(f"tensor {name!r} has bad data offsets")
     begin, end = offsets
     if not 0 <= begin <= end <= data_size or end - begin != nbytes(info["dtype"], shape):

@@ -196,12 +196,12 @@ def open_capsule(path: str | os.PathLike[str], world_size: int | None = None) ->
         raise CapsuleError(f"{root}: not a directory (a capsule is the folder --capture wrote)")
     manifest = _load_json(root / fmt.MANIFEST, "the capsule's manifest")
     version = manifest.get("format")
-    if version != fmt.VERSION:
+    if not fmt.is_int(version) or version != fmt.VERSION:
         raise CapsuleError(
             f"{root / fmt.MANIFEST}: capsule format {version!r} is not one this rtdebug reads (it reads {fmt.VERSION})"
         )
     ws = manifest.get("world_size")
-    if not isinstance(ws, int) or isinstance(ws, bool) or not 1 <= ws <= MAX_WORLD:
+    if not fmt.is_int(ws) or not 1 <= ws <= MAX_WORLD:
         raise CapsuleError(f"{root / fmt.MANIFEST}: no valid world_size (corrupted)")
     if world_size is not None and world_size != ws:
         raise CapsuleError(f"{root}: captured from a job of {ws} ranks, not {world_size}")
@@ -217,9 +217,10 @@ def open_capsule(path: str | os.PathLike[str], world_size: int | None = None) ->
 def _read_rank(capsule: Capsule, rank: int) -> RankLog:
     d = capsule.dir / fmt.rank_dir(rank)
     info = _load_json(d / fmt.RANK_JSON, f"rank {rank}'s environment")
-    if info.get("world_size", capsule.world_size) != capsule.world_size:
-        raise CapsuleError(f"{d / fmt.RANK_JSON}: world size {info.get('world_size')} differs from the manifest's")
-    if info.get("rank", rank) != rank:
+    ws = info.get("world_size", capsule.world_size)
+    if not fmt.is_int(ws) or ws != capsule.world_size:
+        raise CapsuleError(f"{d / fmt.RANK_JSON}: world size {ws!r} differs from the manifest's")
+    if not fmt.is_int(info.get("rank", rank)) or info.get("rank", rank) != rank:
         raise CapsuleError(
             f"{d / fmt.RANK_JSON}: holds rank {info.get('rank')!r}, not {rank} (a copied or linked folder?)"
         )
@@ -229,7 +230,7 @@ def _read_rank(capsule: Capsule, rank: int) -> RankLog:
     if end_path.exists():
         end = _load_json(end_path, "where the capture ends")
         upto, reason = end.get("complete_upto"), str(end.get("reason", ""))
-        if not isinstance(upto, int) or not 0 <= upto <= last:
+        if not fmt.is_int(upto) or not 0 <= upto <= last:
             raise CapsuleError(f"{end_path}: says complete up to #{upto} but the index ends at #{last} (truncated?)")
         return RankLog(capsule, rank, info, records, upto, reason or "ended")
     return RankLog(capsule, rank, info, records, last, "")
@@ -260,7 +261,7 @@ def _read_index(path: Path, closed: bool = True) -> list[dict[str, Any]]:
         if record["kind"] == "coll":
             if not all(_dicts(record.get(k, [])) for k in ("in", "out")):
                 raise CapsuleError(f"{path}:{number}: its in/out are not lists of tensors (corrupted)")
-            if record.get("n") != expect or isinstance(record.get("n"), bool):
+            if not fmt.is_int(record.get("n")) or record.get("n") != expect:
                 raise CapsuleError(
                     f"{path}:{number}: collective #{record.get('n')} where #{expect} was due (corrupted)"
                 )
