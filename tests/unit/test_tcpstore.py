@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -15,6 +17,9 @@ from rtdebug.registry.tcpstore import StoreError, TCPStoreClient
 
 from support.paths import PY
 from support.wait import finishes
+
+# a fake server's thread that fails (a BrokenPipeError when the client hangs up) fails the test it serves
+pytestmark = pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 
 
 @pytest.fixture(scope="module")
@@ -70,23 +75,37 @@ def _drain(conn: socket.socket) -> None:
         pass
 
 
-def _fake_store(answer: bytes, byte_gap: float = 0.0) -> tuple[socket.socket, int]:
-    """A server that answers anything with ``answer`` (with ``byte_gap``: one byte at a time)."""
+@contextlib.contextmanager
+def _fake_store(answer: bytes, byte_gap: float = 0.0) -> Iterator[int]:
+    """The port of a server that answers anything with ``answer`` (with ``byte_gap``: one byte at a time).
+
+    The client may hang up before the whole answer is sent (that is what a bounded client does): the server
+    stops there. Leaving, it waits for its thread, so nothing of it runs on into the next test."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)
+    srv.settimeout(60)  # the test connects at once; a test that fails before it does ends the thread too
 
-    def serve():
-        conn, _ = srv.accept()
+    def serve() -> None:
+        try:
+            conn, _ = srv.accept()
+        except TimeoutError:
+            return
         _drain(conn)
         with conn:
-            for chunk in [answer[i : i + 1] for i in range(len(answer))] if byte_gap else [answer]:
-                time.sleep(byte_gap)  # part of the fake: a server that answers slowly
-                conn.sendall(chunk)
+            try:
+                for chunk in [answer[i : i + 1] for i in range(len(answer))] if byte_gap else [answer]:
+                    time.sleep(byte_gap)  # part of the fake: a server that answers slowly
+                    conn.sendall(chunk)
+            except (BrokenPipeError, ConnectionResetError):
+                return  # the client gave up and hung up: the end of this fake's conversation
             time.sleep(0.5)  # part of the fake: it closes a moment after its answer, not with it
 
-    threading.Thread(target=serve, daemon=True).start()
-    return srv, srv.getsockname()[1]
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    with srv:
+        yield srv.getsockname()[1]
+        thread.join()
 
 
 @pytest.mark.parametrize(
@@ -98,18 +117,18 @@ def _fake_store(answer: bytes, byte_gap: float = 0.0) -> tuple[socket.socket, in
     ],
 )
 def test_a_hostile_server_gets_one_bounded_error(answer, error):
-    srv, port = _fake_store(answer)
-    with srv, TCPStoreClient("127.0.0.1", port) as c, pytest.raises(StoreError) as exc:
-        c.list_keys()
+    with _fake_store(answer) as port, pytest.raises(StoreError) as exc:
+        with TCPStoreClient("127.0.0.1", port) as c:
+            c.list_keys()
     assert str(exc.value) == error
 
 
 def test_a_store_that_answers_a_byte_at_a_time_is_bounded_for_the_whole_answer():
     """Each byte inside the socket timeout, the whole answer far beyond it: the client gives up once
     the answer as a whole has taken ``timeout``, not after each silent gap."""
-    srv, port = _fake_store(struct.pack("<Q", 1), byte_gap=0.3)
     # each gap (0.3 s) is inside the 1 s timeout, so a per-gap bound never fires: only one for the whole
     # answer gives this error (a per-gap one reads on until the fake closes: "closed the connection mid-answer")
-    with srv, TCPStoreClient("127.0.0.1", port, timeout=1.0) as c, pytest.raises(OSError) as exc:
-        finishes(c.list_keys, 60, "list_keys from a store that answers a byte at a time")
+    with _fake_store(struct.pack("<Q", 1), byte_gap=0.3) as port, pytest.raises(OSError) as exc:
+        with TCPStoreClient("127.0.0.1", port, timeout=1.0) as c:
+            finishes(c.list_keys, 60, "list_keys from a store that answers a byte at a time")
     assert "took longer than 1 s" in str(exc.value)
