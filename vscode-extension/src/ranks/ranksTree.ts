@@ -4,7 +4,7 @@ import { collectiveSummary, collectiveText, peersTooltip } from './collectiveTex
 import { isBlocked } from '../registry/collectiveRecord';
 import { RankDebugInfo } from '../attach/allstop/rankDebugState';
 import { timeoutText, TimeoutText } from './pgTimeout';
-import { isUnverified, RankEntry, Session } from '../registry/registryModel';
+import { isUnverified, ownPid, RankEntry, Session } from '../registry/registryModel';
 import { coordLabel } from '../registry/meshes';
 import { stopText } from '../registry/stopEntry';
 import { parseStopDescription } from '../attach/allstop/stopFocus';
@@ -172,12 +172,12 @@ export function rankRow(s: Session, r: RankEntry, dbg: RankDebugInfo | undefined
   return {
     id: `rank:${s.entry.session_id}/${r.rank}`,
     label: `rank ${r.rank}`,
-    description: `${unverified ? 'unverified · ' : ''}${v.text}${collDesc}${coords ? ` · ${coords}` : ''} · local ${r.local_rank} · ${r.host}:${r.port} · pid ${r.pid}${node}${refused}`,
+    description: `${unverified ? 'unverified · ' : ''}${v.text}${collDesc}${coords ? ` · ${coords}` : ''} · local ${r.local_rank} · ${r.host}:${r.port} · pid ${ownPid(r)}${node}${refused}`,
     tooltip: withTooltip ? rankTooltip(s, r, dbg, nowMs) : '',
     contextValue: `rtdebugRank.${v.state}${ours}`,
     icon,
     color,
-    accessibilityLabel: `rank ${r.rank}${unverified ? ', unverified' : ''}, ${v.text}${coll ? `, ${coll}` : ''}, local rank ${r.local_rank}, endpoint ${r.host} port ${r.port}, process ${r.pid}${coords ? `, coordinates ${coords.replace(/,/g, '')}` : ''}`,
+    accessibilityLabel: `rank ${r.rank}${unverified ? ', unverified' : ''}, ${v.text}${coll ? `, ${coll}` : ''}, local rank ${r.local_rank}, endpoint ${r.host} port ${r.port}, process ${ownPid(r)}${coords ? `, coordinates ${coords.replace(/,/g, '')}` : ''}`,
   };
 }
 
@@ -194,7 +194,8 @@ export function rankTooltip(s: Session, r: RankEntry, dbg: RankDebugInfo | undef
           `--stop-on ${r.stop.kind}${r.stop.origin === true ? ': it began here (origin)' : r.stop.origin === false ? ': received from another rank' : ''}${r.stop.step !== null ? `, at step ${r.stop.step}` : ''}`,
         ]
       : []),
-    `debug endpoint ${r.host}:${r.port}, pid ${r.pid}${node ? `, node ${r.hostname ?? ''} ${r.node_ip ?? ''}`.trimEnd() : ''}`,
+    `debug endpoint ${r.host}:${r.port}, pid ${ownPid(r)}${node ? `, node ${r.hostname ?? ''} ${r.node_ip ?? ''}`.trimEnd() : ''}`,
+    ...(ownPid(r) !== r.pid ? [`forwarded over ssh from ${r.tunnel?.node ?? 'its node'} (ssh pid ${r.pid})`] : []),
     `session ${s.entry.session_id}`,
     ...(r.refused_count ? [`${r.refused_count} connection(s) refused by the endpoint's access rule`] : []),
     ...peersTooltip(s.ranks, r.rank, nowMs),

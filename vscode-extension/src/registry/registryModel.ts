@@ -80,6 +80,26 @@ export interface RankEntry {
   meshes?: Mesh[];
   /** true: the job's ranks do all-stop themselves (RTDEBUG_ALL_STOP=1); read as `=== true` only. */
   all_stop?: boolean;
+  /** Mode connected: the ssh forward behind host:port (`pid` is then the ssh master's); read by ownPid. */
+  tunnel?: TunnelInfo;
+}
+
+export interface TunnelInfo {
+  node: string;
+  remote_host: string;
+  remote_port: number;
+  /** The rank's own pid, on its node. */
+  remote_pid?: number;
+}
+
+/**
+ * The rank's own pid, as `rtdebug ps` shows it: a connected rank's is on its node (`tunnel.remote_pid`), never the
+ * ssh master's that carries its forward here (the entry's `pid`, which liveness checks). A forged value is ignored.
+ */
+export function ownPid(r: RankEntry): number {
+  const t: unknown = r.tunnel;
+  const remote = typeof t === 'object' && t !== null ? (t as Record<string, unknown>).remote_pid : undefined;
+  return typeof remote === 'number' && Number.isSafeInteger(remote) && remote > 0 ? remote : r.pid;
 }
 
 /** An entry a remote listing could not verify (this machine's files are always trusted: the root is the owner's alone). */

@@ -45,6 +45,22 @@ test('rank row: what the view shows, the menus match and a screen reader says', 
   assert.match(remote.tooltip, /node node-b 10\.0\.0\.2/);
 });
 
+test("rank row: a connected rank shows its own pid on its node, not the ssh master's", () => {
+  const tunnel = { node: 'node-b', remote_host: '127.0.0.1', remote_port: 5679, remote_pid: 4242 };
+  const s = sessionOf([rankEntry(1, 'ready', { pid: 900, tunnel })]);
+  const row = rankRow(s, s.ranks[0], undefined);
+  assert.match(row.description, / · 127\.0\.0\.1:5679 · pid 4242$/);
+  assert.match(row.accessibilityLabel, /, process 4242$/);
+  assert.match(row.tooltip, /debug endpoint 127\.0\.0\.1:5679, pid 4242\nforwarded over ssh from node-b \(ssh pid 900\)\n/);
+  // a forward without the rank's pid, or a forged one, shows the entry's pid, as rtdebug ps does
+  for (const remote_pid of [undefined, true, -1, 1.5, '77'] as unknown[]) {
+    const r = { ...s.ranks[0], tunnel: { ...tunnel, remote_pid } } as (typeof s.ranks)[0];
+    assert.match(rankRow(s, r, undefined).description, /pid 900$/);
+    assert.doesNotMatch(rankRow(s, r, undefined).tooltip, /forwarded over ssh/);
+  }
+  assert.match(rankRow(s, { ...s.ranks[0], tunnel: null } as unknown as (typeof s.ranks)[0], undefined).description, /pid 900$/);
+});
+
 test('session row: mode, script, node/cluster, state', () => {
   const s = sessionOf([rankEntry(0, 'ready'), rankEntry(1, 'ready')]);
   const row = sessionRow(s);
