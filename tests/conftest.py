@@ -31,6 +31,14 @@ def own_ray_results(tmp_path_factory, monkeypatch) -> Path:
     return d
 
 
+@pytest.fixture(autouse=True)
+def ranks_stop_alone(monkeypatch) -> None:
+    """All-stop is on by default (``rtdebug.rank.allstop``): the suite's jobs run with it off
+    (``RTDEBUG_ALL_STOP=0``), so a test that stops one rank sees only that rank stop. A test of all-stop as a
+    user gets it removes the variable (``monkeypatch.delenv("RTDEBUG_ALL_STOP")``; ``tests/e2e/test_allstop.py``)."""
+    monkeypatch.setenv("RTDEBUG_ALL_STOP", "0")
+
+
 @pytest.fixture
 def registry_dir(tmp_path, monkeypatch) -> Path:
     d = tmp_path / "registry"

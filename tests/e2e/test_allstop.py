@@ -21,11 +21,16 @@ ONLY1 = marker_line(SCRIPT, "rank 1 only")
 COLLECTIVE = marker_line(SCRIPT, "collective")
 
 
-def _start(job, registry_dir, port_base, tmp_path, *env_pairs: str, n: int = 2):
+@pytest.fixture(autouse=True)
+def all_stop_as_a_user_gets_it(monkeypatch) -> None:
+    """The suite runs its jobs with ``RTDEBUG_ALL_STOP=0`` (tests/conftest.py); these get the default: on."""
+    monkeypatch.delenv("RTDEBUG_ALL_STOP", raising=False)
+
+
+def _start(job, registry_dir, port_base, tmp_path, *flags: str, n: int = 2):
     done = tmp_path / "done"
-    env = {"RTDEBUG_ALL_STOP": "1", **dict(p.split("=", 1) for p in env_pairs)}  # off by default
-    ours = ["--debug-port-base", str(port_base), "--nproc-per-node", str(n)]
-    j = job("torchrun", *ours, str(SCRIPT), str(done), env=env)
+    ours = ["--debug-port-base", str(port_base), "--nproc-per-node", str(n), *flags]
+    j = job("torchrun", *ours, str(SCRIPT), str(done))
     sid = j.session_id()
     wait_ranks(registry_dir, sid, n)
     return j, sid, done
@@ -42,7 +47,7 @@ def _console(c: DAPClient, timeout: float = 30) -> str:
 def test_terminate_or_disconnect_with_terminate_debuggee_never_ends_a_rank(job, registry_dir, port_base, tmp_path):
     """nvim-dap's :DapTerminate sends ``terminate``, VS Code's Stop a ``disconnect`` with ``terminateDebuggee``:
     either becomes a detach, the client reads why in its console, and the job runs on to exit 0."""
-    j, sid, done = _start(job, registry_dir, port_base, tmp_path, "RTDEBUG_ALL_STOP=0")
+    j, sid, done = _start(job, registry_dir, port_base, tmp_path, "--no-all-stop")  # rank 0 runs on, no client
     assert [r.get("all_stop") for r in read_ranks(registry_dir, sid).values()] == [False, False]
     c1 = DAPClient("127.0.0.1", port_base + 1)
     c1.attach({str(SCRIPT): [ONLY1]})

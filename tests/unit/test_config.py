@@ -41,3 +41,29 @@ def test_target_checks(tmp_path):
     with pytest.raises(HarnessError, match="invalid module name"):
         Target("-x", module=True)
     assert Target("pkg.mod", module=True).display == "-m pkg.mod"
+
+
+def test_all_stop_is_on_unless_the_flags_or_the_environment_say_off():
+    """``--no-all-stop`` / ``--no-continue-all`` reach the ranks as ``=0``; with neither flag nothing is set,
+    so the job's own environment (``RTDEBUG_ALL_STOP=0``) still decides, and the default is on."""
+    from rtdebug import cli
+    from rtdebug.commands.run import RunOptions
+    from rtdebug.commands.torchrun import TorchrunOptions
+
+    on = RankConfig(session_id="s")
+    assert (on.all_stop, on.continue_all) == (True, True)
+    assert "RTDEBUG_ALL_STOP" not in on.to_env() and "RTDEBUG_CONTINUE_ALL" not in on.to_env()
+    off = RankConfig(session_id="s", all_stop=False, continue_all=False)
+    assert {k: v for k, v in off.to_env().items() if "ALL" in k and k != "RTDEBUG_ALLOW"} == {
+        "RTDEBUG_ALL_STOP": "0",
+        "RTDEBUG_CONTINUE_ALL": "0",
+    }
+    assert RankConfig.from_env(off.to_env()) == off
+    assert not RankConfig.from_env({"RTDEBUG_SESSION": "s", "RTDEBUG_ALL_STOP": " Off"}).all_stop
+
+    ns = cli.build_parser("torchrun").parse_args(["torchrun", "--no-all-stop", "--nproc-per-node", "2", "t.py"])
+    debug = TorchrunOptions.from_args(ns).debug
+    assert debug is not None and (debug.all_stop, debug.continue_all) == (False, True)
+    assert debug.rank_config("s", host="127.0.0.1", wait="none").to_env()["RTDEBUG_ALL_STOP"] == "0"
+    run = RunOptions.from_args(cli.build_parser("run").parse_args(["run", "--no-continue-all", "t.py"]))
+    assert (run.all_stop, run.continue_all) == (True, False)

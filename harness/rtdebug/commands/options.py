@@ -124,7 +124,7 @@ def debug_options(p: argparse.ArgumentParser, port_flag: str, host_flag: str, al
 
 
 def ray_options(g: Any) -> None:
-    """How Ray Train's local mode behaves in the ranks (``rtdebug.rank.raylocal``)."""
+    """How Ray Train's local mode behaves in the ranks (``rtdebug.rank.localmode``)."""
     g.add_argument(
         "--ray-local-mode",
         choices=RAY_LOCAL_MODES,
@@ -132,6 +132,24 @@ def ray_options(g: Any) -> None:
         help="what Ray Train's local mode means: cluster (default: barrier, broadcast, report(), checkpoints, "
         "restore, callbacks and FailureConfig behave as on a Ray cluster with num_workers = world size) or "
         "ray (Ray's own in-memory local mode)",
+    )
+
+
+def all_stop_options(p: argparse.ArgumentParser) -> None:
+    """The job's all-stop, done by its ranks (``rtdebug.rank.allstop``, docs/all-stop.md): on unless turned off."""
+    g = p.add_argument_group("all-stop (when one rank stops, the others pause; whatever client is attached)")
+    g.add_argument(
+        "--no-all-stop",
+        action="store_false",
+        dest="all_stop",
+        help="one rank stops alone, as with plain debugpy (sets RTDEBUG_ALL_STOP=0 for the ranks)",
+    )
+    g.add_argument(
+        "--no-continue-all",
+        action="store_false",
+        dest="continue_all",
+        help="a continue continues only that rank; the others stay paused until continued in their own client "
+        "(sets RTDEBUG_CONTINUE_ALL=0)",
     )
 
 
@@ -222,6 +240,7 @@ def torchrun_options(p: argparse.ArgumentParser) -> None:
         "seconds (default: min(300, --pg-timeout/2); 0 = off). A failing rank always "
         "triggers a report of the others",
     )
+    all_stop_options(p)
     capture_options(p, ranks=True)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from rtdebug.commands.options import Options, capture_options, debug_options, ray_options
+from rtdebug.commands.options import Options, all_stop_options, capture_options, debug_options, ray_options
 from rtdebug.common.config import SingleRunOptions
 
 
@@ -43,6 +43,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], summary
         metavar="ADDR",
         help="Ray cluster for the script's ray.init() (sets RAY_ADDRESS; default: $RAY_ADDRESS)",
     )
+    all_stop_options(p)
     capture_options(p, ranks=False)
     p.add_argument("-m", dest="module", action="store_true", help="run the target as a module")
     p.add_argument("target", help="script path (or module name with -m)")

@@ -24,6 +24,12 @@ RAY_LOCAL_MODE_VAR = "RTDEBUG_RAY_LOCAL_MODE"
 WORKER_PORT_BASE_VAR = "RTDEBUG_WORKER_PORT_BASE"  # Ray Train workers' port base (rtdebug run)
 LAUNCH_VAR = "RTDEBUG_CAPTURE_LAUNCH"  # the launch facts a capturing rank writes into the capsule's manifest
 REPLAY_SCRATCH_VAR = "RTDEBUG_REPLAY_SCRATCH"  # a replay's scratch folder (set in the replaying process too)
+ALL_STOP_VAR, CONTINUE_ALL_VAR = "RTDEBUG_ALL_STOP", "RTDEBUG_CONTINUE_ALL"  # the job's all-stop (rank.allstop)
+
+
+def switch_on(env: Mapping[str, str], name: str) -> bool:
+    """An on/off variable that is on unless set to 0, false, no or off (``RTDEBUG_ALL_STOP``, ...)."""
+    return env.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def check_host(host: str) -> None:
@@ -94,6 +100,8 @@ class RankConfig:
     check_collectives: bool = False  # TORCH_DISTRIBUTED_DEBUG=DETAIL for the ranks
     hang_report_s: float | None = None  # launcher only; None = rtdebug.launcher.hangwatch.default_hang_s
     stop_on: str = ""  # --stop-on conditions (rtdebug.common.stopon), "" = off
+    all_stop: bool = True  # --no-all-stop: one rank stops alone (rtdebug.rank.allstop)
+    continue_all: bool = True  # --no-continue-all: a continue continues that rank only
     ray_local_mode: str = "cluster"  # --ray-local-mode: "cluster" (the cluster's semantics) or "ray" (Ray's own)
     capture_dir: str = ""  # --capture DIR: the capsule's folder (absolute), "" = off
     capture_ranks: str = ""  # --capture-ranks: "" = every rank, else rank numbers (0,2-3)
@@ -171,6 +179,9 @@ class RankConfig:
             env["RTDEBUG_HANG_REPORT"] = repr(self.hang_report_s)
         if self.stop_on:
             env[stopon.ENV] = self.stop_on
+        for name, on in ((ALL_STOP_VAR, self.all_stop), (CONTINUE_ALL_VAR, self.continue_all)):
+            if not on:  # only the flag's "off": else the job's own environment says (on unless it says 0)
+                env[name] = "0"
         env[RAY_LOCAL_MODE_VAR] = self.ray_local_mode
         env.update(self._replay_env())
         return env
@@ -212,6 +223,8 @@ class RankConfig:
                 check_collectives=env.get("RTDEBUG_CHECK_COLLECTIVES") == "1",
                 hang_report_s=float(env["RTDEBUG_HANG_REPORT"]) if env.get("RTDEBUG_HANG_REPORT") else None,
                 stop_on=env.get(stopon.ENV, ""),
+                all_stop=switch_on(env, ALL_STOP_VAR),
+                continue_all=switch_on(env, CONTINUE_ALL_VAR),
                 ray_local_mode=env.get(RAY_LOCAL_MODE_VAR, "cluster"),
                 **_replay_from_env(env),
             )
@@ -287,6 +300,8 @@ class DebugOptions:
     stop_on: str
     force_local: bool
     ray_local_mode: str = "cluster"
+    all_stop: bool = True
+    continue_all: bool = True
     capture: str | None = None
     capture_max_gb: float | None = None
 
@@ -317,6 +332,8 @@ class DebugOptions:
             check_collectives=check_collectives,
             hang_report_s=hang_report_s,
             stop_on=self.stop_on,
+            all_stop=self.all_stop,
+            continue_all=self.continue_all,
             ray_local_mode=self.ray_local_mode,
             capture_dir=self.capture or "",
             capture_ranks=capture_ranks,

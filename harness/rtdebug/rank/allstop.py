@@ -17,10 +17,11 @@ that is gone). Then:
   attaches meanwhile, or one is attached, it is suspended there in the debugger instead.
 
 Cost when no rank is stopped: no thread without a client, one byte read per collective; with a client, one
-wake-up every ``POLL_S``. Off unless the job's environment has ``RTDEBUG_ALL_STOP=1`` (or a debugger turns it
-on: ``rtdebug.rank.api.all_stop``): the VS Code extension still does its own (its unit and DAP tests expect
-ranks that stop alone when its setting is off); it becomes the default once the extension uses it. The entry's
-debug state (``rtdebug.rank.debugstate``) is kept either way. Limits: the board is one machine's session
+wake-up every ``POLL_S``. On unless the job's environment has ``RTDEBUG_ALL_STOP=0`` (``rtdebug torchrun
+--no-all-stop``; ``--no-continue-all`` sets ``RTDEBUG_CONTINUE_ALL=0``), and a debugger may change it while the
+job runs (``rtdebug.rank.api.all_stop``: the VS Code extension hands its ``rtdebug.allStop`` setting to the
+ranks that way, and does no all-stop of its own). The entry's debug state (``rtdebug.rank.debugstate``) is kept
+either way. Limits: the board is one machine's session
 directory, so a multi-node job's all-stop reaches the ranks of the stopping rank's node only; a Ray worker
 (no session directory) and an adopted rank keep their debug state but take no part.
 """
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from rtdebug.common import log
+from rtdebug.common.config import ALL_STOP_VAR, CONTINUE_ALL_VAR, switch_on
 from rtdebug.common.threads import hidden_thread
 from rtdebug.rank import debugstate
 
@@ -47,11 +49,6 @@ GEN, MODE, FLAGS, BY = struct.Struct("<I"), 8, 9, struct.Struct("<iid")  # at 4,
 RUNNING, STOPPED = 0, 1
 NO_ALL_STOP, NO_CONTINUE_ALL = 1, 2  # FLAGS' bits: the job's setting, from the first rank's environment
 POLL_S = 0.02
-ALL_STOP_ENV, CONTINUE_ALL_ENV = "RTDEBUG_ALL_STOP", "RTDEBUG_CONTINUE_ALL"
-
-
-def _on(name: str, default: str) -> bool:
-    return os.environ.get(name, default).strip().lower() not in ("0", "false", "no", "off")
 
 
 class Board:
@@ -288,7 +285,10 @@ def arm(session_dir: Path | str, rank: int, endpoint: Any, record: Any, hold_wit
     """This rank's all-stop and debug state (written to ``record``, its ``RankState``), wired to its endpoint
     and, through ``hold_with`` (the collective record's ``recorder.hold_with``), to its collective wrapper."""
     try:
-        flags = (0 if _on(ALL_STOP_ENV, "0") else NO_ALL_STOP) | (0 if _on(CONTINUE_ALL_ENV, "1") else NO_CONTINUE_ALL)
+        env = os.environ
+        flags = (0 if switch_on(env, ALL_STOP_VAR) else NO_ALL_STOP) | (
+            0 if switch_on(env, CONTINUE_ALL_VAR) else NO_CONTINUE_ALL
+        )
         board = Board(Path(session_dir) / FILE, flags)
     except OSError as exc:
         print(f"rtdebug: rank {rank}: all-stop is off in this rank (its board: {exc})", file=sys.stderr)
