@@ -31,6 +31,10 @@ CHILD = textwrap.dedent("""
     threading.Thread(target=time.sleep, args=(600,), name="worker-[x]\\x1b", daemon=True).start()
     print(json.dumps(info), flush=True)
     for line in sys.stdin:
+        if line.strip() == "hold":  # one long C call that holds the GIL: the dump thread cannot answer
+            import ctypes
+            print("holding", flush=True)
+            ctypes.PyDLL("libc.so.6").sleep(600)
         if line.strip() == "disarm":
             dump.disarm()
             names = sorted(t.name for t in threading.enumerate())
@@ -123,6 +127,27 @@ def test_disarm_leaves_no_thread_and_no_fifo(rank):
     assert not (d / "stacks-2.req").exists() and not (d / "stacks-2.json").exists()
 
 
+def test_a_timeout_too_short_for_the_fallback_signals_no_rank(rank):
+    """--timeout 0.1: a rank whose thread cannot answer (a C call holds its GIL) is said to be unresponsive,
+    with the timeout that would try the signal-time dump; it is never signalled (its dump file stays empty)."""
+    d, p, entry = rank
+    p.stdin.write("hold\n")
+    p.stdin.flush()
+    assert p.stdout.readline().strip() == "holding"
+    unresponsive: dict[int, str] = {}
+    dumps, notes = collect.take(d, [entry], 0.1, time.monotonic(), unresponsive)
+    assert (dumps, notes) == ({}, [])
+    assert unresponsive == {
+        2: "its dump thread did not answer within 0.1 s; not signalled (--timeout 1 or more tries the signal-time dump)"
+    }
+    assert (d / entry["stacks"]["file"]).read_bytes() == b""
+    # with time for the fallback, the same rank is signalled and its signal-time dump read
+    dumps, notes = collect.take(d, [entry], 3.0, time.monotonic(), unresponsive := {})
+    assert (dumps[2]["how"], unresponsive) == ("signal", {})
+    assert notes == [{"rank": 2, "reason": "its dump thread did not answer within 1.5 s"}]
+
+
 def test_fallback_bound_is_half_the_timeout_at_most():
     assert collect.fallback_after(3.0) == 1.5 and collect.fallback_after(1.0) == 0.5
+    assert collect.fallback_after(0.99) is None and collect.fallback_after(0.1) is None
     assert contract.request_file(7) == "stacks-7.req" and contract.answer_file(7) == "stacks-7.json"

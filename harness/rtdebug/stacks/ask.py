@@ -21,6 +21,7 @@ from rtdebug.stacks import group as stackgroup
 
 Entry = dict[str, Any]
 FALLBACK_S = 1.5  # see fallback_after
+FALLBACK_MIN_S = 0.5  # the least a dump thread gets before a signal: under 2x this --timeout, no signal at all
 MAX_ANSWER = 512 << 10  # a dump thread's answer: the text (contract.MAX_TEXT) and the recorder's summary
 
 
@@ -92,12 +93,24 @@ def ask(sdir: Path, e: Entry) -> Asked | None:
     return Asked(e, sdir / contract.answer_file(rank), nonce)
 
 
-def fallback_after(timeout: float) -> float:
-    """How long a rank's dump thread gets before the signal fallback: ``FALLBACK_S``, or half the timeout.
+def fallback_after(timeout: float) -> float | None:
+    """How long a rank's dump thread gets before the signal fallback: ``FALLBACK_S``, or half the timeout;
+    None (no fallback: the thread gets the whole timeout) when that would be under ``FALLBACK_MIN_S``.
 
     A thread waiting for the GIL gets it within one switch interval (5 ms) of the holder reaching a
     bytecode boundary, and the dump takes milliseconds; 1.5 s is 300 switch intervals, time enough for
     a rank on a loaded machine, so the only ranks left are those in one long C call that holds the GIL
     (then nothing in the process starts or ends Python threads, which is what makes the fallback safe
-    enough to try). Half the timeout leaves the fallback time to be read."""
-    return min(FALLBACK_S, timeout / 2)
+    enough to try). Half the timeout leaves the fallback time to be read. A tiny ``--timeout`` never sends a
+    healthy rank whose thread is merely slow to answer to the signal-time dump (unsafe while its threads
+    start and end): below 0.5 s a rank is not yet one held in a C call."""
+    wait = min(FALLBACK_S, timeout / 2)
+    return wait if wait >= FALLBACK_MIN_S else None
+
+
+def no_fallback_note(timeout: float) -> str:
+    """Why a rank whose thread did not answer within a tiny ``timeout`` was not signalled (one line)."""
+    return (
+        f"its dump thread did not answer within {timeout:g} s; not signalled "
+        f"(--timeout {2 * FALLBACK_MIN_S:g} or more tries the signal-time dump)"
+    )

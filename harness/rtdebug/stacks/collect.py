@@ -30,7 +30,7 @@ from rtdebug.registry import collseq
 from rtdebug.registry.files import Registry
 from rtdebug.stacks import group as stackgroup
 from rtdebug.stacks import stops, verdict
-from rtdebug.stacks.ask import Asked, ask, fallback_after
+from rtdebug.stacks.ask import Asked, ask, fallback_after, no_fallback_note
 from rtdebug.stacks.contract import SIGNAL, dump_file
 from rtdebug.stacks.native import native_dumps
 
@@ -187,11 +187,12 @@ def read_answers(asked: list[Asked], pending: list[Pending], until: float) -> di
     return dumps
 
 
-def _take(
+def take(
     sdir: Path, live: list[Entry], timeout: float, start: float, unresponsive: dict[int, str]
 ) -> tuple[dict[int, dict[str, Any]], list[dict[str, Any]]]:
     """Every live rank's dump: its thread's answer, or the signal fallback for a rank whose thread is
-    silent (no thread, or no answer within ``fallback_after``); returns (dumps, fallback notes)."""
+    silent (no thread, or no answer within ``fallback_after``; a timeout too short for that fallback
+    signals only the ranks with no thread); returns (dumps, fallback notes)."""
     asked: list[Asked] = []
     silent: list[Entry] = []
     for e in live:
@@ -204,13 +205,20 @@ def _take(
         else:
             asked.append(a)
     wait = fallback_after(timeout)
-    dumps = read_answers(asked, [], start + wait)
-    late = [a.entry for a in asked]
     notes = [{"rank": e["rank"], "reason": "it has no dump thread"} for e in silent]
-    notes += [{"rank": e["rank"], "reason": f"its dump thread did not answer within {wait:g} s"} for e in late]
-    pending = signal_ranks(sdir, silent + late, unresponsive)
-    signalled = {p.rank for p in pending}
-    dumps.update(read_answers(asked, pending, start + timeout))
+    if wait is None:  # too short for a fallback: the threads get the whole timeout, a late one is never signalled
+        pending = signal_ranks(sdir, silent, unresponsive)
+        signalled = {p.rank for p in pending}
+        dumps = read_answers(asked, pending, start + timeout)
+        unresponsive.update((a.entry["rank"], no_fallback_note(timeout)) for a in asked)
+        late: list[Entry] = []
+    else:
+        dumps = read_answers(asked, [], start + wait)
+        late = [a.entry for a in asked]
+        notes += [{"rank": e["rank"], "reason": f"its dump thread did not answer within {wait:g} s"} for e in late]
+        pending = signal_ranks(sdir, silent + late, unresponsive)
+        signalled = {p.rank for p in pending}  # before the read, which takes the answered ones out
+        dumps.update(read_answers(asked, pending, start + timeout))
     for e in silent + late:
         if e["rank"] not in dumps and e["rank"] not in unresponsive:
             unresponsive[e["rank"]] = f"no answer within {timeout:g} s"
@@ -233,7 +241,7 @@ def collect(
     except OSError as exc:  # LockTimeout included
         raise HarnessError(f"cannot take the stacks lock of session {sid}: {exc}") from None
     with lock:
-        dumps, fallback = _take(sdir, live, timeout, start, unresponsive)
+        dumps, fallback = take(sdir, live, timeout, start, unresponsive)
     if native:
         for rank, result in native_dumps({r: d["pid"] for r, d in dumps.items()}, timeout).items():
             dumps[rank]["native"] = result
