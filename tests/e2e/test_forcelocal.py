@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from rtdebug.rank import forcelocal
+from rtdebug.rank.localmode import forcelocal
 
 from support.dap import DAPClient
 from support.jobs import wait_ranks

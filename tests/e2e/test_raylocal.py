@@ -106,7 +106,7 @@ def test_checkpoint_dir_names_that_differ_are_one_line(tmp_path):
     line = "ray.train.report #1: checkpoint_dir_name differs across ranks (rank 0: 'ckpt-rank0', rank 1: 'ckpt-rank1')"
     assert f"rtdebug: rank 0: {line}" in r.stderr
     assert not (tmp_path / "faults" / "ckpt-rank0").exists() and not (tmp_path / "faults" / "ckpt-rank1").exists()
-    assert "rtdebug/rank/raylocal" not in r.stderr  # no traceback of ours (torchrun reports its failed child)
+    assert "rtdebug/rank/localmode" not in r.stderr  # no traceback of ours (torchrun reports its failed child)
 
 
 def test_a_vanished_checkpoint_directory_is_one_line_and_nothing_is_kept(tmp_path):

@@ -1,4 +1,4 @@
-"""Ray Data for any number of ranks (``rtdebug.rank.raylocal.data``): real torchrun jobs with real Ray.
+"""Ray Data for any number of ranks (``rtdebug.rank.localmode.data``): real torchrun jobs with real Ray.
 
 The 2-rank jobs run ``tests/scripts/raydata_shares.py`` under ``python -m torch.distributed.run``: each rank
 inits gloo and calls ``shard_datasets`` itself. Each rank writes what it saw; the test checks the shares as
@@ -23,7 +23,7 @@ from support.wait import until
 pytest.importorskip("ray.data")
 
 from rtdebug.common.errors import HarnessError  # noqa: E402
-from rtdebug.rank.raylocal import data  # noqa: E402
+from rtdebug.rank.localmode import data  # noqa: E402
 
 
 class NoExchange:

@@ -1,6 +1,6 @@
 """Where local mode with the cluster's semantics gives the script a different value from Ray's own local mode,
 one ``rtdebug:`` line says so when the script first sees it, before anything the value breaks (real ``rtdebug
-run`` / ``rtdebug run -m pytest`` / ``rtdebug torchrun``). The lines' wording is in ``rank.raylocal.notes``
+run`` / ``rtdebug run -m pytest`` / ``rtdebug torchrun``). The lines' wording is in ``rank.localmode.notes``
 and docs/local-mode.md; that the values are the cluster's is ``test_raylocal_parity.py``."""
 
 from __future__ import annotations

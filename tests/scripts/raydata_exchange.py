@@ -1,4 +1,4 @@
-"""The object collectives ``rtdebug.rank.raylocal.data`` needs, made here from torch.distributed (gloo).
+"""The object collectives ``rtdebug.rank.localmode.data`` needs, made here from torch.distributed (gloo).
 
 Imported by the ``raydata_*`` scripts (their folder is on sys.path); not a job of its own."""
 

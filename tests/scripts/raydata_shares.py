@@ -1,4 +1,4 @@
-"""A torchrun rank: ray.data.range(40) split by rtdebug.rank.raylocal.data across the job's ranks.
+"""A torchrun rank: ray.data.range(40) split by rtdebug.rank.localmode.data across the job's ranks.
 
 Writes what this rank saw to $RAYDATA_OUT/rank<k>.json: its ids per epoch (iter_batches), the ids from
 iter_torch_batches and from materialize, the unsplit "eval" dataset's ids, its pid and the Ray
@@ -16,7 +16,7 @@ from ray.train import DataConfig
 from raydata_exchange import TorchExchange
 
 from rtdebug.common.errors import HarnessError
-from rtdebug.rank.raylocal import data
+from rtdebug.rank.localmode import data
 
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()

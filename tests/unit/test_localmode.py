@@ -4,7 +4,7 @@ import pytest
 
 from rtdebug.common import rankenv
 from rtdebug.common.errors import HarnessError
-from rtdebug.rank import localmode
+from rtdebug.rank.localmode import fixes
 
 
 def test_ray_env_sets_v2_unless_user_did():
@@ -27,7 +27,7 @@ def test_patch_default_timeouts_on_real_torch():
 
     old = (c10d.default_pg_timeout, c10d.default_pg_nccl_timeout)
     try:
-        localmode.patch_default_timeouts(c10d, 9000)
+        fixes.patch_default_timeouts(c10d, 9000)
         assert c10d._get_default_timeout(Backend.GLOO) == timedelta(seconds=9000)
         if c10d.default_pg_nccl_timeout is not None:
             assert c10d._get_default_timeout(Backend.NCCL) == timedelta(seconds=9000)
@@ -36,7 +36,7 @@ def test_patch_default_timeouts_on_real_torch():
 
 
 def test_explain_known_failures(monkeypatch):
-    assert localmode.explain(AssertionError(localmode.RAY_DATA_ASSERT)) == localmode.RAY_DATA_MESSAGE
-    assert localmode.explain(ValueError("user bug")) is None
+    assert fixes.explain(AssertionError(fixes.RAY_DATA_ASSERT)) == fixes.RAY_DATA_MESSAGE
+    assert fixes.explain(ValueError("user bug")) is None
     monkeypatch.setenv("RAY_TRAIN_V2_ENABLED", "0")
-    assert localmode.explain(ValueError("'num_workers' ... Received 0")) == localmode.V2_OFF_MESSAGE
+    assert fixes.explain(ValueError("'num_workers' ... Received 0")) == fixes.V2_OFF_MESSAGE

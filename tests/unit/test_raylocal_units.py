@@ -1,4 +1,4 @@
-"""Local mode with the cluster's semantics: its decisions, without a job (``rtdebug.rank.raylocal``)."""
+"""Local mode with the cluster's semantics: its decisions, without a job (``rtdebug.rank.localmode``)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from rtdebug.rank.raylocal import controller, notes, patch
-from rtdebug.rank.raylocal.exchange import Exchange, World
+from rtdebug.rank.localmode import controller, notes, patch
+from rtdebug.rank.localmode.sync import CallExchange, World
 
 
 def test_this_ray_has_every_piece_the_controller_is_built_on():
@@ -15,13 +15,16 @@ def test_this_ray_has_every_piece_the_controller_is_built_on():
 
 
 def test_the_probe_names_every_piece_of_ray_the_modules_import():
-    """A name imported from Ray by ``rtdebug.rank.raylocal`` but not probed would fail in the middle of a run on
-    a Ray that lacks it, instead of keeping Ray's own local mode, said at the start."""
+    """A name imported from Ray by the cluster semantics (``rtdebug.rank.localmode``, less ``fixes`` and
+    ``forcelocal``, which arm hooks of their own) but not probed would fail in the middle of a run on a Ray
+    that lacks it, instead of keeping Ray's own local mode, said at the start."""
     import ast
     from pathlib import Path
 
     imported: dict[str, set[str]] = {}
     for path in Path(patch.__file__).parent.glob("*.py"):
+        if path.stem in ("fixes", "forcelocal"):
+            continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ray."):
                 imported.setdefault(str(node.module), set()).update(a.name for a in node.names)
@@ -58,18 +61,18 @@ def test_torchrun_restarts_only_what_both_allow(monkeypatch, max_failures, max_r
 
 
 def test_ray_trains_collectives_share_one_sequence_and_others_count_alone():
-    ex = Exchange(World())
+    ex = CallExchange(World())
     seq = [ex.next_call(op) for op in (controller.FIT, "ray.train.report", "ray.train.collective.barrier")]
     seq += [ex.next_call("ray.train.report"), ex.next_call("rtdebug.data"), ex.next_call(controller.FIT)]
     assert seq == [1, 1, 2, 3, 1, 2]
 
 
 def test_a_world_of_one_meets_no_one():
-    ex = Exchange.create(World())
+    ex = CallExchange.create(World())
     assert ex.store is None and ex.meet("ray.train.report", 1, "mine") == ["mine"]
 
 
-# -- the lines where the cluster's value differs from Ray's own local mode (rank.raylocal.notes) -------------
+# -- the lines where the cluster's value differs from Ray's own local mode (rank.localmode.notes) -------------
 
 WAY_OUT = "(Ray's own local mode returns the last report's metrics: --ray-local-mode=ray)"
 

@@ -4,7 +4,7 @@
 - NCCL's heartbeat monitor would kill a job whose collectives stall behind a paused rank,
   so GPU runs get ``TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC`` raised to the process-group timeout.
 
-What a rank arms in itself at import time (the default timeout patch) is ``rtdebug.rank.localmode``.
+What a rank arms in itself at import time (the default timeout patch) is ``rtdebug.rank.localmode.fixes``.
 """
 
 from __future__ import annotations

@@ -20,10 +20,11 @@ from rtdebug.common import lifetime, log, rankenv
 from rtdebug.common.config import RankConfig, Target
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.ports import port_for_rank
-from rtdebug.rank import allstop, localmode, postmortem, publish, runtime, startup
+from rtdebug.rank import allstop, postmortem, publish, runtime, startup
 from rtdebug.rank.collectives import recorder
 from rtdebug.rank.endpoint import Endpoint, debugger_active, warmup
 from rtdebug.rank.execute import execute, preimport, print_failure
+from rtdebug.rank.localmode import fixes
 from rtdebug.rank.state import RankState
 from rtdebug.registry.files import Registry
 
@@ -73,7 +74,7 @@ def failed(exc: BaseException, record: RankState, endpoint: Endpoint | None, cfg
         print_failure(exc)
         record.stopped(130)
         return 130
-    message = localmode.explain(exc)
+    message = fixes.explain(exc)
     if message is not None:
         print(f"rtdebug: rank {rank}: {message}", file=sys.stderr, flush=True)
     else:

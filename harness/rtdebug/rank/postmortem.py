@@ -59,7 +59,7 @@ def handle(endpoint, exc: BaseException, wait_s: float, rank: int) -> None:
 
 def raise_site(exc: BaseException) -> BaseException:
     """The exception whose traceback holds the raise site: the ``WorkerGroupError`` local mode's ``fit()``
-    raises as a cluster's does (``rtdebug.rank.raylocal``) stands for the train function's own exception."""
+    raises as a cluster's does (``rtdebug.rank.localmode``) stands for the train function's own exception."""
     cause = exc.__cause__
     if getattr(exc, "worker_failures", None) and cause is not None and cause.__traceback__ is not None:
         return cause

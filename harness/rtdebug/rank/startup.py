@@ -36,9 +36,10 @@ def fixes(
 ) -> None:
     """Hooks that apply when the job imports torch / Ray: armed before the user's code runs. ``cfg``: the
     rank's whole config (``--capture``, ``rtdebug replay``), None where a rank has none (a Ray worker)."""
-    from rtdebug.rank import localmode, meshes
+    from rtdebug.rank import meshes
+    from rtdebug.rank.localmode import fixes as localmode_fixes
 
-    localmode.install(pg_timeout_s)
+    localmode_fixes.install(pg_timeout_s)
     if cfg is not None and cfg.capture_dir:  # --capture: this rank's collectives into a capsule
         from rtdebug.rank.replay import capture
 
@@ -55,7 +56,7 @@ def fixes(
             scratch=cfg.replay_scratch,
         )
     if ray_local_mode == "cluster":
-        from rtdebug.rank.raylocal import patch
+        from rtdebug.rank.localmode import patch
 
         patch.install()  # Ray Train's local mode with the cluster's semantics
     meshes.arm()  # each DeviceMesh the job makes goes into the rank's entry (mesh selectors: dp=0,tp=*)
@@ -64,7 +65,7 @@ def fixes(
 
         arm.install(stop_on)
     if force_local:
-        from rtdebug.rank import forcelocal
+        from rtdebug.rank.localmode import forcelocal
 
         forcelocal.install()
 

@@ -1,5 +1,5 @@
 """Ray Train local mode's meetings in a capsule: what each ``barrier``, ``broadcast_from_rank_zero``,
-``report()`` and ``fit()`` meeting gave this rank (``rtdebug.rank.raylocal.exchange``, through its ``tap``).
+``report()`` and ``fit()`` meeting gave this rank (``rtdebug.rank.localmode.sync``, through its ``tap``).
 
 A capture records, in order, every meeting's outcome as the bytes the job's store held (what each rank
 brought, rank 0's answer, who was first); a replay answers each meeting from them, so rank R alone sees
@@ -18,7 +18,7 @@ from typing import Any
 
 from rtdebug.capsule.write import CapsuleWriter
 
-FIT = "rtdebug.fit"  # rtdebug.rank.raylocal.controller's meeting on the run's name and storage path
+FIT = "rtdebug.fit"  # rtdebug.rank.localmode.controller's meeting on the run's name and storage path
 
 
 class CaptureTap:
@@ -110,12 +110,12 @@ def _fatal(rank: int, why: str) -> None:
 
 
 def arm_capture(writer: CapsuleWriter) -> None:
-    from rtdebug.rank.raylocal import exchange
+    from rtdebug.rank.localmode import sync
 
-    exchange.tap = CaptureTap(writer)
+    sync.tap = CaptureTap(writer)
 
 
 def arm_serve(records: list[dict[str, Any]], rank: int, scratch: str) -> None:
-    from rtdebug.rank.raylocal import exchange
+    from rtdebug.rank.localmode import sync
 
-    exchange.tap = ServeTap([r for r in records if r.get("kind") == "meet"], rank, scratch)
+    sync.tap = ServeTap([r for r in records if r.get("kind") == "meet"], rank, scratch)

@@ -38,8 +38,9 @@ class World:
 
 
 @dataclass
-class Exchange:
-    """The ranks' meetings, one key space per call: ``<op>/<n>/<rank>``, ``<op>/<n>/out``."""
+class CallExchange:
+    """Each rank's value for each of Ray Train's calls, through the job's store, one key space per call:
+    ``<op>/<n>/<rank>``, ``<op>/<n>/out``."""
 
     world: World
     store: Any = None  # the job's c10d store under our prefix; None: a world of one
@@ -47,7 +48,7 @@ class Exchange:
     _done: list[str] = field(default_factory=list)  # keys of finished calls, deleted one call later
 
     @classmethod
-    def create(cls, world: World, attempt: int = 0, fit: int = 1) -> Exchange:
+    def create(cls, world: World, attempt: int = 0, fit: int = 1) -> CallExchange:
         """The meetings of this process's ``fit()`` number ``fit``: a key space of its own (a script may call
         ``fit()`` again, and every rank calls it as often), so no call meets a key an earlier ``fit()`` left."""
         if world.size == 1:

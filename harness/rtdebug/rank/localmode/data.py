@@ -65,8 +65,9 @@ MULTI_NODE_MESSAGE = (
 AUTH_MODE_VAR = "RAY_AUTH_MODE"
 
 
-class Exchange(Protocol):
-    """The meetings ``shard_datasets`` needs (``controller.DataMeetings`` gives them, over ``exchange``)."""
+class ShardExchange(Protocol):
+    """What the ranks exchange to share Ray Data: rank 0's head address and each rank's iterators, the
+    first error, and the barriers of ``close()`` (``controller.DataMeetings`` gives them, over ``sync``)."""
 
     def broadcast(self, obj: Any, src: int = 0) -> Any: ...
 
@@ -78,7 +79,7 @@ class Shared:
     """The Ray instance this rank uses for the job's datasets, and what ``close()`` must undo."""
 
     rank: int
-    exchange: Exchange
+    exchange: ShardExchange
     address: str
     started_head: bool = False  # rank 0 started the head here (else it was the script's own instance)
     joined: bool = False  # a non-zero rank connected to rank 0's head
@@ -136,7 +137,7 @@ def shard_datasets(
     data_config: Any,
     world_size: int,
     rank: int,
-    exchange: Exchange,
+    exchange: ShardExchange,
     *,
     local_world_size: int | None = None,
 ) -> dict[str, Any]:
@@ -195,7 +196,7 @@ def close() -> None:
         _end(shared)
 
 
-def _abort(shared: Shared | None, exchange: Exchange) -> None:
+def _abort(shared: Shared | None, exchange: ShardExchange) -> None:
     """close()'s order on an error every rank has agreed on, then one more meeting: no rank raises (and
     exits, which makes torchrun kill the others) before rank 0 has ended its head."""
     import ray
@@ -232,7 +233,7 @@ def _end(shared: Shared | None) -> None:
             atexit.unregister(_at_exit)
 
 
-def _agree(exchange: Exchange, start: Callable[[int, Exchange], Shared] | None, rank: int) -> tuple:
+def _agree(exchange: ShardExchange, start: Callable[[int, ShardExchange], Shared] | None, rank: int) -> tuple:
     """Rank 0 starts (or uses) the head and broadcasts its address or its error; the others join it."""
     shared: Shared | None = None
     message: str | None = None
@@ -251,7 +252,7 @@ def _agree(exchange: Exchange, start: Callable[[int, Exchange], Shared] | None, 
         return None, f"rank {rank} could not join rank 0's Ray instance at {address}: {e}"
 
 
-def _first_error(exchange: Exchange, world_size: int, rank: int, mine: str | None) -> str | None:
+def _first_error(exchange: ShardExchange, world_size: int, rank: int, mine: str | None) -> str | None:
     """The first rank's error, on every rank: a rank that failed alone would leave its peers waiting in the
     next meeting (one broadcast per rank, at start-up only)."""
     first = None
@@ -261,7 +262,7 @@ def _first_error(exchange: Exchange, world_size: int, rank: int, mine: str | Non
     return first
 
 
-def _start_or_use_head(rank: int, exchange: Exchange) -> Shared:
+def _start_or_use_head(rank: int, exchange: ShardExchange) -> Shared:
     import ray
 
     if ray.is_initialized():  # the script's own instance (ray.data auto-starts one): the job's now
@@ -327,7 +328,7 @@ def _release(watchdog: Any) -> None:
         watchdog.wait(10)
 
 
-def _join(rank: int, exchange: Exchange, address: str, auth: str | None) -> Shared:
+def _join(rank: int, exchange: ShardExchange, address: str, auth: str | None) -> Shared:
     import ray
 
     if ray.is_initialized():
@@ -375,7 +376,7 @@ def _configure(datasets: dict[str, Any], data_config: Any, world_size: int, shar
     return per_rank
 
 
-def _hand_out(exchange: Exchange, make: Callable[[], list[dict[str, Any]]] | None) -> tuple:
+def _hand_out(exchange: ShardExchange, make: Callable[[], list[dict[str, Any]]] | None) -> tuple:
     """Rank 0 makes every rank's iterators and broadcasts them pickled; each rank keeps its own."""
     from ray import cloudpickle
 

@@ -15,10 +15,10 @@ import sys
 from typing import Any
 
 from rtdebug.common.errors import HarnessError
-from rtdebug.rank.raylocal import notes
-from rtdebug.rank.raylocal.exchange import Exchange, World
-from rtdebug.rank.raylocal.history import Controller, Snapshot, open_storage
-from rtdebug.rank.raylocal.localrun import LocalRun
+from rtdebug.rank.localmode import notes
+from rtdebug.rank.localmode.checkpoints import Controller, Snapshot, open_storage
+from rtdebug.rank.localmode.localrun import LocalRun
+from rtdebug.rank.localmode.sync import CallExchange, World
 
 FIT = "rtdebug.fit"  # the ranks agree on the run (not one of Ray Train's collectives)
 _fits = 0  # this process's fit() calls so far (every rank makes as many): each has key spaces of its own
@@ -28,13 +28,13 @@ def run(trainer: Any, train_func: Any) -> Any:
     """The cluster's ``fit()`` in this rank; the same ``Result`` on every rank."""
     from ray.train.v2._internal.execution.train_fn_utils import set_train_fn_utils
 
-    from rtdebug.rank.raylocal.fnutils import ClusterTrainFnUtils
+    from rtdebug.rank.localmode.fnutils import ClusterTrainFnUtils
 
     global _fits
     _fits += 1
     world, made_group = _init_world(trainer, _fits)
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
-    exchange = Exchange.create(world, attempt, _fits)
+    exchange = CallExchange.create(world, attempt, _fits)
     shards: dict[str, Any] | None = None
     try:
         local = _open(trainer, world, exchange)
@@ -69,7 +69,7 @@ def run(trainer: Any, train_func: Any) -> Any:
         return _result(local, value)
     finally:
         if shards is not None and world.size > 1:
-            from rtdebug.rank.raylocal import data
+            from rtdebug.rank.localmode import data
 
             data.close()
         if made_group:
@@ -117,7 +117,7 @@ def _init_group(dist: Any, backend: str, fit: int) -> None:
     if fit == 1:
         dist.init_process_group(backend=backend)
         return
-    timeout = dist.distributed_c10d.default_pg_timeout  # rtdebug's --pg-timeout (rank.localmode)
+    timeout = dist.distributed_c10d.default_pg_timeout  # rtdebug's --pg-timeout (rank.localmode.fixes)
     store, rank, size = next(dist.rendezvous("env://", timeout=timeout))
     store.set_timeout(timeout)
     store = dist.PrefixStore(f"default_pg/rtdebug-fit-{fit}", store)
@@ -129,7 +129,7 @@ def _is_torch_trainer(trainer: Any) -> bool:
     return mod is not None and isinstance(trainer, mod.TorchTrainer)
 
 
-def _open(trainer: Any, world: World, exchange: Exchange) -> LocalRun:
+def _open(trainer: Any, world: World, exchange: CallExchange) -> LocalRun:
     """Everyone takes rank 0's run name; rank 0 opens the history (a resume) and tells the others."""
     rc = trainer.run_config
     n = exchange.next_call(FIT)
@@ -154,13 +154,13 @@ def _open(trainer: Any, world: World, exchange: Exchange) -> LocalRun:
     return local
 
 
-def _datasets(trainer: Any, world: World, exchange: Exchange) -> dict[str, Any] | None:
+def _datasets(trainer: Any, world: World, exchange: CallExchange) -> dict[str, Any] | None:
     datasets = trainer.datasets
     if not datasets:
         return None
     if world.size == 1:  # as Ray's local mode: the whole dataset
         return {k: v() if callable(v) else v for k, v in datasets.items()}
-    from rtdebug.rank.raylocal import data
+    from rtdebug.rank.localmode import data
 
     return data.shard_datasets(datasets, trainer.data_config, world.size, world.rank, DataMeetings(exchange))
 
@@ -168,7 +168,7 @@ def _datasets(trainer: Any, world: World, exchange: Exchange) -> dict[str, Any] 
 class DataMeetings:
     """``data``'s view of the meetings: a broadcast from one rank, and a barrier."""
 
-    def __init__(self, exchange: Exchange) -> None:
+    def __init__(self, exchange: CallExchange) -> None:
         self.exchange = exchange
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:

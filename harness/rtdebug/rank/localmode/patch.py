@@ -10,7 +10,7 @@ TRAINER_MODULE = "ray.train.v2.api.data_parallel_trainer"
 def install() -> None:
     """Replace the V2 trainer's local controller when (if ever) the job imports it."""
     from rtdebug.common.imports import when_imported
-    from rtdebug.rank.raylocal import notes
+    from rtdebug.rank.localmode import notes
 
     notes.keep_stderr()  # before the script (or a test runner) redirects it: the lines where Ray's value differs
     when_imported(TRAINER_MODULE, _patch)
@@ -73,7 +73,7 @@ def _patch(module: Any) -> None:
 
     @functools.wraps(original)
     def run_local(self: Any, train_func: Any) -> Any:
-        from rtdebug.rank.raylocal.controller import run
+        from rtdebug.rank.localmode.controller import run
 
         return run(self, train_func)
 

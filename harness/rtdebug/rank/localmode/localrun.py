@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from rtdebug.common.errors import HarnessError
-from rtdebug.rank.raylocal import notes, recording
-from rtdebug.rank.raylocal.exchange import Exchange, World
-from rtdebug.rank.raylocal.history import Controller, Snapshot, reason
+from rtdebug.rank.localmode import notes, recording
+from rtdebug.rank.localmode.checkpoints import Controller, Snapshot, reason
+from rtdebug.rank.localmode.sync import CallExchange, World
 
 REPORT = "ray.train.report"
 BARRIER = "ray.train.collective.barrier"
@@ -64,7 +64,7 @@ class LocalRun:
     def __init__(
         self,
         world: World,
-        exchange: Exchange,
+        exchange: CallExchange,
         run_config: Any,
         storage: Any,
         snapshot: Snapshot,
