@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,26 @@ def test_a_one_process_job_with_no_process_group_is_captured_and_replays_into_it
     (final,) = [x for x in r.stdout.splitlines() if x.startswith("final checkpoint: ")]
     assert final.startswith(f"final checkpoint: {cap}/scratch/rank-0/"), final
     assert f"final checkpoint: {storage}/" in job.stdout  # the job's own, where the replay wrote nothing
+
+
+def test_ctrl_c_during_a_capture_closes_it_as_interrupted_and_replay_says_so(job, tmp_path):
+    """Ctrl-C to ``rtdebug torchrun --capture``: the teardown kills the ranks before they close their parts; the
+    launcher closes them (``end.json``: interrupted), ``rtdebug capsule`` and ``rtdebug replay`` say so."""
+    cap, first = tmp_path / "cap", free_port_base(5)
+    args = ["torchrun", "--debug-port-base", str(first), "--master-addr", "127.0.0.1", "--master-port"]
+    args += [str(first + 4), "--nproc-per-node", "2", "--capture", str(cap), str(JOB)]
+    j = job(*args, env={"STEPS": "100000"})
+    j.wait_output("rank 1 step 2 ")
+    j.proc.send_signal(signal.SIGINT)
+    j.wait()
+    ends = {r: json.loads((cap / f"rank-{r}" / "end.json").read_text()) for r in (0, 1)}
+    assert {e["reason"] for e in ends.values()} == {"interrupted (SIGINT)"}
+    upto = ends[1]["complete_upto"]
+    assert upto >= 3  # 3 steps of DDP's gradient bucket at least
+    info = rtdebug("capsule", str(cap))
+    assert f"closed after #{upto}: interrupted (SIGINT)" in info.stdout, info.stdout + info.stderr
+    env = {"RTDEBUG_REGISTRY_DIR": str(tmp_path / "replays")}
+    r = rtdebug("replay", str(cap), "--rank", "1", "--port", str(first + 2), env=env, timeout=120)  # 3 steps
+    assert r.returncode == 0, r.stdout + r.stderr
+    said = f"rtdebug: the captured job was interrupted (SIGINT): rank 1's capture holds collectives #1-#{upto}; "
+    assert said + "a replay that goes further stops there" in r.stderr

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import pickle
 import struct
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,9 @@ import pytest
 
 from rtdebug.capsule import format as fmt
 from rtdebug.capsule.read import CapsuleError, open_capsule
-from rtdebug.capsule.write import CapsuleWriter
+from rtdebug.capsule.write import CapsuleWriter, close_unclosed
+
+from support.paths import PY
 
 
 def _coll(n: int, g: int = 0, values: np.ndarray | None = None) -> Any:
@@ -206,3 +209,45 @@ def test_a_job_that_fails_ends_the_capsule_not_the_writer(tmp_path):
     w.close()
     log = open_capsule(tmp_path).rank(0)
     assert log.complete_upto == 1 and log.end_reason == "error: TypeError: a complex64 tensor cannot be captured"
+
+
+def test_a_part_the_teardown_killed_is_closed_as_interrupted(tmp_path):
+    """``close_unclosed`` (the launcher, after a job stopped by Ctrl-C): the index line the rank was writing
+    is cut, ``end.json`` names the last whole collective and the reason; a closed part is left as it is."""
+    make(tmp_path, colls=3)
+    for r in (0, 1):
+        (tmp_path / f"rank-{r}" / fmt.END).unlink()
+    with open(tmp_path / "rank-1" / fmt.INDEX, "ab") as f:
+        f.write(b'{"kind": "coll", "n": 4, "op"')  # killed mid-line
+    assert close_unclosed(tmp_path, 1, "interrupted (SIGINT)") == 3
+    assert close_unclosed(tmp_path, 1, "interrupted (SIGTERM)") is None  # closed now: never rewritten
+    assert close_unclosed(tmp_path, 7, "interrupted (SIGINT)") is None  # not captured
+    cap = open_capsule(tmp_path)
+    log = cap.rank(1)
+    assert (log.complete_upto, log.end_reason) == (3, "interrupted (SIGINT)")
+    assert [r["n"] for r in log.collectives()] == [1, 2, 3]
+    assert [(r["rank"], r["closed"], r["end_reason"]) for r in cap.summary()["ranks"]] == [
+        (0, False, ""),
+        (1, True, "interrupted (SIGINT)"),
+    ]
+
+
+def test_a_rank_folder_that_is_a_link_is_not_closed(tmp_path):
+    make(tmp_path / "real", ranks=(0,), world=1, colls=1)
+    (tmp_path / "real" / "rank-0" / fmt.END).unlink()
+    (tmp_path / "cap").mkdir()
+    (tmp_path / "cap" / "rank-0").symlink_to(tmp_path / "real" / "rank-0")
+    assert close_unclosed(tmp_path / "cap", 0, "interrupted (SIGINT)") is None
+    assert not (tmp_path / "real" / "rank-0" / fmt.END).exists()
+
+
+def test_a_process_stopped_by_a_signal_closes_its_capsule_as_interrupted(tmp_path):
+    """``rtdebug run --capture`` and Ctrl-C: the launcher's handler calls ``interrupted``; the capsule the
+    process then closes (at exit) says so. In a child: the reason is the process's own."""
+    code = (
+        "import signal, sys; from rtdebug.capsule import write; "
+        "w = write.CapsuleWriter(sys.argv[1], 0); write.interrupted(signal.SIGINT); w.close()"
+    )
+    subprocess.run([PY, "-c", code, str(tmp_path)], check=True)
+    end = json.loads((tmp_path / "rank-0" / fmt.END).read_text())
+    assert (end["reason"], end["complete_upto"]) == ("interrupted (SIGINT)", 0)

@@ -6,7 +6,9 @@ produces faster than the disk takes is held back rather than growing memory. Ten
 safetensors shards; a record's index line is appended only after its shard is on disk, so the index never
 names a file that is not there. ``max_bytes`` (``--capture-max-gb``) closes the capsule at a collective
 boundary, and a full disk closes it the same way: the job runs on, and ``end.json`` says up to which
-collective the capture is complete.
+collective the capture is complete. A job stopped by a signal says so: ``interrupted`` makes this process's
+writers close with ``interrupted (SIGINT)``, and ``close_unclosed`` lets the launcher close the part of a
+rank its job's teardown killed before it could.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import json
 import os
 import queue
+import signal
+import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +32,47 @@ Job = Callable[[], "tuple[dict[str, Any], list[Tensor]] | None"]
 BATCH_BYTES = 32 * 1024 * 1024
 INFLIGHT_BYTES = 512 * 1024 * 1024  # copies queued for the writer: past this a collective waits for room
 _STOP = object()
+_interrupt: list[str] = []  # set by ``interrupted``: how this process was stopped (a writer's end reason)
+
+
+def interrupted(signum: int) -> None:
+    """This process was stopped by ``signum`` (Ctrl-C): a capsule it closes from now on ends ``interrupted``,
+    not ``ended``. Called from a signal handler: it only records the reason (no lock, no I/O)."""
+    if not _interrupt:
+        _interrupt.append(f"interrupted ({signal.Signals(signum).name})")
+
+
+def close_unclosed(root: str | os.PathLike[str], rank: int, reason: str) -> int | None:
+    """Close rank ``rank``'s part of the capsule in ``root`` that its process left open (the job's teardown
+    killed it): cut a last index line it was writing, write ``end.json`` with ``reason`` and the last whole
+    collective. Returns that collective's number; None (nothing done) for a part that is closed already, is
+    not there, or is not a plain folder. Only for a part no process writes any more."""
+    d = Path(root) / fmt.rank_dir(rank)
+    try:
+        if not stat.S_ISDIR(os.lstat(d).st_mode) or os.path.lexists(d / fmt.END):
+            return None
+        fd = os.open(d / fmt.INDEX, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    upto = whole = 0
+    with os.fdopen(fd, "r+b") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return None
+        for line in f:
+            if not line.endswith(b"\n"):
+                break  # cut short: the rank was killed while writing it
+            whole += len(line)
+            try:
+                record = json.loads(line)
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                continue  # the reader names a damaged line; it is not this function's to judge
+            if isinstance(record, dict) and record.get("kind") == "coll" and fmt.is_int(record.get("n")):
+                upto = record["n"]
+        f.truncate(whole)
+    size = sum(p.stat().st_size for p in d.glob("*" + fmt.SHARD_SUFFIX) if p.is_file())
+    end = {"complete_upto": upto, "reason": reason, "bytes": size}
+    atomic.write(d / fmt.END, json.dumps(end, indent=1, sort_keys=True).encode(), mode=0o644)
+    return upto
 
 
 class CapsuleWriter:
@@ -68,7 +113,10 @@ class CapsuleWriter:
         self._queue.put((job, nbytes))
 
     def close(self, reason: str = "ended") -> None:
-        """Write what is queued, then ``end.json``; later submits are dropped. Safe to call twice."""
+        """Write what is queued, then ``end.json``; later submits are dropped. Safe to call twice. A process
+        stopped by a signal (``interrupted``) ends ``interrupted (SIG...)``, not ``ended``."""
+        if reason == "ended" and _interrupt:
+            reason = _interrupt[0]
         self.stopping = True
         if self._thread.is_alive():
             self._queue.put((_STOP, 0))

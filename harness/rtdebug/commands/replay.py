@@ -142,7 +142,14 @@ def run(opts: ReplayOptions) -> int:
         return 0
     assert opts.rank is not None
     cap.check_rank(opts.rank)
-    cap.rank(opts.rank).check_tensors()  # a damaged or pickled tensor file: one line before anything starts
+    log = cap.rank(opts.rank)
+    log.check_tensors()  # a damaged or pickled tensor file: one line before anything starts
+    if log.end_reason.startswith("interrupted"):  # Ctrl-C or rtdebug stop ended the captured job
+        print(
+            f"rtdebug: the captured job was {printable(log.end_reason[:40])}: rank {opts.rank}'s capture holds "
+            f"collectives #1-#{log.complete_upto}; a replay that goes further stops there",
+            file=sys.stderr,
+        )
     script, module = _script(opts, cap.manifest)
     today = capsule_cmd.script_state(cap.manifest, None if module else script)
     if today["state"] == "differs":

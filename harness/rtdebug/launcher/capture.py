@@ -4,13 +4,19 @@ capturing ranks in their ``RankConfig`` (``rtdebug.common.config.LaunchFacts``) 
 
 A capsule is never written over: a folder that already holds one of this node's ``rank-R`` parts is
 refused in one line before anything starts. Another node's parts (a shared file system) are left alone.
+A job stopped by a signal (Ctrl-C, ``rtdebug stop``) says so in its capsule: ``interrupted`` closes the parts
+of this node's ranks that the teardown killed before they could (``end.json``: ``interrupted (SIGINT)``).
 """
 
 from __future__ import annotations
 
 import os
+import signal
+from collections.abc import Iterable
 from pathlib import Path
 
+from rtdebug.capsule.write import close_unclosed
+from rtdebug.common import log
 from rtdebug.common.config import LaunchFacts, Target, capture_rank_set
 from rtdebug.common.errors import usage
 
@@ -54,3 +60,14 @@ def launch_facts(
         torchrun_options=list(torchrun_options or []),
         session_id=session_id,
     )
+
+
+def interrupted(directory: str, ranks: Iterable[int], signum: int) -> None:
+    """After the teardown of a job stopped by ``signum``: close each of ``ranks``' parts left open (a rank
+    killed by the teardown writes no ``end.json``), so that the capsule says it was interrupted."""
+    reason = f"interrupted ({signal.Signals(signum).name})"
+    for rank in sorted(set(ranks)):
+        try:
+            close_unclosed(directory, rank, reason)
+        except OSError:  # a full disk: the reader sees an unclosed part (the end of a killed rank's capture)
+            log.swallowed(f"launcher.capture: rank {rank}'s part left open")

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from rtdebug.capsule import write as capsule_write
 from rtdebug.common import rankenv
 from rtdebug.common.config import RankConfig, ReplayTarget, SingleRunOptions, Target, check_host
 from rtdebug.common.errors import usage
@@ -125,7 +126,9 @@ def _entry(cfg: RankConfig, target: Target, port: int) -> dict[str, Any]:
 
 def _end_by_signal(run: SessionRun, signum: int, frame: Any) -> None:
     """Record ``stopped``, then end by ``signum`` itself, as an unhandled SIGTERM/SIGHUP ends ``python``.
-    Ctrl-C stays Python's KeyboardInterrupt (the script may catch it); the session is ``stopped`` either way."""
+    Ctrl-C stays Python's KeyboardInterrupt (the script may catch it); the session is ``stopped`` either way,
+    and a capsule this process writes ends ``interrupted``."""
+    capsule_write.interrupted(signum)
     if signum == signal.SIGINT:
         signal.default_int_handler(signum, frame)
     if run.closing:

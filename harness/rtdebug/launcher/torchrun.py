@@ -39,7 +39,7 @@ from rtdebug.common.config import RankConfig, Target, check_host
 from rtdebug.common.errors import HarnessError, usage
 from rtdebug.common.ports import check_ports_free, is_port_free, port_holder, ports_for_ranks
 from rtdebug.common.procinfo import process_create_time
-from rtdebug.launcher import agent, multinode
+from rtdebug.launcher import agent, capture, multinode
 from rtdebug.launcher.session import SessionRun
 from rtdebug.registry import signing
 from rtdebug.registry.c10d import ENV_STORE, ENV_WATCH
@@ -138,6 +138,7 @@ class Launcher:
         self.plan, self.cfg, self.registry = plan, cfg, registry
         self.proc: agent.Agent | None = None
         self.dap: subprocess.Popen[bytes] | None = None  # --dap-port's server
+        self.stopped_by: int | None = None  # the first signal that asked the job to stop
 
     def _session_entry(self, ports: list[int]) -> dict[str, Any]:
         return session_entry(
@@ -214,6 +215,9 @@ class Launcher:
                 code = self.proc.wait()  # the agent stays unreaped until teardown has taken its tree
             finally:
                 self._teardown()
+                if self.cfg.capture_dir and self.stopped_by is not None:  # the capsule says it was interrupted
+                    ran = [r["rank"] for r in self.registry.ranks(sid)]  # the ranks that ran here
+                    capture.interrupted(self.cfg.capture_dir, ran, self.stopped_by)
                 state = session.close(code)
                 print(f"rtdebug: session {sid} {state} (exit code {code})", flush=True)
                 self._end_dap()
@@ -242,6 +246,8 @@ class Launcher:
 
     def _forward_stop(self, signum: int, frame: Any) -> None:
         """Ctrl-C, SIGTERM, SIGHUP: torchrun's agent stops its workers; teardown ends what is left."""
+        if self.stopped_by is None:
+            self.stopped_by = signum
         if self.proc is not None:
             self.proc.send_signal(signal.SIGTERM)
 
