@@ -1,4 +1,4 @@
-"""Job-wide stacks through a real torch TCPStore: rank-side watchers (``rtdebug.rank.stackwatch``) in real
+"""Job-wide stacks through a real torch TCPStore: rank-side watchers (``rtdebug.rank.stacks.watch``) in real
 processes hung in a real gloo job, the requester (``rtdebug.stacks.jobwide``) with the torch-free client,
 hostile answers, planted keys and junk requests (tests/hostile/test_junk_requests.py: what junk costs a rank)."""
 
@@ -12,8 +12,8 @@ from datetime import timedelta
 
 import pytest
 
-from rtdebug.rank import stackwatch
 from rtdebug.rank.stacks import take as taker
+from rtdebug.rank.stacks.watch import KVWatch, StoreWatch, WatchClient
 from rtdebug.registry import c10d, ray_kv, signing
 from rtdebug.registry.tcpstore import TCPStoreClient
 from rtdebug.stacks import jobwide, wire
@@ -29,7 +29,7 @@ ARROW = "\u2190"
 RANK = """
 import sys, time
 import torch, torch.distributed as dist
-from rtdebug.rank.stackwatch import StoreWatch
+from rtdebug.rank.stacks.watch import StoreWatch
 port, rank = int(sys.argv[1]), int(sys.argv[2])
 StoreWatch("127.0.0.1", port, "jw", rank, sys.argv[3] or None, {"hostname": "h"}).start()
 store = dist.PrefixStore("pg", dist.TCPStore("127.0.0.1", port, is_master=False))
@@ -299,7 +299,7 @@ def test_a_ray_answer_is_read_once_while_the_requester_waits_for_the_rest(monkey
     kv.data[wire.dump_answer_key("rayjob", 1)] = wire.answer(
         wire.dump_answer_key("rayjob", 1), 1, 1, wire.new_nonce(), taker.with_flight(), SECRET
     )
-    watch = stackwatch.KVWatch(kv, "rayjob", 0, SECRET, {"hostname": "h"}).start()
+    watch = KVWatch(kv, "rayjob", 0, SECRET, {"hostname": "h"}).start()
     seen: list[int] = []
     real_parse = wire.parse
     monkeypatch.setattr(wire, "parse", lambda key, raw, rank, *a: seen.append(rank) or real_parse(key, raw, rank, *a))
@@ -499,7 +499,7 @@ def test_a_done_count_raised_by_a_racer_does_not_end_the_wait(store, ranks):
     assert snap["unverified"] == [] and snap["unresponsive"] == []
 
 
-class _GivesUp(stackwatch.WatchClient):
+class _GivesUp(WatchClient):
     """A rank's client on which the requester gives up (deletes its request, then the done count, as
     ``jobwide.from_store`` does) at one chosen moment: each narrow race of a late answer, made certain."""
 
@@ -523,7 +523,7 @@ class _GivesUp(stackwatch.WatchClient):
 
 @pytest.mark.parametrize("moment", ["", "answer", "check"])
 def test_a_late_answer_leaves_no_done_count_behind(store, moment):
-    watch = stackwatch.StoreWatch("127.0.0.1", store.port, "late", 4, SECRET, {"hostname": "h"})
+    watch = StoreWatch("127.0.0.1", store.port, "late", 4, SECRET, {"hostname": "h"})
     nonce = wire.new_nonce()
     req, done, out = (
         wire.dump_key("late", 1),

@@ -1,5 +1,5 @@
 """What junk at the request key costs a rank: anyone who reaches a job's c10d store can write 8 MB where
-every rank's dump watcher (``rtdebug.rank.stackwatch``) waits for the next request. The rank refuses it
+every rank's dump watcher (``rtdebug.rank.stacks.watch``) waits for the next request. The rank refuses it
 from its length, before a byte of it reaches Python, and goes on answering genuine requests.
 
 The cost is the rank process's own CPU time (user + system of its threads, from /proc through psutil),
@@ -29,7 +29,7 @@ JUNK = 10  # 8 MB values, two a second
 # a rank with only its dump watcher; the test asks it (one line on stdin) which request number it has passed
 RANK = """
 import sys
-from rtdebug.rank.stackwatch import StoreWatch
+from rtdebug.rank.stacks.watch import StoreWatch
 w = StoreWatch("127.0.0.1", int(sys.argv[1]), "junk", 0, sys.argv[2], {"hostname": "h"}).start()
 for _ in sys.stdin:
     print(w.last_n, flush=True)

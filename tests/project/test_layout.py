@@ -412,7 +412,7 @@ def test_init_is_a_docstring_and_modules_stay_small(path):
 STORE_SEAMS = {  # the one place each process opens a store connection (all the torch-free client)
     "rtdebug.views.store",  # the shell and the launcher: StoreView.client, one per command
     "rtdebug.rank.publish",  # a rank's publisher
-    "rtdebug.rank.stackwatch",  # a rank's dump watcher (its size-bounded subclass)
+    "rtdebug.rank.stacks.watch",  # a rank's dump watcher (its size-bounded subclass)
 }
 
 

@@ -5,8 +5,9 @@ behind Ray's worker callback, ``adopted`` injected into a running rank) build th
 registry entry and state machine; in a multi-node job, the store ``publish``er too) and go through the one
 start-up, ``startup``, in one order: the fixes (post-import hooks: ``localmode/``'s ``fixes``,
 ``forcelocal`` and cluster semantics, the ``meshes`` record, ``stopon``), the stacks dump (``stacks/``:
-``dump``, ``take``, ``flight``), the collective record (``collectives/``: ``recorder``; ``stop``: "run all
-ranks to the next collective"; ``mismatch``), and the lazy ``endpoint/`` (one public class, ``Endpoint``:
+``dump``, ``take``, ``flight``, and ``watch``, which answers job-wide ``stacks`` requests from the store or
+the Ray KV), the collective record (``collectives/``: ``recorder``; ``stop``: "run all ranks to the next
+collective"; ``mismatch``), and the lazy ``endpoint/`` (one public class, ``Endpoint``:
 each client checked by ``rtdebug.common.access``, admitted by ``dapgate``, handed to pydevd without a
 listening socket, traced only while attached, debugpy imported in the background by ``warmup``). A
 launched rank also arms the launcher-watch guard (``rtdebug.common.lifetime``). With ``--wait`` it
@@ -14,9 +15,8 @@ pre-imports torch and waits for a client; then it ``execute``s the user's script
 python would (``localmode.fixes``/``collectives.mismatch`` explain known ones) and, with ``--post-mortem``,
 held for a client (``postmortem``). ``stopon/`` is ``--stop-on`` (its step state one typed object,
 ``stopon.state``); ``localmode/`` is Ray Train local mode (``--force-local``, and the cluster's
-semantics); ``stackwatch`` answers job-wide ``stacks`` requests from the store or the Ray KV; ``unadopt``
-takes an adoption out again; ``api`` is ``rtdebug.breakpoint``, which finds the endpoint
-through ``runtime``.
+semantics); ``unadopt`` takes an adoption out again; ``api`` is ``rtdebug.breakpoint``, which finds the
+endpoint through ``runtime``.
 
 A rank's start path must stay lean (``tests/unit/test_imports.py``): no psutil, filelock or debugpy before the
 user's script runs. Imports the shared layers (common, registry, stacks) only: never the shell, the views or

@@ -27,7 +27,7 @@ When a whole node dies, torchrun ends the others only once they reach a
 collective; a node whose own rank is paused at a breakpoint would wait for ever.
 So local rank 0 of each node watches its peers and, in a job that cannot go on
 without them (fixed ``--nnodes``, no restarts), ends its own node. A second hidden thread
-(``rtdebug.rank.stackwatch``) answers job-wide ``stacks`` requests through the same store.
+(``rtdebug.rank.stacks.watch``) answers job-wide ``stacks`` requests through the same store.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from typing import Any
 from rtdebug.common import log
 from rtdebug.common.procinfo import is_alive
 from rtdebug.common.threads import hidden_thread
-from rtdebug.rank.stackwatch import StoreWatch
+from rtdebug.rank.stacks.watch import StoreWatch
 from rtdebug.registry import signing
 from rtdebug.registry.c10d import (
     CONNECT_TIMEOUT_S,
@@ -107,7 +107,7 @@ class Publisher:
         self._closed = False
         self._connected = False  # flush() waits only while the store answers
         self._thread: threading.Thread | None = None
-        self.dumps: StoreWatch | None = None  # answers job-wide stacks requests (rtdebug.rank.stackwatch)
+        self.dumps: StoreWatch | None = None  # answers job-wide stacks requests (rtdebug.rank.stacks.watch)
         self._lists: bool | None = None  # does the server know LIST_KEYS (None: not asked yet)
 
     def update(self, entry: dict[str, Any], final: bool = False) -> None:

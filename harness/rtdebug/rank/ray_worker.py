@@ -62,7 +62,7 @@ class _Worker:
     record: RankState | None = None
     endpoint: Endpoint | None = None
     pg_timeout_applied: float | None = None
-    dumps: Any = None  # rtdebug.rank.stackwatch.KVWatch: answers job-wide stacks from the KV
+    dumps: Any = None  # rtdebug.rank.watchers.KVWatch: answers job-wide stacks from the KV
 
 
 def _flag(name: str) -> bool:
@@ -240,7 +240,7 @@ def _wrap_run(original, cb: RtdebugCallback, rank: int, wait: bool, record, endp
     """The train function, in Ray's training thread: --wait first, --post-mortem on a raise."""
 
     def run(target):
-        from rtdebug.rank.stackwatch import KVWatch
+        from rtdebug.rank.stacks.watch import KVWatch
 
         where = {k: record.entry.get(k) for k in ("hostname", "node_ip")}  # job-wide stacks, from the KV
         _Worker.dumps = KVWatch(ray_kv.connected(cb.secret), cb.session_id, rank, cb.secret, where).start()

@@ -1,6 +1,6 @@
 """Requester side of job-wide ``stacks``: every rank of a job, through its store, from anywhere.
 
-A multi-node torchrun job's ranks watch its c10d store for dump requests (``rtdebug.rank.stackwatch``);
+A multi-node torchrun job's ranks watch its c10d store for dump requests (``rtdebug.rank.stacks.watch``);
 a Ray run's workers watch the GCS KV. This module numbers a request, binds it to a fresh nonce
 (``rtdebug.stacks.wire``), writes it, waits (bounded) for the answers of the ranks that are alive, and
 groups them exactly as a local ``stacks`` does (``rtdebug.stacks.group``), so the text and ``--json``

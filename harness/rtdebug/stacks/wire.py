@@ -2,7 +2,7 @@
 
 A requester (``rtdebug.stacks.jobwide``: ``rtdebug stacks --store/--ray-address``, the hang report) asks
 every rank of a job through the job's own c10d store or the Ray GCS KV; each rank's watcher thread
-(``rtdebug.rank.stackwatch``) answers. Both ends build and check everything here, so they cannot drift.
+(``rtdebug.rank.stacks.watch``) answers. Both ends build and check everything here, so they cannot drift.
 Stdlib only: every rank imports it.
 
 Keys (c10d, under ``rtdebug/<run id>/``): ``dumpseq`` (a counter: each request takes the next number),
@@ -20,7 +20,7 @@ Trust: anyone who reaches the store can write a request or an answer, at any key
 
 - A request is ``rtdq1 <mac>,<mac>...\\n<body>``: one MAC per secret the requester knows (it cannot tell
   which one the job uses), each over the store key and the body's *bytes*. A rank reads at most
-  ``MAX_REQUEST`` bytes of it (``rtdebug.rank.stackwatch`` refuses a longer value before it is sent), finds
+  ``MAX_REQUEST`` bytes of it (``rtdebug.rank.stacks.watch`` refuses a longer value before it is sent), finds
   its MAC with ``hmac.compare_digest`` and only then parses the body: junk costs a rank one HMAC over 4 KiB
   at most, never a JSON parse of whatever size someone wrote.
 - The body carries a fresh random ``nonce``. A rank puts it, signed, in its answer (and c10d's answer and
@@ -192,5 +192,5 @@ def dump_request_key(sid: str) -> str:
 
 
 def dump_answer_key(sid: str, rank: int | None) -> str:
-    """Worker ``rank``'s answer (``rtdebug.rank.stackwatch``); ``None``: the prefix of them all."""
+    """Worker ``rank``'s answer (``rtdebug.rank.stacks.watch``); ``None``: the prefix of them all."""
     return f"dump/{sid}/rank/" + ("" if rank is None else str(rank))

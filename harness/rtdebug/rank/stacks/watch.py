@@ -45,7 +45,7 @@ def collective() -> dict[str, Any]:
     try:
         return {"collective": collrec.snapshot()} if collrec.recording() else {}
     except Exception:
-        log.swallowed("rank.stackwatch: collective: going on")
+        log.swallowed("rank.stacks.watch: collective: going on")
         return {}
 
 
@@ -103,7 +103,7 @@ class StoreWatch:
                 self._serve(self._client)
             except Exception:  # the store is not up yet, gone with the job, or sent an oversized request
                 log.swallowed(
-                    "rank.stackwatch: the store is not up yet, gone with the job, or sent an oversized request"
+                    "rank.stacks.watch: the store is not up yet, gone with the job, or sent an oversized request"
                 )
                 if self._client is not None:
                     self._client.close()
@@ -183,5 +183,5 @@ class KVWatch:
                 value = wire.answer(out, self.rank, n, nonce, dump, self.secret, **collective(), **self.where)
                 self.kv.put_raw(out, value)
             except Exception:  # the cluster is going away with the run
-                log.swallowed("rank.stackwatch: the cluster is going away with the run")
+                log.swallowed("rank.stacks.watch: the cluster is going away with the run")
                 continue
