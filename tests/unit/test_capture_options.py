@@ -72,6 +72,39 @@ def test_the_capsule_folder_is_made_and_a_captured_rank_never_written_over(tmp_p
     assert not (tmp_path / "b").exists()  # refused before anything was made
 
 
+def test_a_capsule_folder_others_can_write_is_refused(tmp_path):
+    """A replay trusts what a capsule holds: a folder others can write to is refused in one line (readable is
+    fine: a capsule is shared to be replayed elsewhere), as the registry refuses such a root."""
+    where = tmp_path / "shared"
+    where.mkdir()
+    where.chmod(0o777)
+    with pytest.raises(HarnessError) as exc:
+        capture.prepare(str(where), [0], "", 1)
+    assert str(exc.value) == f"--capture {where}: other users can write to it (mode 0o777); run: chmod go-w {where}"
+    assert exc.value.exit_code == 2 and not (where / "rank-0").exists()
+    where.chmod(0o755)
+    assert capture.prepare(str(where), [0], "", 1) == str(where)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a folder another user owns needs root")
+def test_a_capsule_folder_of_another_user_is_refused(tmp_path):
+    where = tmp_path / "theirs"
+    where.mkdir(mode=0o700)
+    os.chown(where, 4242, 4242)
+    with pytest.raises(HarnessError) as exc:
+        capture.prepare(str(where), [0], "", 1)
+    assert str(exc.value) == (
+        f"--capture {where}: the folder belongs to uid 4242, not to you (uid 0); a replay trusts what a capsule "
+        "holds: pick a folder of your own"
+    )
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "mine")
+    (tmp_path / "mine").mkdir(mode=0o700)
+    os.lchown(link, 4242, 4242)
+    with pytest.raises(HarnessError, match="a symbolic link owned by uid 4242; give the real folder"):
+        capture.prepare(str(link), [0], "", 1)
+
+
 def test_launch_facts_are_absolute(tmp_path, monkeypatch):
     script = tmp_path / "t.py"
     script.write_text("")

@@ -3,7 +3,8 @@ only the launcher knows (the script, its arguments, the working directory, torch
 capturing ranks in their ``RankConfig`` (``rtdebug.common.config.LaunchFacts``) for the capsule's manifest.
 
 A capsule is never written over: a folder that already holds one of this node's ``rank-R`` parts is
-refused in one line before anything starts. Another node's parts (a shared file system) are left alone.
+refused in one line before anything starts. Another node's parts (a shared file system) are left alone. A
+folder that is not the user's, or that other users can write to, is refused too (``_check_owner``).
 A job stopped by a signal (Ctrl-C, ``rtdebug stop``) says so in its capsule: ``interrupted`` closes the parts
 of this node's ranks that the teardown killed before they could (``end.json``: ``interrupted (SIGINT)``).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -37,7 +39,27 @@ def prepare(directory: str, ranks: list[int], selector: str, world_size: int | N
         raise usage(f"--capture {directory}: cannot make the folder: {exc.strerror}") from None
     if not os.access(path, os.W_OK | os.X_OK):
         raise usage(f"--capture {directory}: not writable")
+    _check_owner(directory, path)
     return str(path)
+
+
+def _check_owner(directory: str, path: Path) -> None:
+    """A replay trusts what a capsule holds: its folder is the user's, and no one else can write to it (as the
+    registry's root). Others may read it (a capsule is shared to be replayed elsewhere). A link to it must be
+    the user's or root's: another user's could be pointed elsewhere between the capture and the replay."""
+    me = os.geteuid()
+    link = os.lstat(path)
+    if stat.S_ISLNK(link.st_mode) and link.st_uid not in (me, 0):
+        raise usage(f"--capture {directory}: a symbolic link owned by uid {link.st_uid}; give the real folder")
+    st = os.stat(path)
+    if st.st_uid != me:
+        raise usage(
+            f"--capture {directory}: the folder belongs to uid {st.st_uid}, not to you (uid {me}); "
+            "a replay trusts what a capsule holds: pick a folder of your own"
+        )
+    if st.st_mode & 0o022:
+        mode = oct(stat.S_IMODE(st.st_mode))
+        raise usage(f"--capture {directory}: other users can write to it (mode {mode}); run: chmod go-w {path}")
 
 
 def launch_facts(
