@@ -203,3 +203,48 @@ def test_a_moving_job_s_motion_reads_back_typed():
     got = remotesnap.parse(json.dumps(snap).encode(), "s1", "node0")
     assert got["motion"] == {"state": "moving", "window_s": 0.25, "advanced": {"0": 312}, "how": "record", "why": None}
     assert got["motion_line"] == snap["motion_line"] and got["verdict"] is None and got["culprit"] is None
+
+
+def test_native_through_connect_is_the_node_s_py_spy_not_this_machine_s(tmp_path, monkeypatch, capsys):
+    """``rtdebug stacks --native`` for a connected session runs py-spy on the node: a laptop without py-spy
+    asks the node all the same (``--native`` in the node's command), and the node's own refusal is said."""
+    from rtdebug import cli
+    from rtdebug.registry.entry import problem, session_entry
+    from rtdebug.registry.files import Registry
+    from rtdebug.stacks.native import find_py_spy
+
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no py-spy on this machine: none on PATH...
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "empty" / "python"))  # ...nor beside this Python
+    assert find_py_spy() is None
+    reg = Registry(tmp_path / "registry")
+    reg.ensure()
+    monkeypatch.setenv("RTDEBUG_REGISTRY_DIR", str(reg.root))
+    sid = "20261207-000000-abcd"
+    entry = session_entry(sid, "connected", state="running", script="hang.py", nproc_per_node=2, host="127.0.0.1",
+                          port_base=1, ports=[], connect={"host": "node0", "remote_session": sid})  # fmt: skip
+    assert problem(entry, "session") is None
+    reg.write_new_session(entry)
+    asked: list[list[str]] = []
+    snap = real_snapshot()
+    snap["session_id"] = sid
+
+    def node(argv: list[str], timeout: float) -> tuple[int, bytes, str]:
+        asked.append(argv)
+        return 0, json.dumps(snap).encode(), ""
+
+    server = RelayServer(reg.session_dir(sid), sid, ["rtdebug"], node)
+    try:
+        assert cli.main(["stacks", "--native", "--session", sid, "--json"]) == 0
+        assert "--native" in asked[0] and json.loads(capsys.readouterr().out)["verdict"] == snap["verdict"]
+    finally:
+        server.close()
+    refused = "rtdebug: error: --native needs py-spy: pip install 'rtdebug[stacks]' (or pip install py-spy)"
+    server = RelayServer(reg.session_dir(sid), sid, ["rtdebug"], lambda argv, timeout: (1, b"", refused))
+    try:
+        assert cli.main(["stacks", "--native", "--session", sid]) == 1
+    finally:
+        server.close()
+    assert capsys.readouterr().err == (
+        "rtdebug: error: node0: `rtdebug stacks` failed: --native needs py-spy: pip install 'rtdebug[stacks]' "
+        "(or pip install py-spy)\n"
+    )

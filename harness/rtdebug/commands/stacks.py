@@ -227,6 +227,8 @@ def _local_snapshot(
 
         req = relay.StacksRequest(rank_spec, timeout, native, history, instant)
         return relay.stacks(reg.session_dir(session["session_id"]), session, req)
+    if native and find_py_spy() is None:  # checked where py-spy runs: a connected node checks its own, above
+        raise HarnessError("--native needs py-spy: pip install 'rtdebug[stacks]' (or pip install py-spy)")
     ranks = _ranks(session, rank_spec, reg.ranks(session["session_id"]))
     live, _ = select_ranks(reg, session, ranks)
     if not live:
@@ -263,8 +265,6 @@ def run(opts: StacksOptions) -> int:
         from rtdebug.commands import pidstacks  # (py-spy's reader, loaded only for --pid)
 
         return pidstacks.show(opts.pid, opts.json, opts.threads, opts.timeout)
-    if opts.native and find_py_spy() is None:
-        raise HarnessError("--native needs py-spy: pip install 'rtdebug[stacks]' (or pip install py-spy)")
     if opts.store:
         snap = _store_snapshot(opts.store, opts.session, opts.rank, opts.timeout, opts.snapshot)
     elif opts.ray_address:
