@@ -32,9 +32,11 @@ export function registerAll(context: vscode.ExtensionContext): void {
     (ep) => rankForEndpoint(registry.sessions, ep),
   );
   const states = new RankDebugStates();
-  const ranksDoAllStop = (session: string): boolean =>
-    registry.sessions.find((s) => s.entry.session_id === session)?.ranks.some((r) => r.all_stop === true) ?? false;
-  const allStop = new AllStopController(attach, states, log, ranksDoAllStop);
+  const jobSays = (session: string): boolean | undefined =>
+    registry.sessions.find((s) => s.entry.session_id === session)?.ranks.find((r) => typeof r.all_stop === 'boolean')?.all_stop;
+  const entryPausing = (k: { session: string; rank: number }): boolean =>
+    registry.sessions.find((s) => s.entry.session_id === k.session)?.ranks.find((r) => r.rank === k.rank)?.debug?.state === 'pausing';
+  const allStop = new AllStopController(attach, states, log, jobSays, entryPausing);
   const commands = new AttachCommands(attach, registry);
   const provider = new RtdebugConfigurationProvider(attach);
   const ranksView = new RanksView(registry, states, attach, context.workspaceState);
@@ -101,7 +103,16 @@ export function registerAll(context: vscode.ExtensionContext): void {
         ? commands.attachToAllRanks({ session: n.session.entry.session_id, ranks: n.group.ranks.map((r: { rank: number }) => r.rank) })
         : undefined,
     ),
-    vscode.debug.registerDebugAdapterTrackerFactory('*', new RankTrackerFactory(attach, states, allStop.allStop, (l) => log.appendLine(l))),
+    vscode.debug.registerDebugAdapterTrackerFactory(
+      '*',
+      new RankTrackerFactory(
+        attach,
+        states,
+        allStop.allStop,
+        (l) => log.appendLine(l),
+        (k) => void allStop.job.attached(k),
+      ),
+    ),
     vscode.debug.registerDebugConfigurationProvider(DEBUG_TYPE, provider),
     vscode.debug.registerDebugConfigurationProvider(DEBUG_TYPE, provider, vscode.DebugConfigurationProviderTriggerKind.Dynamic),
     vscode.debug.registerDebugAdapterDescriptorFactory(DEBUG_TYPE, new RtdebugAdapterFactory(attach, registry)),

@@ -122,7 +122,7 @@ export class CollectiveStepping {
     );
     out.armed.sort((a, b) => a - b);
     // a rank left unarmed would run past its collective: nothing is continued then
-    if (!out.failed.length && out.armed.length) out.continued = this.allStop.runToCollective(session, ranks);
+    if (!out.failed.length && out.armed.length) out.continued = this.allStop.runToCollective(session);
     return out;
   }
 

@@ -78,8 +78,10 @@ export interface RankEntry {
   stop?: StopEntry | null;
   /** The DeviceMeshes the rank made (issue 31), checked by parseMeshes: only well-formed ones. */
   meshes?: Mesh[];
-  /** true: the job's ranks do all-stop themselves (RTDEBUG_ALL_STOP=1); read as `=== true` only. */
+  /** The job's all-stop, done by its ranks (on unless started with --no-all-stop); read as a boolean only. */
   all_stop?: boolean;
+  /** What the rank's debugger is doing (`running`, `stopped`, `paused`, `pausing`, ...); read as a string only. */
+  debug?: { state?: unknown };
   /** Mode connected: the ssh forward behind host:port (`pid` is then the ssh master's); read by ownPid. */
   tunnel?: TunnelInfo;
 }

@@ -8,7 +8,8 @@ import { lineOf, RankJob } from './rankJob';
 
 /**
  * Stepping that knows collectives (issue 21), against real debugpy ranks of a real 2-rank gloo
- * `rtdebug torchrun` job, through the extension's own AllStop + CollectiveStepping: Step All Ranks over an
+ * `rtdebug torchrun` job, all-stop done by the ranks (set through the extension's jobAllStop), with the
+ * extension's AllStop + CollectiveStepping: Step All Ranks over an
  * all_reduce line completes in every rank; with all-stop on, a Step Over in ONE rank on that line does not
  * freeze the session (the stuck-step rule steps the stopped peer); Run All Ranks to Next Collective stops
  * each rank at its next collective, and `rtdebug ps --json` (what the Ranks view lists) shows each rank's
@@ -23,10 +24,11 @@ test('Step All Ranks, the stuck-step rule and Run to Next Collective on a health
   const job = new RankJob(python!, LOOP, ['--steps', '4', '--sleep', '0'], { file: LOOP, line: L });
   try {
     await job.start();
-    // all-stop off while both ranks reach the breakpoint (iteration 0), so each stops there and not at a pause
+    // all-stop off (the job starts with --no-all-stop) while both ranks reach the breakpoint (iteration 0), so
+    // each stops there and not at a pause
     await Promise.all([job.stop(0, 0), job.stop(1, 0)]);
     assert.deepEqual([(await job.where(0)).line, (await job.where(1)).line], [L, L]);
-    job.allStopOn = true;
+    await job.setAllStop(true);
 
     // 1. Step All Ranks: `next` in both at once; the all_reduce completes in every rank
     assert.deepEqual(await job.stepping.stepAll(job.sessionId), [0, 1]);
@@ -41,10 +43,13 @@ test('Step All Ranks, the stuck-step rule and Run to Next Collective on a health
 
     // 2. all-stop on, the user steps over the all_reduce in rank 0 only: its step waits for rank 1, which is
     //    stopped; the rule steps rank 1 too and both complete (no frozen session)
-    job.allStopOn = false;
-    job.allStop.continueAll(job.sessionId);
-    await Promise.all([job.stop(0, 2), job.stop(1, 2)]); // the breakpoint again, iteration 1
-    job.allStopOn = true;
+    //    (all-stop off meanwhile, so each rank reaches the breakpoint again by itself: turning it off lets go of
+    //    the rank the ranks hold, rank 1 here, which took part in the last stop; Continue All sends rank 0 on)
+    await job.setAllStop(false);
+    await job.stop(1, 2); // the breakpoint again, iteration 1
+    job.allStop.continueAll(job.sessionId, 1);
+    await job.stop(0, 2);
+    await job.setAllStop(true);
     job.allStop.stepping(job.k(0)); // what the tracker does when VS Code sends the user's `next`
     await job.dc(job.k(0)).send('next', { threadId: job.states.get(job.k(0))!.threadId });
     const t0 = Date.now();
@@ -89,7 +94,7 @@ test(
     try {
       await job.start();
       await Promise.all([job.stop(0, 0), job.stop(1, 0)]);
-      job.allStopOn = true;
+      await job.setAllStop(true);
       await job.clearBreakpoints();
       const armed = await job.stepping.runToNextCollective(job.sessionId);
       assert.deepEqual([armed.armed, armed.failed], [[0, 1], []]);

@@ -4,6 +4,7 @@ import { DebugClient } from '@vscode/debugadapter-testsupport';
 import { DebugProtocol } from '@vscode/debugprotocol';
 import { toRankDebugConfig } from '../../src/attach/rank/attachConfig';
 import { AllStop } from '../../src/attach/allstop/allStop';
+import { JobAllStop } from '../../src/attach/allstop/jobAllStop';
 import { CollectiveStepping } from '../../src/collectives/collectiveStepping';
 import { attachInfo } from '../../src/attach/rank/attachCli';
 import { runHarness } from '../../src/common/harnessCli';
@@ -28,9 +29,11 @@ export function lineOf(file: string, text: string): number {
 
 /**
  * A real `rtdebug torchrun` job whose ranks are each attached by a real DAP client (as the extension
- * attaches them), with the extension's own all-stop coordinator and collective stepping wired to those
+ * attaches them), with the extension's rank states, Pause/Continue All and collective stepping wired to those
  * clients exactly as allStopController/collectiveCommands wire them to VS Code sessions (DAP stopped events
- * in, DAP requests out). `allStopOn` toggles all-stop, so a test can first let every rank reach a breakpoint.
+ * in, DAP requests out). All-stop is the ranks' own: the job starts as F5 starts it with the `rtdebug.allStop`
+ * setting off (`--no-all-stop`), so every rank reaches its breakpoint by itself; `setAllStop` is what a change of
+ * the setting does (jobAllStop.ts: one `evaluate` in a rank).
  */
 export class RankJob {
   readonly states = new RankDebugStates();
@@ -39,6 +42,7 @@ export class RankJob {
   readonly log: string[] = [];
   allStopOn = false;
   readonly allStop: AllStop;
+  readonly jobAllStop: JobAllStop;
   readonly stepping: CollectiveStepping;
   private stops = new Map<number, DebugProtocol.StoppedEvent[]>();
   private waiters: (() => void)[] = [];
@@ -57,16 +61,21 @@ export class RankJob {
     this.env = { ...process.env, RTDEBUG_REGISTRY_DIR: registry, PYTHONUNBUFFERED: '1' };
     const portBase = freePortBase();
     const attached = (s: string): RankKey[] => [...this.clients.keys()].sort().map((rank) => ({ session: s, rank }));
-    this.allStop = new AllStop(
-      this.states,
+    this.allStop = new AllStop(this.states, {
+      pause: async (k) => {
+        await this.dc(k).send('pause', { threadId: await this.mainThread(k) });
+      },
+      resume: async (k, threadId) => {
+        await this.dc(k).send('continue', { threadId: threadId ?? (await this.mainThread(k)) });
+      },
+      attached,
+      log: (l) => this.log.push(l),
+    });
+    this.jobAllStop = new JobAllStop(
       {
-        pause: async (k) => {
-          await this.dc(k).send('pause', { threadId: await this.mainThread(k) });
-        },
-        resume: async (k, threadId) => {
-          await this.dc(k).send('continue', { threadId: threadId ?? (await this.mainThread(k)) });
-        },
-        attached,
+        request: async (k, command, a) => (await this.dc(k).send(command, a)).body,
+        attached: (s) => (s === undefined || s === this.sessionId ? attached(this.sessionId) : []),
+        jobSays: () => undefined,
         log: (l) => this.log.push(l),
       },
       () => this.allStopOn,
@@ -98,6 +107,7 @@ export class RankJob {
               wait: 'all',
               nprocPerNode: 2,
               torchrunArgs: ['--standalone'],
+              allStop: false,
             } /* its own free rendezvous port: other jobs on this machine use 29500 */,
             (l) => this.log.push(l),
           ),
@@ -125,6 +135,16 @@ export class RankJob {
 
   async start(): Promise<void> {
     await this.group.start();
+  }
+
+  /** The `rtdebug.allStop` setting changed: the job's ranks are told (through one rank, as the extension does). */
+  async setAllStop(on: boolean): Promise<void> {
+    this.allStopOn = on;
+    await this.jobAllStop.changed();
+    assert.ok(
+      this.log.some((l) => l.startsWith(`rtdebug: all-stop ${on ? 'on' : 'off'} in job`)),
+      this.log.slice(-5).join('\n'),
+    );
   }
 
   k(rank: number): RankKey {

@@ -115,7 +115,6 @@ function setup(ranks = [0, 1], allStop = true) {
       attached: (s) => ranks.map((rank) => ({ session: s, rank })),
       log: () => {},
     },
-    () => allStop,
     () => t,
   );
   const stepping = new CollectiveStepping(

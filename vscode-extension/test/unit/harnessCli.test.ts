@@ -101,6 +101,10 @@ test('job args: torchrun flags after the harness options, run mode', () => {
     '1',
   ]);
   assert.deepEqual(jobArgs({ ...base, mode: 'run' }).slice(7, 8), ['--wait']);
+  // the rtdebug.allStop setting off: the ranks' all-stop off for the job (on, the default, adds nothing)
+  assert.deepEqual(jobArgs({ ...base, allStop: false }).slice(9, 10), ['--no-all-stop']);
+  assert.deepEqual(jobArgs({ ...base, mode: 'run', allStop: false }).slice(7, 9), ['--wait', '--no-all-stop']);
+  assert.deepEqual(jobArgs({ ...base, allStop: true }), jobArgs(base));
 });
 
 test('the session line of both launchers is recognised', () => {

@@ -38,7 +38,7 @@ function setup(ranks = [0, 1, 2]) {
     attached: (session) => ranks.map((rank) => ({ session, rank })),
     log: () => {},
   };
-  const a = new AllStop(states, ctl, () => true);
+  const a = new AllStop(states, ctl);
   const request = async (key: RankKey, command: string, args: Record<string, unknown>) => {
     calls.push(`${command} ${key.rank} ${JSON.stringify(args)}`);
     if (command === 'stackTrace') return { stackFrames: [{ id: 100 + key.rank }] };
@@ -76,7 +76,8 @@ test('running ranks: all paused, evaluated once every one stopped, continued tog
 
 test('a rank the user stopped is evaluated where it is and stays stopped; only the ones paused here go on', async () => {
   const { a, states, calls, k, run } = setup([0, 1]);
-  a.stopped(k(0), 'breakpoint', 7); // all-stop pauses rank 1 for it…
+  a.stopped(k(0), 'breakpoint', 7);
+  a.stopped(k(1), 'pause', 11); // the ranks' all-stop pauses rank 1 for it…
   await flush();
   assert.equal(states.get(k(1))?.state, 'stopped');
   a.continueAll('s', 0); // …and the user continues rank 1 only (rank 0 stays at its breakpoint)
@@ -130,7 +131,7 @@ test('a rank in the middle of a step is waited for; one that never settles is sa
   assert.deepEqual(await run(), { ok: false, error: 'rank 1 is still stepping after 0.3 s' });
 });
 
-test('a breakpoint that lands instead of the pause is a real stop: kept, all-stop applies, nobody is continued', async () => {
+test('a breakpoint that lands instead of the pause is a real stop: kept; the rank paused only to evaluate goes on', async () => {
   const { a, states, calls, k, run, setBlocked } = setup([0, 1]);
   setBlocked(1, 1);
   const p = run();
@@ -139,6 +140,13 @@ test('a breakpoint that lands instead of the pause is a real stop: kept, all-sto
   const r = await p;
   await flush();
   assert.ok(r.ok);
-  assert.ok(!calls.some((c) => c.startsWith('continue')), calls.join('; '));
-  for (const r of [0, 1]) assert.equal(states.get(k(r))?.state, 'stopped');
+  // rank 0 was stopped only for the evaluate: continued (the ranks' all-stop holds it at its next collective)
+  assert.deepEqual(
+    calls.filter((c) => c.startsWith('continue')),
+    ['continue 0 thread 10'],
+  );
+  assert.deepEqual(
+    [0, 1].map((r) => states.get(k(r))?.state),
+    ['running', 'stopped'],
+  );
 });

@@ -45,23 +45,19 @@ test('the description read back: kind and one-line reason', () => {
   assert.equal(parseStopDescription('x'.repeat(600))?.reason, undefined);
 });
 
-test('all-stop pauses nobody for a --stop-on stop: every rank stops by itself (a pause would race its own suspend)', async () => {
+test('the extension pauses nobody for a stop, --stop-on or not: the ranks do all-stop (and never for --stop-on)', async () => {
   const states = new RankDebugStates();
   const calls: string[] = [];
-  const a = new AllStop(
-    states,
-    {
-      pause: async (k) => void calls.push(`pause ${k.rank}`),
-      resume: async () => {},
-      attached: (session) => [0, 1, 2].map((rank) => ({ session, rank })),
-      log: () => {},
-    },
-    () => true,
-  );
+  const a = new AllStop(states, {
+    pause: async (k) => void calls.push(`pause ${k.rank}`),
+    resume: async () => {},
+    attached: (session) => [0, 1, 2].map((rank) => ({ session, rank })),
+    log: () => {},
+  });
   a.stopped({ session: 's', rank: 0 }, 'breakpoint', 1, undefined, `${D.replace('loss', 'grad')}: received`);
   await new Promise((r) => setImmediate(r));
   assert.deepEqual(calls, []);
   a.stopped({ session: 's', rank: 1 }, 'breakpoint', 1, undefined, 'Paused on breakpoint');
   await new Promise((r) => setImmediate(r));
-  assert.deepEqual(calls, ['pause 2'], 'a plain stop still all-stops the ranks still running');
+  assert.deepEqual(calls, [], 'a plain stop is all-stopped by the ranks, not from here');
 });

@@ -2,6 +2,7 @@ import * as vscode from 'vscode';
 import { BLOCKED_AFTER_MS, Gated } from '../../common/constants';
 import { RankRef } from '../rank/attachConfig';
 import { AllStop, RankControl } from './allStop';
+import { JobAllStop } from './jobAllStop';
 import { runHarness } from '../../common/harnessCli';
 import { RankDebugStates } from './rankDebugState';
 import { parseStacks } from '../../stacks/stacksReport';
@@ -10,28 +11,47 @@ import { currentHarness } from '../../common/harnessCommand';
 import { readSettings } from '../../common/settings';
 
 /**
- * Binds the all-stop coordinator to VS Code debug sessions (DAP `threads` / `pause` / `continue` through
- * customRequest) and, for a rank whose pause has not landed after BLOCKED_AFTER_MS (blocked in a C++
- * collective), asks `rtdebug stacks --session ID --rank N --json` where it is, for the Ranks view.
+ * Binds the extension's side of all-stop to VS Code debug sessions (DAP `threads` / `pause` / `continue` /
+ * `evaluate` through customRequest): the rank states and explicit actions (allStop.ts), the `rtdebug.allStop`
+ * setting handed to the jobs (jobAllStop.ts: on a rank's attach, and when the setting changes), and, for a
+ * rank whose pause has not landed after BLOCKED_AFTER_MS (blocked in a C++ collective), `rtdebug stacks
+ * --session ID --rank N --json` asked where it is, for the Ranks view.
  */
 export class AllStopController implements vscode.Disposable {
   readonly allStop: AllStop;
+  readonly job: JobAllStop;
   private timer: NodeJS.Timeout;
+  private subs: vscode.Disposable[] = [];
 
   constructor(
     private attach: AttachService,
     private states: RankDebugStates,
     private log: vscode.OutputChannel,
-    ranksDoIt: (session: string) => boolean = () => false,
+    jobSays: (session: string) => boolean | undefined = () => undefined,
+    /** Whether the rank's entry says the ranks' all-stop is pausing it (`debug.state` `pausing`). */
+    private entryPausing: (k: RankRef) => boolean = () => false,
   ) {
     const ctl: RankControl = {
       pause: (k) => this.pause(k),
       resume: (k, threadId) => this.resume(k, threadId),
       attached: (session) => this.attach.attachedRanks(session),
       log: (line) => this.log.appendLine(line),
-      ranksDoIt,
     };
-    this.allStop = new AllStop(states, ctl, () => readSettings().allStop);
+    this.allStop = new AllStop(states, ctl);
+    this.job = new JobAllStop(
+      {
+        request: async (k, command, args) => this.session(k).customRequest(command, args),
+        attached: (session) => this.attach.attachedRanks(session),
+        jobSays,
+        log: (line) => this.log.appendLine(line),
+      },
+      () => readSettings().allStop,
+    );
+    this.subs.push(
+      vscode.workspace.onDidChangeConfiguration((e) => {
+        if (e.affectsConfiguration('rtdebug.allStop')) void this.job.changed();
+      }),
+    );
     this.timer = setInterval(() => this.checkBlocked(), 500);
   }
 
@@ -60,6 +80,7 @@ export class AllStopController implements vscode.Disposable {
   }
 
   private checkBlocked(): void {
+    for (const k of this.attach.attachedRanks()) this.allStop.followEntry(k, this.entryPausing(k));
     for (const k of this.allStop.overdue(BLOCKED_AFTER_MS)) {
       this.states.update(k, { blockedNote: 'asking where it is…' });
       void this.whereIs(k);
@@ -88,5 +109,6 @@ export class AllStopController implements vscode.Disposable {
 
   dispose(): void {
     clearInterval(this.timer);
+    this.subs.forEach((d) => d.dispose());
   }
 }

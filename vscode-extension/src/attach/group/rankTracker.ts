@@ -11,6 +11,7 @@ const STEPS = new Set(['next', 'stepIn', 'stepOut', 'stepBack', 'reverseContinue
 interface DapMessage {
   type: string;
   command?: string;
+  success?: boolean;
   event?: string;
   body?: Record<string, unknown>;
   arguments?: Record<string, unknown>;
@@ -19,7 +20,7 @@ interface DapMessage {
 /**
  * A debug-adapter tracker on every rank session (ours, or a generated `debugpy` one recognised by its
  * endpoint): `stopped` / `continued` events and the `continue` requests VS Code sends feed the rank states
- * (the Ranks view's "stopped at file:line") and the all-stop coordinator. A `--stop-on` stop (its
+ * (the Ranks view's "stopped at file:line"); a successful `attach` response hands the job the all-stop setting. A `--stop-on` stop (its
  * description `rtdebug --stop-on …`) focuses the rank where it began (stopFocus.ts decides which).
  */
 export class RankTrackerFactory implements vscode.DebugAdapterTrackerFactory {
@@ -30,6 +31,8 @@ export class RankTrackerFactory implements vscode.DebugAdapterTrackerFactory {
     private states: RankDebugStates,
     private allStop: AllStop,
     private log: (line: string) => void = () => undefined,
+    /** A rank's `attach` succeeded (jobAllStop.ts hands it the all-stop setting). */
+    private attached: (k: RankRef) => void = () => undefined,
   ) {}
 
   createDebugAdapterTracker(session: vscode.DebugSession): vscode.DebugAdapterTracker {
@@ -50,6 +53,10 @@ export class RankTrackerFactory implements vscode.DebugAdapterTrackerFactory {
         if (m.command === 'continue' || (m.command && STEPS.has(m.command))) this.focus.resumed(k.session, k.rank);
       },
       onDidSendMessage: (m: DapMessage) => {
+        if (m.type === 'response' && m.command === 'attach' && m.success) {
+          const a = ref();
+          if (a) this.attached(a);
+        }
         if (m.type !== 'event') return;
         const k = ref();
         if (!k) return;

@@ -83,6 +83,7 @@ function jobSpec(c: vscode.DebugConfiguration): JobSpec {
     wait: String(c.wait ?? s.wait),
     nprocPerNode: c.nprocPerNode === undefined ? undefined : Number(c.nprocPerNode),
     torchrunArgs: (c.torchrunArgs ?? []).map(String),
+    allStop: s.allStop,
     replay: c.mode === 'replay' ? replayOptions(c) : undefined,
   };
 }

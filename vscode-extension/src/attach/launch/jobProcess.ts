@@ -20,6 +20,8 @@ export interface JobSpec {
   wait: string;
   nprocPerNode?: number;
   torchrunArgs?: string[];
+  /** The `rtdebug.allStop` setting: false starts the job with `--no-all-stop` (the ranks do all-stop). */
+  allStop?: boolean;
   replay?: ReplayOptions; // mode replay: the capsule, the rank and the replay's options
 }
 
@@ -31,9 +33,11 @@ export function jobArgs(s: JobSpec): string[] {
   if (s.mode === 'run') {
     const a = ['-m', s.module, 'run', '--port', String(s.portBase), '--host', s.host];
     if (s.wait !== 'none') a.push('--wait');
+    if (s.allStop === false) a.push('--no-all-stop');
     return [...a, s.script, ...s.args];
   }
   const a = ['-m', s.module, 'torchrun', '--debug-port-base', String(s.portBase), '--debug-host', s.host, '--wait', s.wait];
+  if (s.allStop === false) a.push('--no-all-stop');
   a.push(...(s.torchrunArgs ?? []));
   if (
     s.nprocPerNode !== undefined &&
