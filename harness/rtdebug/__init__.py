@@ -23,7 +23,7 @@ named entry points (``tests/project/test_layout.py`` checks this from the source
 included): the shell starts the launcher through ``rtdebug.launcher.start``; the launcher names
 ``rtdebug.rank.bootstrap`` as torchrun's ``-m`` target and runs ``rtdebug run``'s rank 0 through it
 in its own process; the Ray driver setup names ``rtdebug.rank.ray_worker`` in ``RAY_TRAIN_CALLBACKS``;
-``rtdebug adopt`` (and the detach ``rtdebug.inject.run`` sends) names ``rtdebug.rank.adopted`` in the code
+``rtdebug adopt`` (and the detach ``rtdebug.inject.runner`` sends) names ``rtdebug.rank.adopted`` in the code
 it injects into a running rank; and this module resolves ``breakpoint`` from ``rtdebug.rank.api`` on first
 use.
 

@@ -1,7 +1,7 @@
 """``rtdebug adopt``: a plain torchrun job, started without rtdebug, gets every rank's endpoint by pid.
 
 The jobs are ``python -m torch.distributed.run --nproc-per-node 2 tests/scripts/adopt_job.py CONTROL``
-(gloo, all_reduce steps until CONTROL appears). Injection is by ptrace (``rtdebug.inject.run``); the
+(gloo, all_reduce steps until CONTROL appears). Injection is by ptrace (``rtdebug.inject.runner``); the
 tests skip where this machine cannot ptrace.
 """
 
@@ -25,7 +25,7 @@ import pytest
 from rtdebug.common.errors import HarnessError
 from rtdebug.inject import gdb as inject_gdb
 from rtdebug.inject import jobs
-from rtdebug.inject import run as inject
+from rtdebug.inject import runner as inject
 
 from support.dap import DAPClient, stop_in_each_rank
 from support.jobs import read_ranks, rtdebug

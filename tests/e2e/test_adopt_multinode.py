@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from rtdebug.inject import jobs
-from rtdebug.inject import run as inject
+from rtdebug.inject import runner as inject
 
 from support.netns import Hosts, hosts_up
 from support.paths import PY, ROOT, SCRIPTS

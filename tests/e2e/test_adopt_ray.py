@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from rtdebug.inject import run as inject
+from rtdebug.inject import runner as inject
 
 from support.dap import DAPClient
 from support.jobs import read_ranks, rtdebug

@@ -16,7 +16,7 @@ import pytest
 from test_stopon import stops
 
 from rtdebug.inject import jobs
-from rtdebug.inject import run as inject
+from rtdebug.inject import runner as inject
 
 from support.dap import DAPClient
 from support.jobs import rtdebug

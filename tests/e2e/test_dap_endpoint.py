@@ -13,7 +13,7 @@ import subprocess
 import psutil
 import pytest
 
-from rtdebug.inject import run as inject
+from rtdebug.inject import runner as inject
 
 from support.dap import DAPClient, DAPError
 from support.jobs import Job, rtdebug, wait_ranks

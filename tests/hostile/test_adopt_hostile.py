@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from rtdebug.inject import run as inject
+from rtdebug.inject import runner as inject
 from rtdebug.inject import sigdefer
 
 from support.paths import PY, ROOT, SCRIPTS

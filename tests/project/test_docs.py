@@ -276,7 +276,7 @@ def test_a_module_left_out_of_the_package_map_is_caught() -> None:
     assert "harness/rtdebug/connect/sshsays.py: add `sshsays` (and what it holds) to the `rtdebug/connect/` row" in (
         missing
     )
-    assert "harness/rtdebug/inject/run.py: add a row for `rtdebug/inject/` (runs in, what it holds)" in missing
+    assert "harness/rtdebug/inject/runner.py: add a row for `rtdebug/inject/` (runs in, what it holds)" in missing
 
 
 def test_readme_is_a_front_door() -> None:

@@ -46,7 +46,7 @@ ENTRY_POINTS = {
     ("launcher", "rtdebug.rank.ray_worker"),  # named in RAY_TRAIN_CALLBACKS: Ray loads it in each worker
     ("root", "rtdebug.rank.api"),  # rtdebug.breakpoint, resolved on first use
     ("shell", "rtdebug.rank.adopted"),  # rtdebug adopt: named in the code it injects into a running rank
-    ("inject", "rtdebug.rank.adopted"),  # the detach it injects into an adopted rank (``inject.run``)
+    ("inject", "rtdebug.rank.adopted"),  # the detach it injects into an adopted rank (``inject.runner``)
     ("vscode-extension", "rtdebug.rank.api"),  # what a debugger evaluates in a rank (DAP evaluate)
 }
 EXTENSION_SRC = PKG.parents[1] / "vscode-extension" / "src"

@@ -1,7 +1,7 @@
 """``rtdebug adopt``: give every rank of a running torchrun job (started without rtdebug) a debug endpoint.
 
 Find the job (``rtdebug.inject.jobs``), check that every rank can be injected into before touching any
-(``rtdebug.inject.run.refusal``), register a session of mode ``adopted`` whose launcher is the job's
+(``rtdebug.inject.runner.refusal``), register a session of mode ``adopted`` whose launcher is the job's
 torchrun agent (so ``ps`` keeps it live exactly while the job runs), run the adopted rank runtime in
 every rank at once (``adoptranks``: all or nothing, undone on a signal), and print the rank table.
 ``--detach`` (and ``rtdebug stop`` of an adopted session) undoes an adoption in every rank and leaves the
@@ -24,7 +24,7 @@ from rtdebug.commands.options import Options, session_arg
 from rtdebug.common.errors import HarnessError, usage
 from rtdebug.common.ports import DEFAULT_PORT_BASE, check_ports_free, ports_for_ranks
 from rtdebug.inject import jobs
-from rtdebug.inject import run as inject
+from rtdebug.inject import runner as inject
 from rtdebug.registry import signing
 from rtdebug.registry.entry import new_session_id, session_entry
 from rtdebug.registry.files import Registry

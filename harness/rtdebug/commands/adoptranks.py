@@ -1,7 +1,7 @@
 """``rtdebug adopt``'s injection: run the adopted rank runtime in every rank of a job at once, all or nothing.
 
 ``adopt`` has found the job and checked every rank before this runs. Here: create the session, inject
-(``rtdebug.inject.run``), record the job's time limits the ranks read; a rank that fails undoes the
+(``rtdebug.inject.runner``), record the job's time limits the ranks read; a rank that fails undoes the
 others. Interrupted (Ctrl-C, a closed terminal, SIGTERM) from the session's creation to the end: every
 thread held is put back first (``rtdebug.inject.sigdefer``), the ranks adopted so far are detached, a rank
 whose code had not started finds its request gone and does nothing, and the session is removed; one line,
@@ -21,12 +21,12 @@ from typing import Any
 
 from rtdebug.common.errors import HarnessError
 from rtdebug.inject import jobs, sigdefer
-from rtdebug.inject import run as inject
+from rtdebug.inject import runner as inject
 from rtdebug.registry import signing
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import reserve_session
 
-# The few lines run in a rank (``rtdebug.inject.run``, which runs them only if the request is still
+# The few lines run in a rank (``rtdebug.inject.runner``, which runs them only if the request is still
 # there): import our rank runtime (from this installation's path if the job's Python lacks it) and call it;
 # if its answer cannot be delivered (the shell gave up meanwhile), ``undo`` detaches again.
 _ADOPT = "import sys\ntry:\n import rtdebug.rank.adopted as m\n added = None\nexcept ImportError:\n"

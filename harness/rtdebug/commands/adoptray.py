@@ -2,7 +2,7 @@
 
 Ray sets a worker's rank in the process (``ray.train.get_context()``), never in its environment, so the
 shell cannot place its endpoint (base + world rank) from ``/proc``. A few self-contained lines are run in
-the worker first (``rtdebug.inject.run``, as the adoption itself is): they read the train context and
+the worker first (``rtdebug.inject.runner``, as the adoption itself is): they read the train context and
 answer with the ranks; rtdebug is not imported there, so a worker that cannot be adopted keeps nothing.
 The answer is the worker's own (same uid), still checked: four small non-negative integers or a refusal.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from rtdebug.common.errors import HarnessError
 from rtdebug.inject import jobs
-from rtdebug.inject import run as inject
+from rtdebug.inject import runner as inject
 from rtdebug.registry.files import Registry
 
 PROBE = """

@@ -13,7 +13,7 @@ import secrets
 from typing import Any
 
 from rtdebug.common.errors import HarnessError
-from rtdebug.inject import run as inject
+from rtdebug.inject import runner as inject
 from rtdebug.registry.entry import ATTACHABLE_STATES
 from rtdebug.registry.files import Registry
 

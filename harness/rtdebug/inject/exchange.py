@@ -1,4 +1,4 @@
-"""Where code injected into a rank (``rtdebug.inject.run``) takes its request and leaves its answer.
+"""Where code injected into a rank (``rtdebug.inject.runner``) takes its request and leaves its answer.
 
 Not in ``/tmp``: a late injected call once wrote ``<dir>/<pid>.json.tmp`` with ``O_CREAT|O_TRUNC`` into a
 ``/tmp`` directory that adopt had already deleted and another user had made again, full of symlinks, and

@@ -5,7 +5,7 @@ Both only queue the code: gdb calls ``Py_AddPendingCall(PyRun_SimpleString, code
 it never waits on the GIL with the thread held (a ``PyGILState_Ensure`` there could wait as long as
 another thread's C call holds the GIL); ``sys.remote_exec`` runs the file at the main thread's next eval
 break. The cost: a rank whose main thread is blocked in C++ runs the code only once it is back in Python,
-so ``rtdebug.inject.run`` gives up on it after its answer time, cancelling the request. The injected
+so ``rtdebug.inject.runner`` gives up on it after its answer time, cancelling the request. The injected
 code (``rtdebug.inject.exchange``'s envelope) never raises, so ``PyRun_SimpleString`` returns 0 and the
 pending call does not turn into a ``SystemError`` in the user's code. Files go into the run's private
 directory (``Box``), never into a shared ``/tmp``. gdb runs in a session of its own: the terminal's

@@ -1,6 +1,6 @@
 """rtdebug's rank runtime, put into a rank of a job that was started without rtdebug (``rtdebug adopt``).
 
-``rtdebug.inject.run`` runs a few lines in the rank's main thread, with the GIL held, that import this
+``rtdebug.inject.runner`` runs a few lines in the rank's main thread, with the GIL held, that import this
 module and call ``main(spec)``: it opens the same lazy, owner-only endpoint on base + RANK
 (``rtdebug.rank.endpoint.Endpoint``, wired through ``RankState.connect``), arms the stacks dump
 (``rtdebug.stacks.dump.arm``) and writes the rank's registry entry. It starts two threads (the endpoint's

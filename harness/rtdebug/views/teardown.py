@@ -26,7 +26,7 @@ from rtdebug.common import processes
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.ports import is_port_free, port_holder
 from rtdebug.common.procinfo import is_alive
-from rtdebug.inject import run as inject
+from rtdebug.inject import runner as inject
 from rtdebug.registry.entry import ATTACHABLE_STATES, LIVE_RANK_STATES
 from rtdebug.registry.files import Registry
 
