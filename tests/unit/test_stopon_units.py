@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 from rtdebug.commands.adoptstopon import summary  # noqa: E402
 from rtdebug.rank.stopon import agree, ddp, finite, together  # noqa: E402
-from rtdebug.rank.stopon.state import STATE, WeakIdMap  # noqa: E402
+from rtdebug.rank.stopon.stepstate import STATE, WeakIdMap  # noqa: E402
 
 from support.paths import PY, SCRIPTS  # noqa: E402
 

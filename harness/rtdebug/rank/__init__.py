@@ -6,15 +6,15 @@ registry entry and state machine; in a multi-node job, the store ``publish``er t
 start-up, ``startup``, in one order: the fixes (post-import hooks: ``localmode/``'s ``fixes``,
 ``forcelocal`` and cluster semantics, the ``meshes`` record, ``stopon``), the stacks dump (``stacks/``:
 ``dump``, ``take``, ``flight``, and ``watch``, which answers job-wide ``stacks`` requests from the store or
-the Ray KV), the collective record (``collectives/``: ``recorder``; ``stop``: "run all ranks to the next
-collective"; ``mismatch``), and the lazy ``endpoint/`` (one public class, ``Endpoint``:
+the Ray KV), the collective record (``collectives/``: ``recorder``; ``nextstop``: "run all ranks to the
+next collective"; ``mismatch``), and the lazy ``endpoint/`` (one public class, ``Endpoint``:
 each client checked by ``rtdebug.common.access``, admitted by ``dapgate``, handed to pydevd without a
 listening socket, traced only while attached, debugpy imported in the background by ``warmup``). A
 launched rank also arms the launcher-watch guard (``rtdebug.common.lifetime``). With ``--wait`` it
 pre-imports torch and waits for a client; then it ``execute``s the user's script. A raise is reported as
 python would (``localmode.fixes``/``collectives.mismatch`` explain known ones) and, with ``--post-mortem``,
 held for a client (``postmortem``). ``stopon/`` is ``--stop-on`` (its step state one typed object,
-``stopon.state``); ``localmode/`` is Ray Train local mode (``--force-local``, and the cluster's
+``stopon.stepstate``); ``localmode/`` is Ray Train local mode (``--force-local``, and the cluster's
 semantics); ``unadopt`` takes an adoption out again; ``api`` is ``rtdebug.breakpoint``, which finds the
 endpoint through ``runtime``.
 

@@ -17,7 +17,7 @@ torch.distributed (``collseq.NAMED_OPS``: Ray Train's) are recorded by the code 
 ``entering`` and ``returned``, numbered in one group of their own (``collseq.NAMED_GROUP``).
 
 ``stop_at_next()`` arms a one-shot stop: the next collective this rank enters suspends in the debugger
-(``collstop``) in the user's frame, before it runs. ``RTDEBUG_COLLECTIVES=0`` turns the record off.
+(``nextstop``) in the user's frame, before it runs. ``RTDEBUG_COLLECTIVES=0`` turns the record off.
 """
 
 from __future__ import annotations
@@ -326,6 +326,6 @@ def _stop_here() -> None:
     except ValueError:
         return
     if frame is not None:
-        from rtdebug.rank.collectives import stop as collstop
+        from rtdebug.rank.collectives import nextstop
 
-        collstop.suspend(frame)
+        nextstop.suspend(frame)

@@ -210,9 +210,9 @@ def _check(record: dict[str, Any], sent: list[Any], frame: Any, here: str) -> No
 def _suspend(frame: Any) -> None:
     if frame is None:
         return
-    from rtdebug.rank.collectives import stop
+    from rtdebug.rank.collectives import nextstop
 
-    stop.suspend(frame)
+    nextstop.suspend(frame)
 
 
 def _outputs(log: RankLog, record: dict[str, Any], received: list[Any], here: str) -> list[Any]:

@@ -25,7 +25,7 @@ from typing import Any
 
 from rtdebug.common import log
 from rtdebug.rank.stopon import ddp, finite, reduction
-from rtdebug.rank.stopon.state import STATE
+from rtdebug.rank.stopon.stepstate import STATE
 
 
 def begin(loss: Any) -> Any:

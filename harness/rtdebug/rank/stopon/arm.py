@@ -20,7 +20,7 @@ from typing import Any
 from rtdebug.common import log, stopon
 from rtdebug.common.imports import when_imported
 from rtdebug.rank.stopon import agree, ddp, halt, together
-from rtdebug.rank.stopon.state import WeakIdMap
+from rtdebug.rank.stopon.stepstate import WeakIdMap
 
 _TORCH_DIR: list[str] = []
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep

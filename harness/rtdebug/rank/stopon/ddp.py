@@ -32,7 +32,7 @@ from typing import Any
 
 from rtdebug.common import log
 from rtdebug.rank.stopon import finite, reduction
-from rtdebug.rank.stopon.state import STATE
+from rtdebug.rank.stopon.stepstate import STATE
 
 
 def name_of(p: Any) -> str | None:
