@@ -62,7 +62,7 @@ class _Worker:
     record: RankState | None = None
     endpoint: Endpoint | None = None
     pg_timeout_applied: float | None = None
-    dumps: Any = None  # rtdebug.rank.watchers.KVWatch: answers job-wide stacks from the KV
+    dumps: Any = None  # rtdebug.rank.stacks.watch.KVWatch: answers job-wide stacks from the KV
 
 
 def _flag(name: str) -> bool:
