@@ -5,17 +5,17 @@
 Latency: an ``rtdebug torchrun`` job of N ranks (gloo), each step ``--busy`` s of pure Python, then one all_reduce;
 rank 1 has a breakpoint line right after it. A DAP client (``tests/support/dap.py``) is attached to every
 rank. Per trial the breakpoint is set in rank 1, and the time from its ``stopped`` event to the last other
-rank's ``stopped`` event is taken at the client. ``ranks``: all-stop in the ranks (``RTDEBUG_ALL_STOP=1``).
-``client``: all-stop off in the ranks; on rank 1's ``stopped`` the client does what the VS Code extension's
-all-stop does (``threads``, then ``pause`` of the main thread, in every other rank: ``vscode-extension/src/
-attach/allstop/allStopController.ts``), minus VS Code's own event dispatch. Then everything is continued.
+rank's ``stopped`` event is taken at the client. ``ranks``: all-stop in the ranks (the default; set here as
+``RTDEBUG_ALL_STOP=1``). ``client``: all-stop off in the ranks; on rank 1's ``stopped`` the client does what the
+VS Code extension's own all-stop did before it left all-stop to the ranks (``threads``, then ``pause`` of the
+main thread, in every other rank), minus VS Code's own event dispatch. Then everything is continued.
 
 Idle cost: one 2-rank job, no client; rank 0 times blocks of steps (1 KiB all_reduce + ~0.3 ms of Python)
 with all-stop armed (the byte read in the collective wrapper, and a thread doing what the watcher does while
 a client is attached: a 20 ms sleep and a read of the board) and disarmed, in ABBA order; steps/s armed over
 disarmed, median of pairs with a 95 % bootstrap interval.
 
-Result: bench/results/2026-12-07-allstop.md.
+Results: bench/results/2026-12-07-allstop.md, bench/results/2026-12-07-allstop-default.md (all-stop on by default).
 """
 
 from __future__ import annotations
