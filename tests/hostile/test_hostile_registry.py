@@ -55,6 +55,25 @@ def test_an_entry_that_names_another_session_is_unreadable_not_followed(tmp_path
     assert sorted(p.name for p in reg.unreadable) == ["rank-1.json", "session.json"]
 
 
+def test_an_entry_of_the_other_kind_is_one_warning_never_a_crash(tmp_path, monkeypatch, capsys):
+    """A rank entry where the session's file is (it names no launcher) and a session entry where a rank's file
+    is (it names no rank): each is read as the kind its path says, so each is unreadable, named once."""
+    root = tmp_path / "reg"
+    reg = Registry(root)
+    reserve_session(reg, session("a"))
+    reserve_session(reg, session("b", ports=(6100, 6101)))
+    (root / "a" / "session.json").write_text(json.dumps(rank("a", r=0)))
+    (root / "b" / "rank-0.json").write_text(json.dumps(session("b", ports=(6100, 6101))))
+    monkeypatch.setenv("RTDEBUG_REGISTRY_DIR", str(root))
+    assert cli.main(["ps", "--all"]) == 0
+    out, err = capsys.readouterr()
+    assert "session a " not in out and "session b  torchrun" in out
+    assert err.strip().splitlines() == [
+        f"rtdebug: warning: unreadable registry entry {root}/a/session.json: not a session entry",
+        f"rtdebug: warning: unreadable registry entry {root}/b/rank-0.json: not a rank entry",
+    ]
+
+
 @pytest.mark.parametrize("case", ["foreign owner", "open to others"])
 def test_a_root_that_is_not_the_owners_alone_is_refused(tmp_path, monkeypatch, capsys, case):
     root = tmp_path / "reg"

@@ -29,6 +29,7 @@ from rtdebug.registry import signing
 from rtdebug.registry.entry import new_session_id, session_entry
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import prune
+from rtdebug.registry.schema import SessionEntry, SessionWithRanks
 from rtdebug.registry.table import format_table
 from rtdebug.views.teardown import detach_adopted
 
@@ -61,7 +62,7 @@ class AdoptOptions(Options):
 OPTIONS = AdoptOptions
 
 
-def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], summary: str) -> None:
     p = sub.add_parser(
         "adopt",
         help=summary,
@@ -118,7 +119,7 @@ def _pick(pid: int | None) -> jobs.Job:
     raise usage(f"{len(found)} torchrun jobs run here (listed above); name one: rtdebug adopt PID")
 
 
-def _existing(reg: Registry, job: jobs.Job) -> dict[str, Any] | None:
+def _existing(reg: Registry, job: jobs.Job) -> SessionWithRanks | None:
     """A live session that already covers this job's agent (adopted or launched by rtdebug)."""
     for s in prune(reg):
         if job.agent_pid in (s.get("agent_pid"), s.get("launcher_pid")):
@@ -184,7 +185,10 @@ def adopt(opts: AdoptOptions) -> int:
     adoption = adoptranks.Adoption(reg, sid, job, ports, host, opts.debug_allow, method, stop_on=opts.stop_on)
     took = adoptranks.guarded(adoption, fresh)
     note = None if already is None else f"session {sid}: adopted its {len(job.ranks)} ranks started (or detached) since"
-    code = _print(reg.read_session(sid) or {}, reg, opts.json, note, took)
+    session = reg.read_session(sid)
+    if session is None:  # its own entry, written just now
+        raise HarnessError(f"session {sid} has no readable registry entry; see rtdebug ps")
+    code = _print(session, reg, opts.json, note, took)
     if opts.stop_on is not None and not opts.json:
         from rtdebug.commands import adoptstopon
 
@@ -192,11 +196,11 @@ def adopt(opts: AdoptOptions) -> int:
     return code
 
 
-def _print(session: dict[str, Any], reg: Registry, as_json: bool, note: str | None, took: float = 0.0) -> int:
+def _print(session: SessionEntry, reg: Registry, as_json: bool, note: str | None, took: float = 0.0) -> int:
     sid = session["session_id"]
     ranks = reg.ranks(sid)
     if as_json:
-        print(json.dumps(dict(session, ranks=ranks, note=note, adopt_s=round(took, 3)), indent=1))
+        print(json.dumps({**session, "ranks": ranks, "note": note, "adopt_s": round(took, 3)}, indent=1))
         return 0
     if note:
         print(f"rtdebug: {note}")
@@ -212,11 +216,11 @@ def _print(session: dict[str, Any], reg: Registry, as_json: bool, note: str | No
     return 0
 
 
-def _what(session: dict[str, Any]) -> str:
+def _what(session: SessionEntry) -> str:
     return "Ray Train worker" if session.get("script") == jobs.RAY_WORKER_TITLE else "torchrun"
 
 
-def limits(session: dict[str, Any]) -> str:
+def limits(session: SessionEntry) -> str:
     """The adopted job's own time limits, fixed when it started: the line that warns about pausing."""
     timeout = session.get("pg_timeout_s")
     what = (

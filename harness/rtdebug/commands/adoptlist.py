@@ -11,12 +11,13 @@ from typing import Any
 from rtdebug.inject import jobs
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import prune
+from rtdebug.registry.schema import RankEntry
 
 
-def _adopted_by_pid(reg: Registry) -> dict[int, tuple[str, dict[str, Any] | None]]:
+def _adopted_by_pid(reg: Registry) -> dict[int, tuple[str, RankEntry | None]]:
     """{pid: (session id, its rank entry)} for every live adopted session: its agent's pid (no entry, unless
     the agent is the rank: a Ray worker) and its live ranks' pids."""
-    out: dict[int, tuple[str, dict[str, Any] | None]] = {}
+    out: dict[int, tuple[str, RankEntry | None]] = {}
     for s in prune(reg):
         if s.get("mode") == "adopted":
             sid = s["session_id"]

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import secrets
-from typing import Any
 
 from rtdebug.common.errors import HarnessError
 from rtdebug.inject import runner as inject
 from rtdebug.registry.entry import ATTACHABLE_STATES
 from rtdebug.registry.files import Registry
+from rtdebug.registry.schema import SessionEntry
 
 _CONFIGURE = (  # ``rtdebug.rank.adopted.set_stop_on``: its answer, or "not adopted" where rtdebug never ran
     "import sys\nm = sys.modules.get('rtdebug.rank.adopted')\n"
@@ -43,7 +43,7 @@ def summary(answers: list[str]) -> str:
     return f"rtdebug: {len(answers)} ranks stop on {text} {when}"
 
 
-def configure(reg: Registry, session: dict[str, Any], spec: str, method: str, as_json: bool = False) -> int:
+def configure(reg: Registry, session: SessionEntry, spec: str, method: str, as_json: bool = False) -> int:
     sid = session["session_id"]
     live = [r for r in reg.ranks(sid) if reg.live_rank(r) and r["state"] in ATTACHABLE_STATES]
     if not live:

@@ -25,11 +25,11 @@ from rtdebug.common.procinfo import is_alive
 from rtdebug.registry.entry import ATTACHABLE_STATES
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import prune
+from rtdebug.registry.schema import ListedSession, RankEntry
 from rtdebug.registry.table import world_size
 from rtdebug.views.api import ViewOptions, Views
 
 URI = "vscode://rtdebug.rtdebug-vscode/attach?session={sid}&rank={rank}"
-Entry = dict[str, Any]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -60,7 +60,7 @@ class AttachOptions(Options):
 OPTIONS = AttachOptions
 
 
-def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], summary: str) -> None:
     p = sub.add_parser(
         "attach",
         help=summary,
@@ -81,7 +81,7 @@ def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
     view_options(p)
 
 
-def _rank_ready(views: Views, reg: Registry, sid: str, rank: int, timeout: float) -> Entry:
+def _rank_ready(views: Views, reg: Registry, sid: str, rank: int, timeout: float) -> RankEntry:
     """Wait until rank ``rank`` of session ``sid`` can be attached; its entry."""
     deadline = time.monotonic() + timeout
     while True:
@@ -118,7 +118,7 @@ def _rank_ready(views: Views, reg: Registry, sid: str, rank: int, timeout: float
         time.sleep(0.1)
 
 
-def _check_trust(entry: Entry, session: Entry, rank: int, explicit: bool) -> bool:
+def _check_trust(entry: RankEntry, session: ListedSession, rank: int, explicit: bool) -> bool:
     """Refuse an unverified rank entry unless its session was named; say where a remote rank is.
     Returns whether the rank's host is this machine."""
     sid, where = session["session_id"], f"{entry['host']}:{entry['port']}"
@@ -141,7 +141,7 @@ def _check_trust(entry: Entry, session: Entry, rank: int, explicit: bool) -> boo
     return local
 
 
-def _chosen(views: Views, session: Entry, spec: str, timeout: float) -> list[int]:
+def _chosen(views: Views, session: ListedSession, spec: str, timeout: float) -> list[int]:
     """The ranks a mesh selector chooses, once the session's verified entries name their meshes (a rank
     publishes a mesh when the job makes it: wait for that as for readiness)."""
     sid = session["session_id"]
@@ -189,7 +189,9 @@ def run(opts: AttachOptions) -> int:
     return 0
 
 
-def _attach_one(views: Views, reg: Registry, session: Entry, rank: int, timeout: float, explicit: bool) -> Entry:
+def _attach_one(
+    views: Views, reg: Registry, session: ListedSession, rank: int, timeout: float, explicit: bool
+) -> dict[str, Any]:  # ``attach --json``'s answer
     sid = session["session_id"]
     entry = _rank_ready(views, reg, sid, rank, timeout)
     local = _check_trust(entry, session, rank, explicit=explicit)
@@ -205,7 +207,7 @@ def _attach_one(views: Views, reg: Registry, session: Entry, rank: int, timeout:
         entry["port"],
         entry.get("cwd", "${workspaceFolder}"),
     )
-    out = {
+    out: dict[str, Any] = {
         "session_id": sid,
         "rank": rank,
         "host": entry["host"],

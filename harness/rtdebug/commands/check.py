@@ -26,6 +26,7 @@ from rtdebug.commands.options import Options, session_arg, view_options
 from rtdebug.common import selector, stopon
 from rtdebug.common.errors import HarnessError, usage
 from rtdebug.common.ports import parse_rank_list
+from rtdebug.registry.schema import ListedSession, RankEntry
 from rtdebug.views.api import ViewOptions
 
 # the Attach to Ranks… wording (attach.py's, with rank lists in it) for a spec that is neither form
@@ -52,7 +53,7 @@ class CheckOptions(Options):
 OPTIONS = CheckOptions
 
 
-def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], summary: str) -> None:
     p = sub.add_parser(
         "check",
         help=summary,
@@ -94,18 +95,18 @@ def wait(policy: str) -> dict[str, Any]:
     return {"wait": policy.strip().lower(), "form": "ranks", "ranks": None if ranks is None else sorted(ranks)}
 
 
-def dimensions(entries: list[dict[str, Any]]) -> str:
+def dimensions(entries: list[RankEntry]) -> str:
     """``dp (0-1), tp (0-3)``: the valid dimensions, as the selector's refusals list them."""
     return ", ".join(f"{d} (0-{s - 1})" for d, s in selector.dims_of(entries).items()) or _NO_MESH
 
 
-def _world_size(session: dict[str, Any]) -> int:
+def _world_size(session: ListedSession) -> int:
     from rtdebug.registry.table import world_size
 
     return world_size(session)
 
 
-def ranks(spec: str, session: dict[str, Any] | None) -> dict[str, Any]:
+def ranks(spec: str, session: ListedSession | None) -> dict[str, Any]:
     """What the rank selector ``spec`` chooses (in ``session`` when given); a HarnessError when refused."""
     text = spec.strip()
     mesh = selector.is_mesh(text)
@@ -144,7 +145,7 @@ def ranks(spec: str, session: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-def _session(opts: CheckOptions) -> dict[str, Any] | None:
+def _session(opts: CheckOptions) -> ListedSession | None:
     if opts.session is None:
         return None
     from rtdebug.registry.files import Registry

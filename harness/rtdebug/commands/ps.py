@@ -9,11 +9,13 @@ import argparse
 import dataclasses
 import json
 import sys
+from typing import TypeVar
 
 from rtdebug.commands.options import Options, view_options
 from rtdebug.registry.entry import SCHEMA_VERSION
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import ended_sessions, prune
+from rtdebug.registry.schema import SessionWithRanks
 from rtdebug.registry.table import format_table, pg_timeout
 from rtdebug.views.api import ViewOptions, Views
 from rtdebug.views.remote import skipped_line
@@ -30,7 +32,7 @@ class PsOptions(Options):
 OPTIONS = PsOptions
 
 
-def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], summary: str) -> None:
     p = sub.add_parser(
         "ps",
         help=summary,
@@ -42,7 +44,10 @@ def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
     view_options(p)
 
 
-def _only(sessions: list[dict], spec: str | None) -> list[dict]:
+S = TypeVar("S", bound=SessionWithRanks)  # a listed (live) or an ended session
+
+
+def _only(sessions: list[S], spec: str | None) -> list[S]:
     """Each session with only the ranks ``--rank`` chooses (mesh coordinates: among its verified entries)."""
     if spec is None:
         return sessions
@@ -57,14 +62,16 @@ def _only(sessions: list[dict], spec: str | None) -> list[dict]:
         raise usage(exc.message.replace("--wait", "--rank")) from None
     if mesh:
         selector.parse(spec)  # a malformed selector is one line, whatever the sessions hold
-    out = []
+    out: list[S] = []
     for s in sessions:
-        known = [r for r in s.get("ranks", []) if r.get("verified") is not False]
+        each: SessionWithRanks = s
+        known = [r for r in each.get("ranks", []) if r.get("verified") is not False]
         chosen = numbers
         if mesh:
             chosen = selector.resolve(spec, known) if selector.dims_of(known) else frozenset()
-        ranks = [r for r in s.get("ranks", []) if chosen is None or r["rank"] in chosen]
-        out.append(dict(s, ranks=ranks))
+        only = s.copy()
+        only["ranks"] = [r for r in each.get("ranks", []) if chosen is None or r["rank"] in chosen]
+        out.append(only)
     return out
 
 
@@ -72,7 +79,7 @@ def _unreadable_lines(reg: Registry) -> list[str]:
     return [f"rtdebug: warning: unreadable registry entry {why}" for why in sorted(reg.unreadable.values())]
 
 
-def _trust_note(s: dict) -> str | None:
+def _trust_note(s: SessionWithRanks) -> str | None:
     """How much of a remote session no secret here verifies (None: all of it is verified)."""
     bad = [str(r["rank"]) for r in s.get("ranks", []) if r.get("verified") is False]
     if s.get("verified") is False:
@@ -112,9 +119,11 @@ def run(opts: PsOptions) -> int:
     if not live and not ended:
         print("no live rtdebug sessions")
         return 0
-    for s in live + ended:
+    shown: list[tuple[SessionWithRanks, str]] = [(s, s.get("source", "local")) for s in live]
+    shown += [(s, "local") for s in ended]  # an ended session is one of this machine's files
+    for s, source in shown:
         ports = f"ports {s['ports'][0]}-{s['ports'][-1]}" if s.get("ports") else "no local ports"
-        where = "" if s.get("source", "local") == "local" else f"  via {s['source']}"
+        where = "" if source == "local" else f"  via {source}"
         where += "  [unverified]" if s.get("verified") is False else ""
         where += f"  {pg_timeout(s)}" if pg_timeout(s) else ""
         print(

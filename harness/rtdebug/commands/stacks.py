@@ -13,7 +13,7 @@ import dataclasses
 import functools
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rtdebug.commands.options import Options, session_arg
 from rtdebug.common import selector
@@ -22,6 +22,7 @@ from rtdebug.common.ports import parse_rank_list
 from rtdebug.registry.entry import LIVE_RANK_STATES, LIVE_SESSION_STATES
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import prune
+from rtdebug.registry.schema import ListedSession, RankEntry
 from rtdebug.registry.table import world_size
 from rtdebug.stacks import format as stackformat
 from rtdebug.stacks import history as stackhistory
@@ -30,6 +31,9 @@ from rtdebug.stacks.collect import collect, records, select_ranks
 from rtdebug.stacks.native import find_py_spy
 from rtdebug.views.api import Views
 from rtdebug.views.local import LocalView
+
+if TYPE_CHECKING:
+    from rtdebug.views.remote import RemoteView
 
 HISTORY_MAX = 64  # what each rank sends (rtdebug.stacks.flight.KEEP)
 TIMEOUT_S = 3.0
@@ -75,7 +79,7 @@ class StacksOptions(Options):
 OPTIONS = StacksOptions
 
 
-def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], summary: str) -> None:
     p = sub.add_parser(
         "stacks",
         help=summary,
@@ -118,7 +122,9 @@ def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
     )
 
 
-def _ranks(session: dict[str, Any], rank_spec: str | None, entries: list[dict] | None = None) -> frozenset[int] | None:
+def _ranks(
+    session: ListedSession, rank_spec: str | None, entries: list[RankEntry] | None = None
+) -> frozenset[int] | None:
     """The ranks ``--rank`` chooses: rank numbers, or mesh coordinates (``dp=0,tp=*``) resolved against the
     session's verified rank entries (``entries``, else the session's own ``ranks``)."""
     if rank_spec is None:
@@ -142,7 +148,7 @@ def _ranks(session: dict[str, Any], rank_spec: str | None, entries: list[dict] |
 
 def _store_snapshot(
     endpoint: str, session_id: str | None, rank_spec: str | None, timeout: float, instant: bool = False
-) -> dict:
+) -> dict[str, Any]:
     from rtdebug.views import store
 
     view = store.StoreView(*_endpoint(endpoint), explicit=True)
@@ -157,7 +163,7 @@ def _store_snapshot(
         view.close()
 
 
-def _remote_session(view: Any, session_id: str | None, where: str) -> dict[str, Any]:
+def _remote_session(view: RemoteView, session_id: str | None, where: str) -> ListedSession:
     """The named session (any of a multi-node job's node ids), else the newest verified one; must be live."""
     if session_id is None:
         session = Views([view]).find_session(None)
@@ -182,7 +188,7 @@ def _endpoint(endpoint: str) -> tuple[str, int]:
 
 def _ray_snapshot(
     address: str, session_id: str | None, rank_spec: str | None, timeout: float, instant: bool = False
-) -> dict:
+) -> dict[str, Any]:
     from rtdebug.views import ray
 
     view = ray.open_view(type("Opts", (), {"ray_address": address})())
@@ -205,7 +211,7 @@ def _local_snapshot(
     timeout: float,
     instant: bool = False,
     history: int | None = None,
-) -> dict:
+) -> dict[str, Any]:
     reg = Registry()
     prune(reg)
     # stacks are taken by signal, so only this machine's sessions (its files) can answer
@@ -246,7 +252,7 @@ def _local_snapshot(
 
 def _from_env(
     session_id: str | None, rank_spec: str | None, timeout: float, local: HarnessError, instant: bool = False
-) -> dict:
+) -> dict[str, Any]:
     """No such session here: the job ``ps`` shows from ``$RTDEBUG_STORE`` / ``$RAY_ADDRESS`` (a laptop set up
     once, and the VS Code extension, which names a session ``ps`` listed), else the local error."""
     for var, take in (("RTDEBUG_STORE", _store_snapshot), ("RAY_ADDRESS", _ray_snapshot)):

@@ -15,7 +15,8 @@ from rtdebug.commands.options import Options, session_arg, view_options
 from rtdebug.common.errors import HarnessError, usage
 from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import prune
-from rtdebug.views.api import Entry, ViewOptions, Views
+from rtdebug.registry.schema import ListedSession
+from rtdebug.views.api import ViewOptions, Views
 from rtdebug.views.remote import skipped_line
 
 
@@ -29,7 +30,7 @@ class StopOptions(Options):
 OPTIONS = StopOptions
 
 
-def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], summary: str) -> None:
     p = sub.add_parser(
         "stop",
         help=summary,
@@ -41,7 +42,7 @@ def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
     view_options(p)
 
 
-def _pick(views: Views, live: list[Entry], session_id: str | None) -> list[Entry]:
+def _pick(views: Views, live: list[ListedSession], session_id: str | None) -> list[ListedSession]:
     if session_id is not None:
         return [views.find_session(session_id)]
     trusted = [s for s in live if s.get("verified") is not False]
@@ -54,7 +55,7 @@ def _pick(views: Views, live: list[Entry], session_id: str | None) -> list[Entry
     raise usage(f"{len(trusted)} live sessions; pick one with --session ID or use --all")
 
 
-def _stop_each(views: Views, live: list[Entry]) -> int:
+def _stop_each(views: Views, live: list[ListedSession]) -> int:
     failed = 0
     for s in sorted(live, key=lambda s: s.get("source", "local") != "local"):
         sid = s["session_id"]

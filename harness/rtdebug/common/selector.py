@@ -10,6 +10,7 @@ shell resolves against rank entries, a rank against its own coordinates.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +63,7 @@ def parse(text: str, flag: str = "--rank") -> list[Term]:
     return terms
 
 
-def dims_of(entries: list[dict[str, Any]]) -> dict[str, int]:
+def dims_of(entries: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     """Every dimension the entries' meshes name, with its size."""
     sizes: dict[str, int] = {}
     for e in entries:
@@ -72,7 +73,7 @@ def dims_of(entries: list[dict[str, Any]]) -> dict[str, int]:
     return sizes
 
 
-def meshes_of(entry: dict[str, Any]) -> list[dict[str, Any]]:
+def meshes_of(entry: Mapping[str, Any]) -> list[dict[str, Any]]:
     """An entry's meshes that have the shape rtdebug writes (an entry may come from a store: forgeable)."""
     out = []
     for m in entry.get("meshes") or []:
@@ -94,7 +95,7 @@ def meshes_of(entry: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def coords_of(entry: dict[str, Any]) -> dict[str, int]:
+def coords_of(entry: Mapping[str, Any]) -> dict[str, int]:
     out: dict[str, int] = {}
     for m in meshes_of(entry):
         for d, c in zip(m["dims"], m["coord"], strict=False):
@@ -102,7 +103,7 @@ def coords_of(entry: dict[str, Any]) -> dict[str, int]:
     return out
 
 
-def label(entry: dict[str, Any]) -> str:
+def label(entry: Mapping[str, Any]) -> str:
     """``dp=0, tp=1``: the coordinates ``ps`` and the stacks show (the first mesh's dims first)."""
     return ", ".join(f"{d}={c}" for d, c in coords_of(entry).items())
 
@@ -121,7 +122,7 @@ def matches(terms: list[Term], coords: dict[str, int]) -> bool:
     return all(t.dim in coords and (t.values is None or coords[t.dim] in t.values) for t in terms)
 
 
-def resolve(text: str, entries: list[dict[str, Any]], flag: str = "--rank") -> frozenset[int]:
+def resolve(text: str, entries: Sequence[Mapping[str, Any]], flag: str = "--rank") -> frozenset[int]:
     """The ranks among ``entries`` that a mesh selector ``text`` chooses (checked against their meshes)."""
     terms = parse(text, flag)
     check(terms, dims_of(entries), flag)

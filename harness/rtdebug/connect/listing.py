@@ -14,6 +14,7 @@ import ipaddress
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +22,6 @@ from rtdebug.common.errors import HarnessError
 from rtdebug.registry import collseq
 from rtdebug.registry.entry import LIVE_SESSION_STATES, SCHEMA_VERSION, problem, valid_session_id
 
-Entry = dict[str, Any]
 MAX_SESSIONS = 256
 MAX_RANKS = 8192
 HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,253})?")
@@ -92,7 +92,7 @@ class RemoteRank:
     node_rank: int
     node_ip: str | None
     pid: int
-    entry: Entry  # the whitelisted fields, for the local entry
+    entry: dict[str, Any]  # the whitelisted fields, for the local entry
 
 
 @dataclass
@@ -104,7 +104,7 @@ class RemoteSession:
     ranks: list[RemoteRank]
     nodes: dict[int, str] = field(default_factory=dict)  # node rank -> address
     home_node: int | None = None  # the node rank of the host that answered
-    entry: Entry = field(default_factory=dict)
+    entry: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -117,7 +117,7 @@ def _bad(where: str, why: str) -> HarnessError:
     return HarnessError(f"{where}: `rtdebug ps --json` printed {why}; not used")
 
 
-def _meshes(value: Any) -> list[Entry] | None:
+def _meshes(value: Any) -> list[dict[str, Any]] | None:
     if not isinstance(value, list) or len(value) > 16:
         return None
     out = []
@@ -131,7 +131,7 @@ def _meshes(value: Any) -> list[Entry] | None:
             ok = ok and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in nums or [])
         if not ok:
             return None
-        one: Entry = {"dims": dims, "shape": shape, "coord": coord}
+        one: dict[str, Any] = {"dims": dims, "shape": shape, "coord": coord}
         for k in ("groups", "descs"):
             texts = m.get(k)
             if isinstance(texts, list) and len(texts) <= 8 and all(isinstance(g, str) and len(g) <= 256 for g in texts):
@@ -140,10 +140,10 @@ def _meshes(value: Any) -> list[Entry] | None:
     return out
 
 
-def _stop(value: Any) -> Entry | None:
+def _stop(value: Any) -> dict[str, Any] | None:
     if not isinstance(value, dict) or value.get("kind") not in STOP_KINDS or not isinstance(value.get("reason"), str):
         return None
-    out: Entry = {"kind": value["kind"], "reason": value["reason"][:500]}
+    out: dict[str, Any] = {"kind": value["kind"], "reason": value["reason"][:500]}
     if isinstance(value.get("origin"), bool) or value.get("origin") is None:
         out["origin"] = value.get("origin")
     if isinstance(value.get("step"), int) and not isinstance(value.get("step"), bool):
@@ -151,7 +151,7 @@ def _stop(value: Any) -> Entry | None:
     return out
 
 
-def _collective(value: Any) -> Entry | None:
+def _collective(value: Any) -> dict[str, Any] | None:
     """The rank's last collective, every field of its type and printable, else None (left out)."""
     if not collseq.plausible(value):
         return None
@@ -160,7 +160,7 @@ def _collective(value: Any) -> Entry | None:
     return out if whole and not any(collseq.has_control(out[k]) for k in ("func", "shapes", "dtype")) else None
 
 
-def _debug(value: Any) -> Entry | None:
+def _debug(value: Any) -> dict[str, Any] | None:
     """What the rank's debugger is doing (stopped at file:line, paused by all-stop ...: ``ps``'s STATE), each
     field of its type or None, else None (left out): the node's own word on where the rank stands."""
     if not isinstance(value, dict) or value.get("state") not in DEBUG_STATES:
@@ -168,7 +168,7 @@ def _debug(value: Any) -> Entry | None:
     since = value.get("since")
     if not isinstance(since, (int, float)) or isinstance(since, bool) or not math.isfinite(since):
         return None
-    out: Entry = {"state": value["state"], "since": since}
+    out: dict[str, Any] = {"state": value["state"], "since": since}
     for k in ("reason", "file"):
         v = value.get(k)
         out[k] = v if isinstance(v, str) and len(v) <= MAX_TEXT and not collseq.has_control(v) else None
@@ -187,7 +187,7 @@ def _rank(r: Any, sid: str, where: str) -> RemoteRank:
     node_ip = r.get("node_ip")
     if node_ip is not None and not is_address(node_ip):
         raise _bad(where, f"rank {r['rank']} with a bad node address {str(node_ip)[:60]!r}")
-    entry: Entry = {k: r[k] for k in ("rank", "world_size", "local_rank", "state", "pid")}
+    entry: dict[str, Any] = {k: r[k] for k in ("rank", "world_size", "local_rank", "state", "pid")}
     entry["session_id"] = sid
     entry.update(plain(r, PLAIN))
     if (m := _meshes(r.get("meshes"))) is not None:
@@ -202,10 +202,10 @@ def _rank(r: Any, sid: str, where: str) -> RemoteRank:
     return RemoteRank(r["rank"], r["host"], r["port"], r["state"], node_rank, node_ip, r["pid"], entry)
 
 
-def plain(value: Entry, fields: dict[str, tuple[type, ...]]) -> Entry:
+def plain(value: Mapping[str, Any], fields: dict[str, tuple[type, ...]]) -> dict[str, Any]:
     """The ``fields`` of ``value`` that have their JSON type (a bool is no number), finite, and texts at most
     ``MAX_TEXT`` long: a forged field is left out, never copied into an entry a local reader trusts."""
-    out: Entry = {}
+    out: dict[str, Any] = {}
     for k, types in fields.items():
         v = value.get(k)
         if k not in value or not isinstance(v, types) or (isinstance(v, bool) and bool not in types):

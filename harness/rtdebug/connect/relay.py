@@ -30,6 +30,7 @@ from typing import Any
 
 from rtdebug.common.errors import HarnessError, printable
 from rtdebug.connect.secretsock import private_socket
+from rtdebug.registry.schema import SessionEntry
 
 RELAY_SOCKET = "relay.sock"
 MAX_REQUEST = 4096
@@ -211,7 +212,7 @@ def _answer(data: bytes, host: str) -> tuple[int, bytes, str]:
     return h["rc"], out, printable(h["err"][:2000])
 
 
-def stacks(session_dir: Path, session: dict[str, Any], req: StacksRequest) -> dict[str, Any]:
+def stacks(session_dir: Path, session: SessionEntry, req: StacksRequest) -> dict[str, Any]:
     """The snapshot of a connected ``session``, taken on its home node by that node's own ``rtdebug stacks``
     (through this session's ``connect``), read as hostile input; one line when it cannot be had."""
     from rtdebug.connect import remotesnap

@@ -22,7 +22,7 @@ from rtdebug.common.errors import HarnessError
 MAX_TEXT = 4096
 MAX_NATIVE = 1 << 16
 KINDS = ("user", "library", "internal")
-Entry = dict[str, Any]
+Json = dict[str, Any]  # one JSON object of the snapshot, its fields checked
 
 
 class Bad(Exception):
@@ -60,7 +60,7 @@ def _opt(v: Any, ok: Callable[[Any], bool]) -> Any:
     return v if v is None or ok(v) else None
 
 
-def _fields(d: Any, where: str, spec: dict[str, Callable[[Any], bool]]) -> Entry:
+def _fields(d: Any, where: str, spec: dict[str, Callable[[Any], bool]]) -> Json:
     """The ``spec`` keys of ``d``, each passing its check (all required)."""
     _need(isinstance(d, dict), where)
     for k, ok in spec.items():
@@ -68,12 +68,12 @@ def _fields(d: Any, where: str, spec: dict[str, Callable[[Any], bool]]) -> Entry
     return {k: d[k] for k in spec}
 
 
-def _frame(f: Any, where: str) -> Entry:
+def _frame(f: Any, where: str) -> Json:
     return _fields(f, where, {"file": _text, "line": lambda v: v is None or _int(v), "function": _text,
                               "kind": lambda v: v in KINDS})  # fmt: skip
 
 
-def _thread(t: Any, where: str) -> Entry:
+def _thread(t: Any, where: str) -> Json:
     out = _fields(t, where, {"rank": lambda v: _int(v) and v >= 0, "main": lambda v: isinstance(v, bool)})
     out["id"] = _opt(t.get("id"), lambda v: _text(v, 64))
     out["name"] = _opt(t.get("name"), lambda v: _text(v, 256))
@@ -83,7 +83,7 @@ def _thread(t: Any, where: str) -> Entry:
     return out
 
 
-def _scalars(d: Any, where: str) -> Entry:
+def _scalars(d: Any, where: str) -> Json:
     """A flat object of JSON scalars (a group's ``collectives`` entry): texts bounded, nothing nested."""
     _need(isinstance(d, dict) and len(d) <= 32, where)
     return {str(k)[:64]: v for k, v in d.items() if v is None or isinstance(v, (bool, int)) or _num(v) or _text(v)}
@@ -112,7 +112,7 @@ def _native(v: Any) -> Any:
     return out
 
 
-def _group(g: Any, where: str) -> Entry:
+def _group(g: Any, where: str) -> Json:
     out = _fields(g, where, {"label": _text, "debugger": lambda v: isinstance(v, bool)})
     out["ranks"] = _list(g.get("ranks"), f"{where}.ranks", _rank)
     _need(bool(out["ranks"]), f"{where}.ranks")
@@ -129,10 +129,10 @@ def _group(g: Any, where: str) -> Entry:
     return out
 
 
-def _history(h: Any, where: str) -> Entry:
+def _history(h: Any, where: str) -> Json:
     """``stacks --history``'s table (``rtdebug.stacks.history.align``), its cells' rank keys as ints again."""
 
-    def row(r: Any, at: str) -> Entry:
+    def row(r: Any, at: str) -> Json:
         out = _fields(r, at, {"seq": _int, "differs": lambda v: isinstance(v, bool)})
         cells = r.get("cells")
         _need(isinstance(cells, dict) and all(str(k).isdigit() and _text(v, 512) for k, v in cells.items()), at)
@@ -140,7 +140,7 @@ def _history(h: Any, where: str) -> Entry:
         out["entered"] = _list(r.get("entered"), f"{at}.entered", _rank)
         return out
 
-    def grp(g: Any, at: str) -> Entry:
+    def grp(g: Any, at: str) -> Json:
         out = _fields(g, at, {"pg": lambda v: _text(v, 256), "desc": lambda v: _text(v, 512)})
         out["rows"] = _list(g.get("rows"), f"{at}.rows", row)
         out["first_divergence"] = _opt(g.get("first_divergence"), _int)
@@ -151,7 +151,7 @@ def _history(h: Any, where: str) -> Entry:
             "without": _list(h.get("without"), f"{where}.without", _rank)}  # fmt: skip
 
 
-def _motion(m: dict[str, Any]) -> Entry:
+def _motion(m: dict[str, Any]) -> Json:
     advanced = m.get("advanced")
     advanced = advanced if isinstance(advanced, dict) else {}
     return {
@@ -163,7 +163,7 @@ def _motion(m: dict[str, Any]) -> Entry:
     }
 
 
-def _detail(spec: dict[str, Callable[[Any], bool]]) -> Callable[[Any, str], Entry]:
+def _detail(spec: dict[str, Callable[[Any], bool]]) -> Callable[[Any, str], Json]:
     return lambda d, where: _fields(d, where, {"rank": lambda v: _int(v) and v >= 0, **spec})
 
 
@@ -173,7 +173,7 @@ OPTIONAL: dict[str, Callable[[Any], bool]] = {  # top-level keys kept when of th
 }  # fmt: skip
 
 
-def _snapshot(data: Any, session_id: str) -> Entry:
+def _snapshot(data: Any, session_id: str) -> Json:
     snap = _fields(data, "snapshot", {"session_id": lambda v: v == session_id, "taken_at": _num,
                                       "elapsed_s": _num})  # fmt: skip
     snap["groups"] = _list(data.get("groups"), "groups", _group)
@@ -209,7 +209,7 @@ def _snapshot(data: Any, session_id: str) -> Entry:
     return snap
 
 
-def parse(raw: bytes, session_id: str, host: str) -> Entry:
+def parse(raw: bytes, session_id: str, host: str) -> Json:
     """The snapshot ``raw`` (a node's ``stacks --json``) says for ``session_id``; one line if it is not one."""
     try:
         data = json.loads(raw)

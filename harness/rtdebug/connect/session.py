@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from rtdebug.views.ray import RayView
     from rtdebug.views.store import StoreView
 
-Entry = dict[str, Any]
 LIST_TIMEOUT_S = 60.0
 PICK_TRIES = 20  # free local ports tried for one rank when no --local-port-base is given
 
@@ -127,7 +126,7 @@ class Connection:
         self.remote: RemoteSession | None = None
         self.registered = False
         self.unverified = False
-        self.written: dict[int, Entry] = {}
+        self.written: dict[int, dict[str, Any]] = {}
         self.ports: list[int] = []  # rank -> its entry as last written (less updated_at)
         self.store_view: StoreView | None = None  # on the forwarded store: refresh reads it
         self.ray_view: RayView | None = None  # on the forwarded GCS (a Ray run): refresh reads it
@@ -208,9 +207,16 @@ class Connection:
         self.sid = sid
         self.registered = True
 
-    def _rank_entry(self, r: RemoteRank, node: str, link: Link, port: int) -> Entry:
+    def _rank_entry(self, r: RemoteRank, node: str, link: Link, port: int) -> dict[str, Any]:
         now = time.time()
-        e: Entry = {"node_rank": r.node_rank, "lazy": False, "wait": False, "attach_count": 0, "script": "", "cwd": ""}
+        e: dict[str, Any] = {
+            "node_rank": r.node_rank,
+            "lazy": False,
+            "wait": False,
+            "attach_count": 0,
+            "script": "",
+            "cwd": "",
+        }
         e.update(r.entry)
         e.update(
             schema_version=SCHEMA_VERSION,

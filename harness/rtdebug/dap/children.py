@@ -17,10 +17,10 @@ from rtdebug.common.ports import parse_rank_list
 from rtdebug.common.procinfo import is_alive
 from rtdebug.registry.entry import ATTACHABLE_STATES, LIVE_SESSION_STATES
 from rtdebug.registry.liveness import judge
+from rtdebug.registry.schema import ListedSession, RankEntry
 from rtdebug.registry.table import debug_state
 from rtdebug.views.api import Views
 
-Entry = dict[str, Any]
 RankKey = tuple[int, int, float, int]  # (rank, pid, create time, port): one rank process, where it listens
 # the parent's attach arguments a child must not inherit (as debugpy's adapter drops them for a subprocess)
 NOT_INHERITED = ("processId", "listen", "preLaunchTask", "postDebugTask", "request", "restart", "host", "port",
@@ -50,20 +50,20 @@ class RankChoice:
             raise usage(f"--ranks {text}: selects no rank")
         return cls(text, numbers)
 
-    def wants(self, entry: Entry) -> bool:
+    def wants(self, entry: RankEntry) -> bool:
         if self.terms:
             return selector.matches(list(self.terms), selector.coords_of(entry))
         return self.numbers is None or entry["rank"] in self.numbers
 
 
-def child_name(entry: Entry) -> str:
+def child_name(entry: RankEntry) -> str:
     """``rank 1``, or ``rank 1 (dp=0,tp=1)`` on a mesh."""
     coords = selector.coords_of(entry)
     where = ",".join(f"{d}={c}" for d, c in coords.items())
     return f"rank {entry['rank']}" + (f" ({where})" if where else "")
 
 
-def rank_address(entry: Entry) -> tuple[str, int]:
+def rank_address(entry: RankEntry) -> tuple[str, int]:
     """Where a client here connects for this rank (a rank on another node: its node's address when it binds
     every interface; a loopback one there needs a tunnel, as ``rtdebug attach`` says)."""
     if entry.get("node_ip"):
@@ -73,13 +73,13 @@ def rank_address(entry: Entry) -> tuple[str, int]:
     return str(entry["host"]), int(entry["port"])
 
 
-def marker(entry: Entry) -> Entry:
+def marker(entry: RankEntry) -> dict[str, int]:
     """What a child's configuration carries (``rtdebugRank``) so that, connecting back to the job endpoint
     (``rtdebug.dap.relay``), it names its rank; a client that connects to ``connect`` never uses it."""
     return {"rank": int(entry["rank"]), "pid": int(entry.get("pid") or 0)}
 
 
-def child_configuration(entry: Entry, parent: Entry) -> Entry:
+def child_configuration(entry: RankEntry, parent: dict[str, Any]) -> dict[str, Any]:
     """The ``startDebugging`` configuration for one rank: the parent's attach arguments (its ``type``,
     ``justMyCode``, path mappings...) less the ones that name the parent, plus the rank's name and address."""
     config = {k: v for k, v in parent.items() if k not in NOT_INHERITED and not k.startswith("__")}
@@ -89,18 +89,18 @@ def child_configuration(entry: Entry, parent: Entry) -> Entry:
     return config
 
 
-def key_of(entry: Entry) -> RankKey:
+def key_of(entry: RankEntry) -> RankKey:
     return (int(entry["rank"]), int(entry.get("pid") or 0), float(entry.get("create_time") or 0.0), int(entry["port"]))
 
 
-def attachable(entry: Entry, local: bool) -> bool:
+def attachable(entry: RankEntry, local: bool) -> bool:
     """Could a client attach to this rank now (what ``rtdebug attach`` waits for)?"""
     if local and not is_alive(entry["pid"], entry["create_time"]):
         return False
     return entry["state"] in ATTACHABLE_STATES or (entry["state"] == "failed" and local)
 
 
-def live_session(views: Views, session_id: str) -> Entry | None:
+def live_session(views: Views, session_id: str) -> ListedSession | None:
     """The session now, or None once it is over (ended, stopped, or its processes gone)."""
     s = views.session(session_id)
     if s is None or s.get("state") not in LIVE_SESSION_STATES:
@@ -110,7 +110,7 @@ def live_session(views: Views, session_id: str) -> Entry | None:
     return s
 
 
-def new_ranks(session: Entry, choice: RankChoice, seen: set[RankKey]) -> list[Entry]:
+def new_ranks(session: ListedSession, choice: RankChoice, seen: set[RankKey]) -> list[RankEntry]:
     """The chosen ranks a client could attach to now that have no child yet, in rank order."""
     local = session.get("source", "local") == "local"
     out = []
@@ -122,7 +122,7 @@ def new_ranks(session: Entry, choice: RankChoice, seen: set[RankKey]) -> list[En
     return out
 
 
-def state_lines(session: Entry, choice: RankChoice, known: dict[int, str]) -> list[str]:
+def state_lines(session: ListedSession, choice: RankChoice, known: dict[int, str]) -> list[str]:
     """``rank 1: stopped at train.py:41 (breakpoint)`` for each chosen rank whose debug state (the entry's
     ``debug`` field, as ``rtdebug ps`` shows it) changed since ``known``, which is updated; a rank's first
     state is told unless it is ``running``."""

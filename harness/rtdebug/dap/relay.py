@@ -17,13 +17,13 @@ import socket
 from typing import Any
 
 from rtdebug.dap import children, wire
+from rtdebug.registry.schema import ListedSession, RankEntry
 
-Entry = dict[str, Any]
 CONNECT_TIMEOUT_S = 10.0
 CHUNK = 1 << 16
 
 
-def find(session: Entry, mark: Any) -> Entry | None:
+def find(session: ListedSession, mark: Any) -> RankEntry | None:
     """The session's verified, attachable rank that ``mark`` names (rank and pid), else None."""
     if not isinstance(mark, dict):
         return None
@@ -38,7 +38,7 @@ def find(session: Entry, mark: Any) -> Entry | None:
     return None
 
 
-def open_rank(entry: Entry, initialize: wire.Message) -> tuple[socket.socket, io.BufferedReader, Entry]:
+def open_rank(entry: RankEntry, initialize: wire.Message) -> tuple[socket.socket, io.BufferedReader, wire.Message]:
     """Connect to the rank, send the client's ``initialize``; the socket, its reader, and the rank's
     capabilities (its answer, which the client does not see: it had the endpoint's)."""
     sock = socket.create_connection(children.rank_address(entry), timeout=CONNECT_TIMEOUT_S)

@@ -35,6 +35,7 @@ from rtdebug.common.threads import hidden_thread
 from rtdebug.registry import c10d
 from rtdebug.registry.entry import LIVE_RANK_STATES
 from rtdebug.registry.files import Registry
+from rtdebug.registry.schema import RankEntry, SessionEntry
 from rtdebug.stacks import collect as stacks
 from rtdebug.stacks import format as stackformat
 from rtdebug.stacks import jobwide, motion
@@ -71,7 +72,7 @@ def report(
     return snap
 
 
-def job_snapshot(session: dict[str, Any], timeout: float) -> dict[str, Any] | None:
+def job_snapshot(session: SessionEntry, timeout: float) -> dict[str, Any] | None:
     """Every live rank of the job through its store, on the node hosting it; else (or on failure) None."""
     from rtdebug.views.store import StoreView
 
@@ -104,7 +105,7 @@ def first_line(text: str, width: int = 200) -> str:
     return line if len(line) <= width else line[: width - 3] + "..."
 
 
-def still_key(snap: dict[str, Any]) -> tuple:
+def still_key(snap: dict[str, Any]) -> tuple[object, ...]:
     """What must stay the same for ``hang_s``: every rank's main-thread stack, and its collective position
     (the Flight Recorder's or the record's): a rank whose stack is the same (a long backward()) while DDP's
     all-reduces go on under it is moving, as ``rtdebug stacks`` says (``rtdebug.stacks.motion``)."""
@@ -136,9 +137,9 @@ class HangWatch:
         self.reg, self.sid, self.agent, self.hang_s = reg, session_id, agent, hang_s
         self.stream = stream or sys.stdout
         self.failed: set[int] = set()
-        self._last: tuple | None = None
+        self._last: tuple[object, ...] | None = None
         self._since = 0.0
-        self._reported: tuple | None = None
+        self._reported: tuple[object, ...] | None = None
         self._next_sample = time.monotonic() + self.interval
 
     @property
@@ -167,11 +168,11 @@ class HangWatch:
             self._next_sample = time.monotonic() + self.interval
             self.sample(entries)
 
-    def on_failure(self, new: list[dict[str, Any]], entries: list[dict[str, Any]]) -> None:
+    def on_failure(self, new: list[RankEntry], entries: list[RankEntry]) -> None:
         others = frozenset(e["rank"] for e in entries if e["state"] in LIVE_RANK_STATES)
         if not others:
             return
-        who = ", ".join(f"rank {e['rank']}" + (f" ({first_line(e['error'])})" if e.get("error") else "") for e in new)
+        who = ", ".join(f"rank {e['rank']}" + (f" ({first_line(err)})" if (err := e.get("error")) else "") for e in new)
         paused = self._signal_agent(signal.SIGSTOP)
         try:  # the paused agent may host the job's store: this node's ranks only, by signal
             header = f"rtdebug: {who} failed; where the other ranks are:"
@@ -180,7 +181,7 @@ class HangWatch:
             if paused:
                 self._signal_agent(signal.SIGCONT)
 
-    def sample(self, entries: list[dict[str, Any]]) -> None:
+    def sample(self, entries: list[RankEntry]) -> None:
         live = [e for e in entries if e["state"] in LIVE_RANK_STATES]
         if not live or any(e["state"] != "ready" or (e.get("wait") and not e.get("attach_count")) for e in live):
             self._last = None  # starting, attached, or waiting for a client: not a hang

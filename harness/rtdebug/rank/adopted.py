@@ -75,7 +75,7 @@ class Adoption:
     endpoint: Endpoint
     record: RankState
     stacks: dict[str, Any] | None  # what rtdebug.rank.startup.dumps armed
-    prior: Any  # runtime.endpoint before the adoption (None: the rank had none)
+    prior: Endpoint | None  # runtime.endpoint before the adoption (None: the rank had none)
     paths: list[str] = field(default_factory=list)  # added to sys.path, taken out again
 
 

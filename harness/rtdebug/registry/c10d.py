@@ -10,6 +10,7 @@ one per shell command (``StoreView.client``), and a rank's publisher and dump wa
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rtdebug.registry.entry import LIVE_RANK_STATES
@@ -35,7 +36,7 @@ def tick_key(run_id: str) -> str:
     return f"{PREFIX}/{run_id}/tick"
 
 
-def rounds_behind(ranks: list[dict[str, Any]], tick: int = 0) -> dict[int, float]:
+def rounds_behind(ranks: Sequence[Mapping[str, Any]], tick: int = 0) -> dict[int, float]:
     """Heartbeat rounds each live rank lags the job's logical clock (counted generously: ranks
     that stopped ticking still count as publishers, which only makes detection slower)."""
     live = [r for r in ranks if r.get("state") in LIVE_RANK_STATES]

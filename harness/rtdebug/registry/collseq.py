@@ -20,10 +20,11 @@ import mmap
 import os
 import stat
 import struct
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, TypeGuard
 
-from rtdebug.registry.schema import CollectiveRecord
+from rtdebug.registry.schema import CollectiveRecord, RankEntry
 
 MAGIC = b"RTDC"
 VERSION = 1
@@ -151,7 +152,7 @@ def decode(buf: bytes) -> CollectiveRecord | None:
     return record
 
 
-def plausible(rec: Any) -> bool:
+def plausible(rec: object) -> TypeGuard[CollectiveRecord]:
     """A record dict from a store or KV answer (or an entry's ``collective``) is as forgeable as any text:
     only the shapes its readers use, and no control characters in what they print."""
     return (
@@ -179,7 +180,7 @@ def call_site(file: object, line: object) -> str:
     return f"{os.path.basename(str(file or '?'))}:{line}"
 
 
-def where(rec: dict[str, Any]) -> str:
+def where(rec: Mapping[str, object]) -> str:
     """``ALLREDUCE #812 (train.py:42)``: how ``ps``, the verdict and the views name a record's collective."""
     return f"{name(rec.get('op'), rec.get('seq'))} ({call_site(rec.get('file'), rec.get('line', '?'))})"
 
@@ -190,7 +191,7 @@ def read(path: str | os.PathLike[str]) -> CollectiveRecord | None:
     return None if buf is None else decode(buf)
 
 
-def read_known(session_dir: str | os.PathLike[str], entry: dict[str, Any]) -> tuple[bool, CollectiveRecord | None]:
+def read_known(session_dir: str | os.PathLike[str], entry: RankEntry) -> tuple[bool, CollectiveRecord | None]:
     """(known, record) for what a rank entry names: known with None is a record armed before its first
     collective; not known is anything else unreadable, which must make no verdict rather than a wrong one."""
     info, rank = entry.get("collectives"), entry.get("rank")
@@ -225,6 +226,6 @@ def _read_bytes(path: str | os.PathLike[str]) -> bytes | None:
         os.close(fd)
 
 
-def read_entry(session_dir: str | os.PathLike[str], entry: dict[str, Any]) -> CollectiveRecord | None:
+def read_entry(session_dir: str | os.PathLike[str], entry: RankEntry) -> CollectiveRecord | None:
     """The record a rank entry names, only if it names rtdebug's own file for that rank."""
     return read_known(session_dir, entry)[1]

@@ -8,7 +8,9 @@ extension test suites both validate against.
 A damaged entry (empty, truncated, garbage, wrong shape) raises ``Unreadable``, never anything a
 reader would have to guess at: ``read_json`` checks the schema version and the type of every field
 readers index without checking.
-Their types (``SessionEntry``, ``RankEntry``) are in ``rtdebug.registry.schema``.
+Their types (``SessionEntry``, ``RankEntry``) are in ``rtdebug.registry.schema``; ``checked`` is the one place a
+value read from a file or a store becomes one, so readers take typed entries and trust the ``REQUIRED`` fields
+(any other field they read with ``.get`` and check: an entry is anyone's who reaches its store).
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ import secrets
 import stat
 import sys
 import time
+from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final, Literal, Protocol, TypeVar, cast, overload
 
 from rtdebug.common import atomic
 from rtdebug.common.procinfo import process_create_time
+from rtdebug.registry.schema import RankEntry, SessionEntry
 
 SCHEMA_VERSION: Final = 1
 LIVE_RANK_STATES = ("starting", "ready", "attached")
@@ -107,7 +111,7 @@ def session_entry(session_id: str, mode: str, **fields: Any) -> dict[str, Any]:
     }
 
 
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     atomic.write(path, json.dumps(data, indent=1, sort_keys=True).encode())
 
 
@@ -160,8 +164,34 @@ def read_bounded(path: Path, limit: int = MAX_ENTRY) -> bytes | None:
     return raw
 
 
-def read_json(path: Path) -> dict[str, Any] | None:
-    """The entry at ``path``; None if there is no file; ``Unreadable`` if it is not a valid entry."""
+@overload
+def checked(data: object, kind: Literal["session"]) -> SessionEntry: ...
+@overload
+def checked(data: object, kind: Literal["rank"]) -> RankEntry: ...
+def checked(data: object, kind: Literal["session", "rank"]) -> SessionEntry | RankEntry:
+    """``data`` (JSON from a file or a store: anyone's) as an entry of ``kind``, or ``Unreadable`` saying why
+    not: the one place an untrusted value becomes a typed entry, whose ``REQUIRED`` fields readers then trust."""
+    why = problem(data, kind)
+    if why is not None:
+        raise Unreadable(why)
+    return cast("SessionEntry | RankEntry", data)
+
+
+E = TypeVar("E", SessionEntry, RankEntry)
+
+
+def without(entry: E, keys: Collection[str]) -> E:
+    """``entry`` less ``keys``, its order kept: the fields a store adds beyond the schema (a heartbeat, a MAC),
+    which are never a schema field's (a schema field is never removed)."""
+    return cast(E, {k: v for k, v in entry.items() if k not in keys})
+
+
+@overload
+def read_json(path: Path, kind: Literal["session"]) -> SessionEntry | None: ...
+@overload
+def read_json(path: Path, kind: Literal["rank"]) -> RankEntry | None: ...
+def read_json(path: Path, kind: Literal["session", "rank"]) -> SessionEntry | RankEntry | None:
+    """The entry of ``kind`` at ``path``; None if there is no file; ``Unreadable`` if it is not a valid entry."""
     raw = read_bounded(path)
     if raw is None:
         return None
@@ -169,7 +199,7 @@ def read_json(path: Path) -> dict[str, Any] | None:
         data = json.loads(raw)
     except ValueError:
         raise Unreadable(f"{path}: {'empty file' if not raw.strip() else 'not valid JSON'}") from None
-    why = problem(data)
-    if why is not None:
-        raise Unreadable(f"{path}: {why}")
-    return data
+    try:
+        return checked(data, kind)
+    except Unreadable as exc:
+        raise Unreadable(f"{path}: {exc}") from None

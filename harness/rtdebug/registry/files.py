@@ -22,10 +22,10 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.filelocks import locked
@@ -36,6 +36,7 @@ from rtdebug.registry.entry import (
     valid_session_id,
     write_json_atomic,
 )
+from rtdebug.registry.schema import RankEntry, SessionEntry
 
 ENV_DIR = "RTDEBUG_REGISTRY_DIR"
 
@@ -53,9 +54,13 @@ class Registry:
         self.root = Path(root) if root is not None else default_root()
         self.unreadable: dict[Path, str] = {}  # path -> why, collected by every read
 
-    def _read(self, path: Path) -> dict[str, Any] | None:
+    @overload
+    def _read(self, path: Path, kind: Literal["session"]) -> SessionEntry | None: ...
+    @overload
+    def _read(self, path: Path, kind: Literal["rank"]) -> RankEntry | None: ...
+    def _read(self, path: Path, kind: Literal["session", "rank"]) -> SessionEntry | RankEntry | None:
         try:
-            entry = read_json(path)
+            entry = read_json(path, kind)
         except Unreadable as exc:
             self.unreadable[path] = str(exc)
             return None
@@ -119,24 +124,23 @@ class Registry:
         return locked(self.root / ".lock", timeout)
 
     # -- sessions -----------------------------------------------------------
-    def write_new_session(self, entry: dict[str, Any]) -> None:
+    def write_new_session(self, entry: Mapping[str, Any]) -> None:
         """Create the session's directory and entry (``liveness.reserve_session`` holds the lock)."""
         d = self.session_dir(entry["session_id"])
         d.mkdir(mode=0o700)
         write_json_atomic(d / "session.json", entry)
 
-    def read_session(self, session_id: str) -> dict[str, Any] | None:
-        return self._read(self.session_dir(session_id) / "session.json")
+    def read_session(self, session_id: str) -> SessionEntry | None:
+        return self._read(self.session_dir(session_id) / "session.json", "session")
 
     def update_session(self, session_id: str, **fields: Any) -> None:
         path = self.session_dir(session_id) / "session.json"
-        entry = self._read(path)
+        entry = self._read(path, "session")
         if entry is None:
             return
-        entry.update(fields, updated_at=time.time())
-        write_json_atomic(path, entry)
+        write_json_atomic(path, {**entry, **fields, "updated_at": time.time()})
 
-    def sessions(self) -> Iterator[dict[str, Any]]:
+    def sessions(self) -> Iterator[SessionEntry]:
         """Every readable session entry. A session's id is its directory's name: an entry that claims
         another id is unreadable, never used (so no entry field becomes a path)."""
         if not self.root.is_dir():
@@ -144,13 +148,13 @@ class Registry:
         self.check_root()
         for d in sorted(self.root.iterdir()):
             if d.is_dir() and valid_session_id(d.name):
-                entry = self._read(d / "session.json")
-                if entry is not None and self._matches(d / "session.json", entry, d.name):
+                entry = self._read(d / "session.json", "session")
+                if entry is not None and self._matches(d / "session.json", entry["session_id"] == d.name):
                     yield entry
 
-    def _matches(self, path: Path, entry: dict[str, Any], session_id: str, rank: int | None = None) -> bool:
-        """An entry says the session (and rank) its path says, or it is unreadable."""
-        if entry["session_id"] == session_id and (rank is None or entry["rank"] == rank):
+    def _matches(self, path: Path, same: bool) -> bool:
+        """An entry says the session (and rank) its path says (``same``), or it is unreadable."""
+        if same:
             return True
         self.unreadable[path] = f"{path}: its session id or rank does not match its path"
         return False
@@ -159,30 +163,30 @@ class Registry:
     def rank_path(self, session_id: str, rank: int) -> Path:
         return self.session_dir(session_id) / f"rank-{rank}.json"
 
-    def write_rank(self, entry: dict[str, Any]) -> None:
+    def write_rank(self, entry: Mapping[str, Any]) -> None:
         d = self.session_dir(entry["session_id"])
         d.mkdir(mode=0o700, parents=True, exist_ok=True)
         write_json_atomic(self.rank_path(entry["session_id"], entry["rank"]), entry)
 
-    def ranks(self, session_id: str) -> list[dict[str, Any]]:
+    def ranks(self, session_id: str) -> list[RankEntry]:
         d = self.session_dir(session_id)
         if not d.is_dir():
             return []
         out = []
         for p in d.glob("rank-*.json"):
             n = p.name[len("rank-") : -len(".json")]
-            entry = self._read(p) if n.isdigit() else None
-            if entry is not None and self._matches(p, entry, session_id, int(n)):
+            entry = self._read(p, "rank") if n.isdigit() else None
+            if entry is not None and self._matches(p, entry["session_id"] == session_id and entry["rank"] == int(n)):
                 out.append(entry)
         return sorted(out, key=lambda r: r["rank"])
 
     def rank_unreadable(self, session_id: str, rank: int) -> str | None:
         """Why rank ``rank``'s entry cannot be read, or None if it is fine or absent."""
         path = self.rank_path(session_id, rank)
-        self._read(path)
+        self._read(path, "rank")
         return self.unreadable.get(path)
 
     # -- liveness (decisions in rtdebug.registry.liveness) ---------------------
     @staticmethod
-    def live_rank(entry: dict[str, Any]) -> bool:
+    def live_rank(entry: RankEntry) -> bool:
         return is_alive(entry["pid"], entry["create_time"])

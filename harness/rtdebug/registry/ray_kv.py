@@ -12,12 +12,12 @@ its own, reachable from any machine that reaches the GCS.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from rtdebug.registry import signing
 
 NAMESPACE = "rtdebug"
-Entry = dict[str, Any]
 
 
 def session_key(sid: str) -> str:
@@ -45,7 +45,7 @@ class _KV:
     def _del(self, key: str, prefix: bool) -> None:
         raise NotImplementedError
 
-    def _put_entry(self, key: str, entry: Entry) -> None:
+    def _put_entry(self, key: str, entry: Mapping[str, Any]) -> None:
         self._put(key, json.dumps(signing.sign(key, entry, self.secret)).encode())
 
     def put_raw(self, key: str, value: bytes) -> None:
@@ -56,10 +56,10 @@ class _KV:
         """One value, unparsed (one request to the GCS: a worker polls this)."""
         return next(iter(self._get_many([key.encode()]).values()), None)
 
-    def put_session(self, entry: Entry) -> None:
+    def put_session(self, entry: Mapping[str, Any]) -> None:
         self._put_entry(session_key(entry["session_id"]), entry)
 
-    def write_rank(self, entry: Entry) -> None:
+    def write_rank(self, entry: Mapping[str, Any]) -> None:
         """Same name as ``Registry.write_rank``, so ``bootstrap.RankState`` writes here unchanged."""
         self._put_entry(rank_key(entry["session_id"], entry["rank"]), entry)
 
@@ -100,16 +100,17 @@ class ConnectedKV(_KV):
         self.kv = internal_kv
         self.secret = secret
 
-    def _put(self, key, value):
+    def _put(self, key: str, value: bytes) -> None:
         self.kv._internal_kv_put(key, value, overwrite=True, namespace=NAMESPACE)
 
-    def _get_many(self, keys):
+    def _get_many(self, keys: list[bytes]) -> dict[bytes, bytes]:
         return {k: self.kv._internal_kv_get(k, namespace=NAMESPACE) for k in keys}
 
-    def _keys(self, prefix):
-        return self.kv._internal_kv_list(prefix, namespace=NAMESPACE)
+    def _keys(self, prefix: str) -> list[bytes]:
+        keys: list[bytes] = self.kv._internal_kv_list(prefix, namespace=NAMESPACE)
+        return keys
 
-    def _del(self, key, prefix):
+    def _del(self, key: str, prefix: bool) -> None:
         self.kv._internal_kv_del(key, del_by_prefix=prefix, namespace=NAMESPACE)
 
 
@@ -131,16 +132,22 @@ class ClientKV(_KV):
         self.timeout = timeout_s
         self.gcs = GcsClient(address=address)
 
-    def _put(self, key, value):
+    def _put(self, key: str, value: bytes) -> None:
         self.gcs.internal_kv_put(key.encode(), value, True, NAMESPACE.encode(), timeout=self.timeout)
 
-    def _get_many(self, keys):
-        return self.gcs.internal_kv_multi_get(keys, namespace=NAMESPACE.encode(), timeout=self.timeout)
+    def _get_many(self, keys: list[bytes]) -> dict[bytes, bytes]:
+        got: dict[bytes, bytes] = self.gcs.internal_kv_multi_get(
+            keys, namespace=NAMESPACE.encode(), timeout=self.timeout
+        )
+        return got
 
-    def _keys(self, prefix):
-        return self.gcs.internal_kv_keys(prefix.encode(), namespace=NAMESPACE.encode(), timeout=self.timeout)
+    def _keys(self, prefix: str) -> list[bytes]:
+        keys: list[bytes] = self.gcs.internal_kv_keys(
+            prefix.encode(), namespace=NAMESPACE.encode(), timeout=self.timeout
+        )
+        return keys
 
-    def _del(self, key, prefix):
+    def _del(self, key: str, prefix: bool) -> None:
         self.gcs.internal_kv_del(key.encode(), prefix, namespace=NAMESPACE.encode(), timeout=self.timeout)
 
 

@@ -223,6 +223,18 @@ class RankEntry(_RankRequired, total=False):
     error: str | None
 
 
+class SessionWithRanks(SessionEntry, total=False):
+    """A session entry with its rank entries (``ranks``), as ``rtdebug.registry.liveness`` decides them."""
+
+    ranks: list[RankEntry]
+
+
+class ListedSession(SessionWithRanks, total=False):
+    """A session as the views list it (``ps --json``): with the label of the view that found it (``source``)."""
+
+    source: str
+
+
 class RankStacks(TypedDict):
     """This process's stacks as text (``rtdebug.rank.stacks.take.take``): what every dump of a rank carries."""
 

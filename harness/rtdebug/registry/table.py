@@ -8,9 +8,10 @@ from typing import Any
 
 from rtdebug.common import selector
 from rtdebug.registry import collseq
+from rtdebug.registry.schema import ListedSession, RankEntry, SessionEntry
 
 
-def world_size(session: dict[str, Any]) -> int:
+def world_size(session: ListedSession) -> int:
     """The job's world size: from a rank entry, else ``--nnodes`` (``N`` or ``MIN:MAX``) x nproc per node."""
     for r in session.get("ranks", []):
         return int(r["world_size"])
@@ -21,9 +22,9 @@ def _shown(text: Any, limit: int) -> str:
     return "".join(c if c.isprintable() else "?" for c in str(text)[:limit])
 
 
-def debug_state(r: dict[str, Any]) -> str:
-    """``stopped at train.py:41 (breakpoint)``, ``paused (all-stop, by rank 1) at train.py:50``, ``pausing
-    (all-stop, by rank 1): in C++, a collective most likely``, ``running``: the entry's ``debug`` field, or ""."""
+def debug_state(r: RankEntry) -> str:
+    """``stopped at train.py:41 (breakpoint)``, ``paused (all-stop, by rank 1) at train.py:50``, ``pausing (in
+    a native call at train.py:41, by rank 1)``, ``running``: the entry's ``debug`` field, or ""."""
     d = r.get("debug")
     if not isinstance(d, dict) or d.get("state") not in ("running", "stopped", "paused", "pausing"):
         return ""
@@ -35,11 +36,11 @@ def debug_state(r: dict[str, Any]) -> str:
     if d["state"] == "paused":
         return f"paused (all-stop{who}){at}"
     if d["state"] == "pausing":
-        return f"pausing (all-stop{who}): in C++, a collective most likely"
+        return f"pausing (in a native call{at}{who})" if at else f"pausing (all-stop{who})"
     return "running"
 
 
-def rank_state(r: dict[str, Any]) -> str:
+def rank_state(r: RankEntry) -> str:
     s = r["state"]
     stop = r.get("stop")
     if s in ("ready", "attached") and isinstance(stop, dict) and isinstance(stop.get("reason"), str):
@@ -58,7 +59,7 @@ def rank_state(r: dict[str, Any]) -> str:
     return s
 
 
-def pg_timeout(session: dict[str, Any]) -> str:
+def pg_timeout(session: SessionEntry) -> str:
     """The job's process-group timeout as ``ps`` shows it (a rank paused longer ends the job), or ""."""
     value, source = session.get("pg_timeout_s"), session.get("pg_timeout_source")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -66,9 +67,9 @@ def pg_timeout(session: dict[str, Any]) -> str:
     return f"pg-timeout {source}" if source else ""
 
 
-def collective(r: dict[str, Any], now: float | None = None) -> str:
+def collective(r: RankEntry, now: float | None = None) -> str:
     """``in ALLREDUCE #12 (train.py:42) 40s``: the rank's last collective (``ps --json``'s ``collective``), or ""."""
-    c: Any = r.get("collective")
+    c = r.get("collective")
     if not collseq.plausible(c):  # a store entry's field is as forgeable as the rest of it
         return ""
     where = collseq.where(c)
@@ -79,7 +80,7 @@ def collective(r: dict[str, Any], now: float | None = None) -> str:
     return f"in {where}" + (f" {waited:.0f}s" if waited is not None and 0 <= waited < 1e9 else "")
 
 
-def own_pid(r: dict[str, Any]) -> int:
+def own_pid(r: RankEntry) -> int:
     """The rank's own pid: a connected rank's is on its node (``tunnel.remote_pid``), never the ssh master's
     that carries its forward here (which the entry's ``pid`` names, so that a dead link makes it ``failed``)."""
     t = r.get("tunnel")
@@ -87,7 +88,7 @@ def own_pid(r: dict[str, Any]) -> int:
     return remote if isinstance(remote, int) and not isinstance(remote, bool) else int(r["pid"])
 
 
-def format_table(ranks: list[dict[str, Any]], session_id: str) -> str:
+def format_table(ranks: list[RankEntry], session_id: str) -> str:
     colls = {r["rank"]: collective(r) for r in ranks}  # a column only once some rank has entered one
     coords = {r["rank"]: selector.label(r) for r in ranks}  # a column once the job has made a DeviceMesh
     extra = (("COORDS",) if any(coords.values()) else ()) + (("COLLECTIVE",) if any(colls.values()) else ())

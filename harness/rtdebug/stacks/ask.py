@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rtdebug.registry.schema import RankEntry
 from rtdebug.stacks import contract
 from rtdebug.stacks import group as stackgroup
 
-Entry = dict[str, Any]
 FALLBACK_S = 1.5  # see fallback_after
 FALLBACK_MIN_S = 0.5  # the least a dump thread gets before a signal: under 2x this --timeout, no signal at all
 MAX_ANSWER = 512 << 10  # a dump thread's answer: the text (contract.MAX_TEXT) and the recorder's summary
@@ -29,7 +29,7 @@ MAX_ANSWER = 512 << 10  # a dump thread's answer: the text (contract.MAX_TEXT) a
 class Asked:
     """A rank whose dump thread was asked (a nonce in its FIFO) and whose answer is awaited."""
 
-    entry: Entry
+    entry: RankEntry
     path: Path
     nonce: str
 
@@ -42,9 +42,10 @@ class Asked:
             return None
         if not isinstance(value, dict) or value.get("nonce") != self.nonce or not isinstance(value.get("text"), str):
             return None
+        stacks = self.entry.get("stacks")  # ``ask`` asked only a rank whose entry has one
         dump: dict[str, Any] = {
             "threads": stackgroup.parse_dump(value["text"]),
-            "main_id": str(self.entry["stacks"].get("main_thread")),
+            "main_id": str(stacks.get("main_thread") if stacks else None),
             "pid": self.entry["pid"],
             "complete": True,
             "how": "thread",
@@ -69,7 +70,7 @@ def _read_regular(path: Path, limit: int) -> bytes | None:
         os.close(fd)
 
 
-def ask(sdir: Path, e: Entry) -> Asked | None:
+def ask(sdir: Path, e: RankEntry) -> Asked | None:
     """Write a fresh nonce into rank ``e``'s dump FIFO; None when it has no dump thread to ask."""
     info = e.get("stacks")
     rank = e["rank"]

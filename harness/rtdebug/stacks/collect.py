@@ -28,6 +28,7 @@ from rtdebug.common.errors import HarnessError
 from rtdebug.common.filelocks import locked
 from rtdebug.registry import collseq
 from rtdebug.registry.files import Registry
+from rtdebug.registry.schema import RankEntry, SessionEntry
 from rtdebug.stacks import group as stackgroup
 from rtdebug.stacks import stops, verdict
 from rtdebug.stacks.ask import Asked, ask, fallback_after, no_fallback_note
@@ -36,7 +37,6 @@ from rtdebug.stacks.native import native_dumps
 
 STABLE_S = 0.3  # a dump that stops growing without reaching its bottom frame is taken as it is
 POLL_S = 0.005
-Entry = dict[str, Any]
 
 
 @dataclass
@@ -80,17 +80,19 @@ def _stopped(pid: int) -> bool:
         return False
 
 
-def select_ranks(reg: Registry, session: Entry, ranks: frozenset[int] | None) -> tuple[list[Entry], list[Entry]]:
+def select_ranks(
+    reg: Registry, session: SessionEntry, ranks: frozenset[int] | None
+) -> tuple[list[RankEntry], list[RankEntry]]:
     """(live entries to dump, entries that have ended) among the selected ranks of this machine's files."""
-    live: list[Entry] = []
-    ended: list[Entry] = []
+    live: list[RankEntry] = []
+    ended: list[RankEntry] = []
     for e in reg.ranks(session["session_id"]):
         if ranks is None or e["rank"] in ranks:
             (live if reg.live_rank(e) else ended).append(e)
     return live, ended
 
 
-def records(reg: Registry, session: Entry, ranks: frozenset[int] | None) -> dict[int, Any]:
+def records(reg: Registry, session: SessionEntry, ranks: frozenset[int] | None) -> dict[int, Any]:
     """Each selected live rank's collective record, read without signalling it (``rtdebug.stacks.motion``
     compares two reads): rank -> the record (None before the first collective); unreadable ones left out."""
     sdir = reg.session_dir(session["session_id"])
@@ -102,7 +104,7 @@ def records(reg: Registry, session: Entry, ranks: frozenset[int] | None) -> dict
     return out
 
 
-def _why_not(e: Entry) -> str | None:
+def _why_not(e: RankEntry) -> str | None:
     """Why rank entry ``e`` cannot be signalled for a dump, or None."""
     info = e.get("stacks")
     if not isinstance(info, dict):
@@ -140,7 +142,7 @@ def _truncate(path: Path) -> None:
         os.close(fd)
 
 
-def signal_ranks(sdir: Path, live: list[Entry], unresponsive: dict[int, str]) -> list[Pending]:
+def signal_ranks(sdir: Path, live: list[RankEntry], unresponsive: dict[int, str]) -> list[Pending]:
     """Truncate and signal each live rank (the fallback); those that cannot be go to ``unresponsive``."""
     pending = []
     for e in live:
@@ -156,6 +158,7 @@ def signal_ranks(sdir: Path, live: list[Entry], unresponsive: dict[int, str]) ->
             unresponsive[e["rank"]] = why
             continue
         info = e["stacks"]
+        assert info is not None  # _why_not: a dict
         bottom = info.get("bottom") if isinstance(info.get("bottom"), list) else None
         pending.append(
             Pending(e["rank"], e["pid"], path, str(info.get("main_thread")), bottom, changed=time.monotonic())
@@ -188,13 +191,13 @@ def read_answers(asked: list[Asked], pending: list[Pending], until: float) -> di
 
 
 def take(
-    sdir: Path, live: list[Entry], timeout: float, start: float, unresponsive: dict[int, str]
+    sdir: Path, live: list[RankEntry], timeout: float, start: float, unresponsive: dict[int, str]
 ) -> tuple[dict[int, dict[str, Any]], list[dict[str, Any]]]:
     """Every live rank's dump: its thread's answer, or the signal fallback for a rank whose thread is
     silent (no thread, or no answer within ``fallback_after``; a timeout too short for that fallback
     signals only the ranks with no thread); returns (dumps, fallback notes)."""
     asked: list[Asked] = []
-    silent: list[Entry] = []
+    silent: list[RankEntry] = []
     for e in live:
         if _stopped(e["pid"]):
             unresponsive[e["rank"]] = "process is stopped (SIGSTOP or a tracer)"
@@ -211,7 +214,7 @@ def take(
         signalled = {p.rank for p in pending}
         dumps = read_answers(asked, pending, start + timeout)
         unresponsive.update((a.entry["rank"], no_fallback_note(timeout)) for a in asked)
-        late: list[Entry] = []
+        late: list[RankEntry] = []
     else:
         dumps = read_answers(asked, [], start + wait)
         late = [a.entry for a in asked]
@@ -227,7 +230,11 @@ def take(
 
 
 def collect(
-    reg: Registry, session: Entry, ranks: frozenset[int] | None = None, timeout: float = 3.0, native: bool = False
+    reg: Registry,
+    session: SessionEntry,
+    ranks: frozenset[int] | None = None,
+    timeout: float = 3.0,
+    native: bool = False,
 ) -> dict[str, Any]:
     """A grouped snapshot of the selected live ranks of ``session`` (the ``--json`` object)."""
     sid = session["session_id"]

@@ -15,6 +15,7 @@ decisions are tested on recorded entries).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from rtdebug.registry.collseq import has_control
@@ -114,7 +115,9 @@ def _issuer(frames: list[dict[str, Any]]) -> tuple[str | None, str | None]:
     return None, during
 
 
-def position(flight: dict[str, Any], rec: dict[str, Any] | None, frames: list[dict[str, Any]]) -> dict[str, Any] | None:
+def position(
+    flight: dict[str, Any], rec: Mapping[str, Any] | None, frames: list[dict[str, Any]]
+) -> dict[str, Any] | None:
     """The rank's place in the sequence, from its Flight Recorder (every collective), with the call site
     from the collective record when the wrapper saw the same call (a Python-level one), or else the
     user's frame of the main thread's stack and what it was doing (a collective issued from C++)."""

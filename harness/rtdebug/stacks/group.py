@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from rtdebug.common.paths import PACKAGE_DIR
+from rtdebug.registry.schema import RankEntry
 
 THREAD_RE = re.compile(
     r"^(Current thread|Thread) (0x[0-9a-fA-F]+)(?: \[([^\]]{0,64})\])?(?= ).*\(most recent call first\):\s*$"
@@ -215,7 +216,7 @@ def snapshot(
     dumps: dict[int, dict[str, Any]],
     unresponsive: dict[int, str],
     pids: dict[int, Any],
-    ended: list[dict[str, Any]],
+    ended: list[RankEntry],
 ) -> dict[str, Any]:
     """The ``stacks --json`` object every source shares (this node's signals, a store, the Ray KV):
     ``start`` is the monotonic time the requests went out, ``unresponsive`` rank -> why."""

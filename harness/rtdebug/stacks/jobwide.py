@@ -24,12 +24,12 @@ from typing import Any
 
 from rtdebug.registry import signing
 from rtdebug.registry.entry import LIVE_RANK_STATES
+from rtdebug.registry.schema import ListedSession, RankEntry
 from rtdebug.stacks import group as stackgroup
 from rtdebug.stacks import verdict, wire
 
 POLL_S = 0.01
 REREAD_S = 0.05  # answers re-read while some are missing though the count says done (a count is a hint)
-Entry = dict[str, Any]
 Fetch = Callable[[list[str]], list[bytes | None]]
 # why a silent rank whose entry no secret here verifies did not answer (its node has another secret)
 OTHER_SECRET = (
@@ -37,11 +37,13 @@ OTHER_SECRET = (
 )
 
 
-def split_ranks(session: Entry, ranks: frozenset[int] | None) -> tuple[list[int], dict[int, str], list[Entry]]:
+def split_ranks(
+    session: ListedSession, ranks: frozenset[int] | None
+) -> tuple[list[int], dict[int, str], list[RankEntry]]:
     """(ranks to ask, rank -> why it is not asked (its node is lost), ranks that have ended)."""
     ask: list[int] = []
     lost: dict[int, str] = {}
-    ended: list[Entry] = []
+    ended: list[RankEntry] = []
     for r in session.get("ranks", []):
         if ranks is not None and r["rank"] not in ranks:
             continue
@@ -55,7 +57,12 @@ def split_ranks(session: Entry, ranks: frozenset[int] | None) -> tuple[list[int]
 
 
 def snapshot(
-    session: Entry, source: str, dumps: dict[int, Entry], unresponsive: dict[int, str], ended: list[Entry], start: float
+    session: ListedSession,
+    source: str,
+    dumps: dict[int, dict[str, Any]],
+    unresponsive: dict[int, str],
+    ended: list[RankEntry],
+    start: float,
 ) -> dict[str, Any]:
     """The ``--json`` object of a local ``stacks``, plus where it came from and which answers are unverified.
     The verdict is made from the signed answers alone (an unsigned one may be anybody's): on a snapshot of
@@ -77,7 +84,7 @@ def snapshot(
     return snap
 
 
-def annotate(snap: dict[str, Any], dumps: dict[int, Entry], by_site: bool = False) -> None:
+def annotate(snap: dict[str, Any], dumps: dict[int, dict[str, Any]], by_site: bool = False) -> None:
     """The collective verdict (``rtdebug.stacks.verdict``)."""
     verdict.annotate(snap, dumps, by_site)
 
@@ -90,7 +97,7 @@ def _gather(
     known: list[str],
     deadline: float,
     count: Callable[[], int] | None = None,
-) -> tuple[dict[int, Entry], dict[int, str]]:
+) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
     """Each asked rank's answer, read through ``fetch`` until all are signed by a known secret (or none is
     known) or the deadline; a value is parsed once. (dumps, rank -> why its answer is not valid).
 
@@ -98,8 +105,8 @@ def _gather(
     counted (its rank deletes it when it answers the next request, maybe another requester's), and every
     ``REREAD_S`` once it says all are in (it is a hint: anyone may have raised it). Without one, every
     ``REREAD_S``."""
-    dumps: dict[int, Entry] = {}
-    unsigned: dict[int, Entry] = {}
+    dumps: dict[int, dict[str, Any]] = {}
+    unsigned: dict[int, dict[str, Any]] = {}
     invalid: dict[int, str] = {}
     seen: dict[int, bytes] = {}
     counted, next_read = 0, 0.0
@@ -131,7 +138,7 @@ def _gather(
 
 
 def _number(client: Any, run_id: str) -> int:
-    n = client.add(wire.dump_seq_key(run_id), 1)
+    n: int = client.add(wire.dump_seq_key(run_id), 1)
     for _ in range(8):  # a key already at n was planted (junk the ranks pass over): take the next number
         if not client.check([wire.dump_key(run_id, n)]):
             break
@@ -140,7 +147,7 @@ def _number(client: Any, run_id: str) -> int:
 
 
 def from_store(
-    client: Any, session: Entry, known: list[str], ranks: frozenset[int] | None = None, timeout: float = 3.0
+    client: Any, session: ListedSession, known: list[str], ranks: frozenset[int] | None = None, timeout: float = 3.0
 ) -> dict[str, Any]:
     """Ask every live rank of a torchrun job (``session``, as ``rtdebug.views.store`` gives it) for its stacks."""
     start = time.monotonic()
@@ -165,7 +172,12 @@ def from_store(
 
 
 def _silent(
-    session: Entry, ask: list[int], dumps: dict, invalid: dict[int, str], timeout: float, unresponsive: dict[int, str]
+    session: ListedSession,
+    ask: list[int],
+    dumps: dict[int, dict[str, Any]],
+    invalid: dict[int, str],
+    timeout: float,
+    unresponsive: dict[int, str],
 ) -> None:
     """Why each asked rank is missing; one whose entry is unverified most likely has another secret."""
     unverified = {r["rank"] for r in session.get("ranks", []) if r.get("verified") is False}
@@ -176,7 +188,9 @@ def _silent(
             unresponsive[r] = f"no answer within {timeout:g} s" + (OTHER_SECRET if r in unverified else "")
 
 
-def from_kv(kv: Any, session: Entry, known: list[str], ranks: frozenset[int] | None = None, timeout: float = 3.0):
+def from_kv(
+    kv: Any, session: ListedSession, known: list[str], ranks: frozenset[int] | None = None, timeout: float = 3.0
+) -> dict[str, Any]:
     """Ask every live worker of a Ray run (``session``, as ``rtdebug.views.ray`` gives it) for its stacks."""
     from rtdebug.stacks.wire import dump_answer_key, dump_request_key
 

@@ -11,6 +11,7 @@ process: the snapshot's JSON gets ``entry()``, and the verdict's text is made fr
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -42,7 +43,7 @@ class Position:
     members: set[int] | None = None  # the group's ranks, where the Flight Recorder names them
 
     @classmethod
-    def of(cls, rec: dict[str, Any], source: Source) -> Position:
+    def of(cls, rec: Mapping[str, Any], source: Source) -> Position:
         """A record dict (``collseq.decode``'s, or ``flight.position``'s): only the keys each source has."""
         get = rec.get
         line = get("line", "?")

@@ -8,14 +8,15 @@ anyone can write: only its shape is trusted, and its text is cut and printed wit
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
+from rtdebug.registry.schema import RankEntry, StopInfo
 from rtdebug.stacks.group import ranks_word
 
 KINDS = ("nonfinite", "disagree", "step")
 
 
-def plausible(stop: Any) -> bool:
+def plausible(stop: object) -> TypeGuard[StopInfo]:
     return (
         isinstance(stop, dict)
         and stop.get("kind") in KINDS
@@ -33,9 +34,9 @@ def short(stop: dict[str, Any]) -> str:
     return f"{stop['kind']}: {clean(stop['reason'], 120)}"
 
 
-def line(entries: list[dict[str, Any]]) -> str | None:
+def line(entries: list[RankEntry]) -> str | None:
     """One line for every stopped rank among ``entries`` (rank entries), or None when none is stopped."""
-    stopped = {e["rank"]: e["stop"] for e in entries if plausible(e.get("stop"))}
+    stopped = {e["rank"]: stop for e in entries if plausible(stop := e.get("stop"))}
     if not stopped:
         return None
     parts = []

@@ -21,27 +21,26 @@ from __future__ import annotations
 import importlib
 import os
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 from rtdebug.common.errors import HarnessError
 from rtdebug.registry.files import Registry
+from rtdebug.registry.schema import ListedSession, NodeInfo
 from rtdebug.views.local import LocalView
-
-Entry = dict[str, Any]
 
 
 class View(Protocol):
     label: str
 
-    def sessions(self) -> list[Entry]:
+    def sessions(self) -> list[ListedSession]:
         """Live sessions (stale entries pruned), each with ``ranks`` and ``source``."""
         ...
 
-    def session(self, session_id: str) -> Entry | None:
+    def session(self, session_id: str) -> ListedSession | None:
         """A fresh copy of one session (``attach`` polls it), or None if this view has no such session."""
         ...
 
-    def stop(self, session: Entry) -> str:
+    def stop(self, session: ListedSession) -> str:
         """End the session; return a one-line summary. Raises HarnessError when it cannot."""
         ...
 
@@ -73,15 +72,29 @@ def _wanted(opts: ViewOptions, name: str) -> bool:
     return True
 
 
-def _merge(first: Entry, other: Entry) -> Entry:
+class JobFacts(TypedDict, total=False):
+    """A multi-node job's facts that a session entry may lack where the job's store has them."""
+
+    nodes: list[NodeInfo]
+    store: str
+    rdzv_id: str | None
+
+
+def _merge(first: ListedSession, other: ListedSession) -> ListedSession:
     """One session seen by two views (a multi-node job: this node's files and the job's store):
     the first view's entry, plus the ranks and job facts only the other one has."""
     have = {r["rank"] for r in first.get("ranks", [])}
     extra = [r for r in other.get("ranks", []) if r["rank"] not in have]
-    facts = {k: other[k] for k in ("nodes", "store", "rdzv_id") if k in other and k not in first}
+    facts = JobFacts()  # what only the other view knows of the job
+    if "nodes" in other and "nodes" not in first:
+        facts["nodes"] = other["nodes"]
+    if "store" in other and "store" not in first:
+        facts["store"] = other["store"]
+    if "rdzv_id" in other and "rdzv_id" not in first:
+        facts["rdzv_id"] = other["rdzv_id"]
     if not extra and not facts:
         return first
-    return dict(first, **facts, ranks=sorted([*first.get("ranks", []), *extra], key=lambda r: r["rank"]))
+    return {**first, **facts, "ranks": sorted([*first.get("ranks", []), *extra], key=lambda r: r["rank"])}
 
 
 class Views:
@@ -106,16 +119,16 @@ class Views:
                 views.append(view)
         return cls(views)
 
-    def sessions(self) -> list[Entry]:
-        seen: dict[str, Entry] = {}
+    def sessions(self) -> list[ListedSession]:
+        seen: dict[str, ListedSession] = {}
         for view in self.views:
             for s in view.sessions():
                 sid = s["session_id"]
                 seen[sid] = _merge(seen[sid], s) if sid in seen else s
         return sorted(seen.values(), key=lambda s: s.get("started_at", 0))
 
-    def session(self, session_id: str) -> Entry | None:
-        found: Entry | None = None
+    def session(self, session_id: str) -> ListedSession | None:
+        found: ListedSession | None = None
         for view in self.views:
             s = view.session(session_id)
             if s is not None:
@@ -126,13 +139,13 @@ class Views:
         """(view label, key, why) of every remote entry a view skipped as not a valid record."""
         return [(v.label, k, why) for v in self.views for k, why in sorted(getattr(v, "skipped", {}).items())]
 
-    def view_of(self, session: Entry) -> View:
+    def view_of(self, session: ListedSession) -> View:
         for view in self.views:
             if view.label == session.get("source"):
                 return view
         return self.views[0]
 
-    def find_session(self, session_id: str | None) -> Entry:
+    def find_session(self, session_id: str | None) -> ListedSession:
         """The named live session, or the newest verified one; a one-line error if there is none."""
         live = self.sessions()
         if session_id is not None:

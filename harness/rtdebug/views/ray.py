@@ -33,9 +33,9 @@ from rtdebug.common.procinfo import is_alive, machine_id
 from rtdebug.registry import signing
 from rtdebug.registry.entry import LIVE_RANK_STATES, LIVE_SESSION_STATES, valid_session_id
 from rtdebug.registry.files import Registry
+from rtdebug.registry.schema import ListedSession, RankEntry, SessionEntry
 from rtdebug.views.remote import MultiView, check, claims_local, local_trust
 
-Entry = dict[str, Any]
 CONNECT_TIMEOUT_S = 3.0
 STOP_GRACE_S = 30.0
 
@@ -80,7 +80,7 @@ class RayView:
         nodes = {n.hex() for n, info in gcs.get_all_node_info(timeout=self.kv.timeout).items() if info.state == 0}
         return jobs, nodes
 
-    def _session_live(self, s: Entry, jobs: set[str]) -> bool:
+    def _session_live(self, s: SessionEntry, jobs: set[str]) -> bool:
         if s.get("state") not in LIVE_SESSION_STATES or s.get("ray_job_id") not in jobs:
             return False
         if pids_are_ours(s.get("driver_machine")):
@@ -88,43 +88,41 @@ class RayView:
         return True
 
     @staticmethod
-    def _rank_live(r: Entry, nodes: set[str]) -> bool:
+    def _rank_live(r: RankEntry, nodes: set[str]) -> bool:
         if r.get("node_id") not in nodes:
             return False
         if pids_are_ours(r.get("machine")):
             return is_alive(r["pid"], r["create_time"])
         return True
 
-    def _valid(self, key: str, value: bytes, kind: str) -> Entry | None:
-        """The entry at ``key`` if it is a valid one of ``kind`` stored under its own key; else skipped."""
+    def _misplaced(self, key: str, entry: SessionEntry | RankEntry, own: str) -> str | None:
+        """Why a valid entry at ``key`` may not be used (it is not stored under its own key ``own``, or it
+        claims a session of this machine); None if it may."""
+        return claims_local(entry, self.local_ids) if own == key else "it is not stored under its own key"
+
+    def _entries(self) -> tuple[dict[str, SessionEntry], dict[str, list[RankEntry]]]:
+        """Valid session entries by id and rank entries by session id; the rest goes to ``skipped``."""
         from rtdebug.registry.ray_kv import parse, rank_key, session_key
 
-        entry, why = check(key, parse(value), kind, self.known)
-        if entry is not None:
-            own = (
-                session_key(entry["session_id"]) if kind == "session" else rank_key(entry["session_id"], entry["rank"])
-            )
-            why = claims_local(entry, self.local_ids) if own == key else "it is not stored under its own key"
-        if entry is None or why is not None:
-            self.skipped[key] = str(why)
-            return None
-        return entry
-
-    def _entries(self) -> tuple[dict[str, Entry], dict[str, list[Entry]]]:
-        """Valid session entries by id and rank entries by session id; the rest goes to ``skipped``."""
-        sessions: dict[str, Entry] = {}
-        ranks: dict[str, list[Entry]] = {}
+        sessions: dict[str, SessionEntry] = {}
+        ranks: dict[str, list[RankEntry]] = {}
         for key, value in self.kv.raw("session/").items():
-            entry = self._valid(key, value, "session")
-            if entry is not None:
-                sessions[entry["session_id"]] = entry
+            s, why = check(key, parse(value), "session", self.known)
+            why = why if s is None else self._misplaced(key, s, session_key(s["session_id"]))
+            if s is None or why is not None:
+                self.skipped[key] = str(why)
+            else:
+                sessions[s["session_id"]] = s
         for key, value in self.kv.raw("rank/").items():
-            entry = self._valid(key, value, "rank")
-            if entry is not None:
-                ranks.setdefault(entry["session_id"], []).append(entry)
+            r, why = check(key, parse(value), "rank", self.known)
+            why = why if r is None else self._misplaced(key, r, rank_key(r["session_id"], r["rank"]))
+            if r is None or why is not None:
+                self.skipped[key] = str(why)
+            else:
+                ranks.setdefault(r["session_id"], []).append(r)
         return sessions, ranks
 
-    def _collect(self, only: str | None = None) -> list[Entry]:
+    def _collect(self, only: str | None = None) -> list[ListedSession]:
         from rtdebug.registry.ray_kv import rank_key
 
         try:
@@ -132,7 +130,7 @@ class RayView:
             sessions, ranks = self._entries()
         except Exception as exc:  # RpcError and friends: the cluster went away mid-read
             raise HarnessError(f"cannot read the Ray cluster at {self.address}: {exc}") from None
-        out = []
+        out: list[ListedSession] = []
         for sid, s in sessions.items():
             if not self._session_live(s, jobs):
                 self.kv.delete_session(sid)
@@ -145,21 +143,21 @@ class RayView:
                     self.kv.delete_key(rank_key(sid, r["rank"]))
                     continue
                 mine.append(r)
-            out.append(dict(s, ranks=sorted(mine, key=lambda r: r["rank"]), source=self.label))
+            out.append({**s, "ranks": sorted(mine, key=lambda r: r["rank"]), "source": self.label})
         for sid, orphans in ranks.items():  # a rank whose session entry is gone belongs to an ended run
             if sid not in sessions:
                 for r in orphans:
                     self.kv.delete_key(rank_key(sid, r["rank"]))
         return out
 
-    def sessions(self) -> list[Entry]:
+    def sessions(self) -> list[ListedSession]:
         return self._collect()
 
-    def session(self, session_id: str) -> Entry | None:
+    def session(self, session_id: str) -> ListedSession | None:
         found = self._collect(only=session_id)
         return found[0] if found else None
 
-    def _driver_session(self, session: Entry) -> tuple[Registry, Entry]:
+    def _driver_session(self, session: SessionEntry) -> tuple[Registry, SessionEntry]:
         """This machine's own ``rtdebug run`` session that started the run, vouched for by its secret."""
         from rtdebug.registry.ray_kv import parse, session_key
 
@@ -181,7 +179,7 @@ class RayView:
             )
         return reg, local
 
-    def stop(self, session: Entry) -> str:
+    def stop(self, session: ListedSession) -> str:
         """End the run by stopping its driver's own session (Ray then ends the job's workers); check the
         ports of its workers on this machine are free. No pid from the KV is signalled."""
         from rtdebug.views.local import LocalView

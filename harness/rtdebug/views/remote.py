@@ -9,15 +9,14 @@ by default; no pid in any remote entry is ever signalled.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Protocol, overload
 
 from rtdebug.common.errors import HarnessError
 from rtdebug.registry import signing
-from rtdebug.registry.entry import LIVE_SESSION_STATES, problem
+from rtdebug.registry.entry import LIVE_SESSION_STATES, checked, problem
 from rtdebug.registry.files import Registry
-
-Entry = dict[str, Any]
-
+from rtdebug.registry.schema import ListedSession, RankEntry, SessionEntry
 
 # Optional fields the views compare, hash or format: of these types when present, or the entry is junk.
 OPTIONAL: dict[str, type | tuple[type, ...]] = {
@@ -31,7 +30,7 @@ OPTIONAL: dict[str, type | tuple[type, ...]] = {
 }
 
 
-def _optional_problem(value: dict[str, Any]) -> str | None:
+def _optional_problem(value: Mapping[str, Any]) -> str | None:
     for name, typ in OPTIONAL.items():
         v = value.get(name)
         if v is not None and (not isinstance(v, typ) or isinstance(v, bool)):
@@ -39,12 +38,20 @@ def _optional_problem(value: dict[str, Any]) -> str | None:
     return None
 
 
-def check(key: str, value: Any, kind: str, known: list[str]) -> tuple[Entry | None, str | None]:
+@overload
+def check(
+    key: str, value: Any, kind: Literal["session"], known: list[str]
+) -> tuple[SessionEntry | None, str | None]: ...
+@overload
+def check(key: str, value: Any, kind: Literal["rank"], known: list[str]) -> tuple[RankEntry | None, str | None]: ...
+def check(
+    key: str, value: Any, kind: Literal["session", "rank"], known: list[str]
+) -> tuple[SessionEntry | RankEntry | None, str | None]:
     """(the entry without its MAC, with ``verified``; None) or (None, why it is not an entry of ``kind``)."""
     why = problem(value, kind) or _optional_problem(value)
     if why is not None:
         return None, why
-    entry = {k: v for k, v in value.items() if k != signing.MAC}
+    entry = checked({k: v for k, v in value.items() if k != signing.MAC}, kind)  # the MAC is no schema field
     entry["verified"] = signing.verify(key, value, known)
     return entry, None
 
@@ -64,7 +71,7 @@ def local_trust(registry: Registry | None = None) -> tuple[list[str], frozenset[
     return signing.known_secrets(dirs), frozenset(ids)
 
 
-def claims_local(entry: Entry, local_ids: frozenset[str]) -> str | None:
+def claims_local(entry: SessionEntry | RankEntry, local_ids: frozenset[str]) -> str | None:
     """Why an unverified entry may not be used: it claims a session of this machine; else None."""
     if entry["session_id"] in local_ids and not entry["verified"]:
         return f"claims this machine's session {entry['session_id']} without its signature"
@@ -75,6 +82,19 @@ def skipped_line(label: str, key: str, why: str) -> str:
     return f"rtdebug: warning: skipped {label} entry {key[:120]!r}: {why}"
 
 
+class RemoteView(Protocol):
+    """One store or cluster (``StoreView``, ``RayView``): a ``View`` that names the entries it skipped."""
+
+    label: str
+    skipped: dict[str, str]
+
+    def sessions(self) -> list[ListedSession]: ...
+
+    def session(self, session_id: str) -> ListedSession | None: ...
+
+    def stop(self, session: ListedSession) -> str: ...
+
+
 class MultiView:
     """Several remote views of one kind (the clusters or stores this machine's live sessions recorded), as
     one view. A view that fails to answer (its job or cluster ended) is passed over; a session is stopped
@@ -83,34 +103,34 @@ class MultiView:
     label = ""
     gone = "session"  # what the user calls an entry that is no longer listed
 
-    def __init__(self, views: list[Any]) -> None:
+    def __init__(self, views: Sequence[RemoteView]) -> None:
         self.views = views
 
-    def sessions(self) -> list[Entry]:
-        out = []
+    def sessions(self) -> list[ListedSession]:
+        out: list[ListedSession] = []
         for v in self.views:
             try:
-                out += [dict(s, source=self.label) for s in v.sessions()]
+                out += [{**s, "source": self.label} for s in v.sessions()]
             except HarnessError:
                 continue  # an auto-found store or cluster that ended with its job
         return out
 
-    def session(self, session_id: str) -> Entry | None:
+    def session(self, session_id: str) -> ListedSession | None:
         for v in self.views:
             try:
                 s = v.session(session_id)
             except HarnessError:
                 continue
             if s is not None:
-                return dict(s, source=self.label)
+                return {**s, "source": self.label}
         return None
 
     @property
     def skipped(self) -> dict[str, str]:
         return {k: why for v in self.views for k, why in v.skipped.items()}
 
-    def stop(self, session: Entry) -> str:
+    def stop(self, session: ListedSession) -> str:
         for v in self.views:
             if v.session(session["session_id"]) is not None:
-                return str(v.stop(session))
+                return v.stop(session)
         raise HarnessError(f"{self.gone} {session['session_id']} has ended")

@@ -24,23 +24,23 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from rtdebug.common.addresses import is_own
 from rtdebug.common.errors import HarnessError
 from rtdebug.registry import c10d
-from rtdebug.registry.entry import LIVE_RANK_STATES
+from rtdebug.registry.entry import LIVE_RANK_STATES, without
 from rtdebug.registry.files import Registry
+from rtdebug.registry.schema import ListedSession, NodeInfo, RankEntry, SessionEntry, SessionState
 from rtdebug.registry.tcpstore import TCPStoreClient
 from rtdebug.views.remote import MultiView, check, claims_local, local_trust
 
-Entry = dict[str, Any]
 READ_TIMEOUT_S = 5.0
 
 
-def connect_host(rank: Entry, is_local: Callable[[str], bool] = is_own) -> tuple[str, str | None]:
+def connect_host(rank: RankEntry, is_local: Callable[[str], bool] = is_own) -> tuple[str, str | None]:
     """The address a client here should connect to for ``rank``, and a note when that needs a tunnel.
 
     A rank bound to 0.0.0.0 is reached at its node's address; one bound to loopback on another
@@ -72,32 +72,40 @@ class Job:
     """One torchrun job's entries in the store: its ranks by global rank, its nodes by group rank."""
 
     run_id: str
-    ranks: dict[int, Entry] = field(default_factory=dict)
-    nodes: dict[int, Entry] = field(default_factory=dict)
+    ranks: dict[int, RankEntry] = field(default_factory=dict)
+    nodes: dict[int, SessionEntry] = field(default_factory=dict)
 
 
-def _ranks(job: Job) -> list[Entry]:
+def _ranks(job: Job) -> list[RankEntry]:
     """The job's rank entries as a client needs them; a rank that fell behind the job's clock is lost."""
     behind = c10d.rounds_behind(list(job.ranks.values()))
     out = []
     for n in sorted(job.ranks):
-        r = {k: v for k, v in job.ranks[n].items() if k not in ("heartbeat", "tick", "launcher_pid")}
+        r = without(job.ranks[n], ("heartbeat", "tick", "launcher_pid"))
         if r.get("host") in ("0.0.0.0", "::") and r.get("node_ip"):
             r["host"] = r["node_ip"]  # bound to every address: a client reaches it at its node's
         if behind.get(n, 0) > c10d.LOST_ROUNDS:
             silent = behind[n] * c10d.HEARTBEAT_S
             where = r.get("node_ip", "?")
-            r.update(state="failed", error=f"lost: not heard from for ~{silent:.0f}s (its node {where} is gone?)")
+            r["state"] = "failed"
+            r["error"] = f"lost: not heard from for ~{silent:.0f}s (its node {where} is gone?)"
         out.append(r)
     return out
 
 
-def _node(group_rank: int, e: Entry) -> Entry:
-    keys = ("host", "node_ip", "hostname", "session_id", "launcher_pid")
-    return {"node_rank": group_rank, **{k: e.get(k) for k in keys}}
+def _node(group_rank: int, e: SessionEntry) -> NodeInfo:
+    published: Mapping[str, Any] = e  # a node's entry in the store says where it runs too (``NODE_ONLY``)
+    return NodeInfo(
+        node_rank=group_rank,
+        host=e.get("host"),
+        node_ip=published.get("node_ip"),
+        hostname=published.get("hostname"),
+        session_id=e.get("session_id"),
+        launcher_pid=e.get("launcher_pid"),
+    )
 
 
-def _job_state(ranks: list[Entry]) -> str:
+def _job_state(ranks: list[RankEntry]) -> SessionState:
     if any(r.get("state") in LIVE_RANK_STATES for r in ranks):
         return "running"
     return "failed" if any(r.get("state") == "failed" for r in ranks) else "exited"
@@ -175,49 +183,55 @@ class StoreView:
             if len(parts) != 3 or parts[1] not in ("rank", "node") or not parts[2].isdigit():
                 continue  # the job's tick and stop keys
             run_id, kind, n = parts[0], parts[1], int(parts[2])
-            checked, why = check(key, entry, "rank" if kind == "rank" else "session", self.known)
-            if checked is not None:
-                why = claims_local(checked, self.trusted_ids)
-                if kind == "rank" and checked["rank"] != n:
-                    why = f"its rank {checked['rank']} is not the one its key names"
-            if checked is None or why is not None:
-                self.skipped[key] = str(why)
-                continue
-            job = jobs.setdefault(run_id, Job(run_id))
-            (job.ranks if kind == "rank" else job.nodes)[n] = checked
+            if kind == "rank":
+                rank, why = check(key, entry, "rank", self.known)
+                if rank is not None:
+                    why = claims_local(rank, self.trusted_ids)
+                    if rank["rank"] != n:
+                        why = f"its rank {rank['rank']} is not the one its key names"
+                if rank is not None and why is None:
+                    jobs.setdefault(run_id, Job(run_id)).ranks[n] = rank
+            else:
+                node, why = check(key, entry, "session", self.known)
+                if node is not None:
+                    why = claims_local(node, self.trusted_ids)
+                if node is not None and why is None:
+                    jobs.setdefault(run_id, Job(run_id)).nodes[n] = node
+            if why is not None:
+                self.skipped[key] = why
         return jobs
 
-    def _session(self, job: Job) -> Entry | None:
+    def _session(self, job: Job) -> ListedSession | None:
         """One session per job: node 0's entry, the job's nodes and ranks, named as this machine knows it."""
         if not job.nodes:
             return None  # no node entry yet: its local rank 0 has not published
         ranks = _ranks(job)
         nodes = [_node(g, job.nodes[g]) for g in sorted(job.nodes)]
         sid = self._session_id(job.run_id, nodes)
-        base = {k: v for k, v in job.nodes[min(job.nodes)].items() if k not in NODE_ONLY}
+        base = without(job.nodes[min(job.nodes)], NODE_ONLY)
         verified = all(e["verified"] for e in [*job.nodes.values(), *job.ranks.values()])
         ports = sorted({p for e in job.nodes.values() for p in e.get("ports", []) if isinstance(p, int)})
-        return dict(
-            base,
-            session_id=sid,
-            node_rank=None,
-            ports=ports or base.get("ports", []),
-            nodes=nodes,
-            state=_job_state(ranks),
-            store=f"{self.host}:{self.port}",
-            rdzv_id=job.run_id,
-            ranks=[dict(r, session_id=sid) for r in ranks],
-            source=self.label,
-            verified=verified,
-            updated_at=max([base.get("updated_at", 0), *(r.get("updated_at", 0) for r in ranks)]),
-        )
+        return {
+            **base,
+            "session_id": sid,
+            "node_rank": None,
+            "ports": ports or base.get("ports", []),
+            "nodes": nodes,
+            "state": _job_state(ranks),
+            "store": f"{self.host}:{self.port}",
+            "rdzv_id": job.run_id,
+            "ranks": [{**r, "session_id": sid} for r in ranks],
+            "source": self.label,
+            "verified": verified,
+            "updated_at": max([base.get("updated_at", 0), *(r.get("updated_at", 0) for r in ranks)]),
+        }
 
-    def _session_id(self, run_id: str, nodes: list[Entry]) -> str:
+    def _session_id(self, run_id: str, nodes: list[NodeInfo]) -> str:
         """This machine's own launcher's id for the job (so it merges with the local files), else node 0's."""
         ids = [n["session_id"] for n in nodes if n["session_id"]]
         return next((i for i in ids if i in self.local_ids), ids[0] if ids else run_id)
 
-    def sessions(self) -> list[Entry]:
+    def sessions(self) -> list[ListedSession]:
         out = []
         for job in self._jobs().values():
             s = self._session(job)
@@ -225,14 +239,14 @@ class StoreView:
                 out.append(s)
         return out
 
-    def session(self, session_id: str) -> Entry | None:
+    def session(self, session_id: str) -> ListedSession | None:
         """The job that ``session_id`` (the id any of its nodes' launchers printed) belongs to."""
         for s in self.sessions():
             if session_id == s["session_id"] or session_id in [n["session_id"] for n in s["nodes"]]:
-                return dict(s, session_id=session_id, ranks=[dict(r, session_id=session_id) for r in s["ranks"]])
+                return {**s, "session_id": session_id, "ranks": [{**r, "session_id": session_id} for r in s["ranks"]]}
         return None
 
-    def stop(self, session: Entry) -> str:
+    def stop(self, session: SessionEntry) -> str:
         """Ask every rank, through the store, to stop its own node's launcher (graceful teardown)."""
         run_id = session.get("rdzv_id")
         if not isinstance(run_id, str):

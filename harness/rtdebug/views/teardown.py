@@ -18,7 +18,6 @@ directly, whatever its entry says.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import psutil
 
@@ -29,8 +28,8 @@ from rtdebug.common.procinfo import is_alive
 from rtdebug.inject import runner as inject
 from rtdebug.registry.entry import ATTACHABLE_STATES, LIVE_RANK_STATES
 from rtdebug.registry.files import Registry
+from rtdebug.registry.schema import RankEntry, SessionEntry
 
-Entry = dict[str, Any]
 SESSION_VAR = b"RTDEBUG_SESSION="
 
 
@@ -48,7 +47,7 @@ def _same(p: psutil.Process, pid: int, create_time: float) -> bool:
     return p.pid == pid and abs(p.create_time() - create_time) <= 0.01
 
 
-def recorded_processes(session: Entry, ranks: list[Entry]) -> list[psutil.Process]:
+def recorded_processes(session: SessionEntry, ranks: list[RankEntry]) -> list[psutil.Process]:
     """The session's launcher and torchrun agent (as recorded) and its ranks and their descendants (as
     recorded *and* carrying the session id), while each is still the process recorded."""
     sid = session["session_id"]
@@ -80,7 +79,7 @@ def wait_ports_free(ports: list[int], host: str, timeout: float = 10.0) -> list[
     return busy
 
 
-def detach_adopted(reg: Registry, session: Entry) -> str:
+def detach_adopted(reg: Registry, session: SessionEntry) -> str:
     """An adopted job was not started by rtdebug, so stopping it means leaving it as it was: every live
     rank's endpoint is closed and its stacks handler removed (by injection again); nothing is signalled."""
     sid = session["session_id"]
@@ -91,7 +90,7 @@ def detach_adopted(reg: Registry, session: Entry) -> str:
     reg.update_session(sid, state="stopped", ended_at=now)
     for r in reg.ranks(sid):
         if r["state"] in LIVE_RANK_STATES:
-            reg.write_rank(dict(r, state="exited", updated_at=now))
+            reg.write_rank({**r, "state": "exited", "updated_at": now})
     failed = {p: a.get("error") or a["status"] for p, a in answers.items() if a.get("status") == "error"}
     if failed:
         pid, err = next(iter(failed.items()))
@@ -99,7 +98,7 @@ def detach_adopted(reg: Registry, session: Entry) -> str:
     return f"rtdebug: session {sid} detached from {len(live)} ranks; the job runs on"
 
 
-def stop_local_session(reg: Registry, session: Entry) -> str:
+def stop_local_session(reg: Registry, session: SessionEntry) -> str:
     """End every process of ``session``, mark its entries, check its ports; return a one-line summary.
     An adopted session is detached instead (``detach_adopted``): its job was never rtdebug's to end."""
     sid = session["session_id"]
@@ -126,7 +125,7 @@ def stop_local_session(reg: Registry, session: Entry) -> str:
         reg.update_session(sid, state="stopped", ended_at=now)
         for r in reg.ranks(sid):
             if r["state"] in ("starting", "ready", "attached", "orphaned"):
-                reg.write_rank(dict(r, state="exited", updated_at=now))
+                reg.write_rank({**r, "state": "exited", "updated_at": now})
     if busy:
         raise HarnessError(
             f"session {sid} stopped, but port {busy[0]} is still held by {port_holder(busy[0]) or 'an unknown process'}"
