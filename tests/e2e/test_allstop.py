@@ -19,6 +19,7 @@ pytestmark = pytest.mark.e2e
 SCRIPT = ROOT / "tests" / "scripts" / "allstop_job.py"
 ONLY1 = marker_line(SCRIPT, "rank 1 only")
 COLLECTIVE = marker_line(SCRIPT, "collective")
+SLEEP = marker_line(SCRIPT, "the others are in Python", tags=("",))  # where rank 0 is when rank 1 stops
 
 
 @pytest.fixture(autouse=True)
@@ -123,26 +124,28 @@ def test_a_breakpoint_in_rank_1_pauses_rank_0s_debugger_and_continue_in_one_cont
     c1.close()
 
 
-def test_a_rank_with_no_client_is_held_before_its_next_collective_and_let_go_when_the_stopped_rank_terminates(
+def test_a_rank_with_no_client_is_held_where_it_runs_and_let_go_when_the_stopped_rank_terminates(
     job, registry_dir, port_base, tmp_path
 ):
+    """Rank 0 sleeps (a native call) when rank 1 stops: it is held as soon as the sleep returns, before its next
+    collective (``rtdebug.rank.nativehold``; a rank in DDP's all-reduce: ``tests/e2e/test_allstop_native.py``)."""
     j, sid, done = _start(job, registry_dir, port_base, tmp_path)
     c1 = DAPClient("127.0.0.1", port_base + 1)
     c1.attach({str(SCRIPT): [ONLY1]})
     s1 = c1.wait_stopped(120)
-    _until_debug(registry_dir, sid, 0, "paused", by=1, line=COLLECTIVE)
-    assert f"rtdebug: rank 0 paused at allstop_job.py:{COLLECTIVE} before its next collective: rank 1 stopped" in (
-        j.wait_output("before its next collective")
+    _until_debug(registry_dir, sid, 0, "paused", by=1, line=SLEEP)
+    assert f"rtdebug: rank 0 paused at allstop_job.py:{SLEEP}: rank 1 stopped (all-stop)" in (
+        j.wait_output("rank 0 paused at")
     )
     text, _ = _ps(registry_dir)
-    assert f"paused (all-stop, by rank 1) at allstop_job.py:{COLLECTIVE}" in text
+    assert f"paused (all-stop, by rank 1) at allstop_job.py:{SLEEP}" in text
 
     # a client that attaches to the held rank finds it suspended there, at the user's line
     c0 = DAPClient("127.0.0.1", port_base)
     c0.attach()
     s0 = c0.wait_stopped(60)
     f0 = c0.top_frame(s0["threadId"])
-    assert f0["line"] == COLLECTIVE
+    assert f0["line"] == SLEEP
     assert c0.evaluate("dist.get_rank()", f0["id"]) == "0"
     c0.disconnect()  # its client leaves; rank 1 is still stopped
 
@@ -166,9 +169,9 @@ def test_four_ranks_one_stops_every_other_is_held_and_a_continue_lets_all_go(job
     c1.attach({str(SCRIPT): [ONLY1]})
     s1 = c1.wait_stopped(120)
     for rank in (0, 2, 3):
-        _until_debug(registry_dir, sid, rank, "paused", by=1, line=COLLECTIVE)
+        _until_debug(registry_dir, sid, rank, "paused", by=1, line=SLEEP)
     text, _ = _ps(registry_dir)
-    assert text.count(f"paused (all-stop, by rank 1) at allstop_job.py:{COLLECTIVE}") == 3
+    assert text.count(f"paused (all-stop, by rank 1) at allstop_job.py:{SLEEP}") == 3
     c1.request("setBreakpoints", source={"path": str(SCRIPT)}, breakpoints=[])
     c1.continue_(s1["threadId"])
     for rank in (0, 2, 3):

@@ -16,8 +16,9 @@ def test_each_debug_state_reads_as_ps_shows_it():
     assert rank_state(stopped) == "stopped at train.py:41 (breakpoint)"
     paused = _rank("ready", "paused", reason="all-stop", file="/w/train.py", line=50, by=1)
     assert rank_state(paused) == "paused (all-stop, by rank 1) at train.py:50"
-    pausing = _rank("attached", "pausing", by=1)
-    assert rank_state(pausing) == "pausing (all-stop, by rank 1): in C++, a collective most likely"
+    pausing = _rank("ready", "pausing", reason="all-stop", file="/w/train.py", line=41, by=1)
+    assert rank_state(pausing) == "pausing (in a native call at train.py:41, by rank 1)"
+    assert rank_state(_rank("attached", "pausing", by=1)) == "pausing (all-stop, by rank 1)"  # no line: no claim
     assert rank_state(_rank("attached", "running")) == "attached, running"
     assert rank_state(dict(_rank("ready", "running"), attach_count=1)) == "ready (detached)"
     assert rank_state(_rank("exited", "stopped")) == "exited"  # an ended rank is ended

@@ -11,13 +11,16 @@ that is gone). Then:
   client is attached) and asks pydevd to pause every thread, as a client's ``pause`` would; on ``running`` it
   resumes them (unless ``RTDEBUG_CONTINUE_ALL=0``: then each rank is continued in its own client). A rank
   blocked in C++ (a collective) pauses when it returns to Python, and its entry says ``pausing`` meanwhile;
+- **a rank with no client** is woken by the board's change (``rtdebug.rank.nativehold``: a FIFO, a thread
+  blocked on it) and held as soon as its main thread runs Python: at once, or when its C++ call (DDP's
+  all-reduce in ``backward()``) returns; ``pausing`` meanwhile, with the line, then ``paused``;
 - **every rank** (client or not) checks the board's mode byte at each collective it enters (the collective
   record's wrapper: one byte read): while a peer is stopped, it does not enter it. A rank with no client
   waits there (its entry says ``paused``, with the line, and one line on stderr says why); if a client
   attaches meanwhile, or one is attached, it is suspended there in the debugger instead.
 
-Cost when no rank is stopped: no thread without a client, one byte read per collective; with a client, one
-wake-up every ``POLL_S``. On unless the job's environment has ``RTDEBUG_ALL_STOP=0`` (``rtdebug torchrun
+Cost when no rank is stopped: a thread blocked in ``read()``, one byte read per collective; with a client,
+one wake-up every ``POLL_S``. On unless the job's environment has ``RTDEBUG_ALL_STOP=0`` (``rtdebug torchrun
 --no-all-stop``; ``--no-continue-all`` sets ``RTDEBUG_CONTINUE_ALL=0``), and a debugger may change it while the
 job runs (``rtdebug.rank.api.all_stop``: the VS Code extension hands its ``rtdebug.allStop`` setting to the
 ranks that way, and does no all-stop of its own). The entry's debug state (``rtdebug.rank.debugstate``) is kept
@@ -40,7 +43,7 @@ from typing import Any
 from rtdebug.common import log
 from rtdebug.common.config import ALL_STOP_VAR, CONTINUE_ALL_VAR, switch_on
 from rtdebug.common.threads import hidden_thread
-from rtdebug.rank import debugstate
+from rtdebug.rank import debugstate, nativehold
 
 FILE = "allstop.bin"
 MAGIC = b"RTAS"
@@ -69,6 +72,7 @@ class Board:
             self.mm = mmap.mmap(fd, SIZE)
         finally:
             os.close(fd)
+        self.path = path
         if made:
             self.mm[FLAGS] = flags
         if self.mm[:4] != MAGIC:
@@ -114,6 +118,7 @@ class Board:
         BY.pack_into(self.mm, 12, by, os.getpid(), time.time())
         GEN.pack_into(self.mm, 4, (self.gen() + 1) & 0xFFFFFFFF)
         self.mm[MODE] = mode
+        nativehold.wake_peers(self.path.parent, by)  # the ranks with no client read it now
 
 
 class AllStop:
@@ -128,6 +133,8 @@ class AllStop:
         self.quiet = False  # the next stop is one that pauses no one (the one-shot stop at the next collective)
         self._lock = threading.Lock()
         self._watching = False
+        self.native: nativehold.NativeHold | None = None  # the wake-up of a rank with no client
+        self.continues = 0  # the client's continue requests, counted
 
     # -- what the relay sees --------------------------------------------------------------------------------
     def on_dap(self, kind: str, body: dict) -> None:
@@ -136,6 +143,7 @@ class AllStop:
         elif kind == "continued":
             self._running()
         elif kind == "continue":
+            self.continues += 1  # told before pydevd sees it: a hold knows a continue from a client that left
             ending = self.in_episode
             self._running()
             if ending and self.board.read()[1] == STOPPED:
@@ -208,7 +216,7 @@ class AllStop:
         from _pydevd_bundle.pydevd_api import PyDevdAPI
 
         self.pausing_by, self.state = by, "pausing"
-        debugstate.record(self.record, "pausing", "all-stop", None, by)
+        debugstate.record(self.record, "pausing", "all-stop", nativehold.main_site(), by)
         PyDevdAPI().request_suspend_thread(pydevd.get_global_debugger(), "*")
 
     def _resume(self) -> None:
@@ -217,40 +225,70 @@ class AllStop:
         PyDevdAPI().request_resume_thread("*")
         self._running()
 
+    # -- a rank with no client: woken by the board (``rtdebug.rank.nativehold``) ---------------------------
+    def peer_stopped(self) -> int | None:
+        """The rank whose stop holds this one (all-stop on), or None."""
+        _, mode, by = self.board.read()
+        return by if mode == STOPPED and by != self.rank and self.board.stop_all else None
+
+    def native_pausing(self, by: int, where: tuple[str, int] | None) -> None:
+        """A peer stopped; this rank (no client) is held as soon as its main thread runs Python (``where``)."""
+        self.pausing_by, self.state = by, "pausing"
+        debugstate.record(self.record, "pausing", "all-stop", where, by)
+
+    def not_pausing(self) -> None:
+        """The board says running before the hold landed: the rank runs on."""
+        self._running()
+
     # -- every rank: the collective boundary ---------------------------------------------------------------
-    def hold(self, frame: Any) -> None:
+    def hold(self, frame: Any, after_native: bool = False) -> None:
         """Called before a collective while the board says stopped: do not enter it until the peer continues.
-        With a client, suspended in the debugger (its own continue lets it go); with none, waiting here."""
+        With a client, suspended in the debugger (its own continue lets it go); with none, waiting here.
+        ``after_native``: called where the main thread was, back from a native call (``nativehold``)."""
+        try:
+            self._hold(frame, after_native)
+        finally:
+            if self.state != "running" and self.endpoint.clients == 0:
+                self._running()  # let go (or Ctrl-C): the entry says running again
+
+    def _hold(self, frame: Any, after_native: bool) -> None:
         _, mode, by = self.board.read()
         if mode != STOPPED or by == self.rank or not self.board.stop_all:
             return
-        waiting, checked = False, time.monotonic()
+        waiting, checked, suspended_for = False, time.monotonic(), -1
         while self.board.read()[1] == STOPPED:
-            attached = self.endpoint.clients > 0 and self.endpoint.client_connected()
+            # once per client: one that is leaving still reads as connected for a moment, and a suspend then
+            # would wait for a client that is gone
+            attached = self.endpoint.attach_count != suspended_for and self._attached_now()
             if time.monotonic() - checked > 1.0:  # the rank that stopped was killed: nobody would continue it
                 checked = time.monotonic()
                 if self.board.setter_gone():
                     self.board.publish(RUNNING, self.rank)
                     break
             if attached:
+                suspended_for, continues = self.endpoint.attach_count, self.continues
                 self._suspend_here(frame, by)  # back when resumed: continued, or its client left
-                if self.endpoint.clients > 0 and self.endpoint.client_connected():
+                if self.continues != continues:
                     break  # continued in its own client: it goes on
                 waiting = False
                 continue
             if not waiting:
-                self._say_paused(frame, by)
+                self._say_paused(frame, by, after_native)
                 waiting = True
             time.sleep(POLL_S)
         self._running()
 
-    def _say_paused(self, frame: Any, by: int) -> None:
+    def _attached_now(self) -> bool:
+        return self.endpoint.clients > 0 and self.endpoint.client_connected()
+
+    def _say_paused(self, frame: Any, by: int, after_native: bool) -> None:
         where = debugstate.at(frame)
         self.state = "paused"
         debugstate.record(self.record, "paused", "all-stop", where, by)
         shown = f" at {os.path.basename(where[0])}:{where[1]}" if where else ""
+        when = "" if after_native else " before its next collective"
         print(
-            f"rtdebug: rank {self.rank} paused{shown} before its next collective: rank {by} stopped (all-stop);"
+            f"rtdebug: rank {self.rank} paused{shown}{when}: rank {by} stopped (all-stop);"
             f" it goes on when rank {by} continues",
             file=sys.stderr,
             flush=True,
@@ -297,6 +335,7 @@ def arm(session_dir: Path | str, rank: int, endpoint: Any, record: Any, hold_wit
     record.set(all_stop=board.stop_all)  # what a client reads to leave all-stop to the ranks (the extension)
     endpoint.on_dap = part.on_dap
     hold_with(board.mm, MODE, part.hold)
+    part.native = nativehold.arm(Path(session_dir), rank, part)  # held when back from C++, with no client
     return part
 
 

@@ -2,9 +2,11 @@
 
 One of: ``running``; ``stopped`` (at ``file:line``, with the DAP stop reason: ``breakpoint``, ``exception``,
 ``step``, ``pause``...); ``paused`` (by all-stop: another rank, ``by``, stopped; at ``file:line``); ``pausing``
-(all-stop asked pydevd to pause it and it has not yet: it is in C++, a collective most likely, and pauses when
-it returns). Written by ``rtdebug.rank.allstop`` from what the rank sees itself (pydevd's ``stopped`` and
-``continued`` events through the relay, the collective wrapper), so it is true whatever the client, or with none.
+(a peer stopped and this rank is not held yet: it is in a native call, C++, at the user's ``file:line``, a
+collective most likely, and is held when it returns: pydevd's pause with a client, ``rtdebug.rank.nativehold``
+with none). Written by ``rtdebug.rank.allstop`` from what the rank sees itself (pydevd's ``stopped`` and
+``continued`` events through the relay, the collective wrapper, the board), so it is true whatever the client,
+or with none.
 """
 
 from __future__ import annotations
@@ -42,15 +44,16 @@ def user_frame(frame: Any) -> Any:
 
 
 def where_suspended() -> tuple[str, int] | None:
-    """Where the debugger holds this process: the user's line in its main thread if that one is suspended,
-    else in the first suspended thread; None when none is (seen from a thread the debugger leaves alone)."""
+    """Where the debugger holds this process: the user's line (outside torch) in its main thread if that one is
+    suspended, else in the first suspended thread; None when none is (seen from a thread the debugger leaves
+    alone)."""
     frames = sys._current_frames()
     main = threading.main_thread()
     for t in [main, *(t for t in threading.enumerate() if t is not main)]:
         info = getattr(t, "additional_info", None)
         if info is None or getattr(info, "pydev_state", None) != STATE_SUSPEND or t.ident is None:
             continue
-        f = user_frame(frames.get(t.ident))
+        f = call_site(frames.get(t.ident))  # the user's line, as a justMyCode client's Call Stack shows it
         if f is not None:
             return f.f_code.co_filename, f.f_lineno
     return None
@@ -58,6 +61,24 @@ def where_suspended() -> tuple[str, int] | None:
 
 def at(frame: Any) -> tuple[str, int] | None:
     f = user_frame(frame)
+    return None if f is None else (f.f_code.co_filename, f.f_lineno)
+
+
+def call_site(frame: Any) -> Any:
+    """The innermost frame of ``frame``'s stack outside rtdebug, the debugger and torch: the user's line that
+    called into torch (``loss.backward()``), or None."""
+    torch_file = getattr(sys.modules.get("torch"), "__file__", None)
+    libs = (os.path.dirname(str(torch_file)) + os.sep,) if torch_file else ()
+    while frame is not None:
+        frame = user_frame(frame)
+        if frame is None or not frame.f_code.co_filename.startswith(libs):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def at_site(frame: Any) -> tuple[str, int] | None:
+    f = call_site(frame)
     return None if f is None else (f.f_code.co_filename, f.f_lineno)
 
 

@@ -1,0 +1,167 @@
+"""All-stop's hold of a rank with no client (``rtdebug.rank.nativehold``), in a real child process: woken through
+its FIFO when a peer stops, ``pausing`` while its main thread is in a native call, held the moment that call
+returns, let go when the board says running; Ctrl-C while held still ends it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rtdebug.rank.allstop import RUNNING, STOPPED, Board
+
+from support.paths import ROOT
+from support.sigs import default_dispositions
+from support.wait import until
+
+CHILD = """
+import json, os, sys
+sys.path.insert(0, {harness!r})
+from rtdebug.rank import allstop
+
+class Record:  # what RankState.set does, to a file the test reads
+    def set(self, **fields):
+        with open({entry!r} + ".tmp", "w") as f:
+            json.dump(fields, f)
+        os.replace({entry!r} + ".tmp", {entry!r})
+
+class Endpoint:  # no client, ever
+    clients = attach_count = 0
+    on_dap = None
+    def client_connected(self):
+        return False
+
+part = allstop.arm({sdir!r}, 0, Endpoint(), Record(), lambda *a: None)
+assert part is not None and part.native is not None
+r, w = int(sys.argv[1]), int(sys.argv[2])
+print("ready", flush=True)
+try:
+    os.read(r, 1)  # NATIVE: blocked in C until the test writes a byte
+    after = 1  # AFTER
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(130)
+print("went on", flush=True)
+"""
+
+
+def _line(text: str, marker: str) -> int:
+    return next(i for i, line in enumerate(text.splitlines(), 1) if marker in line)
+
+
+def _pythons() -> list[str]:
+    """This interpreter, and each other supported one this checkout has a venv for (``scripts/pythons.sh``):
+    ``Py_AddPendingCall``'s semantics moved between 3.11 and 3.13."""
+    others = (ROOT / f".venv-3.{minor}" / "bin" / "python" for minor in (10, 11, 12, 13))
+    found = [str(p) for p in others if p.exists() and f"3.{sys.version_info[1]}" not in str(p)]
+    return [sys.executable, *found]
+
+
+@pytest.fixture(params=_pythons(), ids=lambda p: Path(p).parent.parent.name)
+def python(request) -> str:
+    return request.param
+
+
+def _start(tmp_path, python=sys.executable):
+    sdir, entry = tmp_path / "s", tmp_path / "entry.json"
+    sdir.mkdir(mode=0o700)
+    code = CHILD.format(harness=str(ROOT / "harness"), entry=str(entry), sdir=str(sdir))
+    script = tmp_path / "rank.py"
+    script.write_text(code)
+    r, w = os.pipe()
+    p = subprocess.Popen(
+        [python, str(script), str(r), str(w)],
+        pass_fds=(r, w),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_dispositions,
+        env={**os.environ, "RTDEBUG_ALL_STOP": "1"},  # the suite's default is off (tests/conftest.py)
+    )
+    os.close(r)
+    assert p.stdout is not None and p.stdout.readline() == "ready\n"
+    until(lambda: _in_read(p.pid, r), 30, "the rank's main thread blocked in read()")
+    return p, w, Board(sdir / "allstop.bin"), entry, code
+
+
+def _in_read(pid: int, fd: int) -> bool:
+    """Whether the process's main thread is blocked in ``read(fd)`` (the kernel's word: /proc/PID/syscall)."""
+    read = {"x86_64": "0", "aarch64": "63"}[os.uname().machine]
+    try:
+        fields = open(f"/proc/{pid}/syscall").read().split()
+    except OSError:
+        return False
+    return fields[:2] == [read, hex(fd)]
+
+
+def _debug(entry):
+    try:
+        return json.loads(entry.read_text()).get("debug") or {}
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def _until(entry, state, **fields):
+    return until(
+        lambda: _debug(entry),
+        30,
+        f"the rank {state} {fields}",
+        ok=lambda d: d.get("state") == state and all(d.get(k) == v for k, v in fields.items()),
+    )
+
+
+def test_a_rank_in_a_native_call_is_pausing_then_held_when_it_returns_and_goes_on_when_running(tmp_path, python):
+    p, w, board, entry, code = _start(tmp_path, python)
+    try:
+        board.publish(STOPPED, 1)  # rank 1 stopped: this wakes rank 0's thread
+        native = _line(code, "# NATIVE")
+        d = _until(entry, "pausing", by=1, line=native)
+        assert d["file"].endswith("rank.py")
+        os.write(w, b"x")  # the native call returns: held at once, on that line, before the next one runs
+        _until(entry, "paused", by=1, line=native, reason="all-stop")
+        assert p.poll() is None
+        board.publish(RUNNING, 1)
+        out, err = p.communicate(timeout=30)
+        assert p.returncode == 0, err
+        assert "went on" in out
+        assert f"rtdebug: rank 0 paused at rank.py:{native}: rank 1 stopped (all-stop); it goes on when rank 1" in err
+        assert _debug(entry)["state"] == "running"
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_the_board_running_again_before_the_call_returns_lets_it_run_on(tmp_path, python):
+    p, w, board, entry, _ = _start(tmp_path, python)
+    try:
+        board.publish(STOPPED, 1)
+        _until(entry, "pausing", by=1)
+        board.publish(RUNNING, 1)
+        _until(entry, "running")
+        os.write(w, b"x")
+        out, err = p.communicate(timeout=30)
+        assert p.returncode == 0 and "went on" in out and "paused" not in err
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_ctrl_c_while_held_ends_the_rank_where_it_was(tmp_path, python):
+    p, w, board, entry, _ = _start(tmp_path, python)
+    try:
+        board.publish(STOPPED, 1)
+        _until(entry, "pausing", by=1)
+        os.write(w, b"x")
+        _until(entry, "paused", by=1)
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=30)
+        assert p.returncode == 130 and "interrupted" in out
+    finally:
+        p.kill()
+        p.wait()
