@@ -32,7 +32,8 @@ class Options:
     def from_args(cls: type[OptionsT], ns: argparse.Namespace) -> OptionsT:
         """The one place a namespace becomes options; the subclass's ``__post_init__`` then checks them."""
         names = [f.name for f in dataclasses.fields(cls) if f.init]
-        values: dict[str, Any] = {n: getattr(ns, n) for n in names if n != "views"}
+        # a field with a default that this command's parser lacks keeps its default (``replay``: --capture)
+        values: dict[str, Any] = {n: getattr(ns, n) for n in names if n != "views" and hasattr(ns, n)}
         if "views" in names:  # the views (and psutil, which their teardown uses) load only for these commands
             from rtdebug.views.api import ViewOptions
 

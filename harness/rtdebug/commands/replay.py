@@ -23,14 +23,16 @@ from typing import Any
 
 from rtdebug.commands import capsule as capsule_cmd
 from rtdebug.commands.options import Options, debug_options
-from rtdebug.common.config import ReplayTarget, SingleRunOptions
+from rtdebug.common.config import DebugOptions, ReplayTarget, SingleRunOptions
 from rtdebug.common.errors import HarnessError, printable, usage
 
 SCRATCH = "scratch"  # DIR/scratch/rank-R: a replay's checkpoints and Ray Train storage
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ReplayOptions(Options):
+class ReplayOptions(Options, DebugOptions):
+    """The debug group's options (``DebugOptions``, what the launcher reads) and the replay's own."""
+
     capsule: str
     rank: int | None
     info: bool
@@ -39,16 +41,7 @@ class ReplayOptions(Options):
     stop_at_collective: int | None
     no_check: bool
     check_tolerance: float | None
-    port: int
-    host: str
-    allow: str
     wait: bool
-    eager: bool
-    post_mortem: bool
-    post_mortem_wait: float
-    pg_timeout: float
-    stop_on: str
-    force_local: bool
 
     def __post_init__(self) -> None:
         if self.info:
@@ -188,18 +181,5 @@ def run(opts: ReplayOptions) -> int:
 
 def _run_args(opts: ReplayOptions, script: str, module: bool, argv: list[str]) -> SingleRunOptions:
     """What ``rtdebug run``'s launcher path reads (``rtdebug.launcher.single``)."""
-    return SingleRunOptions(
-        port=opts.port,
-        host=opts.host,
-        allow=opts.allow,
-        eager=opts.eager,
-        post_mortem=opts.post_mortem,
-        post_mortem_wait=opts.post_mortem_wait,
-        pg_timeout=opts.pg_timeout,
-        stop_on=opts.stop_on,
-        force_local=opts.force_local,
-        target=script,
-        args=list(argv),
-        module=module,
-        wait=opts.wait,
-    )
+    shared = {f.name: getattr(opts, f.name) for f in dataclasses.fields(DebugOptions)}
+    return SingleRunOptions(**shared, target=script, args=list(argv), module=module, wait=opts.wait)
