@@ -37,7 +37,7 @@ class DapOptions(Options):
 OPTIONS = DapOptions
 
 
-def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], summary: str) -> None:
     p = sub.add_parser(
         "dap",
         help=summary,

@@ -50,7 +50,7 @@ class VscodeOptions(Options):
 OPTIONS = VscodeOptions
 
 
-def add_parser(sub: argparse._SubParsersAction, summary: str) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser], summary: str) -> None:
     p = sub.add_parser(
         "vscode",
         help=summary,
