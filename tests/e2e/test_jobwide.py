@@ -366,7 +366,7 @@ def test_a_forged_answer_never_steers_the_verdict_nor_the_terminal():
     assert snap["verdict"] == "rank 0 is in ALLREDUCE #4 (hang.py:22)" and snap["culprit"] is None
     assert snap["unverified"] == [1]
     assert [g["collectives"] for g in snap["groups"] if 1 in g["ranks"]] == [[]]  # rank 1's record: not counted
-    from rtdebug.stacks.format import render
+    from rtdebug.stacks.text import render
 
     text = jobwide.with_notes(render(snap), snap)
     assert "x?[2K?healthy" in text and "\x1b" not in text and "\x9b" not in text
@@ -394,7 +394,7 @@ def test_warnings_come_before_the_verdict_and_another_secret_is_one_line():
     jobwide._silent(job, [0, 1, 2, 3, 4], dumps, {}, 3.0, why)
     snap = jobwide.snapshot(job, "store x", dumps, why, [], time.monotonic())
     assert snap["culprit"] == 2 and snap["verdict"].startswith("rank 2 never entered ALLREDUCE #4 (hang.py:22)")
-    from rtdebug.stacks.format import render
+    from rtdebug.stacks.text import render
 
     lines = jobwide.with_notes(render(snap), snap).splitlines()
     shared = signing.shown(signing.config_dir())

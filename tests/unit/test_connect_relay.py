@@ -18,9 +18,9 @@ import pytest
 from rtdebug.common.errors import HarnessError
 from rtdebug.connect import relay, remotesnap
 from rtdebug.connect.relay import RelayServer, StacksRequest
-from rtdebug.stacks import format as stackformat
 from rtdebug.stacks import group as stackgroup
 from rtdebug.stacks import history
+from rtdebug.stacks import text as stacktext
 
 ECHO = [sys.executable, "-c", "import json, sys; print(json.dumps(sys.argv[1:]))"]  # the node's "rtdebug"
 
@@ -131,7 +131,7 @@ def test_a_real_snapshot_reads_back_whole():
     got = remotesnap.parse(json.dumps(snap).encode(), "s1", "node0")
     assert got["groups"] == snap["groups"] and got["unresponsive_detail"] == snap["unresponsive_detail"]
     assert got["verdict"] == snap["verdict"] and got["culprit"] == 1
-    assert stackformat.render(got) == stackformat.render(snap)
+    assert stacktext.render(got) == stacktext.render(snap)
 
 
 @pytest.mark.parametrize(
@@ -164,7 +164,7 @@ def test_junk_around_a_snapshot_is_dropped_and_its_text_never_drives_the_termina
     got = remotesnap.parse(json.dumps(snap).encode(), "s1", "node0")
     assert got["culprit"] is None and got["groups"][0]["departs_at"] is None and "native" not in got["groups"][0]
     assert got["moving"] is True and "extra" not in got and "note" not in got
-    assert "\x1b" not in stackformat.render(got) and "\x07" not in stackformat.render(got)
+    assert "\x1b" not in stacktext.render(got) and "\x07" not in stacktext.render(got)
     for raw in (b"", b"not json", b"[" * 100000, json.dumps([snap]).encode()):
         with pytest.raises(HarnessError, match="^node0: `rtdebug stacks --json` printed "):
             remotesnap.parse(raw, "s1", "node0")

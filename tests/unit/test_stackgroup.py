@@ -1,4 +1,4 @@
-"""Parsing, grouping and formatting of faulthandler dumps (rtdebug.stacks.group, stackformat, stacks.arm)."""
+"""Parsing, grouping and formatting of faulthandler dumps (rtdebug.stacks.group, stacks.text, stacks.arm)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from rtdebug.common.errors import HarnessError
 from rtdebug.common.paths import PACKAGE_DIR
 from rtdebug.rank.collectives import mismatch as collectives
 from rtdebug.stacks import contract
-from rtdebug.stacks import format as stackformat
 from rtdebug.stacks import group as stackgroup
+from rtdebug.stacks import text as stacktext
 
 from support.paths import ROOT
 
@@ -149,7 +149,7 @@ def test_groups_largest_first_with_departure_and_labels():
     odd = groups[1]
     assert odd["frames"][odd["departs_at"]]["line"] == 57  # the call site that differs, not the library frame
     assert [f["function"] for f in odd["frames"]] == ["barrier", "wrapper", "train_step", "<module>"]
-    lines = stackformat.summary_lines({"groups": groups})
+    lines = stacktext.summary_lines({"groups": groups})
     assert lines[0] == "ranks 0,2-3: all_reduce \u2190 train_step (train.py:42)"
     assert lines[1].startswith(
         "rank 1: barrier \u2190 train_step (train.py:57)   <- departs from ranks 0,2-3 at "
@@ -195,15 +195,15 @@ def test_rtdebug_threads_are_marked_and_left_out_of_the_text():
         ("0x3", False, False),
         ("0x00000001", True, False),
     ]
-    text = stackformat.render({"session_id": "s", "taken_at": 0.0, "elapsed_s": 0.0, "groups": [g]}, threads=True)
+    text = stacktext.render({"session_id": "s", "taken_at": 0.0, "elapsed_s": 0.0, "groups": [g]}, threads=True)
     assert "rank 0 thread 0x3:" in text and "0x2" not in text
 
 
 def test_rank_list_and_short_paths():
     assert stackgroup.rank_list([3, 0, 2, 4, 7]) == "0,2-4,7"
     assert stackgroup.ranks_word([5]) == "rank 5"
-    assert stackformat.short_path(TORCH) == "torch/distributed/distributed_c10d.py"
-    assert stackformat.short_path(THREADING) == "threading.py"
+    assert stacktext.short_path(TORCH) == "torch/distributed/distributed_c10d.py"
+    assert stacktext.short_path(THREADING) == "threading.py"
 
 
 def test_render_names_unresponsive_and_exited_ranks():
@@ -216,7 +216,7 @@ def test_render_names_unresponsive_and_exited_ranks():
         "unresponsive_detail": [{"rank": 1, "pid": 9, "reason": "no answer within 2 s"}],
         "exited": [{"rank": 2, "state": "failed", "exit_code": 1}],
     }
-    text = stackformat.render(snap)
+    text = stacktext.render(snap)
     assert "session s: 2 ranks" in text
     assert "rank 1: unresponsive (no answer within 2 s)" in text
     assert "rank 2: failed (exit code 1)" in text

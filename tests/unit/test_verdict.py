@@ -143,7 +143,7 @@ def test_forged_records_give_no_verdict(forged):
 
 
 def test_render_prints_the_verdict_first():
-    from rtdebug.stacks.format import render
+    from rtdebug.stacks.text import render
 
     s = annotate({REDUCE: {0: rec()}, BARRIER: {1: rec("BARRIER", line=26)}})
     s.update(session_id="s1", taken_at=0.0, elapsed_s=0.1)

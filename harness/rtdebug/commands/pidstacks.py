@@ -14,8 +14,8 @@ from typing import Any
 
 from rtdebug.common.errors import HarnessError
 from rtdebug.inject import jobs
-from rtdebug.stacks import format as stackformat
 from rtdebug.stacks import group as stackgroup
+from rtdebug.stacks import text as stacktext
 from rtdebug.stacks.native import find_py_spy, py_spy_dump
 
 
@@ -66,5 +66,5 @@ def snapshot(pid: int, timeout: float) -> dict[str, Any]:
 def show(pid: int, as_json: bool, threads: bool, timeout: float) -> int:
     """``rtdebug stacks --pid``'s answer (``StacksOptions`` has refused the options it cannot take)."""
     snap = snapshot(pid, timeout)
-    print(json.dumps(snap, indent=1) if as_json else stackformat.render(snap, threads=threads))
+    print(json.dumps(snap, indent=1) if as_json else stacktext.render(snap, threads=threads))
     return 0

@@ -24,9 +24,9 @@ from rtdebug.registry.files import Registry
 from rtdebug.registry.liveness import prune
 from rtdebug.registry.schema import ListedSession, RankEntry
 from rtdebug.registry.table import world_size
-from rtdebug.stacks import format as stackformat
 from rtdebug.stacks import history as stackhistory
 from rtdebug.stacks import jobwide, motion
+from rtdebug.stacks import text as stacktext
 from rtdebug.stacks.collect import collect, records, select_ranks
 from rtdebug.stacks.native import find_py_spy
 from rtdebug.views.api import Views
@@ -283,7 +283,7 @@ def run(opts: StacksOptions) -> int:
     if opts.json:
         print(json.dumps(snap, indent=1))
         return 0
-    text = jobwide.with_notes(stackformat.render(snap, threads=opts.threads, native=opts.native), snap)
+    text = jobwide.with_notes(stacktext.render(snap, threads=opts.threads, native=opts.native), snap)
     if opts.history is not None:
         text += "\n\n" + stackhistory.render(snap["history"])
     print(text)

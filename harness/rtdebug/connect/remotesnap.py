@@ -7,7 +7,7 @@ built here key by key, each value checked for the type its readers use (a frame'
 group's ``ranks`` a list of ints ...), every text at most ``MAX_TEXT`` characters. A required field that is
 missing or of the wrong type refuses the whole answer in one line; an optional one is left out; a key this
 reader does not know is kept only as a plain scalar. The text output escapes control characters when it is
-rendered (``rtdebug.stacks.format``), so a forged name cannot drive the terminal either.
+rendered (``rtdebug.stacks.text``), so a forged name cannot drive the terminal either.
 """
 
 from __future__ import annotations

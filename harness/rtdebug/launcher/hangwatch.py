@@ -37,8 +37,8 @@ from rtdebug.registry.entry import LIVE_RANK_STATES
 from rtdebug.registry.files import Registry
 from rtdebug.registry.schema import RankEntry, SessionEntry
 from rtdebug.stacks import collect as stacks
-from rtdebug.stacks import format as stackformat
 from rtdebug.stacks import jobwide, motion
+from rtdebug.stacks import text as stacktext
 
 POLL_S = 0.05  # a failed rank is caught before torchrun (0.1 s monitor) tears the others down
 MAX_DEFAULT_HANG_S = 300.0
@@ -96,7 +96,7 @@ def job_snapshot(session: SessionEntry, timeout: float) -> dict[str, Any] | None
 
 
 def render(snap: dict[str, Any]) -> str:
-    return jobwide.with_notes(stackformat.render(snap), snap).replace("\n", "\n  ")
+    return jobwide.with_notes(stacktext.render(snap), snap).replace("\n", "\n  ")
 
 
 def first_line(text: str, width: int = 200) -> str:

@@ -1,6 +1,6 @@
 """Stacks of every rank without a debugger, the requester's half: ``ask`` and ``collect`` (write a nonce
 into each rank's FIFO, read its dump thread's answer; the signal fallback for a rank that cannot answer),
-``group`` and ``format``, ``native`` (py-spy), ``flight`` (a rank's Flight Recorder summary, read as
+``group`` and ``text``, ``native`` (py-spy), ``flight`` (a rank's Flight Recorder summary, read as
 forgeable input), ``verdict`` (who the others wait for: each rank's ``position``, the ``finding`` said
 once), ``history``, ``stops`` and ``jobwide`` (every rank of a job through its store or the Ray KV).
 

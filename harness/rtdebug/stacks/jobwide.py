@@ -244,7 +244,7 @@ def notes(snap: dict[str, Any]) -> list[str]:
 
 
 def with_notes(text: str, snap: dict[str, Any]) -> str:
-    """``text`` (``rtdebug.stacks.format.render``) with the warnings first, before the verdict line (which is
+    """``text`` (``rtdebug.stacks.text.render``) with the warnings first, before the verdict line (which is
     made from signed answers only; a reader must know what it leaves out before reading it), and where the
     answers came from under the ``session ...`` header line."""
     if "source" not in snap:
