@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from rtdebug.common.errors import HarnessError
-from rtdebug.connect import relay, remotesnap
-from rtdebug.connect.relay import RelayServer, StacksRequest
+from rtdebug.connect import remotesnap, stacksrelay
+from rtdebug.connect.stacksrelay import RelayServer, StacksRequest
 from rtdebug.stacks import group as stackgroup
 from rtdebug.stacks import history
 from rtdebug.stacks import text as stacktext
@@ -40,17 +40,17 @@ def sdir(tmp_path):
 def test_a_request_becomes_the_node_s_stacks_command_with_typed_options_only(sdir):
     server = RelayServer(sdir, "20261207-000000-abcd", ECHO, run_local)
     try:
-        rc, out, err = relay.ask(sdir, StacksRequest("dp=0,tp=*", 2.5, True, 8), "node0")
+        rc, out, err = stacksrelay.ask(sdir, StacksRequest("dp=0,tp=*", 2.5, True, 8), "node0")
         assert rc == 0 and err == ""
         assert json.loads(out) == ["stacks", "--json", "--session", "20261207-000000-abcd", "--timeout", "2.5",
                                    "--rank", "dp=0,tp=*", "--native", "--history", "8"]  # fmt: skip
-        rc, out, _ = relay.ask(sdir, StacksRequest(), "node0")
+        rc, out, _ = stacksrelay.ask(sdir, StacksRequest(), "node0")
         assert json.loads(out)[-2:] == ["--timeout", "3"]
     finally:
         server.close()
-    assert not (sdir / relay.RELAY_SOCKET).exists()
+    assert not (sdir / stacksrelay.RELAY_SOCKET).exists()
     with pytest.raises(HarnessError, match="cannot ask this session's `rtdebug connect` to run stacks on node0"):
-        relay.ask(sdir, StacksRequest(), "node0")
+        stacksrelay.ask(sdir, StacksRequest(), "node0")
 
 
 @pytest.mark.parametrize(
@@ -75,10 +75,10 @@ def test_a_forged_request_runs_nothing(sdir, body):
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(10)
             fd = os.open(sdir, os.O_RDONLY)
-            s.connect(f"/proc/self/fd/{fd}/{relay.RELAY_SOCKET}")
+            s.connect(f"/proc/self/fd/{fd}/{stacksrelay.RELAY_SOCKET}")
             os.close(fd)
             s.sendall(json.dumps(body).encode() + b"\n")
-            rc, _, err = relay._answer(relay._read_all(s, time.monotonic() + 30), "node0")
+            rc, _, err = stacksrelay._answer(stacksrelay._read_all(s, time.monotonic() + 30), "node0")
         assert rc == -1 and err == "not a stacks request this connect takes" and ran == []
     finally:
         server.close()
@@ -94,13 +94,13 @@ def test_the_relay_answers_its_own_user_only():
     server = RelayServer(d, "s1", ECHO, lambda argv, t: (ran.append(argv), (0, b"ran", ""))[1])
     try:
         d.chmod(0o755)
-        (d / relay.RELAY_SOCKET).chmod(0o777)
+        (d / stacksrelay.RELAY_SOCKET).chmod(0o777)
         code = "import socket, sys\ns = socket.socket(socket.AF_UNIX); s.settimeout(20); s.connect(sys.argv[1])\n"
         code += 'try:\n s.sendall(b\'{"op": "stacks"}\\n\'); print(repr(s.recv(100)))\n'
         code += "except OSError: print(repr(b''))"  # closed on it: sending may fail first
         other = subprocess.run(
             ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", code,
-             str(d / relay.RELAY_SOCKET)], capture_output=True, text=True, timeout=60,
+             str(d / stacksrelay.RELAY_SOCKET)], capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert other.stdout.strip() == "b''" and ran == [], other.stdout + other.stderr
     finally:

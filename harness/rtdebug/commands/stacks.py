@@ -229,10 +229,10 @@ def _local_snapshot(
         except HarnessError:
             pass  # the store is not answering: this node's ranks at least
     if session.get("mode") == "connected":  # its ranks run elsewhere: the node's own stacks, over connect's link
-        from rtdebug.connect import relay
+        from rtdebug.connect import stacksrelay
 
-        req = relay.StacksRequest(rank_spec, timeout, native, history, instant)
-        return relay.stacks(reg.session_dir(session["session_id"]), session, req)
+        req = stacksrelay.StacksRequest(rank_spec, timeout, native, history, instant)
+        return stacksrelay.stacks(reg.session_dir(session["session_id"]), session, req)
     if native and find_py_spy() is None:  # checked where py-spy runs: a connected node checks its own, above
         raise HarnessError("--native needs py-spy: pip install 'rtdebug[stacks]' (or pip install py-spy)")
     ranks = _ranks(session, rank_spec, reg.ranks(session["session_id"]))

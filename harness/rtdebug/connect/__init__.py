@@ -4,7 +4,7 @@
 runs commands there and forwards local ports to it); ``SshTransport`` uses the system's ``ssh`` with a control
 master per node. ``listing`` reads the remote ``rtdebug ps --json`` as hostile input. ``session`` keeps the
 local session whose rank entries point at the forwarded ports, and ``secretsock`` hands the job secret (read
-over ssh, kept in memory only) to this user's other rtdebug commands; ``relay`` runs the node's own ``rtdebug
+over ssh, kept in memory only) to this user's other rtdebug commands; ``stacksrelay`` runs the node's own ``rtdebug
 stacks --json`` for them where no store answers (a single-node job), and ``remotesnap`` reads that answer as
 hostile input. Imports ``rtdebug.common``,
 ``rtdebug.registry`` and ``rtdebug.views`` (a job's store and a Ray cluster's KV, read through the forwards).

@@ -1,6 +1,6 @@
 """A node's ``rtdebug stacks --json``, read as hostile input: the snapshot rebuilt from typed fields only.
 
-What ``connect``'s relay brings back (``rtdebug.connect.relay``) was printed by whatever runs on the other
+What ``connect``'s relay brings back (``rtdebug.connect.stacksrelay``) was printed by whatever runs on the other
 machine, so nothing is taken as it is: the output is bounded (the link's ``MAX_OUTPUT``), must be one JSON
 object for the session asked, and the snapshot that ``stacks`` prints and the VS Code extension reads is
 built here key by key, each value checked for the type its readers use (a frame's ``file`` a text, a

@@ -27,8 +27,8 @@ from rtdebug.common.ports import free_port, is_port_free, port_holder
 from rtdebug.common.procinfo import is_alive
 from rtdebug.connect import listing
 from rtdebug.connect.listing import RemoteRank, RemoteSession
-from rtdebug.connect.relay import RelayServer
 from rtdebug.connect.secretsock import SecretServer
+from rtdebug.connect.stacksrelay import RelayServer
 from rtdebug.connect.transport import Forward, Link, Transport, check_node_name
 from rtdebug.registry import signing
 from rtdebug.registry.entry import LIVE_RANK_STATES, SCHEMA_VERSION, session_entry, write_json_atomic
