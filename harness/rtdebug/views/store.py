@@ -124,12 +124,12 @@ class StoreView:
     ) -> None:
         self.host, self.port, self.explicit, self.local_ids = host, port, explicit, local_ids
         self.label = f"store {host}:{port}"
-        self._store: Any = None  # one client per view: `attach` polls it
+        self._store: TCPStoreClient | None = None  # one client per view: `attach` polls it
         self.known, self.trusted_ids = local_trust() if trust is None else trust
         self.skipped: dict[str, str] = {}  # key -> why its value is not a valid record
 
     # -- reading ------------------------------------------------------------
-    def client(self) -> Any:
+    def client(self) -> TCPStoreClient:
         """The view's one store connection (``ps``, ``attach``'s polls and job-wide ``stacks`` share it);
         connecting is the reachability probe: the torch-free client fails at once and quietly."""
         if self._store is None:
