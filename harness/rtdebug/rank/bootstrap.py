@@ -33,7 +33,7 @@ SAFEPATH_VAR = "RTDEBUG_SET_SAFEPATH"  # "1": the launcher set PYTHONSAFEPATH, n
 
 def arm_fixes(cfg: RankConfig, rank: int) -> None:
     """The local-mode fixes, armed before the script runs (they apply when torch / Ray are imported)."""
-    startup.fixes(cfg.pg_timeout_s, cfg.stop_on, cfg.force_local, cfg.ray_local_mode, rank=rank, cfg=cfg)
+    startup.fixes(cfg, rank)
 
 
 def under_debugger() -> bool:

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from ray.train.v2._internal.execution.callback import ControllerCallback, WorkerCallback
 
 from rtdebug.common import log
-from rtdebug.common.config import DEFAULT_POST_MORTEM_WAIT_S, WORKER_PORT_BASE_VAR
+from rtdebug.common.config import DEFAULT_POST_MORTEM_WAIT_S, WORKER_PORT_BASE_VAR, RankConfig
 from rtdebug.common.imports import when_imported
 from rtdebug.common.ports import DEFAULT_PORT_BASE, port_for_rank
 from rtdebug.common.procinfo import machine_id, process_create_time
@@ -174,7 +174,9 @@ def _start_worker(cb: RtdebugCallback) -> None:
     host = cb.host if (loopback and same_machine) or (not loopback and cb.host != "auto") else node_ip
     port = port_for_rank(cb.port_base, rank)
     os.environ.setdefault("RANK", str(rank))  # rtdebug.breakpoint(rank=...) before Ray's torch setup sets it
-    startup.fixes(cb.pg_timeout_s, getattr(cb, "stop_on", ""))
+    startup.fixes(
+        RankConfig(session_id=cb.session_id, pg_timeout_s=cb.pg_timeout_s, stop_on=getattr(cb, "stop_on", ""))
+    )
     startup.record(None, rank)  # in memory: the publisher answers job-wide stacks with collrec.snapshot()
     _raise_ray_pg_timeout(cb.pg_timeout_s)
     # the actor's RPC methods (health check, poll_status) run on this thread: never suspend it

@@ -25,26 +25,18 @@ if TYPE_CHECKING:
     from rtdebug.common.config import RankConfig
 
 
-def fixes(
-    pg_timeout_s: float,
-    stop_on: str = "",
-    force_local: bool = False,
-    ray_local_mode: str = "cluster",
-    *,
-    rank: int = 0,
-    cfg: RankConfig | None = None,
-) -> None:
-    """Hooks that apply when the job imports torch / Ray: armed before the user's code runs. ``cfg``: the
-    rank's whole config (``--capture``, ``rtdebug replay``), None where a rank has none (a Ray worker)."""
+def fixes(cfg: RankConfig, rank: int = 0) -> None:
+    """Hooks that apply when the job imports torch / Ray: armed before the user's code runs (a Ray worker's
+    ``cfg`` holds only its process-group timeout and ``--stop-on``)."""
     from rtdebug.rank import meshes
     from rtdebug.rank.localmode import fixes as localmode_fixes
 
-    localmode_fixes.install(pg_timeout_s)
-    if cfg is not None and cfg.capture_dir:  # --capture: this rank's collectives into a capsule
+    localmode_fixes.install(cfg.pg_timeout_s)
+    if cfg.capture_dir:  # --capture: this rank's collectives into a capsule
         from rtdebug.rank.replay import capture
 
         capture.install(cfg.capture_dir, rank, cfg.capture_ranks, cfg.capture_max_gb, launch=cfg.launch)
-    if cfg is not None and cfg.replay_dir:  # rtdebug replay: every collective answered from the capsule
+    if cfg.replay_dir:  # rtdebug replay: every collective answered from the capsule
         from rtdebug.rank.replay import serve
 
         serve.install(
@@ -55,16 +47,16 @@ def fixes(
             stop_at=cfg.replay_stop_at,
             scratch=cfg.replay_scratch,
         )
-    if ray_local_mode == "cluster":
+    if cfg.ray_local_mode == "cluster":
         from rtdebug.rank.localmode import patch
 
         patch.install()  # Ray Train's local mode with the cluster's semantics
     meshes.arm()  # each DeviceMesh the job makes goes into the rank's entry (mesh selectors: dp=0,tp=*)
-    if stop_on:
+    if cfg.stop_on:
         from rtdebug.rank.stopon import arm
 
-        arm.install(stop_on)
-    if force_local:
+        arm.install(cfg.stop_on)
+    if cfg.force_local:
         from rtdebug.rank.localmode import forcelocal
 
         forcelocal.install()
