@@ -22,7 +22,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import platform
 import signal
 import struct
 from typing import Any
@@ -40,10 +39,6 @@ RESTART = (-512, -513, -514, -516, -4)  # ERESTARTSYS, ERESTARTNOINTR, ERESTARTN
 
 class PtraceError(OSError):
     """ptrace refused or the thread went away; ``errno`` says which (EPERM: not allowed)."""
-
-
-def supported() -> bool:
-    return platform.system() == "Linux" and platform.machine() in ("x86_64", "AMD64")
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
