@@ -263,13 +263,21 @@ def test_config_check_collectives_and_hang_report():
 
 def test_native_without_py_spy_is_one_line(tmp_path, monkeypatch, registry_dir):
     from rtdebug.commands import stacks
+    from rtdebug.registry.entry import session_entry
+    from rtdebug.registry.files import Registry
     from rtdebug.stacks.native import find_py_spy
 
     monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))  # no py-spy beside it
     monkeypatch.setenv("PATH", str(tmp_path))
     assert find_py_spy() is None
+    sid = "20261207-000000-abcd"  # a live job on this machine (this process): py-spy would run here
+    entry = session_entry(sid, "torchrun", state="running", script="train.py", nproc_per_node=2,
+                          host="127.0.0.1", port_base=1, ports=[])  # fmt: skip
+    reg = Registry(registry_dir)
+    reg.ensure()
+    reg.write_new_session(entry)
     with pytest.raises(HarnessError, match=r"^--native needs py-spy: pip install 'rtdebug\[stacks\]'") as e:
-        stacks.run(stacks.StacksOptions(native=True))
+        stacks.run(stacks.StacksOptions(native=True, session=sid))
     assert e.value.exit_code == 1
 
 
