@@ -33,7 +33,6 @@ from rtdebug.dap import children, relay, wire
 from rtdebug.dap.children import RankChoice, RankKey
 from rtdebug.views.api import Views
 
-Entry = dict[str, Any]
 POLL_S = 0.25  # how often an attached client's session is re-read for new ranks
 LIVE_CHECK_S = 1.0  # how often the server checks that its session is still live
 SETTLED_NS = 100_000_000  # a directory's change time is the kernel's coarse clock (a few ms a tick)
@@ -162,8 +161,8 @@ class JobEndpoint:
 
     def terminate_means(self) -> str:
         """What ``terminate`` does to this session, as ``rtdebug stop`` does it (its view's teardown)."""
-        session = self.views.session(self.session_id) or {}
-        return TERMINATE_MEANS.get(str(session.get("mode")), TERMINATE_MEANS[""])
+        session = self.views.session(self.session_id)
+        return TERMINATE_MEANS.get(str(session.get("mode") if session else None), TERMINATE_MEANS[""])
 
     def stop_session(self) -> str:
         """End the whole session as ``rtdebug stop`` does (its view's teardown); the one-line summary."""
@@ -184,14 +183,14 @@ class Conversation:
         self.stopped = threading.Event()  # the stop that its terminate started is over (done or failed)
         self.seq = 0
         self.wlock = threading.Lock()
-        self.client_caps: Entry = {}
-        self.initialize: Entry = {}  # the client's own initialize request (a relayed child's goes on to its rank)
+        self.client_caps: wire.Message = {}
+        self.initialize: wire.Message = {}  # the client's initialize request (a relayed child's goes on to its rank)
         self.upstream: tuple[socket.socket, Any] | None = None  # a relayed child: its rank's socket and reader
-        self.attach_args: Entry = {}
+        self.attach_args: wire.Message = {}
         self.seen: set[RankKey] = set()
         self.pending: dict[int, str] = {}  # startDebugging seq -> child name
         self.states: dict[int, str] = {}  # rank -> its debug state as last told to the client (an output event)
-        self.handlers: dict[str, Callable[[Entry], None]] = {
+        self.handlers: dict[str, Callable[[wire.Message], None]] = {
             "initialize": self.on_initialize,
             "attach": self.on_attach,
             "launch": self.on_launch,
@@ -205,7 +204,7 @@ class Conversation:
         }
 
     # -- wire ---------------------------------------------------------------
-    def send(self, msg: Entry, child: str = "") -> None:
+    def send(self, msg: wire.Message, child: str = "") -> None:
         """Send ``msg`` with the next seq; ``child``: a startDebugging request for that child, whose
         response is then expected."""
         with self.wlock:
@@ -218,8 +217,8 @@ class Conversation:
             except OSError:
                 self.closed.set()
 
-    def respond(self, req: Entry, body: Entry | None = None, error: str = "") -> None:
-        msg: Entry = {"type": "response", "request_seq": req.get("seq", 0), "command": req.get("command", "")}
+    def respond(self, req: wire.Message, body: wire.Message | None = None, error: str = "") -> None:
+        msg: wire.Message = {"type": "response", "request_seq": req.get("seq", 0), "command": req.get("command", "")}
         msg["success"] = not error
         if error:
             msg["message"] = error
@@ -227,13 +226,13 @@ class Conversation:
             msg["body"] = body
         self.send(msg)
 
-    def event(self, name: str, body: Entry | None = None) -> None:
+    def event(self, name: str, body: wire.Message | None = None) -> None:
         self.send({"type": "event", "event": name, **({"body": body} if body is not None else {})})
 
     def output(self, text: str) -> None:
         self.event("output", {"category": "console", "output": f"rtdebug: {text}\n"})
 
-    def ok(self, req: Entry) -> None:
+    def ok(self, req: wire.Message) -> None:
         self.respond(req)
 
     def end(self, why: str) -> None:
@@ -288,7 +287,7 @@ class Conversation:
                 f.close()
                 self.conn.close()
 
-    def dispatch(self, msg: Entry) -> None:
+    def dispatch(self, msg: wire.Message) -> None:
         if msg["type"] == "response":
             self.on_reverse_response(msg)
             return
@@ -303,12 +302,12 @@ class Conversation:
             return
         handler(msg)
 
-    def on_initialize(self, req: Entry) -> None:
+    def on_initialize(self, req: wire.Message) -> None:
         self.client_caps = dict(req.get("arguments") or {})
         self.initialize = req
         self.respond(req, body=CAPABILITIES)
 
-    def on_attach(self, req: Entry) -> None:
+    def on_attach(self, req: wire.Message) -> None:
         sid = self.server.session_id
         if "rtdebugRank" in req["arguments"]:  # a child that came back here, as debugpy's children do
             self.relay_child(req)
@@ -325,7 +324,7 @@ class Conversation:
         self.output(f"session {sid}: one child session per rank ({self.server.choice.text}); terminate {what}")
         hidden_thread(self.announce, "rtdebug-dap-children")
 
-    def relay_child(self, req: Entry) -> None:
+    def relay_child(self, req: wire.Message) -> None:
         """Open the named rank for this child, give it the rank's capabilities, pass its attach on."""
         session = children.live_session(self.server.views, self.server.session_id)
         entry = relay.find(session, req["arguments"]["rtdebugRank"]) if session is not None else None
@@ -352,23 +351,23 @@ class Conversation:
             with contextlib.suppress(OSError):
                 sock.close()
 
-    def on_launch(self, req: Entry) -> None:
+    def on_launch(self, req: wire.Message) -> None:
         self.respond(req, error="the job endpoint only attaches (request: attach): the job is already running")
 
-    def on_set_breakpoints(self, req: Entry) -> None:
+    def on_set_breakpoints(self, req: wire.Message) -> None:
         wanted = req["arguments"].get("breakpoints") or []
         n = len(wanted) if isinstance(wanted, list) else 0
         note = {"verified": False, "message": "set in each rank's child session"}
         self.respond(req, body={"breakpoints": [dict(note) for _ in range(n)]})
 
-    def on_disconnect(self, req: Entry) -> None:
+    def on_disconnect(self, req: wire.Message) -> None:
         if req["arguments"].get("terminateDebuggee") is True:
             self.on_terminate(req)
             return
         self.respond(req)
         self.closed.set()
 
-    def on_terminate(self, req: Entry) -> None:
+    def on_terminate(self, req: wire.Message) -> None:
         """Answered at once (a client may wait only seconds); the stop follows, then ``terminated``."""
         self.terminating = True
         try:
@@ -388,7 +387,7 @@ class Conversation:
         finally:
             self.stopped.set()
 
-    def on_reverse_response(self, msg: Entry) -> None:
+    def on_reverse_response(self, msg: wire.Message) -> None:
         seq = msg.get("request_seq")
         name = self.pending.pop(seq, None) if isinstance(seq, int) else None
         if name is not None and not msg.get("success"):
