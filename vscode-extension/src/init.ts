@@ -110,7 +110,7 @@ export function registerAll(context: vscode.ExtensionContext): void {
         states,
         allStop.allStop,
         (l) => log.appendLine(l),
-        (k) => void allStop.job.attached(k),
+        (k, s) => void allStop.job.attached(k, async (command, args) => s.customRequest(command, args)),
       ),
     ),
     vscode.debug.registerDebugConfigurationProvider(DEBUG_TYPE, provider),

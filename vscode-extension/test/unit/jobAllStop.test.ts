@@ -74,3 +74,13 @@ test('a change of the setting tells every attached job in one rank each; a faile
   );
   assert.ok(log.includes('rtdebug: all-stop on in job b (the rtdebug.allStop setting, set in rank 2)'));
 });
+
+test("attach: the rank's own session carries the evaluate (VS Code may not have announced it yet)", async () => {
+  const a = { session: 'a', rank: 0 };
+  const { j, sent, setting } = setup([], { a: true });
+  setting.on = false;
+  const via: string[] = [];
+  await j.attached(a, async (command, args) => void via.push(`${command} ${String(args.expression)}`));
+  assert.deepEqual(sent, []);
+  assert.deepEqual(via, [`evaluate ${allStopExpression(false)}`]);
+});

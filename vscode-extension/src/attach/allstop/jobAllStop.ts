@@ -5,6 +5,9 @@ export function allStopExpression(on: boolean): string {
   return `__import__('rtdebug.rank.api', fromlist=['_']).all_stop(${on ? 'True' : 'False'})`;
 }
 
+/** One DAP request to one rank's debug session. */
+export type Request = (command: string, args: Record<string, unknown>) => Promise<unknown>;
+
 export interface JobAllStopDeps {
   /** One DAP request to a rank's debug session. */
   request(k: RankKey, command: string, args: Record<string, unknown>): Promise<unknown>;
@@ -31,10 +34,13 @@ export class JobAllStop {
     private setting: () => boolean,
   ) {}
 
-  /** A rank of `k.session` was attached: with the setting off, a job whose ranks do all-stop is told. */
-  async attached(k: RankKey): Promise<void> {
+  /**
+   * A rank of `k.session` was attached (`via`: its debug session, which VS Code may not have announced yet): with the
+   * setting off, a job whose ranks do all-stop is told.
+   */
+  async attached(k: RankKey, via?: Request): Promise<void> {
     if (this.setting() || this.told.get(k.session) === false || this.deps.jobSays(k.session) === false) return;
-    await this.tell(k, false);
+    await this.tell(k, false, via);
   }
 
   /** The setting changed: every job with a rank attached here is told, in one rank each. */
@@ -46,10 +52,10 @@ export class JobAllStop {
   }
 
   /** Set the job's all-stop through rank `k`; false when the rank did not take it (logged). */
-  async tell(k: RankKey, on: boolean): Promise<boolean> {
+  async tell(k: RankKey, on: boolean, via: Request = (command, args) => this.deps.request(k, command, args)): Promise<boolean> {
     this.told.set(k.session, on);
     try {
-      await this.deps.request(k, 'evaluate', { expression: allStopExpression(on), context: 'repl' });
+      await via('evaluate', { expression: allStopExpression(on), context: 'repl' });
       this.deps.log(`rtdebug: all-stop ${on ? 'on' : 'off'} in job ${k.session} (the rtdebug.allStop setting, set in rank ${k.rank})`);
       return true;
     } catch (e) {

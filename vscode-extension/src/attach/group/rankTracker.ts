@@ -31,8 +31,8 @@ export class RankTrackerFactory implements vscode.DebugAdapterTrackerFactory {
     private states: RankDebugStates,
     private allStop: AllStop,
     private log: (line: string) => void = () => undefined,
-    /** A rank's `attach` succeeded (jobAllStop.ts hands it the all-stop setting). */
-    private attached: (k: RankRef) => void = () => undefined,
+    /** A rank's `attach` succeeded, in `session` (jobAllStop.ts hands it the all-stop setting). */
+    private attached: (k: RankRef, session: vscode.DebugSession) => void = () => undefined,
   ) {}
 
   createDebugAdapterTracker(session: vscode.DebugSession): vscode.DebugAdapterTracker {
@@ -55,7 +55,7 @@ export class RankTrackerFactory implements vscode.DebugAdapterTrackerFactory {
       onDidSendMessage: (m: DapMessage) => {
         if (m.type === 'response' && m.command === 'attach' && m.success) {
           const a = ref();
-          if (a) this.attached(a);
+          if (a) this.attached(a, session);
         }
         if (m.type !== 'event') return;
         const k = ref();
