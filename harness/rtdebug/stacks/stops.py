@@ -8,7 +8,7 @@ anyone can write: only its shape is trusted, and its text is cut and printed wit
 
 from __future__ import annotations
 
-from typing import Any, TypeGuard
+from typing import TypeGuard
 
 from rtdebug.registry.schema import RankEntry, StopInfo
 from rtdebug.stacks.group import ranks_word
@@ -27,11 +27,6 @@ def plausible(stop: object) -> TypeGuard[StopInfo]:
 
 def clean(text: str, width: int = 200) -> str:
     return "".join(c if c.isprintable() else "?" for c in text[:width])
-
-
-def short(stop: dict[str, Any]) -> str:
-    """``nonfinite: non-finite grad of fc2.weight at step 5 (origin)``: what ``ps`` shows."""
-    return f"{stop['kind']}: {clean(stop['reason'], 120)}"
 
 
 def line(entries: list[RankEntry]) -> str | None:

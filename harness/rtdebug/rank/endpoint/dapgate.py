@@ -100,10 +100,6 @@ class DapFramer:
     def __init__(self) -> None:
         self.buf = bytearray()
 
-    def feed(self, data: bytes) -> None:
-        """Take ``data``; raise ``NotDAP`` as soon as the bytes cannot be DAP messages."""
-        self.take(data)
-
     def take(self, data: bytes) -> list[tuple[bytes, dict]]:
         """Take ``data``; return the messages it completes (each as its bytes and its JSON), keeping the rest
         for the next call; raise ``NotDAP`` as soon as the bytes cannot be DAP messages."""
