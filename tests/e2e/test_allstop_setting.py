@@ -48,3 +48,32 @@ def test_a_debugger_turns_the_jobs_all_stop_off_in_a_running_rank_with_no_stoppe
     assert j.wait(120) == 0
     c0.close()
     c1.close()
+
+
+def test_a_rank_paused_in_its_debugger_runs_on_when_the_stopped_ranks_client_leaves(
+    job, registry_dir, port_base, tmp_path, monkeypatch
+):
+    """All-stop on (the default): rank 1 stops, rank 0 is paused in its own client; rank 1's client disconnects
+    without continuing. Nobody is left to continue rank 0: the ranks continue it, and the job ends well."""
+    monkeypatch.delenv("RTDEBUG_ALL_STOP", raising=False)
+    done = tmp_path / "done"
+    j = job("torchrun", "--debug-port-base", str(port_base), "--nproc-per-node", "2", str(SCRIPT), str(done))
+    sid = j.session_id()
+    wait_ranks(registry_dir, sid, 2)
+    c0 = DAPClient("127.0.0.1", port_base)
+    c0.attach()
+    c1 = DAPClient("127.0.0.1", port_base + 1)
+    c1.attach({str(SCRIPT): [ONLY1]})
+    assert c1.wait_stopped(120)["reason"] == "breakpoint"
+    assert c0.wait_stopped(60)["reason"] == "pause"  # paused by the ranks
+    c1.disconnect()
+    c0.event("continued", 60)  # its client did nothing: the ranks let it go
+    until(
+        lambda: read_ranks(registry_dir, sid)[0].get("debug") or {},
+        60,
+        "rank 0 running",
+        ok=lambda d: d.get("state") == "running",
+    )
+    done.write_text("")
+    assert j.wait(120) == 0
+    c0.close()
