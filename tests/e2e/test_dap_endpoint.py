@@ -16,7 +16,7 @@ import pytest
 from rtdebug.inject import runner as inject
 
 from support.dap import DAPClient, DAPError
-from support.jobs import Job, rtdebug, wait_ranks
+from support.jobs import Job, read_ranks, rtdebug, wait_ranks
 from support.paths import EXAMPLES, PY, SCRIPTS, marker_line
 from support.ports import port_free
 from support.procs import alive, kill_tree
@@ -114,6 +114,55 @@ def test_one_endpoint_every_rank_then_disconnect_leaves_the_job(job, registry_di
     assert f"rtdebug: session {sid} exited (exit code 0)" in j.output()
     assert f"rtdebug: DAP endpoint for session {sid} closed" in j.output()
     assert port_free(port_base + 15)
+
+
+def said(client: DAPClient) -> str:
+    """What a client's console was told so far (its output events, left in place)."""
+    return "".join(m["body"]["output"] for m in client.pending("event") if m["event"] == "output")
+
+
+def test_all_stop_continue_all_and_a_terminate_to_one_rank_through_the_endpoint(
+    job, registry_dir, port_base, tmp_path, monkeypatch
+):
+    """All-stop as a user has it (on): through the endpoint's children, a breakpoint stops rank 1 and rank 0 is
+    paused by the ranks, each evaluates its own rank, and the parent's console says both states; continue in
+    rank 1 continues rank 0; a ``terminate`` sent to rank 1's child detaches it, and the job runs on to exit 0."""
+    monkeypatch.delenv("RTDEBUG_ALL_STOP", raising=False)  # the suite turns all-stop off; a user has it on
+    script, done = SCRIPTS / "allstop_job.py", tmp_path / "done"
+    only1 = marker_line(script, "rank 1 only")
+    j = job("torchrun", "--debug-port-base", str(port_base), "--dap-port", str(port_base + 15), "--nproc-per-node",
+            "2", str(script), str(done))  # fmt: skip
+    sid = j.session_id()
+    endpoint_port(j)
+    wait_ranks(registry_dir, sid, 2)
+    parent = DAPClient("127.0.0.1", port_base + 15)
+    parent.response(parent.attach_job())
+    kids = take_children(parent, 2, {str(script): [only1]}, back=port_base + 15)
+    s1 = kids[1].wait_stopped(120)
+    s0 = kids[0].wait_stopped(60)  # no request of ours: the ranks' all-stop
+    assert (s1["reason"], s0["reason"]) == ("breakpoint", "pause")
+    assert kids[1].top_frame(s1["threadId"])["line"] == only1
+    for rank, stop in ((0, s0), (1, s1)):
+        assert kids[rank].evaluate("dist.get_rank()", kids[rank].top_frame(stop["threadId"])["id"]) == str(rank)
+    until(lambda: said(parent), 60, "the states in the job's console", ok=lambda text: (
+        f"rtdebug: rank 1: stopped at allstop_job.py:{only1} (breakpoint)" in text
+        and "rtdebug: rank 0: paused (all-stop, by rank 1)" in text))  # fmt: skip
+    kids[1].request("setBreakpoints", source={"path": str(script)}, breakpoints=[])
+    kids[1].continue_(s1["threadId"])
+    kids[0].event("continued", 60)  # continue in one rank continues all
+    seq = kids[1].send("terminate")
+    until(lambda: said(kids[1]), 60, "rank 1's console", ok=lambda text: (
+        "rtdebug: rank 1 keeps running; to end the whole job: `rtdebug stop`" in text))  # fmt: skip
+    kids[1].response(seq)
+    kids[1].event("terminated", 60)
+    kids[1].close()  # as nvim-dap does once terminate is answered: the relay lets go of the rank too
+    until(lambda: read_ranks(registry_dir, sid)[1]["state"], 60, "rank 1 detached", ok=lambda st: st == "ready")
+    assert j.proc.poll() is None  # the job runs on
+    done.touch()
+    assert j.wait(120) == 0, j.output()[-3000:]
+    assert "rank 0 ended after" in j.output() and "rank 1 ended after" in j.output()
+    kids[0].close()
+    parent.close()
 
 
 def test_terminate_on_the_job_endpoint_ends_every_rank(job, registry_dir, port_base):
