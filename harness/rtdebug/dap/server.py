@@ -31,6 +31,7 @@ from rtdebug.common.errors import HarnessError, printable
 from rtdebug.common.threads import hidden_thread
 from rtdebug.dap import children, relay, wire
 from rtdebug.dap.children import RankChoice, RankKey
+from rtdebug.registry.schema import ListedSession
 from rtdebug.views.api import Views
 
 POLL_S = 0.25  # how often an attached client's session is re-read for new ranks
@@ -91,6 +92,9 @@ class JobEndpoint:
         self.clients: list[Conversation] = []
         self._lock, self._say_lock = threading.Lock(), threading.Lock()
         self.last_refusal, self.unsaid = -1e9, 0
+        # the session as last read, and the watched directory's settled change time it was read at (None: not
+        # to be reused): an attach hands out its first children from it without reading every rank's files
+        self.latest: tuple[int | None, ListedSession | None] = (None, None)
 
     def stamp(self) -> int | None:
         """The watched directory's change time (each entry write renames a file into it); None: always look.
@@ -101,6 +105,21 @@ class JobEndpoint:
             return os.stat(self.watch).st_mtime_ns
         except OSError:
             return None
+
+    def refresh(self) -> ListedSession | None:
+        """Read the session now (None once it is over), and keep it for ``current``."""
+        before = self.stamp()
+        session = children.live_session(self.views, self.session_id)
+        settled = before is not None and time.time_ns() - before > SETTLED_NS  # see Conversation.announce
+        self.latest = (before if settled else None, session)
+        return session
+
+    def current(self) -> ListedSession | None:
+        """The session: as last read while nothing in its directory has been written since, else read now."""
+        stamp, session = self.latest
+        if session is not None and stamp is not None and stamp == self.stamp():
+            return session
+        return self.refresh()
 
     def say(self, line: str) -> None:
         with self._say_lock:  # clients' threads say at once: whole lines, never run together
@@ -114,9 +133,9 @@ class JobEndpoint:
                 ready, _, _ = select.select([self.sock], [], [], WAKE_S)
                 if ready:
                     self._accept()
-                elif time.monotonic() - checked >= LIVE_CHECK_S:
-                    checked = time.monotonic()
-                    if children.live_session(self.views, self.session_id) is None:
+                elif time.monotonic() - checked >= LIVE_CHECK_S or self.latest[0] != self.stamp():
+                    checked = time.monotonic()  # once a second, and once a write settled: an attach reads nothing
+                    if self.refresh() is None:
                         self.done.set()
         finally:
             self.close()
@@ -319,7 +338,7 @@ class Conversation:
         self.attach_args = dict(req.get("arguments") or {})
         self.event("initialized")
         self.respond(req)
-        self.announce_new()  # the ranks there are now, at once; the thread then looks for more
+        self.announce_new(self.server.current())  # the ranks there are now, at once; the thread looks for more
         what = self.server.terminate_means()
         self.output(f"session {sid}: one child session per rank ({self.server.choice.text}); terminate {what}")
         hidden_thread(self.announce, "rtdebug-dap-children")
@@ -395,10 +414,11 @@ class Conversation:
             self.server.say(f"DAP endpoint: the client did not start {name}: {text}")
 
     # -- the children -------------------------------------------------------
-    def announce_new(self) -> bool:
-        """A ``startDebugging`` for each chosen rank that became attachable since the last look; False once
-        the session is over."""
-        session = children.live_session(self.server.views, self.server.session_id)
+    def announce_new(self, session: ListedSession | None = None) -> bool:
+        """A ``startDebugging`` for each chosen rank that became attachable since the last look (``session``:
+        as just read, else the server's, read once per change however many look); False once the session is
+        over."""
+        session = session or self.server.current()
         if session is None:
             return False
         for entry in children.new_ranks(session, self.server.choice, self.seen):
