@@ -104,8 +104,10 @@ def test_a_rank_with_no_client_in_ddps_all_reduce_is_pausing_then_held_when_its_
     assert f0["line"] == BACKWARD
     assert c0.evaluate("dist.get_rank()", f0["id"]) == "0"
     assert c0.evaluate("model.module.weight.grad is not None", f0["id"]) == "True"  # its backward is done
-    c0.disconnect()  # its client leaves; rank 1 is still stopped: rank 0 stays held
-    _until_debug(registry_dir, sid, 0, "paused", by=1)
+    c0.disconnect()  # its client leaves; rank 1 is still stopped: rank 0 stays held, and says so again
+    held = f"rtdebug: rank 0 paused at {NAME}:{BACKWARD}: rank 1 stopped (all-stop)"
+    until(lambda: j.output().count(held), 60, "rank 0 held again with no client", ok=lambda n: n >= 2)
+    _until_debug(registry_dir, sid, 0, "paused", by=1, line=BACKWARD)
 
     _continue_and_finish(j, registry_dir, sid, c1, s1["threadId"], done)
     c1.close()

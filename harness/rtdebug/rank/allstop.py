@@ -275,16 +275,22 @@ class AllStop:
             if not waiting:
                 self._say_paused(frame, by, after_native)
                 waiting = True
+            elif self.state != "paused":  # a client that left said "running" meanwhile: it is still held here
+                self._mark_paused(frame, by)
             time.sleep(POLL_S)
         self._running()
 
     def _attached_now(self) -> bool:
         return self.endpoint.clients > 0 and self.endpoint.client_connected()
 
-    def _say_paused(self, frame: Any, by: int, after_native: bool) -> None:
+    def _mark_paused(self, frame: Any, by: int) -> tuple[str, int] | None:
         where = debugstate.at(frame)
         self.state = "paused"
         debugstate.record(self.record, "paused", "all-stop", where, by)
+        return where
+
+    def _say_paused(self, frame: Any, by: int, after_native: bool) -> None:
+        where = self._mark_paused(frame, by)
         shown = f" at {os.path.basename(where[0])}:{where[1]}" if where else ""
         when = "" if after_native else " before its next collective"
         print(

@@ -132,6 +132,9 @@ class NativeHold:
                 self.pending.scheduled = False
 
     def _hold(self, frame: Any) -> None:
+        if frame is None:  # no user frame: the main thread is ending (at exit), not the user's code: not held
+            self.part.not_pausing()
+            return
         self.part.hold(frame, after_native=True)
 
 
