@@ -55,14 +55,21 @@ def _line(text: str, marker: str) -> int:
 
 
 def _pythons() -> list[str]:
-    """This interpreter, and each other supported one this checkout has a venv for (``scripts/pythons.sh``):
-    ``Py_AddPendingCall``'s semantics moved between 3.11 and 3.13."""
-    others = (ROOT / f".venv-3.{minor}" / "bin" / "python" for minor in (10, 11, 12, 13))
-    found = [str(p) for p in others if p.exists() and f"3.{sys.version_info[1]}" not in str(p)]
+    """This interpreter, and each other supported one: its venv (``scripts/pythons.sh``), else the newest pyenv
+    build (the child needs the standard library only). ``Py_AddPendingCall``'s semantics moved in 3.12 and 3.13."""
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    found = []
+    for minor in sorted({10, 11, 12, 13} - {sys.version_info[1]}):
+        venv = ROOT / f".venv-3.{minor}" / "bin" / "python"
+        builds = [p for p in pyenv.glob(f"3.{minor}.*/bin/python") if p.parts[-3].split(".")[2].isdigit()]
+        builds.sort(key=lambda p: int(p.parts[-3].split(".")[2]))  # 3.X.N only: no 3.13.0t, no 3.12-dev
+        exe = venv if venv.exists() else (builds[-1] if builds else None)
+        if exe is not None:
+            found.append(str(exe))
     return [sys.executable, *found]
 
 
-@pytest.fixture(params=_pythons(), ids=lambda p: Path(p).parent.parent.name)
+@pytest.fixture(params=_pythons(), ids=lambda p: Path(p).parent.parent.name.removeprefix(".venv-"))
 def python(request) -> str:
     return request.param
 
