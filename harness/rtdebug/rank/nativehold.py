@@ -71,10 +71,11 @@ class _Pending:
     def __init__(self, hold: Any) -> None:
         self.hold = hold
         self.scheduled = False
+        self.pid = os.getpid()
 
     def __bool__(self) -> bool:
         self.scheduled = False
-        if sys.is_finalizing():
+        if sys.is_finalizing() or os.getpid() != self.pid:  # a child forked with the call queued is not the rank
             return False
         try:
             frame = sys._getframe(1)  # where the main thread was when the eval loop ran this call
