@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -47,7 +48,12 @@ def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def wheel_venv(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("wheel")
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(d), str(ROOT)])
+    src = d / "src"  # what the wheel is built from, without the checkout's own build/ (stale after a rename)
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, src / name)
+    shutil.copytree(ROOT / "harness", src / "harness", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(d), str(src)])
     (wheel,) = d.glob("rtdebug-*.whl")
     venv = d / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
