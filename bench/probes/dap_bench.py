@@ -18,7 +18,7 @@ dap / lazy per phase (goal >= 0.99), lazy2 / lazy the noise floor.
 Writes bench/.work/dap_bench.json and prints the tables; results by hand in bench/results/ (see
 docs/performance.md).
 
-Result: bench/results/2026-12-07-dap-endpoint.md
+Result: bench/results/2026-12-07-dap-endpoint-2.md (attach reads nothing), bench/results/2026-12-07-dap-endpoint.md
 """
 
 from __future__ import annotations
