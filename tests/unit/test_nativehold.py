@@ -21,7 +21,6 @@ from support.wait import until
 
 CHILD = """
 import json, os, sys
-sys.path.insert(0, {harness!r})
 from rtdebug.rank import allstop
 
 class Record:  # what RankState.set does, to a file the test reads
@@ -77,7 +76,7 @@ def python(request) -> str:
 def _start(tmp_path, python=sys.executable):
     sdir, entry = tmp_path / "s", tmp_path / "entry.json"
     sdir.mkdir(mode=0o700)
-    code = CHILD.format(harness=str(ROOT / "harness"), entry=str(entry), sdir=str(sdir))
+    code = CHILD.format(entry=str(entry), sdir=str(sdir))
     script = tmp_path / "rank.py"
     script.write_text(code)
     r, w = os.pipe()
@@ -89,7 +88,11 @@ def _start(tmp_path, python=sys.executable):
         stderr=subprocess.PIPE,
         text=True,
         preexec_fn=default_dispositions,
-        env={**os.environ, "RTDEBUG_ALL_STOP": "1"},  # the suite's default is off (tests/conftest.py)
+        env={
+            **os.environ,
+            "RTDEBUG_ALL_STOP": "1",
+            "PYTHONPATH": str(ROOT / "harness"),
+        },  # the suite's default is off (tests/conftest.py)
     )
     os.close(r)
     assert p.stdout is not None and p.stdout.readline() == "ready\n"
