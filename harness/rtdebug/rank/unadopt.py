@@ -2,9 +2,10 @@
 
 What a detach once left in a rank that a client had attached to and left: an fd on ``coll-<rank>.bin`` (the
 record's mapping), pydevd's end of the client's socketpair (its reader and writer threads had ended, their
-socket was never closed) and the access check's netlink socket. Each is closed here. A client still
-attached has its relay ended and waited for (bounded), with the endpoint's state reports cut off first, so
-that nothing writes ``ready`` over the entry's final ``detached``.
+socket was never closed; with two clients one after the other, the first one's too) and the access check's
+netlink socket. Each is closed here. A client still attached has its relay ended and waited for (bounded),
+with the endpoint's state reports cut off first, so that nothing writes ``ready`` over the entry's final
+``detached``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ def stop_debugger(endpoint: Any) -> None:
         if pydevd is not None:
             pydevd.stoptrace()  # tracing off in every thread, pydevd's reader/writer threads end
         _close_pydevd_sockets(py_db)
+        endpoint.release_handoff()  # and the ends of earlier clients, which pydevd no longer names
         api = sys.modules.get("debugpy.server.api")
         if api is not None:  # or a later adoption's first client finds debugpy.listen "already called"
             api.listen.called = False

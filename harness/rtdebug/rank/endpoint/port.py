@@ -150,6 +150,11 @@ class Endpoint:
         if self._inner is not None:
             self._inner.close()
 
+    def release_handoff(self) -> None:
+        """Close what pydevd was handed and kept (``Handoff.release``); called once debugpy is stopped."""
+        if self._inner is not None:
+            self._inner.release()
+
     def start(self, eager: bool = False, warm_after: float = 0.0) -> None:
         """Bind and serve; ``eager`` starts debugpy now, else ``warm_after`` > 0 imports it in the
         background that many seconds from now, unless a client came first (``rtdebug.rank.endpoint.warmup``)."""

@@ -9,9 +9,11 @@ If a debugpy release stops calling that hook, starting debugpy fails (closed), n
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import socket
 import sys
+import weakref
 from collections.abc import Callable
 
 
@@ -22,11 +24,25 @@ class Handoff:
 
     def __init__(self) -> None:
         self._queue: queue.Queue[socket.socket | None] = queue.Queue()
+        self._given: list[weakref.ref[socket.socket]] = []  # pydevd's ends, still referenced somewhere or gone
 
     def connect(self) -> socket.socket:
         ours, theirs = socket.socketpair()
+        self._given = [r for r in self._given if r() is not None]
+        self._given.append(weakref.ref(theirs))
         self._queue.put(theirs)
         return ours
+
+    def release(self) -> None:
+        """Shut and close every end handed to pydevd that is still open: pydevd never closes the end of a client
+        that left before the next one came (``rtdebug.rank.unadopt``, once debugpy is stopped)."""
+        for ref in self._given:
+            sock = ref()
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+        self._given.clear()
 
     def accept(self) -> tuple[socket.socket, tuple[str, int]]:
         conn = self._queue.get()
