@@ -37,6 +37,25 @@ class Endpoint:  # no client, ever
 
 part = allstop.arm({sdir!r}, 0, Endpoint(), Record(), lambda *a: None)
 assert part is not None and part.native is not None
+
+def closer():  # an adopted rank's detach (rtdebug.rank.adopted), from a thread, when the test asks
+    import threading, time
+    while not os.path.exists({sdir!r} + ".close"):
+        time.sleep(0.01)
+    try:
+        part.close(lambda *a: None)
+        left = [t.name for t in threading.enumerate() if t.name.startswith("rtdebug")]
+        left += [line for line in open("/proc/self/maps") if "allstop" in line]
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                left += [p for p in [os.readlink("/proc/self/fd/" + fd)] if "allstop" in p]
+            except OSError:  # the listing's own fd
+                pass
+    except BaseException as exc:  # said, never a test that waits for nothing
+        left = [repr(exc)]
+    print("closed", json.dumps(left), flush=True)
+
+__import__("threading").Thread(target=closer, daemon=True).start()
 r, w = int(sys.argv[1]), int(sys.argv[2])
 print("ready", flush=True)
 try:
@@ -172,6 +191,33 @@ def test_ctrl_c_while_held_ends_the_rank_where_it_was(tmp_path, python):
         p.send_signal(signal.SIGINT)
         out, _ = p.communicate(timeout=30)
         assert p.returncode == 130 and "interrupted" in out
+    finally:
+        p.kill()
+        p.wait()
+
+
+@pytest.mark.parametrize("held", [False, True], ids=["pausing", "paused"])
+def test_close_lets_the_rank_go_and_leaves_nothing(tmp_path, held):
+    """An adopted rank's detach (``AllStop.close``) while a peer is stopped and this rank is ``pausing`` (its hold
+    queued) or ``paused`` (held): it runs on, never held again, and no thread, FIFO, fd or mmap of all-stop stays."""
+    p, w, board, entry, _ = _start(tmp_path)
+    try:
+        board.publish(STOPPED, 1)
+        _until(entry, "pausing", by=1)
+        if held:
+            os.write(w, b"x")
+            _until(entry, "paused", by=1)
+        (tmp_path / "s.close").touch()
+        assert p.stdout is not None
+        line = p.stdout.readline()
+        assert line.startswith("closed ") and json.loads(line.removeprefix("closed ")) == [], line
+        assert not (tmp_path / "s" / "allstop-0.fifo").exists()
+        if not held:
+            os.write(w, b"x")  # the queued hold runs now: a no-op
+        out, err = p.communicate(timeout=30)
+        assert p.returncode == 0 and "went on" in out, err
+        assert ("paused" in err) is held  # said once, when it was held; never after the close
+        assert board.read()[1] == STOPPED  # a peer's stop is the peer's to end
     finally:
         p.kill()
         p.wait()

@@ -3,9 +3,9 @@
 ``rtdebug.inject.runner`` runs a few lines in the rank's main thread, with the GIL held, that import this
 module and call ``main(spec)``: it opens the same lazy, owner-only endpoint on base + RANK
 (``rtdebug.rank.endpoint.Endpoint``, wired through ``RankState.connect``), arms the stacks dump
-(``rtdebug.stacks.dump.arm``) and writes the rank's registry entry. It starts two threads (the endpoint's
-accept loop, blocked in ``accept``, and the dump thread, blocked in ``read``) and nothing per step; the
-rank keeps its own lifetime (no guards).
+(``rtdebug.stacks.dump.arm``), all-stop (``rtdebug.rank.allstop``, as a launched rank's) and writes the rank's
+registry entry. It starts three threads (the endpoint's accept loop, blocked in ``accept``; the dump thread and
+all-stop's wake-up, blocked in ``read``) and nothing per step; the rank keeps its own lifetime (no guards).
 A second ``main`` changes nothing. ``detach`` undoes it all: the endpoint is shut, debugpy (if a client
 ever came) stops tracing, the dump signal goes back to its default, ``sys.path`` loses what was added.
 
@@ -16,7 +16,9 @@ its answer (a JSON object); ``rtdebug.inject.exchange`` delivers it, or, if the 
 has ``detach`` undo the adoption at once.
 
 ``detach`` leaves nothing behind: no listening or relayed socket, none of pydevd's, no netlink socket of
-the access check, no fd on the record's ``coll-<rank>.bin``, no dump thread or FIFO; the entry says
+the access check, no fd on the record's ``coll-<rank>.bin``, no dump thread or FIFO, nothing of all-stop
+(``rtdebug.rank.allstop``: its wake-up thread and ``allstop-<rank>.fifo``, the collective wrapper's hold, the
+mmap of ``allstop.bin``, the endpoint's hook; a rank held by it goes on); the entry says
 ``detached`` (the rank runs on, without rtdebug: ``ps --all`` shows it, ``attach`` refuses it). The entry is
 written relative to the session directory's fd, opened and checked at adoption (``_EntryFile``): a detach
 that runs late, after someone who can write a parent of the registry swapped its path, still writes only
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from rtdebug.common import atomic, log
 
 if TYPE_CHECKING:
+    from rtdebug.rank.allstop import AllStop
     from rtdebug.rank.endpoint import Endpoint
     from rtdebug.rank.state import RankState
     from rtdebug.registry.files import Registry
@@ -76,6 +79,7 @@ class Adoption:
     record: RankState
     stacks: dict[str, Any] | None  # what rtdebug.rank.startup.dumps armed
     prior: Endpoint | None  # runtime.endpoint before the adoption (None: the rank had none)
+    allstop: AllStop | None = None  # this rank's part in the job's all-stop (``rtdebug.rank.allstop``)
     paths: list[str] = field(default_factory=list)  # added to sys.path, taken out again
 
 
@@ -177,14 +181,17 @@ def adopt(spec: dict[str, Any]) -> dict[str, Any]:
     endpoint = Endpoint(spec["host"], int(spec["port"]), allow=spec.get("allow", ""))
     stacks = _main_bottom(startup.dumps(reg.session_dir(sid), rank))
     record.connect(endpoint)
+    part: AllStop | None = None
     try:  # all or nothing: a failure leaves no listener, handler, wrapper or publisher behind
         endpoint.start()
         timeout, source = pg_timeout()
         _publish(record, spec, reg)
         collectives = startup.record(reg.session_dir(sid), rank)
+        part = _arm_allstop(reg.session_dir(sid), rank, endpoint, record)
     except BaseException as exc:
         from rtdebug.rank import unadopt
 
+        _close_allstop(part)
         unadopt.shut(endpoint)
         unadopt.release(stacks)
         record.failed(str(exc), exit_code=None)
@@ -193,10 +200,11 @@ def adopt(spec: dict[str, Any]) -> dict[str, Any]:
     record.ready(endpoint, stacks=stacks, collectives=collectives)
     import atexit
 
-    _adoption = Adoption(sid, reg, entry_file, endpoint, record, stacks, prior=runtime.endpoint)
+    _adoption = Adoption(sid, reg, entry_file, endpoint, record, stacks, prior=runtime.endpoint, allstop=part)
     atexit.register(_at_exit)
     runtime.endpoint = endpoint  # rtdebug.breakpoint() in the script now reaches this endpoint
     runtime.record = record  # a --stop-on stop says why in this entry
+    runtime.allstop = part  # rtdebug.rank.api.all_stop (the extension's setting) reaches it
     print(
         f"rtdebug: rank {rank} adopted (session {sid}): debug endpoint {spec['host']}:{spec['port']}", file=sys.stderr
     )
@@ -206,6 +214,27 @@ def adopt(spec: dict[str, Any]) -> dict[str, Any]:
 
         answer["stop_on"] = arm.configure(str(spec["stop_on"]), gen=str(spec.get("stop_on_gen") or sid))
     return answer
+
+
+def _arm_allstop(sdir: Any, rank: int, endpoint: Endpoint, record: RankState) -> AllStop | None:
+    """This rank's part in the job's all-stop, as a launched rank's (``rtdebug.rank.bootstrap``): the board is the
+    adopt session directory's, shared by the job's adopted ranks on this machine."""
+    from rtdebug.rank import allstop
+    from rtdebug.rank.collectives import recorder
+
+    return allstop.arm(sdir, rank, endpoint, record, recorder.hold_with)
+
+
+def _close_allstop(part: AllStop | None) -> None:
+    """Undo ``_arm_allstop``: no hook, hold, FIFO, thread or mmap left; a rank held by it goes on."""
+    if part is None:
+        return
+    from rtdebug.rank.collectives import recorder
+
+    try:
+        part.close(recorder.hold_with)
+    except Exception:
+        log.swallowed("rank.adopted: all-stop's close: going on")
 
 
 def _stop_on_off(sid: str) -> None:
@@ -286,11 +315,13 @@ def _detach(a: Adoption) -> dict[str, Any]:
 
     endpoint, record = a.endpoint, a.record
     unadopt.shut(endpoint)
+    _close_allstop(a.allstop)  # first: a rank held by all-stop goes on; its peers are let go of its stop
     unadopt.end_clients(endpoint)
     unadopt.stop_debugger(endpoint)
     unadopt.release(a.stacks)  # torch's own collectives back: no per-call work after the adoption
     runtime.endpoint = a.prior
     runtime.record = None
+    runtime.allstop = None
     _stop_on_off(a.session_id)
     import atexit
 

@@ -26,7 +26,8 @@ job runs (``rtdebug.rank.api.all_stop``: the VS Code extension hands its ``rtdeb
 ranks that way, and does no all-stop of its own). The entry's debug state (``rtdebug.rank.debugstate``) is kept
 either way. Limits: the board is one machine's session
 directory, so a multi-node job's all-stop reaches the ranks of the stopping rank's node only; a Ray worker
-(no session directory) and an adopted rank keep their debug state but take no part.
+(no session directory) keeps its debug state but takes no part. An adopted rank (``rtdebug.rank.adopted``) takes
+part from its adoption on; its detach undoes it all (``AllStop.close``) and lets go of a rank held by it.
 """
 
 from __future__ import annotations
@@ -114,6 +115,13 @@ class Board:
             return False
         return False
 
+    def close(self) -> None:
+        """Unmap the board (a reader that still holds it sees ``ValueError``, which every hold swallows)."""
+        try:
+            self.mm.close()
+        except BufferError:  # exported at this very moment: dropped with its last reference instead
+            log.swallowed("rank.allstop: the board's mmap is in use")
+
     def publish(self, mode: int, by: int) -> None:
         BY.pack_into(self.mm, 12, by, os.getpid(), time.time())
         GEN.pack_into(self.mm, 4, (self.gen() + 1) & 0xFFFFFFFF)
@@ -135,6 +143,7 @@ class AllStop:
         self._watching = False
         self.native: nativehold.NativeHold | None = None  # the wake-up of a rank with no client
         self.continues = 0  # the client's continue requests, counted
+        self.closed = False  # ``close``: an adopted rank's detach; any hold lets the rank go
 
     # -- what the relay sees --------------------------------------------------------------------------------
     def on_dap(self, kind: str, body: dict) -> None:
@@ -177,7 +186,7 @@ class AllStop:
 
     def _running(self) -> None:
         self.pausing_by, self.in_episode = None, False
-        if self.state != "running":
+        if self.state != "running" and not self.closed:  # closed: the entry is final (``detached``)
             self.state = "running"
             debugstate.record(self.record, "running")
 
@@ -195,14 +204,16 @@ class AllStop:
         seen = self.board.gen()
         while True:
             with self._lock:
-                if self.endpoint.clients == 0:
+                if self.endpoint.clients == 0 or self.closed:
                     self._watching = False
                     return
             time.sleep(POLL_S)
-            gen = self.board.gen()
-            if gen == seen:
+            try:
+                if self.board.gen() == seen:
+                    continue
+                seen, mode, by = self.board.read()
+            except ValueError:  # the board was closed (``close``): the next round ends the thread
                 continue
-            seen, mode, by = self.board.read()
             try:
                 if mode == STOPPED and by != self.rank and self.state == "running" and self.board.stop_all:
                     self._pause(by)
@@ -256,7 +267,7 @@ class AllStop:
         if mode != STOPPED or by == self.rank or not self.board.stop_all:
             return
         waiting, checked, suspended_for = False, time.monotonic(), -1
-        while self.board.read()[1] == STOPPED:
+        while not self.closed and self.board.read()[1] == STOPPED:
             # once per client: one that is leaving still reads as connected for a moment, and a suspend then
             # would wait for a client that is gone
             attached = self.endpoint.attach_count != suspended_for and self._attached_now()
@@ -323,6 +334,25 @@ class AllStop:
             py_db.do_wait_suspend(thread, user, "line", None)
         finally:
             info.is_tracing -= 1
+
+    # -- an adopted rank's detach -----------------------------------------------------------------------------
+    def close(self, hold_with: Any) -> None:
+        """Undo ``arm`` (``rtdebug.rank.adopted``'s detach): the endpoint's hook and the collective wrapper's
+        hold (``hold_with``) reset, the wake-up's thread ended and its FIFO gone, a queued hold made a no-op, a
+        rank held here let go, a stop of this rank's own ended for its peers, the board's mmap closed."""
+        self.closed = True  # a hold in progress (maybe in the thread that runs this) ends at its next check
+        self.endpoint.on_dap = lambda kind, body: None
+        hold_with(None, 0, None)
+        if self.native is not None:
+            self.native.close()
+            self.native = None
+        try:
+            _, mode, by = self.board.read()
+            if mode == STOPPED and by == self.rank:  # its peers would wait for a continue that cannot come
+                self.board.publish(RUNNING, self.rank)
+        except (OSError, ValueError):
+            log.swallowed("rank.allstop: close: the board is let go anyway")
+        self.board.close()
 
 
 def arm(session_dir: Path | str, rank: int, endpoint: Any, record: Any, hold_with: Any) -> AllStop | None:

@@ -35,6 +35,7 @@ from rtdebug.common.threads import hidden_thread
 from rtdebug.rank import debugstate
 
 PREFIX, SUFFIX = "allstop-", ".fifo"
+JOIN_S = 2.0  # how long ``close`` waits for the woken thread to end
 
 
 def fifo_name(rank: int) -> str:
@@ -75,7 +76,8 @@ class _Pending:
 
     def __bool__(self) -> bool:
         self.scheduled = False
-        if sys.is_finalizing() or os.getpid() != self.pid:  # a child forked with the call queued is not the rank
+        # closed (``NativeHold.close``): a queued call is a no-op; a child forked with the call queued is not the rank
+        if self.hold is None or sys.is_finalizing() or os.getpid() != self.pid:
             return False
         try:
             frame = sys._getframe(1)  # where the main thread was when the eval loop ran this call
@@ -100,9 +102,31 @@ class NativeHold:
         self._add.argtypes, self._add.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
         self._is_true = ctypes.cast(api.PyObject_IsTrue, ctypes.c_void_p)
         self._lock = threading.Lock()
+        self.closed = False
+        self.thread: threading.Thread | None = None  # the one blocked in ``read()`` on the FIFO
+        self.path: Path | None = None  # the FIFO, unlinked by ``close`` (only if it is still this one)
+
+    def close(self) -> None:
+        """Undo ``arm`` (an adopted rank's detach): the thread woken and joined, the FIFO closed and unlinked, a
+        pending call still queued made a no-op (CPython cannot take it back)."""
+        with self._lock:
+            self.closed = True
+            self.pending.hold = None  # the queued call (if any) answers False at once; nothing of ours kept
+        thread = self.thread
+        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+            try:
+                os.write(self.fd, b"q")  # the thread's own FIFO (O_RDWR): its read() returns and it sees closed
+            except OSError:
+                log.swallowed("rank.nativehold: close: the FIFO took no byte")
+            thread.join(JOIN_S)
+        if self.path is not None:
+            _unlink_if(self.path, os.fstat(self.fd))
+            self.path = None
+        os.close(self.fd)
+        self.fd = -1
 
     def _wait(self) -> None:
-        while True:
+        while not self.closed:
             try:
                 if not os.read(self.fd, 64):
                     return
@@ -119,8 +143,10 @@ class NativeHold:
         """Read the board: a peer stopped (this rank runs with no client): ``pausing`` and a pending call; the
         board running again while still ``pausing``: ``running``."""
         part = self.part
-        by = part.peer_stopped()
         with self._lock:
+            if self.closed:
+                return
+            by = part.peer_stopped()
             if by is None:
                 if part.state == "pausing" and part.endpoint.clients == 0:
                     part.not_pausing()
@@ -137,6 +163,22 @@ class NativeHold:
             self.part.not_pausing()
             return
         self.part.hold(frame, after_native=True)
+
+
+def _unlink_if(path: Path, mine: os.stat_result) -> None:
+    """Unlink ``path`` if it is still the FIFO ``mine`` (never a name someone put there meanwhile)."""
+    try:
+        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        st = os.stat(path.name, dir_fd=dir_fd, follow_symlinks=False)
+        if (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino):
+            os.unlink(path.name, dir_fd=dir_fd)
+    except OSError:
+        log.swallowed("rank.nativehold: close: the FIFO was gone")
+    finally:
+        os.close(dir_fd)
 
 
 def main_site() -> tuple[str, int] | None:
@@ -172,5 +214,6 @@ def arm(session_dir: Path, rank: int, part: Any) -> NativeHold | None:
     except (AttributeError, OSError):  # no ctypes.pythonapi (not CPython)
         os.close(fd)
         return None
-    hidden_thread(held._wait, f"rtdebug-allstop-wake-{rank}")
+    held.path = Path(session_dir) / name
+    held.thread = hidden_thread(held._wait, f"rtdebug-allstop-wake-{rank}")
     return held
