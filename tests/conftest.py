@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from support.adoptjobs import PlainJob, can_ptrace
 from support.jobs import Jobs
 from support.ports import free_port_base
 
@@ -58,3 +59,21 @@ def job(tmp_path, registry_dir):
     jobs = Jobs(tmp_path, registry_dir)
     yield jobs.start
     jobs.kill_all()
+
+
+@pytest.fixture
+def plain(tmp_path, registry_dir):
+    """Factory for torchrun jobs started without rtdebug (``support.adoptjobs.PlainJob``), for ``rtdebug adopt``;
+    every one is killed with its tree at the end. Skips where this machine cannot ptrace."""
+    if (why := can_ptrace()) is not None:
+        pytest.skip(why)
+    started: list[PlainJob] = []
+
+    def start(tmp: Path | None = None, **kw) -> PlainJob:
+        j = PlainJob(tmp or tmp_path, **kw)
+        started.append(j)
+        return j
+
+    yield start
+    for j in started:
+        j.kill()

@@ -27,6 +27,7 @@ from rtdebug.inject import gdb as inject_gdb
 from rtdebug.inject import jobs
 from rtdebug.inject import runner as inject
 
+from support.adoptjobs import JOB, adopt, can_ptrace, fds, foreign_threads, left_open, listening
 from support.dap import DAPClient, stop_in_each_rank
 from support.jobs import read_ranks, rtdebug
 from support.paths import PY, ROOT, SCRIPTS, marker_line
@@ -34,70 +35,6 @@ from support.procs import kill_tree
 from support.wait import until
 
 pytestmark = pytest.mark.e2e
-JOB = SCRIPTS / "adopt_job.py"
-
-
-def _can_ptrace() -> str | None:
-    if sys.platform != "linux":
-        return "ptrace injection is Linux only"
-    return inject.ptrace_denied(os.getpid())
-
-
-class PlainJob:
-    """A torchrun job started without rtdebug; killed with its tree at the end."""
-
-    def __init__(
-        self, tmp: Path, env: dict[str, str] | None = None, prefix: list[str] | None = None, extra: tuple = ()
-    ) -> None:
-        self.control = tmp / f"control-{time.monotonic_ns()}"
-        self.log = tmp / f"plain-{time.monotonic_ns()}.log"
-        self._f = open(self.log, "wb")
-        e = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
-        e.pop("RTDEBUG_SESSION", None)
-        run = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *extra]
-        cmd = [*(prefix or []), *run, str(JOB), str(self.control)]
-        self.proc = subprocess.Popen(cmd, cwd=tmp, env=e, stdout=self._f, stderr=subprocess.STDOUT)
-        self.tmp = tmp
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def wait_running(self, timeout: float = 120) -> list[int]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.output().count("running") >= 2:
-                return [r.pid for r in jobs.job_of(self.agent()).ranks]
-            assert self.proc.poll() is None, self.output()
-            time.sleep(0.2)
-        raise AssertionError(self.output())
-
-    def agent(self) -> psutil.Process:
-        p = psutil.Process(self.proc.pid)
-        return p if jobs.is_agent(p) else p.children()[0]  # under setpriv, the agent is its child (or itself)
-
-    def finish(self, timeout: float = 120) -> int:
-        self.control.touch()
-        return self.proc.wait(timeout)
-
-    def kill(self) -> None:
-        kill_tree(self.proc)
-        self._f.close()
-
-
-@pytest.fixture
-def plain(tmp_path, registry_dir):
-    if (why := _can_ptrace()) is not None:
-        pytest.skip(why)
-    started: list[PlainJob] = []
-
-    def start(tmp: Path | None = None, **kw) -> PlainJob:
-        j = PlainJob(tmp or tmp_path, **kw)
-        started.append(j)
-        return j
-
-    yield start
-    for j in started:
-        j.kill()
 
 
 @contextmanager
@@ -117,16 +54,8 @@ def busy_plain(py: str, tmp_path: Path) -> Iterator[tuple[subprocess.Popen, Path
             kill_tree(proc)
 
 
-def adopt(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return rtdebug("adopt", *args, env=env)
-
-
 def _session(registry_dir: Path) -> str:
     return next(p.name for p in registry_dir.iterdir() if (p / "session.json").exists())
-
-
-def _listening(port: int) -> bool:
-    return any(c.laddr.port == port and c.status == psutil.CONN_LISTEN for c in psutil.net_connections("tcp"))
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -136,26 +65,10 @@ def _cmdline(pid: int) -> list[str]:
         return []
 
 
-def _fds(pid: int) -> list[str]:
-    """What each of ``pid``'s file descriptors is open on (a path, ``socket:[inode]``, ...)."""
-    out = []
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
-        except OSError:  # closed meanwhile
-            pass
-    return out
-
-
-def _left_open(pid: int, before: list[str], registry_dir: Path) -> list[str]:
-    """fds ``pid`` has now that rtdebug opened: new sockets, anything in the registry (coll-N.bin, dirs)."""
-    return [f for f in _fds(pid) if (f.startswith("socket:") and f not in before) or f.startswith(str(registry_dir))]
-
-
 def test_adopt_stop_in_each_rank_twice_is_noop_then_detach(plain, registry_dir, port_base):
     job = plain()
     pids = job.wait_running()
-    fds_before = {p: _fds(p) for p in pids}
+    fds_before = {p: fds(p) for p in pids}
     t0 = time.monotonic()
     r = adopt(str(job.agent().pid), "--debug-port-base", str(port_base))
     assert r.returncode == 0, r.stderr
@@ -175,7 +88,7 @@ def test_adopt_stop_in_each_rank_twice_is_noop_then_detach(plain, registry_dir, 
     again = adopt(str(pids[1]), "--debug-port-base", str(port_base + 8), "--json")  # a rank names the same job
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["note"] == f"already adopted (session {sid}); nothing changed"
-    assert len([p for p in registry_dir.iterdir() if p.is_dir()]) == 1 and not _listening(port_base + 8)
+    assert len([p for p in registry_dir.iterdir() if p.is_dir()]) == 1 and not listening(port_base + 8)
 
     line = marker_line(JOB, "step")
     clients = {n: DAPClient("127.0.0.1", port_base + n) for n in (0, 1)}
@@ -189,13 +102,13 @@ def test_adopt_stop_in_each_rank_twice_is_noop_then_detach(plain, registry_dir, 
 
     d = rtdebug("adopt", "--detach", sid)
     assert d.returncode == 0 and "the job runs on" in d.stdout, d.stdout + d.stderr
-    assert not _listening(port_base) and not _listening(port_base + 1)
+    assert not listening(port_base) and not listening(port_base + 1)
     deadline = time.monotonic() + 10  # pydevd's threads end on their own once told to
-    while (left := _foreign_threads(job.agent().pid)) and time.monotonic() < deadline:
+    while (left := foreign_threads(job.agent().pid)) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not left, left  # no accept loop, no relay, no pydevd thread: nothing of rtdebug runs in the ranks
     # nothing left open either: no socket (endpoint, relay, pydevd's end, netlink), no fd on coll-N.bin
-    assert {p: _left_open(p, fds_before[p], registry_dir) for p in pids} == {p: [] for p in pids}
+    assert {p: left_open(p, fds_before[p], registry_dir) for p in pids} == {p: [] for p in pids}
     _ps_shows_detached(sid, "detached")
     refused = rtdebug("attach", "--session", sid, "--rank", "0", "--timeout", "1")
     assert refused.returncode == 1 and f"rtdebug: error: no live session '{sid}'" in refused.stderr, refused.stderr
@@ -223,19 +136,6 @@ def _ps_shows_pg_timeout(sid: str, seconds: float, source: str) -> None:
     assert (session["pg_timeout_s"], session["pg_timeout_source"]) == (seconds, source), session
     line = next(line for line in rtdebug("ps").stdout.splitlines() if line.startswith(f"session {sid}"))
     assert line.endswith(f"pg-timeout {seconds:g}s ({source})"), line
-
-
-def _foreign_threads(agent: int) -> list[str]:
-    """Threads of the job's ranks (py-spy, read-only) with a frame of rtdebug or the debugger."""
-    r = rtdebug("stacks", "--pid", str(agent), "--json")
-    assert r.returncode == 0, r.stderr
-    out = []
-    for g in json.loads(r.stdout)["groups"]:
-        for t in g["threads"]:
-            files = [f["file"] for f in t["frames"]]
-            if any("rtdebug" in f or "pydevd" in f or "debugpy" in f for f in files):
-                out.append(f"rank {t['rank']}: " + " < ".join(f"{f['function']}:{f['line']}" for f in t["frames"]))
-    return out
 
 
 def _two_groups(text: str) -> None:
@@ -372,7 +272,7 @@ def test_one_rank_failing_undoes_the_others(plain, registry_dir, port_base, monk
     err = capsys.readouterr().err
     assert "simulated injection failure" in err and "nothing was changed" in err and len(err.splitlines()) == 1
     assert not any(p.is_dir() for p in registry_dir.iterdir())
-    assert not _listening(port_base) and not _listening(port_base + 1)
+    assert not listening(port_base) and not listening(port_base + 1)
     out = job.output()
     assert "rank 0 adopted" in out and "rank 0 detached" in out and "rank 1 adopted" not in out, out
     assert job.finish() == 0, out
@@ -444,7 +344,7 @@ def test_torch_free_job_on_each_python(version, registry_dir, port_base, tmp_pat
     """A bare Python (no rtdebug, no debugpy installed in it) running a plain multi-process job with RANK set:
     adopt by a rank's pid, stop in rank 1, detach; the busy loop's arithmetic is still right."""
     py = _python(version)
-    if py is None or (why := _can_ptrace()) is not None:
+    if py is None or (why := can_ptrace()) is not None:
         pytest.skip(f"no python{version}" if py is None else why)
     script = SCRIPTS / "adopt_plain.py"
     with busy_plain(py, tmp_path) as (proc, control, log):
@@ -468,7 +368,7 @@ def test_torch_free_job_on_each_python(version, registry_dir, port_base, tmp_pat
 
 def test_python_too_old_is_refused(registry_dir, port_base, tmp_path):
     py = _python("3.9")
-    if py is None or (why := _can_ptrace()) is not None:
+    if py is None or (why := can_ptrace()) is not None:
         pytest.skip("no python3.9" if py is None else why)
     up = tmp_path / "up"
     code = f"import pathlib, time; pathlib.Path({str(up)!r}).touch(); time.sleep(60)"
@@ -504,12 +404,12 @@ def test_detach_while_a_client_holds_a_rank_stopped(plain, registry_dir, port_ba
         )
         assert json.loads(rtdebug("ps", "--json").stdout)["sessions"] == []
         deadline = time.monotonic() + 10
-        while (left := _foreign_threads(job.agent().pid)) and time.monotonic() < deadline:
+        while (left := foreign_threads(job.agent().pid)) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert not left, left
     finally:
         c.close()
-    assert not _listening(port_base)
+    assert not listening(port_base)
     assert job.finish() == 0, job.output()
 
 
@@ -537,14 +437,14 @@ def test_ptrace_denied_without_cap_sys_ptrace(plain, registry_dir, port_base):
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "CAP_SYS_PTRACE" in r.stderr and "nothing was changed" in r.stderr, r.stderr
     assert not any(p.is_dir() for p in registry_dir.iterdir()) if registry_dir.exists() else True
-    assert not _listening(port_base) and "adopted" not in job.output()
+    assert not listening(port_base) and "adopted" not in job.output()
     assert job.finish() == 0, job.output()
 
 
 def test_adopt_detach_cycles_leave_busy_ranks_correct(registry_dir, port_base, tmp_path):
     """Adopt and detach a busy pure-Python job again and again (RTDEBUG_ADOPT_CYCLES, default 8; 25 were run
     on 3.13): every injection stops a rank mid-bytecode, and the ranks' checked arithmetic stays right."""
-    if (why := _can_ptrace()) is not None:
+    if (why := can_ptrace()) is not None:
         pytest.skip(why)
     with busy_plain(PY, tmp_path) as (proc, control, log):
         rank0 = jobs.job_of(psutil.Process(proc.pid)).ranks[0].pid
@@ -582,7 +482,7 @@ def test_ranks_restarted_by_torchrun_are_adopted_into_the_same_session(plain, re
     assert r.returncode == 0 and f"session {sid}: adopted its 2 ranks" in r.stdout, r.stdout + r.stderr
     ranks = read_ranks(registry_dir, sid)
     assert [ranks[n]["pid"] for n in (0, 1)] == now and all(ranks[n]["port"] == port_base + n for n in (0, 1))
-    assert _listening(port_base) and _listening(port_base + 1)
+    assert listening(port_base) and listening(port_base + 1)
     assert adopt(str(now[0])).stdout.startswith(f"rtdebug: already adopted (session {sid})")
     assert job.finish() == 0, job.output()
 
@@ -650,7 +550,7 @@ def test_list_is_junk_free(tmp_path, monkeypatch, capsys):
 def test_adopt_again_after_a_debugged_detach(registry_dir, port_base, tmp_path):
     """A rank a client debugged, then detached, can be adopted and debugged again: the detach lets
     debugpy listen once more (it refuses a second ``listen`` in a process unless told it may)."""
-    if (why := _can_ptrace()) is not None:
+    if (why := can_ptrace()) is not None:
         pytest.skip(why)
     script = SCRIPTS / "adopt_plain.py"
     line = marker_line(script, "plain step")

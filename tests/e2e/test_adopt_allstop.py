@@ -11,9 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-import test_adopt
-from test_adopt import JOB, _fds, _foreign_threads, _left_open, _listening, adopt
 
+from support.adoptjobs import JOB, adopt, fds, foreign_threads, left_open, listening
 from support.dap import DAPClient
 from support.jobs import rtdebug
 from support.paths import marker_line
@@ -21,7 +20,6 @@ from support.wait import until
 
 pytestmark = pytest.mark.e2e
 LINE = marker_line(JOB, "step")
-plain = test_adopt.plain  # the fixture: a plain torchrun job, killed with its tree at the end
 
 
 @pytest.fixture(autouse=True)
@@ -55,7 +53,7 @@ def _allstop_parts(pid: int) -> list[str]:
     """What of all-stop ``pid`` has: a mapping of ``allstop.bin``, an fd on its FIFO."""
     with open(f"/proc/{pid}/maps") as f:
         maps = [line.split()[-1] for line in f if "allstop.bin" in line]
-    return maps + [f for f in _fds(pid) if "allstop-" in f]
+    return maps + [f for f in fds(pid) if "allstop-" in f]
 
 
 def _stop_rank1(base: int, sid: str) -> tuple[DAPClient, int]:
@@ -72,7 +70,7 @@ def test_adopted_ranks_all_stop_and_detach_lets_go_of_them_leaving_nothing(plain
     job = plain()
     pids = job.wait_running()
     agent = job.agent().pid
-    fds_before = {p: _fds(p) for p in pids}
+    fds_before = {p: fds(p) for p in pids}
     sid = _adopt(agent, port_base, registry_dir, set())
     fifos = sorted(p.name for p in (registry_dir / sid).glob("allstop-*.fifo"))
     assert fifos == ["allstop-0.fifo", "allstop-1.fifo"], fifos
@@ -93,11 +91,11 @@ def test_adopted_ranks_all_stop_and_detach_lets_go_of_them_leaving_nothing(plain
     assert not list((registry_dir / sid).glob("allstop-*.fifo"))
     assert {p: _allstop_parts(p) for p in pids} == {p: [] for p in pids}
     deadline = time.monotonic() + 10  # pydevd's threads end on their own once told to
-    while (left := _foreign_threads(agent)) and time.monotonic() < deadline:
+    while (left := foreign_threads(agent)) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not left, left  # no wake-up thread, no watcher: nothing of rtdebug runs in the ranks
     # no socket left either: pydevd's ends of both clients (the first one left before the second came)
-    assert {p: _left_open(p, fds_before[p], registry_dir) for p in pids} == {p: [] for p in pids}
+    assert {p: left_open(p, fds_before[p], registry_dir) for p in pids} == {p: [] for p in pids}
 
     again = _adopt(agent, port_base + 4, registry_dir, {sid})  # a second adoption: all-stop again
     c, _ = _stop_rank1(port_base + 4, again)
@@ -106,7 +104,7 @@ def test_adopted_ranks_all_stop_and_detach_lets_go_of_them_leaving_nothing(plain
         assert d.returncode == 0, d.stdout + d.stderr
     finally:
         c.close()
-    assert not _listening(port_base + 4) and {p: _allstop_parts(p) for p in pids} == {p: [] for p in pids}
+    assert not listening(port_base + 4) and {p: _allstop_parts(p) for p in pids} == {p: [] for p in pids}
     assert job.finish() == 0, job.output()  # both ranks ran on, to the end
     assert job.output().count("(collectives wrapped: False)") == 2, job.output()
     assert "paused" not in job.output().split("detached; nothing of rtdebug runs here now")[-1]
