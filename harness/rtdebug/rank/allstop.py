@@ -143,6 +143,7 @@ class AllStop:
         self._watching = False
         self.native: nativehold.NativeHold | None = None  # the wake-up of a rank with no client
         self.continues = 0  # the client's continue requests, counted
+        self.stop_gen = -1  # the board's generation when this rank last stopped: older continues are not for it
         self.closed = False  # ``close``: an adopted rank's detach; any hold lets the rank go
 
     # -- what the relay sees --------------------------------------------------------------------------------
@@ -169,6 +170,10 @@ class AllStop:
 
     def _stopped(self, body: dict) -> None:
         reason = str(body.get("reason") or "")
+        try:
+            self.stop_gen = self.board.gen()
+        except ValueError:  # the board was closed (``close``)
+            pass
         where = debugstate.where_suspended()
         by = self.pausing_by
         if by is not None and reason == "pause":
@@ -217,7 +222,10 @@ class AllStop:
             try:
                 if mode == STOPPED and by != self.rank and self.state == "running" and self.board.stop_all:
                     self._pause(by)
-                elif mode == RUNNING and by != self.rank and self.state != "running" and self.board.continue_all:
+                elif (
+                    mode == RUNNING and by != self.rank and self.state != "running" and self.board.continue_all
+                    and self.stop_gen != seen  # a stop after that continue (its client's own) is not resumed
+                ):  # fmt: skip
                     self._resume()
             except Exception:  # pydevd went away under us (the client left): the next round sees it
                 log.swallowed("rank.allstop: pause or resume failed")
