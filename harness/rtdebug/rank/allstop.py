@@ -170,10 +170,11 @@ class AllStop:
 
     def _stopped(self, body: dict) -> None:
         reason = str(body.get("reason") or "")
-        try:
-            self.stop_gen = self.board.gen()
-        except ValueError:  # the board was closed (``close``)
-            pass
+        if reason != "pause":  # a pause asked for before a continue and landing after it is resumed as before
+            try:
+                self.stop_gen = self.board.gen()
+            except ValueError:  # the board was closed (``close``)
+                pass
         where = debugstate.where_suspended()
         by = self.pausing_by
         if by is not None and reason == "pause":
