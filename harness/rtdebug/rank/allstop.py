@@ -38,6 +38,7 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,9 @@ class Board:
         finally:
             os.close(fd)
         self.path = path
+        # told of each change this rank makes (``publish``), not of one it applies for another node (``apply``):
+        # the hook of a bridge that carries the board beyond this machine
+        self.on_publish: list[Callable[[int, int], None]] = []
         if made:
             self.mm[FLAGS] = flags
         if self.mm[:4] != MAGIC:
@@ -123,7 +127,18 @@ class Board:
             log.swallowed("rank.allstop: the board's mmap is in use")
 
     def publish(self, mode: int, by: int) -> None:
-        BY.pack_into(self.mm, 12, by, os.getpid(), time.time())
+        """Set the board (``mode``, by rank ``by``, this process) and tell the local ranks and ``on_publish``."""
+        self.apply(mode, by, os.getpid())
+        for hook in self.on_publish:
+            try:
+                hook(mode, by)
+            except Exception:  # a bridge never breaks the rank's own all-stop
+                log.swallowed("rank.allstop: an on_publish hook failed")
+
+    def apply(self, mode: int, by: int, pid: int) -> None:
+        """Set the board and wake the local ranks, without ``on_publish`` (a change that came from elsewhere;
+        ``pid`` 0: a process this machine cannot check, so ``setter_gone`` never lets go for it)."""
+        BY.pack_into(self.mm, 12, by, pid, time.time())
         GEN.pack_into(self.mm, 4, (self.gen() + 1) & 0xFFFFFFFF)
         self.mm[MODE] = mode
         nativehold.wake_peers(self.path.parent, by)  # the ranks with no client read it now
