@@ -163,6 +163,13 @@ class DAPClient:
     def wait_stopped(self, timeout: float | None = None) -> dict[str, Any]:
         return self.event("stopped", timeout)
 
+    def stopped_for(self, reason: str, timeout: float | None = None) -> dict[str, Any]:
+        """The first ``stopped`` event with this reason; the ones before it (other reasons) are taken too."""
+        while True:
+            body = self.wait_stopped(timeout)
+            if body.get("reason") == reason:
+                return body
+
     def frames(self, thread_id: int) -> list[dict[str, Any]]:
         return self.request("stackTrace", threadId=thread_id)["stackFrames"]
 

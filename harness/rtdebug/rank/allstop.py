@@ -19,6 +19,13 @@ that is gone). Then:
   waits there (its entry says ``paused``, with the line, and one line on stderr says why); if a client
   attaches meanwhile, or one is attached, it is suspended there in the debugger instead.
 
+**Step-all** (gdb's all-stop, with a step that runs its rank alone while it can): a step (``next``, ``stepIn``,
+``stepOut``) in a rank runs that rank alone, so a step back soon (most lines) moves no peer. A step that needs
+the held peers lets them go as a continue would (``_let_go``): when it goes into a collective (its wrapper sees
+it) or is not back after ``STEP_ALONE_S`` (DDP's all-reduce in C++, a long call); its stop (reason ``step``)
+pauses them again. A rank stepping itself (VS Code's Step All Ranks: a step in each) is not paused by a peer's
+step's stop (the board's ``KIND``), only by a peer's own stop.
+
 Cost when no rank is stopped: a thread blocked in ``read()``, one byte read per collective; with a client,
 one wake-up every ``POLL_S``. On unless the job's environment has ``RTDEBUG_ALL_STOP=0`` (``rtdebug torchrun
 --no-all-stop``; ``--no-continue-all`` sets ``RTDEBUG_CONTINUE_ALL=0``), and a debugger may change it while the
@@ -50,10 +57,12 @@ from rtdebug.rank import debugstate, nativehold
 FILE = "allstop.bin"
 MAGIC = b"RTAS"
 SIZE = 64
-GEN, MODE, FLAGS, BY = struct.Struct("<I"), 8, 9, struct.Struct("<iid")  # at 4, 8, 9, 12 (rank, pid, wall time)
+GEN, MODE, FLAGS, KIND, BY = struct.Struct("<I"), 8, 9, 10, struct.Struct("<iid")  # at 4, 8, 9, 10, 12
 RUNNING, STOPPED = 0, 1
 NO_ALL_STOP, NO_CONTINUE_ALL = 1, 2  # FLAGS' bits: the job's setting, from the first rank's environment
+STEP_STOP = 1  # KIND: the stop is a step's (it pauses no rank that is stepping itself)
 POLL_S = 0.02
+STEP_ALONE_S = 0.25  # a step not back by then lets the held peers go (it may wait for them: DDP's all-reduce)
 
 
 class Board:
@@ -126,19 +135,25 @@ class Board:
         except BufferError:  # exported at this very moment: dropped with its last reference instead
             log.swallowed("rank.allstop: the board's mmap is in use")
 
-    def publish(self, mode: int, by: int) -> None:
-        """Set the board (``mode``, by rank ``by``, this process) and tell the local ranks and ``on_publish``."""
-        self.apply(mode, by, os.getpid())
+    def step_stop(self) -> bool:
+        """Whether the board's stop is a step's."""
+        return bool(self.mm[KIND] & STEP_STOP)
+
+    def publish(self, mode: int, by: int, step: bool = False) -> None:
+        """Set the board (``mode``, by rank ``by``, this process; ``step``: a step's stop) and tell the local
+        ranks and ``on_publish``."""
+        self.apply(mode, by, os.getpid(), step)
         for hook in self.on_publish:
             try:
                 hook(mode, by)
             except Exception:  # a bridge never breaks the rank's own all-stop
                 log.swallowed("rank.allstop: an on_publish hook failed")
 
-    def apply(self, mode: int, by: int, pid: int) -> None:
+    def apply(self, mode: int, by: int, pid: int, step: bool = False) -> None:
         """Set the board and wake the local ranks, without ``on_publish`` (a change that came from elsewhere;
         ``pid`` 0: a process this machine cannot check, so ``setter_gone`` never lets go for it)."""
         BY.pack_into(self.mm, 12, by, pid, time.time())
+        self.mm[KIND] = STEP_STOP if step and mode == STOPPED else 0
         GEN.pack_into(self.mm, 4, (self.gen() + 1) & 0xFFFFFFFF)
         self.mm[MODE] = mode
         nativehold.wake_peers(self.path.parent, by)  # the ranks with no client read it now
@@ -160,6 +175,13 @@ class AllStop:
         self.continues = 0  # the client's continue requests, counted
         self.stop_gen = -1  # the board's generation when this rank last stopped: older continues are not for it
         self.closed = False  # ``close``: an adopted rank's detach; any hold lets the rank go
+        # a step asked for by this rank's client and not stopped yet: it runs alone while it can (``_let_go``)
+        self.stepping = False
+        self.step_since = 0.0
+        self.let_go = False  # this step has let the held peers go
+        self.step_gen = -1  # the board's generation when the step began (or let go): a later stop is a peer's
+        self._step_lock = threading.Lock()  # a step's stop and its letting go are never out of order
+        self.resumes = 0  # resumed by all-stop (``_resume``): a hold suspended in the debugger tells it apart
 
     # -- what the relay sees --------------------------------------------------------------------------------
     def on_dap(self, kind: str, body: dict) -> None:
@@ -170,12 +192,20 @@ class AllStop:
         elif kind == "continue":
             self.continues += 1  # told before pydevd sees it: a hold knows a continue from a client that left
             ending = self.in_episode
+            self.stepping = False
             self._running()
             if ending and self.board.read()[1] == STOPPED:
                 self.board.publish(RUNNING, self.rank)
+        elif kind == "step":
+            self.continues += 1  # a rank held at a collective and stepped there goes into it (``_hold``)
+            with self._step_lock:
+                self.stepping, self.step_since, self.let_go = True, time.monotonic(), False
+                self.step_gen = self.board.gen()
+            self._running()
         elif kind == "attached":
             self._attached()
         elif kind == "detached":
+            self.stepping = False
             if self.state != "running":  # pydevd resumes on a disconnect; a client that just went leaves it held
                 self._resume()
             self._running()
@@ -184,7 +214,12 @@ class AllStop:
                 self.board.publish(RUNNING, self.rank)
 
     def _stopped(self, body: dict) -> None:
+        with self._step_lock:  # a step's letting go (``_let_go``) is never published after its stop
+            self._stopped_locked(body)
+
+    def _stopped_locked(self, body: dict) -> None:
         reason = str(body.get("reason") or "")
+        self.stepping = False
         if reason != "pause":  # a pause asked for before a continue and landing after it is resumed as before
             try:
                 self.stop_gen = self.board.gen()
@@ -203,7 +238,7 @@ class AllStop:
         if quiet or reason == "pause" or description.startswith("rtdebug --stop-on") or not self.board.stop_all:
             return  # --stop-on stops every rank by itself; a pause (a user's, or to evaluate) is that rank's own
         self.in_episode = True
-        self.board.publish(STOPPED, self.rank)
+        self.board.publish(STOPPED, self.rank, step=reason == "step")
 
     def _running(self) -> None:
         self.pausing_by, self.in_episode = None, False
@@ -230,13 +265,16 @@ class AllStop:
                     return
             time.sleep(POLL_S)
             try:
+                if self.stepping and not self.let_go and time.monotonic() - self.step_since > STEP_ALONE_S:
+                    self._let_go()  # a step that is not back may wait for the held peers (DDP's all-reduce)
                 if self.board.gen() == seen:
                     continue
                 seen, mode, by = self.board.read()
+                pause = self.pauses_for(mode, by)
             except ValueError:  # the board was closed (``close``): the next round ends the thread
                 continue
             try:
-                if mode == STOPPED and by != self.rank and self.state == "running" and self.board.stop_all:
+                if pause:
                     self._pause(by)
                 elif (
                     mode == RUNNING and by != self.rank and self.state != "running" and self.board.continue_all
@@ -245,6 +283,13 @@ class AllStop:
                     self._resume()
             except Exception:  # pydevd went away under us (the client left): the next round sees it
                 log.swallowed("rank.allstop: pause or resume failed")
+
+    def pauses_for(self, mode: int, by: int) -> bool:
+        """Whether the board's ``mode`` set by rank ``by`` pauses this rank (with a client, running). A rank
+        stepping itself (VS Code's Step All Ranks) is not paused by a peer's step: it stops where its own ends."""
+        if mode != STOPPED or by == self.rank or self.state != "running" or not self.board.stop_all:
+            return False
+        return not (self.stepping and self.board.step_stop())
 
     def _pause(self, by: int) -> None:
         import pydevd
@@ -257,8 +302,24 @@ class AllStop:
     def _resume(self) -> None:
         from _pydevd_bundle.pydevd_api import PyDevdAPI
 
+        self.resumes += 1
         PyDevdAPI().request_resume_thread("*")
         self._running()
+
+    def _let_go(self) -> None:
+        """This rank's step needs its peers, or may (it goes into a collective, or is not back after
+        ``STEP_ALONE_S``): the held ones go on, as at a continue; the step's stop pauses them again. A step that
+        is back sooner has run this rank alone, and its peers never moved."""
+        with self._step_lock:
+            if not self.stepping or self.let_go:
+                return
+            self.let_go = True
+            try:
+                if self.board.read()[1] == STOPPED and self.board.stop_all:
+                    self.board.publish(RUNNING, self.rank)
+                self.step_gen = self.board.gen()
+            except ValueError:  # the board was closed (``close``)
+                pass
 
     # -- a rank with no client: woken by the board (``rtdebug.rank.nativehold``) ---------------------------
     def peer_stopped(self) -> int | None:
@@ -286,9 +347,19 @@ class AllStop:
             if self.state != "running" and self.endpoint.clients == 0:
                 self._running()  # let go (or Ctrl-C): the entry says running again
 
+    def _holder(self) -> int | None:
+        """The peer whose stop holds this rank at a collective, or None."""
+        gen, mode, by = self.board.read()
+        if mode != STOPPED or not self.board.stop_all:
+            return None
+        if self.stepping and (gen == self.step_gen or by == self.rank or self.board.step_stop()):
+            self._let_go()  # stepping over (or into) a collective: the held peers must come to it
+            return None  # (a peer that stopped by itself during the step holds it, as it would any rank)
+        return None if by == self.rank else by
+
     def _hold(self, frame: Any, after_native: bool) -> None:
-        _, mode, by = self.board.read()
-        if mode != STOPPED or by == self.rank or not self.board.stop_all:
+        by = self._holder()
+        if by is None:
             return
         waiting, checked, suspended_for = False, time.monotonic(), -1
         while not self.closed and self.board.read()[1] == STOPPED:
@@ -301,10 +372,14 @@ class AllStop:
                     self.board.publish(RUNNING, self.rank)
                     break
             if attached:
-                suspended_for, continues = self.endpoint.attach_count, self.continues
+                suspended_for, continues, resumes = self.endpoint.attach_count, self.continues, self.resumes
                 self._suspend_here(frame, by)  # back when resumed: continued, or its client left
                 if self.continues != continues:
-                    break  # continued in its own client: it goes on
+                    if self.stepping:  # stepped here, into the collective: the peers must come to it
+                        self._let_go()
+                    break  # continued (or stepped) in its own client: it goes on
+                if self.resumes != resumes:  # resumed by all-stop, its client still there: held again if need be
+                    suspended_for = -1
                 waiting = False
                 continue
             if not waiting:
@@ -392,7 +467,8 @@ def arm(session_dir: Path | str, rank: int, endpoint: Any, record: Any, hold_wit
         print(f"rtdebug: rank {rank}: all-stop is off in this rank (its board: {exc})", file=sys.stderr)
         return None
     part = AllStop(board, rank, endpoint, record)
-    record.set(all_stop=board.stop_all)  # what a client reads to leave all-stop to the ranks (the extension)
+    # what a client reads to leave all-stop, continue-all and step-all to the ranks (the extension)
+    record.set(all_stop=board.stop_all, continue_all=board.continue_all)
     endpoint.on_dap = part.on_dap
     hold_with(board.mm, MODE, part.hold)
     part.native = nativehold.arm(Path(session_dir), rank, part)  # held when back from C++, with no client
@@ -405,7 +481,8 @@ def configure(part: AllStop | None, on: bool | None, continue_all: bool | None) 
     if part is None:
         return "rtdebug: all-stop is not available in this rank (no session directory)"
     part.board.configure(on, continue_all)
-    part.record.set(all_stop=part.board.stop_all)  # this rank's entry; the others' say it from their next start
+    # this rank's entry; the others' say it from their next start
+    part.record.set(all_stop=part.board.stop_all, continue_all=part.board.continue_all)
     if on is False and part.board.read()[1] == STOPPED:
         part.board.publish(RUNNING, part.rank)
     return (

@@ -217,6 +217,7 @@ class RankEntry(_RankRequired, total=False):
     stop: StopInfo | None
     debug: DebugInfo | None
     all_stop: bool
+    continue_all: bool
     collectives: CollectivesField | None
     collective: CollectiveRecord | None
     exit_code: int | None

@@ -10,7 +10,7 @@ What the relay does with them:
   (``output``): "rtdebug: rank 1 keeps running; to end the whole job: `rtdebug stop`". One rank dying would
   take the job with it (its peers fail on a broken connection); ending the job is ``rtdebug stop``'s.
 - **What the rank's debugger does, for the rank's record.** pydevd's ``stopped`` and ``continued`` events and
-  the client's ``continue`` request go to ``on_dap`` (``rtdebug.rank.allstop``: the entry's debug state, and
+  the client's ``continue`` and step requests go to ``on_dap`` (``rtdebug.rank.allstop``: the entry's debug state, and
   all-stop), whatever the client. pydevd's messages are only looked into when their bytes name one of those.
 """
 
@@ -31,6 +31,7 @@ DapHook = Callable[[str, dict], None]
 KEEPS_RUNNING = "rtdebug: {label} keeps running; to end the whole job: `rtdebug stop`"
 _LENGTH = re.compile(rb"content-length:\s*(\d+)\r\n\r\n", re.IGNORECASE)
 _WATCHED = (b'"stopped"', b'"continued"')
+STEPS = ("next", "stepIn", "stepOut")  # told to ``on_dap`` as ``step`` (all-stop's step-all)
 
 
 def frame(msg: dict[str, Any]) -> bytes:
@@ -94,6 +95,8 @@ class Relay:
         args = args if isinstance(args, dict) else {}
         if command == "continue":
             self._tell("continue", {"threadId": args.get("threadId")})
+        elif command in STEPS:
+            self._tell("step", {"threadId": args.get("threadId")})
         elif command == "terminate":  # whatever else the message holds: it never reaches pydevd as a terminate
             self._say_keeps_running()
             if isinstance(msg.get("seq"), int):
