@@ -219,22 +219,26 @@ def adopt(spec: dict[str, Any]) -> dict[str, Any]:
 def _arm_allstop(sdir: Any, rank: int, endpoint: Endpoint, record: RankState) -> AllStop | None:
     """This rank's part in the job's all-stop, as a launched rank's (``rtdebug.rank.bootstrap``): the board is the
     adopt session directory's, shared by the job's adopted ranks on this machine."""
-    from rtdebug.rank import allstop
+    from rtdebug.rank import allstop, allstop_nodes
     from rtdebug.rank.collectives import recorder
 
-    return allstop.arm(sdir, rank, endpoint, record, recorder.hold_with)
+    part = allstop.arm(sdir, rank, endpoint, record, recorder.hold_with)
+    allstop_nodes.arm(part, record.publisher, sdir, str(record.entry["session_id"]))  # a multi-node job: job-wide
+    return part
 
 
 def _close_allstop(part: AllStop | None) -> None:
     """Undo ``_arm_allstop``: no hook, hold, FIFO, thread or mmap left; a rank held by it goes on."""
     if part is None:
         return
+    from rtdebug.rank import allstop_nodes
     from rtdebug.rank.collectives import recorder
 
     try:
         part.close(recorder.hold_with)
     except Exception:
         log.swallowed("rank.adopted: all-stop's close: going on")
+    allstop_nodes.close()  # after: the end of this rank's own stop reaches the other nodes first
 
 
 def _stop_on_off(sid: str) -> None:

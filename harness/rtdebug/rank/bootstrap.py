@@ -20,7 +20,7 @@ from rtdebug.common import lifetime, log, rankenv
 from rtdebug.common.config import RankConfig, Target
 from rtdebug.common.errors import HarnessError
 from rtdebug.common.ports import port_for_rank
-from rtdebug.rank import allstop, postmortem, publish, runtime, startup
+from rtdebug.rank import allstop, allstop_nodes, postmortem, publish, runtime, startup
 from rtdebug.rank.collectives import recorder
 from rtdebug.rank.endpoint import Endpoint, debugger_active, warmup
 from rtdebug.rank.execute import execute, preimport, print_failure
@@ -53,6 +53,7 @@ def serve_and_run(target: Target, record: RankState, endpoint: Endpoint, cfg: Ra
         preimport(target)  # rank without --wait stays untraced until a client comes (rtdebug.rank.endpoint.tracing)
     startup.serve(record, endpoint, eager=cfg.eager or wait, warm_after=warmup.delay_s())
     runtime.allstop = allstop.arm(sdir, rank, endpoint, record, recorder.hold_with)  # debug state, all-stop
+    allstop_nodes.arm(runtime.allstop, record.publisher, sdir, str(record.entry["session_id"]))  # multi-node: job-wide
     record.ready(endpoint)
     if wait:
         print(f"rtdebug: rank {rank} waiting for a debugger on {endpoint.host}:{endpoint.port}", file=sys.stderr)
