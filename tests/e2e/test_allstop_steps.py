@@ -127,3 +127,55 @@ def test_a_step_over_the_collective_resumes_the_paused_debugger_and_step_all_ste
     c0.event("continued", 60)
     c0.close()
     c1.close()
+
+
+DDP = ROOT / "tests" / "scripts" / "allstop_ddp.py"
+FORWARD = marker_line(DDP, "forward")
+DDP_ONLY1 = marker_line(DDP, "rank 1 before its backward")
+BACKWARD = marker_line(DDP, "backward")
+AFTER = marker_line(DDP, "after backward")
+
+
+def test_a_step_over_ddps_backward_in_a_paused_rank_lets_the_stopped_rank_come_after_a_while(
+    job, registry_dir, port_base, tmp_path
+):
+    """DDP's gradient all-reduce runs in C++ inside ``backward()``, where no collective wrapper sees it: rank 1,
+    paused by rank 0's breakpoint before rank 0's forward, steps over its own backward; the step is not back
+    (rank 0 is stopped) until it lets rank 0 go, by time; then rank 0 runs its forward and backward, the
+    all-reduce completes, rank 1's step stops after its backward and rank 0 is paused again by it."""
+    done = tmp_path / "done"
+    j = job("torchrun", "--debug-port-base", str(port_base), "--nproc-per-node", "2", str(DDP), str(done))
+    sid = j.session_id()
+    wait_ranks(registry_dir, sid, 2)
+    c1 = DAPClient("127.0.0.1", port_base + 1)
+    c1.attach()
+    _until_debug(registry_dir, sid, 1, "running")
+    c0 = DAPClient("127.0.0.1", port_base)
+    c0.attach()
+    c0.request("setBreakpoints", source={"path": str(DDP)}, breakpoints=[{"line": FORWARD, "condition": "step >= 3"}])
+    s0 = c0.stopped_for("breakpoint", 120)
+    assert c0.top_frame(s0["threadId"])["line"] == FORWARD
+    s1 = c1.stopped_for("pause", 60)  # all-stop: rank 1 paused by rank 0's stop (once back from its sleep)
+    thread = s1["threadId"]
+    line = c1.top_frame(thread)["line"]
+    while line != BACKWARD:  # to its backward, a line at a time (none of these waits for rank 0)
+        assert line in (DDP_ONLY1 - 1, DDP_ONLY1, FORWARD + 1, FORWARD + 2), line
+        c1.request("next", threadId=thread)
+        line = c1.top_frame(c1.stopped_for("step", 60)["threadId"])["line"]
+    _step_to(c1, thread, AFTER)  # over its backward: back only once rank 0 came to the all-reduce
+    c0.event("continued", 60)  # rank 0 was let go, by rank 1's step
+    # and paused again by its stop: past its backward (at once, or, had it run into its next all-reduce
+    # meanwhile, when that returns: it says so)
+    d0 = until(
+        lambda: read_ranks(registry_dir, sid)[0].get("debug") or {},
+        60,
+        "rank 0 held again by rank 1's step",
+        ok=lambda d: d.get("state") in ("paused", "pausing") and d.get("by") == 1 and (d.get("line") or 0) >= BACKWARD,
+    )
+    assert d0["file"] == str(DDP)
+    _until_debug(registry_dir, sid, 1, "stopped", reason="step", line=AFTER)
+
+    c0.request("setBreakpoints", source={"path": str(DDP)}, breakpoints=[])
+    _finish(j, registry_dir, sid, c1, thread, done)
+    c0.close()
+    c1.close()

@@ -24,7 +24,7 @@ x = torch.randn(16, 8)
 step = 0
 while True:
     step += 1
-    loss = model(x).square().mean()
+    loss = model(x).square().mean()  # BREAKPOINT: forward
     if rank == 1 and step >= 3:
         time.sleep(0.5)  # rank 0 is in its backward meanwhile, blocked in DDP's all-reduce (C++)
         mine = step  # BREAKPOINT: rank 1 before its backward

@@ -62,7 +62,7 @@ RUNNING, STOPPED = 0, 1
 NO_ALL_STOP, NO_CONTINUE_ALL = 1, 2  # FLAGS' bits: the job's setting, from the first rank's environment
 STEP_STOP = 1  # KIND: the stop is a step's (it pauses no rank that is stepping itself)
 POLL_S = 0.02
-STEP_ALONE_S = 0.25  # a step not back by then lets the held peers go (it may wait for them: DDP's all-reduce)
+STEP_ALONE_S = 0.5  # a step not back by then lets the held peers go (it may wait for them: DDP's all-reduce)
 
 
 class Board:
