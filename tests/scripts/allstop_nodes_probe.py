@@ -30,35 +30,39 @@ events: dict[int, tuple[float, dict]] = {}
 
 
 def wait_stopped(i: int, c: DAPClient) -> None:
-    body = c.wait_stopped(120)
+    body = c.wait_stopped(180)
     events[i] = (time.monotonic(), body)
 
 
 waiters = []
 for i, c in enumerate(paused):
     c.attach()
-    waiters.append(threading.Thread(target=wait_stopped, args=(i, c)))
+    waiters.append(threading.Thread(target=wait_stopped, args=(i, c), daemon=True))
     waiters[-1].start()
 stopper = client(stopper_at)
 stopper.attach({script: [line]})
 stopped = stopper.wait_stopped(120)
 at = time.monotonic()
 for t in waiters:
-    t.join(120)
+    t.join(max(1.0, at + 60 - time.monotonic()))  # a rank never paused: its client's entry says so below
 frame = stopper.top_frame(stopped["threadId"])
-lines = [c.top_frame(events[i][1]["threadId"])["line"] for i, c in enumerate(paused)]
+got = [events.get(i) for i in range(len(paused))]
 print(
     json.dumps(
         {
             "stopper": {"reason": stopped["reason"], "line": frame["line"]},
             "paused": [
-                {"reason": events[i][1]["reason"], "line": lines[i], "after_s": events[i][0] - at}
-                for i in range(len(paused))
+                {"reason": e[1]["reason"], "line": c.top_frame(e[1]["threadId"])["line"], "after_s": e[0] - at}
+                if e is not None
+                else {"reason": None}
+                for c, e in zip(paused, got, strict=True)
             ],
-        }  # fmt: skip
+        }
     ),
     flush=True,
 )
+if None in got:
+    sys.exit(1)
 while not os.path.exists(go):
     time.sleep(0.05)
 stopper.request("setBreakpoints", source={"path": script}, breakpoints=[])
