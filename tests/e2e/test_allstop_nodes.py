@@ -2,12 +2,14 @@
 launched by ``rtdebug torchrun`` with a registry of its own (no shared files), so a stop on node B reaches node
 A only through the job's store (``rtdebug.rank.allstop_nodes``). Plain DAP clients in the "laptop" namespace
 (``tests/scripts/allstop_nodes_probe.py``); entries read with ``rtdebug ps --json --store``. CI runs 2 nodes x
-1 rank with a client on each; ``RTDEBUG_FULL=1`` adds 2 nodes x 2 ranks with no client on node A."""
+1 rank with a client on each; ``RTDEBUG_FULL=1`` adds 2 nodes x 2 ranks with no client on node A, and node A
+letting go when the stopped rank on node B is SIGKILLed."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -123,3 +125,20 @@ def test_a_breakpoint_on_node_b_pauses_node_a_and_its_continue_continues_both(ho
 @pytest.mark.skipif(not FULL, reason="RTDEBUG_FULL=1: 2 nodes x 2 ranks, no client on node A")
 def test_full_two_by_two_node_a_held_with_no_client(hosts, tmp_path):
     _run(hosts, tmp_path, 2, with_clients_on_a=False)
+
+
+@pytest.mark.skipif(not FULL, reason="RTDEBUG_FULL=1: the stopped rank on node B SIGKILLed while node A is held")
+def test_full_node_a_lets_go_when_the_stopped_rank_on_node_b_is_killed(hosts, tmp_path):
+    _procs, store, _stop = _start(hosts, tmp_path, 1)  # the job fails (a rank killed): hosts.down ends it all
+    ranks = _wait_ranks(hosts, store, _ready(2), "2 ready ranks seen from the laptop")
+    probe = hosts.spawn(
+        "lap", PY, str(PROBE), str(tmp_path / "go"), str(SCRIPT), str(LINE), f"{ranks[1]['host']}:{ranks[1]['port']}"
+    )
+    assert json.loads(probe.stdout.readline() if probe.stdout else "")["stopper"]["reason"] == "breakpoint"
+    held = _wait_ranks(
+        hosts, store, lambda rs: (rs.get(0, {}).get("debug") or {}).get("by") == 1 and _state(rs[0]) == "paused",
+        "rank 0 (node A) paused by rank 1 (node B)", 60,
+    )  # fmt: skip
+    os.kill(int(held[1]["pid"]), signal.SIGKILL)  # nobody can continue it now
+    until(lambda: "rank 1 (another node), whose stop holds this node, has ended" in hosts.log("n0", 1 << 20), 60,
+          "node A let go of the dead rank's stop", context=hosts.trouble)  # fmt: skip
