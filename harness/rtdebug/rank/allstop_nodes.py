@@ -221,10 +221,12 @@ class Bridge:
             pass
         for c in list(self._clients):
             _hang_up(c)  # a shutdown wakes the thread parked in select() on it; a bare close would not
-        for t in (self.watcher, self._writer):
-            if t is not None and t.ident is not None and t is not threading.current_thread():
+        threads = [t for t in (self.watcher, self._writer) if t is not None and t.ident is not None]
+        for t in threads:
+            if t is not threading.current_thread():
                 t.join(3.0)
-        self.seen.close()
+        if not any(t.is_alive() for t in threads):  # else its descriptor stays: a reused number must not be locked
+            self.seen.close()
 
     def _connect(self) -> WatchClient:
         client = WatchClient(self.host, self.port, timeout=10.0)
