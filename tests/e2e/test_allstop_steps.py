@@ -1,7 +1,7 @@
 """Step-all done by the ranks, whatever the client: a step over a collective in the stopped rank lets the held
 peers come to it (they are held, so it would wait for them forever), and its stop holds them again; VS Code's
 Step All Ranks (a step in each rank at once) gives each rank its own step's stop. A plain DAP client per rank,
-a real 2-rank torchrun job (gloo). The decisions, one by one: tests/unit/test_allstop_steps.py."""
+a real 2-rank torchrun job (gloo). The decisions, one by one: tests/unit/test_allstop_stepping.py."""
 
 from __future__ import annotations
 

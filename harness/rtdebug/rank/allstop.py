@@ -31,9 +31,10 @@ one wake-up every ``POLL_S``. On unless the job's environment has ``RTDEBUG_ALL_
 --no-all-stop``; ``--no-continue-all`` sets ``RTDEBUG_CONTINUE_ALL=0``), and a debugger may change it while the
 job runs (``rtdebug.rank.api.all_stop``: the VS Code extension hands its ``rtdebug.allStop`` setting to the
 ranks that way, and does no all-stop of its own). The entry's debug state (``rtdebug.rank.debugstate``) is kept
-either way. Limits: the board is one machine's session
-directory, so a multi-node job's all-stop reaches the ranks of the stopping rank's node only; a Ray worker
-(no session directory) keeps its debug state but takes no part. An adopted rank (``rtdebug.rank.adopted``) takes
+either way. The board is one machine's session
+directory; a multi-node job's nodes share theirs through the job's store (``rtdebug.rank.allstop_nodes``, on
+``Board.on_publish`` and ``Board.apply``). A Ray worker (no session directory) keeps its debug state but takes
+no part. An adopted rank (``rtdebug.rank.adopted``) takes
 part from its adoption on; its detach undoes it all (``AllStop.close``) and lets go of a rank held by it.
 """
 
@@ -86,7 +87,7 @@ class Board:
         self.path = path
         # told of each change this rank makes (``publish``), not of one it applies for another node (``apply``):
         # the hook of a bridge that carries the board beyond this machine
-        self.on_publish: list[Callable[[int, int], None]] = []
+        self.on_publish: list[Callable[[int, int, bool], None]] = []
         if made:
             self.mm[FLAGS] = flags
         if self.mm[:4] != MAGIC:
@@ -145,7 +146,7 @@ class Board:
         self.apply(mode, by, os.getpid(), step)
         for hook in self.on_publish:
             try:
-                hook(mode, by)
+                hook(mode, by, step)
             except Exception:  # a bridge never breaks the rank's own all-stop
                 log.swallowed("rank.allstop: an on_publish hook failed")
 
@@ -159,12 +160,28 @@ class Board:
         nativehold.wake_peers(self.path.parent, by)  # the ranks with no client read it now
 
 
+class Pydevd:
+    """What all-stop asks of the rank's debugger: pause every thread, as a client's ``pause`` would; resume them."""
+
+    def pause_all(self) -> None:
+        import pydevd
+        from _pydevd_bundle.pydevd_api import PyDevdAPI
+
+        PyDevdAPI().request_suspend_thread(pydevd.get_global_debugger(), "*")
+
+    def resume_all(self) -> None:
+        from _pydevd_bundle.pydevd_api import PyDevdAPI
+
+        PyDevdAPI().request_resume_thread("*")
+
+
 class AllStop:
     """One rank's part: ``on_dap`` (what its relay sees), ``hold`` (its collective wrapper, while a peer is
     stopped), and the watcher thread while a client is attached."""
 
-    def __init__(self, board: Board, rank: int, endpoint: Any, record: Any) -> None:
+    def __init__(self, board: Board, rank: int, endpoint: Any, record: Any, debugger: Any = None) -> None:
         self.board, self.rank, self.endpoint, self.record = board, rank, endpoint, record
+        self.debugger = debugger or Pydevd()  # ``Pydevd``'s two calls (a test gives its own)
         self.state = "running"
         self.pausing_by: int | None = None  # a pause all-stop asked for and that has not landed yet
         self.in_episode = False  # stopped as part of an all-stop (its origin, or paused by it): a continue ends it
@@ -182,6 +199,7 @@ class AllStop:
         self.step_gen = -1  # the board's generation when the step began (or let go): a later stop is a peer's
         self._step_lock = threading.Lock()  # a step's stop and its letting go are never out of order
         self.resumes = 0  # resumed by all-stop (``_resume``): a hold suspended in the debugger tells it apart
+        self.asked_pause = False  # all-stop asked pydevd for a pause that has not landed yet
 
     # -- what the relay sees --------------------------------------------------------------------------------
     def on_dap(self, kind: str, body: dict) -> None:
@@ -225,8 +243,15 @@ class AllStop:
                 self.stop_gen = self.board.gen()
             except ValueError:  # the board was closed (``close``)
                 pass
-        where = debugstate.where_suspended()
         by = self.pausing_by
+        if reason == "pause" and self.asked_pause:
+            self.asked_pause = False
+            holder = self._stop_holding()
+            if holder is None:  # all-stop's pause landing after the board let go (it cannot be taken back):
+                self._resume()  # the rank runs on, or it would wait for a continue nobody will send
+                return
+            by = holder if by is None else by
+        where = debugstate.where_suspended()
         if by is not None and reason == "pause":
             self.state, self.in_episode = "paused", True
             debugstate.record(self.record, "paused", "all-stop", where, by)
@@ -239,6 +264,14 @@ class AllStop:
             return  # --stop-on stops every rank by itself; a pause (a user's, or to evaluate) is that rank's own
         self.in_episode = True
         self.board.publish(STOPPED, self.rank, step=reason == "step")
+
+    def _stop_holding(self) -> int | None:
+        """The peer whose stop the board says holds this rank now, or None."""
+        try:
+            _, mode, by = self.board.read()
+            return by if mode == STOPPED and by != self.rank and self.board.stop_all else None
+        except ValueError:  # the board was closed (``close``)
+            return None
 
     def _running(self) -> None:
         self.pausing_by, self.in_episode = None, False
@@ -292,18 +325,13 @@ class AllStop:
         return not (self.stepping and self.board.step_stop())
 
     def _pause(self, by: int) -> None:
-        import pydevd
-        from _pydevd_bundle.pydevd_api import PyDevdAPI
-
-        self.pausing_by, self.state = by, "pausing"
+        self.pausing_by, self.state, self.asked_pause = by, "pausing", True
         debugstate.record(self.record, "pausing", "all-stop", nativehold.main_site(), by)
-        PyDevdAPI().request_suspend_thread(pydevd.get_global_debugger(), "*")
+        self.debugger.pause_all()
 
     def _resume(self) -> None:
-        from _pydevd_bundle.pydevd_api import PyDevdAPI
-
         self.resumes += 1
-        PyDevdAPI().request_resume_thread("*")
+        self.debugger.resume_all()
         self._running()
 
     def _let_go(self) -> None:
@@ -421,7 +449,7 @@ class AllStop:
         user = debugstate.user_frame(frame)
         if py_db is None or user is None:
             return
-        self.pausing_by, self.state = by, "pausing"
+        self.pausing_by, self.state, self.asked_pause = by, "pausing", True
         thread = threading.current_thread()
         info = set_additional_thread_info(thread)
         # as inside pydevd's tracer: this thread must not suspend in rtdebug's own lines on the way, nor again

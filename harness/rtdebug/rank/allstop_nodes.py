@@ -247,12 +247,10 @@ class Bridge:
                 self._cv.wait(s)
 
     # -- the writer: this rank's changes into the store -----------------------------------------------------
-    def on_publish(self, mode: int, by: int) -> None:
-        """``Board.on_publish``: in the rank's thread that changed the board, just after; hands it to the writer."""
-        try:
-            step = mode == STOPPED and self.board.step_stop()  # the hook is not told; the board says it
-        except ValueError:  # the board was closed
-            step = False
+    def on_publish(self, mode: int, by: int, step: bool = False) -> None:
+        """``Board.on_publish``: in the rank's thread that changed the board, just after; hands it to the writer
+        (``step``: the stop is a step's)."""
+        step = step and mode == STOPPED
         with self._cv:
             self._outbox = (mode, by, step)
             self._cv.notify_all()

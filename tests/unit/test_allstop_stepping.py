@@ -27,9 +27,24 @@ class Endpoint:
 
 
 @dataclass
+class Debugger:
+    """What all-stop asks of the rank's debugger (``allstop.Pydevd``), counted."""
+
+    pauses: int = 0
+    resumes: int = 0
+
+    def pause_all(self) -> None:
+        self.pauses += 1
+
+    def resume_all(self) -> None:
+        self.resumes += 1
+
+
+@dataclass
 class Rank:
     part: AllStop
     endpoint: Endpoint
+    debugger: Debugger
     published: list[tuple[int, int]] = field(default_factory=list)
 
 
@@ -39,9 +54,9 @@ def ranks(tmp_path):
 
     def make(rank: int) -> Rank:
         board = Board(tmp_path / "allstop.bin")
-        endpoint = Endpoint()
-        r = Rank(AllStop(board, rank, endpoint, None), endpoint)
-        board.on_publish.append(lambda mode, by: r.published.append((mode, by)))
+        endpoint, debugger = Endpoint(), Debugger()
+        r = Rank(AllStop(board, rank, endpoint, None, debugger), endpoint, debugger)
+        board.on_publish.append(lambda mode, by, step: r.published.append((mode, by)))
         made.append(r)
         return r
 
@@ -130,3 +145,33 @@ def test_a_step_not_back_in_time_lets_the_peers_go_and_a_stop_first_never_does(r
     n = len(r1.published)
     r1.part.hold(None)  # into a collective after the step's stop: no letting go, nor held by its own stop
     assert len(r1.published) == n and r1.published[-1] == (STOPPED, 1)
+
+
+def test_all_stops_pause_that_lands_after_the_board_let_go_is_resumed_and_a_users_pause_stays(ranks):
+    """A pause cannot be taken back: asked while rank 1 was stopped, it may land after rank 1 went on (its
+    continue, or a step that let go). Left there, rank 0 would wait for a continue nobody sends, and rank 1's
+    step into a collective would wait for rank 0: found at 4 ranks, a step in 7 trials hung."""
+    r0, r1 = ranks(0), ranks(1)
+    r0.endpoint.clients = r1.endpoint.clients = 1
+    r0.part.on_dap("attached", {})  # the watcher: it pauses rank 0 when rank 1 stops
+    r1.part.on_dap("stopped", {"reason": "breakpoint"})
+    until(lambda: r0.debugger.pauses, 10, "rank 0's debugger asked to pause", ok=lambda n: n == 1)
+    r1.part.on_dap("step", {})
+    r1.part.hold(None)  # rank 1's step goes into a collective: lets go before rank 0's pause landed
+    until(lambda: r0.debugger.resumes, 10, "rank 0 resumed by the let-go", ok=lambda n: n == 1)
+    r0.part.on_dap("stopped", {"reason": "pause"})  # the pause lands now
+    assert r0.debugger.resumes == 2 and r0.part.state == "running"  # resumed at once
+    r0.part.on_dap("stopped", {"reason": "pause"})  # the user's own Pause: that rank's, it stays
+    assert r0.debugger.resumes == 2 and r0.part.state == "stopped"
+
+
+def test_all_stops_pause_that_lands_while_the_stop_holds_is_a_pause_by_that_rank(ranks):
+    r0, r1 = ranks(0), ranks(1)
+    r0.endpoint.clients = 1
+    r0.part.on_dap("attached", {})
+    r1.part.on_dap("stopped", {"reason": "breakpoint"})
+    until(lambda: r0.debugger.pauses, 10, "rank 0's debugger asked to pause", ok=lambda n: n == 1)
+    r0.part.on_dap("stopped", {"reason": "pause"})
+    assert r0.part.state == "paused" and r0.debugger.resumes == 0
+    r1.part.on_dap("continue", {})
+    until(lambda: r0.debugger.resumes, 10, "rank 0 continued with rank 1", ok=lambda n: n == 1)
