@@ -1,6 +1,6 @@
 """All-stop: one rank's stop -> every other rank paused, done by the ranks against done by a client; and its idle cost.
 
-    bash scripts/bench.sh probes/allstop_bench [--ranks 2,4] [--trials 8] [--pairs 30]
+    bash scripts/bench.sh probes/allstop_bench [--ranks 2,4] [--trials 8] [--pairs 30] [--what latency,step,idle]
 
 Latency: an ``rtdebug torchrun`` job of N ranks (gloo), each step ``--busy`` s of pure Python, then one all_reduce;
 rank 1 has a breakpoint line right after it. A DAP client (``tests/support/dap.py``) is attached to every
@@ -9,6 +9,15 @@ rank's ``stopped`` event is taken at the client. ``ranks``: all-stop in the rank
 ``RTDEBUG_ALL_STOP=1``). ``client``: all-stop off in the ranks; on rank 1's ``stopped`` the client does what the
 VS Code extension's own all-stop did before it left all-stop to the ranks (``threads``, then ``pause`` of the
 main thread, in every other rank), minus VS Code's own event dispatch. Then everything is continued.
+
+Step over a collective (step-all): the same job shape, each step ``--step-busy`` s of pure Python then one
+all_reduce, a breakpoint line in rank 1 right after it, a client on every rank. Per trial rank 1 stops there,
+is stepped (DAP ``next``) line by line to its next all_reduce, and the step over that all_reduce is timed at
+the client, request to ``stopped``. ``ranks``: all-stop on: the others are paused (in their Python) while rank
+1 steps, and its step into the all_reduce lets them go (``AllStop._let_go``), so the time holds their resume
+and the rest of their step's Python. ``ranks-one-client``: the same with a client on rank 1 only (the others held by the
+ranks with no client, woken by their FIFO). ``off``: all-stop off: the others ran on and wait in the all_reduce. Before
+step-all, the ``ranks`` step never returned (the others were held).
 
 Idle cost: one 2-rank job, no client; rank 0 times blocks of steps (1 KiB all_reduce + ~0.3 ms of Python)
 with all-stop armed (the byte read in the collective wrapper, and a thread doing what the watcher does while
@@ -50,6 +59,15 @@ def job(a: argparse.Namespace) -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     flag = torch.zeros(256)
+    if a.job == "step":
+        while not Path(a.ctl, "done").exists():
+            _busy(a.busy)
+            dist.all_reduce(flag)  # BREAKPOINT: step over
+            if rank == 1:
+                hit = 1  # BREAKPOINT: step bench
+                del hit
+        dist.destroy_process_group()
+        return
     if a.job == "latency":
         while not Path(a.ctl, "done").exists():
             _busy(a.busy)
@@ -165,6 +183,43 @@ def latency(n: int, mode: str, trials: int, busy: float) -> list[float]:
     return out
 
 
+def step_over(n: int, mode: str, trials: int, busy: float) -> list[float]:
+    """Seconds from rank 1's ``next`` over its all_reduce to its ``stopped`` event, per trial."""
+    from support.dap import DAPClient
+    from support.paths import marker_line
+
+    stop, over = marker_line(Path(__file__), "step bench"), marker_line(Path(__file__), "step over")
+    with tempfile.TemporaryDirectory(prefix="allstop-step-", dir=WORK) as tmp:
+        proc, base = _start(tmp, n, "step", {"RTDEBUG_ALL_STOP": "0" if mode == "off" else "1"}, busy)
+        try:
+            attached = [1] if mode == "ranks-one-client" else range(n)
+            clients = {r: DAPClient("127.0.0.1", base + r, timeout=120) for r in attached}
+            for c in clients.values():
+                c.attach()
+            c1, out = clients[1], []
+            for _ in range(trials):
+                c1.request("setBreakpoints", source={"path": __file__}, breakpoints=[{"line": stop}])
+                thread = c1.stopped_for("breakpoint", 120)["threadId"]
+                c1.request("setBreakpoints", source={"path": __file__}, breakpoints=[])
+                while c1.top_frame(thread)["line"] != over:  # to the all_reduce, a line at a time
+                    c1.request("next", threadId=thread)
+                    c1.stopped_for("step", 60)
+                t0 = time.perf_counter()
+                c1.request("next", threadId=thread)
+                c1.stopped_for("step", 120)
+                out.append(time.perf_counter() - t0)
+                c1.continue_(thread)
+            Path(tmp, "done").write_text("")
+            for c in clients.values():
+                c.disconnect()
+            proc.wait(120)
+        finally:
+            proc.kill()
+            proc.wait()
+            Path(WORK, f"allstop-step-{n}-{mode}.log").write_bytes(Path(tmp, "job.log").read_bytes())
+    return out
+
+
 def idle(pairs: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="allstop-idle-", dir=WORK) as tmp:
         proc, _ = _start(tmp, 2, "idle", {"RTDEBUG_ALL_STOP": "1"}, pairs=pairs)
@@ -214,27 +269,40 @@ def bound(seconds: float = 5.0) -> dict:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--job", choices=("latency", "idle"), help="(the ranks' program)")
+    p.add_argument("--job", choices=("latency", "step", "idle"), help="(the ranks' program)")
     p.add_argument("--ctl", help="(the ranks' directory)")
     p.add_argument("--ranks", default="2,4", help="job sizes for the latency, comma-separated")
     p.add_argument("--trials", type=int, default=8)
     p.add_argument("--busy", type=float, default=0.25, help="seconds of pure Python per step (latency job)")
     p.add_argument("--pairs", type=int, default=30, help="ABBA pairs of the in-job idle A/B (0: none)")
+    p.add_argument("--step-busy", type=float, default=0.05, help="seconds of pure Python per step (step job)")
+    p.add_argument("--what", default="latency,step,idle", help="which parts: latency, step, idle (comma-separated)")
     p.add_argument("--out", default=str(WORK / "allstop_bench.json"))
     a = p.parse_args()
     if a.job:
         job(a)
         return 0
     WORK.mkdir(exist_ok=True)
-    res: dict = {"latency": {}, "load_before": os.getloadavg()[0]}
-    for n in (int(x) for x in a.ranks.split(",") if x):
+    res: dict = {"latency": {}, "step": {}, "load_before": os.getloadavg()[0]}
+    what = set(a.what.split(","))
+    for n in (int(x) for x in a.ranks.split(",") if x and "step" in what):
+        for mode in ("ranks", "ranks-one-client", "off"):
+            xs = step_over(n, mode, a.trials, a.step_busy)
+            res["step"][f"{n}/{mode}"] = xs
+            log(f"{n} ranks, {mode}: step over all_reduce median {statistics.median(xs) * 1e3:.1f} ms "
+                f"(min {min(xs) * 1e3:.1f}, max {max(xs) * 1e3:.1f}, n={len(xs)})")  # fmt: skip
+    for n in (int(x) for x in a.ranks.split(",") if x and "latency" in what):
         for mode in ("ranks", "client"):  # the same job size, one after the other
             xs = latency(n, mode, a.trials, a.busy)
             res["latency"][f"{n}/{mode}"] = xs
             log(f"{n} ranks, {mode}: stop -> others paused median {statistics.median(xs) * 1e3:.1f} ms "
                 f"(min {min(xs) * 1e3:.1f}, max {max(xs) * 1e3:.1f}, n={len(xs)}; inf: only in C++)")  # fmt: skip
-    res["bound"] = b = bound()
-    log(f"bound: byte read {b['check_ns']:.0f} ns per collective; watcher {b['watcher_cpu_per_s'] * 1e3:.2f} ms CPU/s")
+    if "idle" not in what:
+        a.pairs = 0
+    else:
+        res["bound"] = b = bound()
+        log(f"bound: byte read {b['check_ns']:.0f} ns per collective;"
+            f" watcher {b['watcher_cpu_per_s'] * 1e3:.2f} ms CPU/s")  # fmt: skip
     if a.pairs:
         res["idle"] = r = idle(a.pairs)
         log(f"idle: armed/disarmed steps/s {r['ratio']:.4f} CI {r['ci']} (n={r['n']})")
