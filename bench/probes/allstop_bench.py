@@ -24,7 +24,8 @@ with all-stop armed (the byte read in the collective wrapper, and a thread doing
 a client is attached: a 20 ms sleep and a read of the board) and disarmed, in ABBA order; steps/s armed over
 disarmed, median of pairs with a 95 % bootstrap interval.
 
-Result: bench/results/2026-12-07-allstop-default.md (all-stop on by default), bench/results/2026-12-07-allstop.md.
+Result: bench/results/2026-12-07-allstop-default.md (all-stop on by default), bench/results/2026-12-07-allstop.md,
+bench/results/2026-12-07-step-all.md (the step).
 """
 
 from __future__ import annotations
