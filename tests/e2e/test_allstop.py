@@ -4,13 +4,12 @@ in one continues all) is done by the ranks. A plain DAP client per rank, a real 
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
 
 from support.dap import DAPClient
-from support.jobs import read_ranks, rtdebug, wait_ranks
+from support.jobs import ps_debug, read_ranks, until_debug, wait_ranks
 from support.paths import ROOT, marker_line
 from support.wait import until
 
@@ -74,21 +73,6 @@ def test_terminate_or_disconnect_with_terminate_debuggee_never_ends_a_rank(job, 
     assert "rank 0 ended after" in out and "rank 1 ended after" in out
 
 
-def _ps(registry_dir) -> tuple[str, dict[int, dict]]:
-    env = {"RTDEBUG_REGISTRY_DIR": str(registry_dir)}
-    text, js = rtdebug("ps", env=env), rtdebug("ps", "--json", env=env)
-    assert text.returncode == 0 and js.returncode == 0, text.stderr + js.stderr
-    (session,) = json.loads(js.stdout)["sessions"]
-    return text.stdout, {r["rank"]: r.get("debug") or {} for r in session["ranks"]}
-
-
-def _until_debug(registry_dir, sid, rank, state, **fields) -> dict:
-    def ok(d: dict) -> bool:
-        return d.get("state") == state and all(d.get(k) == v for k, v in fields.items())
-
-    return until(lambda: _debug(registry_dir, sid, rank), 60, f"rank {rank} {state} {fields}", ok=ok)
-
-
 def test_a_breakpoint_in_rank_1_pauses_rank_0s_debugger_and_continue_in_one_continues_all(
     job, registry_dir, port_base, tmp_path
 ):
@@ -96,7 +80,7 @@ def test_a_breakpoint_in_rank_1_pauses_rank_0s_debugger_and_continue_in_one_cont
     assert [r.get("all_stop") for r in read_ranks(registry_dir, sid).values()] == [True, True]  # clients read it
     c0 = DAPClient("127.0.0.1", port_base)
     c0.attach()
-    _until_debug(registry_dir, sid, 0, "running")
+    until_debug(registry_dir, sid, 0, "running")
     c1 = DAPClient("127.0.0.1", port_base + 1)
     c1.attach({str(SCRIPT): [ONLY1]})
     s1 = c1.wait_stopped(120)
@@ -105,9 +89,9 @@ def test_a_breakpoint_in_rank_1_pauses_rank_0s_debugger_and_continue_in_one_cont
     assert s0["reason"] == "pause"
     f0 = c0.top_frame(s0["threadId"])
     assert c0.evaluate("dist.get_rank()", f0["id"]) == "0"
-    _until_debug(registry_dir, sid, 1, "stopped", line=ONLY1, reason="breakpoint")
-    _until_debug(registry_dir, sid, 0, "paused", by=1)
-    text, debug = _ps(registry_dir)
+    until_debug(registry_dir, sid, 1, "stopped", line=ONLY1, reason="breakpoint")
+    until_debug(registry_dir, sid, 0, "paused", by=1)
+    text, debug = ps_debug(registry_dir)
     assert f"stopped at allstop_job.py:{ONLY1} (breakpoint)" in text
     assert "paused (all-stop, by rank 1)" in text
     assert debug[1]["file"] == str(SCRIPT) and debug[0]["line"] == f0["line"]
@@ -115,9 +99,9 @@ def test_a_breakpoint_in_rank_1_pauses_rank_0s_debugger_and_continue_in_one_cont
     c1.request("setBreakpoints", source={"path": str(SCRIPT)}, breakpoints=[])
     c1.continue_(s1["threadId"])  # continue in one rank continues all
     c0.event("continued", 60)
-    _until_debug(registry_dir, sid, 0, "running")
-    _until_debug(registry_dir, sid, 1, "running")
-    assert "attached, running" in _ps(registry_dir)[0]
+    until_debug(registry_dir, sid, 0, "running")
+    until_debug(registry_dir, sid, 1, "running")
+    assert "attached, running" in ps_debug(registry_dir)[0]
     done.write_text("")
     assert j.wait(120) == 0
     c0.close()
@@ -133,11 +117,11 @@ def test_a_rank_with_no_client_is_held_where_it_runs_and_let_go_when_the_stopped
     c1 = DAPClient("127.0.0.1", port_base + 1)
     c1.attach({str(SCRIPT): [ONLY1]})
     s1 = c1.wait_stopped(120)
-    _until_debug(registry_dir, sid, 0, "paused", by=1, line=SLEEP)
+    until_debug(registry_dir, sid, 0, "paused", by=1, line=SLEEP)
     assert f"rtdebug: rank 0 paused at allstop_job.py:{SLEEP}: rank 1 stopped (all-stop)" in (
         j.wait_output("rank 0 paused at")
     )
-    text, _ = _ps(registry_dir)
+    text, _ = ps_debug(registry_dir)
     assert f"paused (all-stop, by rank 1) at allstop_job.py:{SLEEP}" in text
 
     # a client that attaches to the held rank finds it suspended there, at the user's line
@@ -156,8 +140,8 @@ def test_a_rank_with_no_client_is_held_where_it_runs_and_let_go_when_the_stopped
     c1.response(seq)
     c1.event("terminated")
     c1.disconnect()
-    _until_debug(registry_dir, sid, 0, "running")
-    _until_debug(registry_dir, sid, 1, "running")
+    until_debug(registry_dir, sid, 0, "running")
+    until_debug(registry_dir, sid, 1, "running")
     done.write_text("")
     assert j.wait(120) == 0
 
@@ -169,13 +153,13 @@ def test_four_ranks_one_stops_every_other_is_held_and_a_continue_lets_all_go(job
     c1.attach({str(SCRIPT): [ONLY1]})
     s1 = c1.wait_stopped(120)
     for rank in (0, 2, 3):
-        _until_debug(registry_dir, sid, rank, "paused", by=1, line=SLEEP)
-    text, _ = _ps(registry_dir)
+        until_debug(registry_dir, sid, rank, "paused", by=1, line=SLEEP)
+    text, _ = ps_debug(registry_dir)
     assert text.count(f"paused (all-stop, by rank 1) at allstop_job.py:{SLEEP}") == 3
     c1.request("setBreakpoints", source={"path": str(SCRIPT)}, breakpoints=[])
     c1.continue_(s1["threadId"])
     for rank in (0, 2, 3):
-        _until_debug(registry_dir, sid, rank, "running")
+        until_debug(registry_dir, sid, rank, "running")
     done.write_text("")
     assert j.wait(120) == 0
     c1.close()

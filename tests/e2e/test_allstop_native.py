@@ -6,12 +6,10 @@ right there: with no client (``rtdebug.rank.nativehold``), and with one (pydevd'
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from support.dap import DAPClient
-from support.jobs import read_ranks, rtdebug, wait_ranks
+from support.jobs import ps_debug, until_debug, wait_ranks
 from support.paths import ROOT, marker_line
 from support.wait import until
 
@@ -33,23 +31,6 @@ def _start(job, registry_dir, port_base, tmp_path):
     return j, sid, done
 
 
-def _until_debug(registry_dir, sid, rank, state, **fields) -> dict:
-    def ok(d: dict) -> bool:
-        return d.get("state") == state and all(d.get(k) == v for k, v in fields.items())
-
-    return until(
-        lambda: read_ranks(registry_dir, sid)[rank].get("debug") or {}, 60, f"rank {rank} {state} {fields}", ok=ok
-    )
-
-
-def _ps(registry_dir) -> tuple[str, dict[int, dict]]:
-    env = {"RTDEBUG_REGISTRY_DIR": str(registry_dir)}
-    text, js = rtdebug("ps", env=env), rtdebug("ps", "--json", env=env)
-    assert text.returncode == 0 and js.returncode == 0, text.stderr + js.stderr
-    (session,) = json.loads(js.stdout)["sessions"]
-    return text.stdout, {r["rank"]: r.get("debug") or {} for r in session["ranks"]}
-
-
 def _rank1_stops_and_steps_over_its_backward(c1: DAPClient) -> dict:
     """Rank 1 at its breakpoint, then over its backward: its share of the all-reduce lets rank 0's return."""
     s1 = c1.wait_stopped(120)
@@ -67,7 +48,7 @@ def _step(c1: DAPClient, thread: int, line: int) -> None:
 def _continue_and_finish(j, registry_dir, sid, c1: DAPClient, thread: int, done) -> None:
     c1.request("setBreakpoints", source={"path": str(SCRIPT)}, breakpoints=[])
     c1.continue_(thread)  # continue in one rank continues all
-    _until_debug(registry_dir, sid, 0, "running")
+    until_debug(registry_dir, sid, 0, "running")
     done.write_text("")
     assert j.wait(120) == 0
     out = j.output()
@@ -81,18 +62,18 @@ def test_a_rank_with_no_client_in_ddps_all_reduce_is_pausing_then_held_when_its_
     c1 = DAPClient("127.0.0.1", port_base + 1)
     c1.attach({str(SCRIPT): [ONLY1]})
     s1 = _rank1_stops_and_steps_over_its_backward(c1)
-    _until_debug(registry_dir, sid, 0, "pausing", by=1, line=BACKWARD)
-    text, debug = _ps(registry_dir)
+    until_debug(registry_dir, sid, 0, "pausing", by=1, line=BACKWARD)
+    text, debug = ps_debug(registry_dir)
     assert f"pausing (in a native call at {NAME}:{BACKWARD}, by rank 1)" in text
     assert debug[0]["file"] == str(SCRIPT)
 
     _step(c1, s1["threadId"], BACKWARD)
     _step(c1, s1["threadId"], AFTER)  # rank 1's backward ran: rank 0's all-reduce completes too
-    _until_debug(registry_dir, sid, 0, "paused", by=1, line=BACKWARD, reason="all-stop")
+    until_debug(registry_dir, sid, 0, "paused", by=1, line=BACKWARD, reason="all-stop")
     assert f"rtdebug: rank 0 paused at {NAME}:{BACKWARD}: rank 1 stopped (all-stop)" in j.wait_output(
         f"rank 0 paused at {NAME}"
     )
-    text, _ = _ps(registry_dir)
+    text, _ = ps_debug(registry_dir)
     assert f"paused (all-stop, by rank 1) at {NAME}:{BACKWARD}" in text
     assert f"stopped at {NAME}:{AFTER} (step)" in text
 
@@ -107,7 +88,7 @@ def test_a_rank_with_no_client_in_ddps_all_reduce_is_pausing_then_held_when_its_
     c0.disconnect()  # its client leaves; rank 1 is still stopped: rank 0 stays held, and says so again
     held = f"rtdebug: rank 0 paused at {NAME}:{BACKWARD}: rank 1 stopped (all-stop)"
     until(lambda: j.output().count(held), 60, "rank 0 held again with no client", ok=lambda n: n >= 2)
-    _until_debug(registry_dir, sid, 0, "paused", by=1, line=BACKWARD)
+    until_debug(registry_dir, sid, 0, "paused", by=1, line=BACKWARD)
 
     _continue_and_finish(j, registry_dir, sid, c1, s1["threadId"], done)
     c1.close()
@@ -119,12 +100,12 @@ def test_a_rank_with_a_client_in_ddps_all_reduce_is_paused_by_its_debugger_when_
     j, sid, done = _start(job, registry_dir, port_base, tmp_path)
     c0 = DAPClient("127.0.0.1", port_base)
     c0.attach()
-    _until_debug(registry_dir, sid, 0, "running")
+    until_debug(registry_dir, sid, 0, "running")
     c1 = DAPClient("127.0.0.1", port_base + 1)
     c1.attach({str(SCRIPT): [ONLY1]})
     s1 = _rank1_stops_and_steps_over_its_backward(c1)
-    _until_debug(registry_dir, sid, 0, "pausing", by=1, line=BACKWARD)
-    assert f"pausing (in a native call at {NAME}:{BACKWARD}, by rank 1)" in _ps(registry_dir)[0]
+    until_debug(registry_dir, sid, 0, "pausing", by=1, line=BACKWARD)
+    assert f"pausing (in a native call at {NAME}:{BACKWARD}, by rank 1)" in ps_debug(registry_dir)[0]
 
     _step(c1, s1["threadId"], BACKWARD)
     _step(c1, s1["threadId"], AFTER)
@@ -133,7 +114,7 @@ def test_a_rank_with_a_client_in_ddps_all_reduce_is_paused_by_its_debugger_when_
     f0 = c0.top_frame(s0["threadId"])
     assert f0["line"] in (BACKWARD, AFTER), f0
     assert c0.evaluate("model.module.weight.grad is not None", f0["id"]) == "True"
-    _until_debug(registry_dir, sid, 0, "paused", by=1, line=f0["line"])
+    until_debug(registry_dir, sid, 0, "paused", by=1, line=f0["line"])
 
     _continue_and_finish(j, registry_dir, sid, c1, s1["threadId"], done)
     c0.event("continued", 60)

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from support.dap import DAPClient
-from support.jobs import read_ranks, wait_ranks
+from support.jobs import read_ranks, until_debug, wait_ranks
 from support.paths import ROOT, marker_line
 from support.wait import until
 
@@ -36,15 +36,6 @@ def _start(job, registry_dir, port_base, tmp_path):
     return j, sid, done
 
 
-def _until_debug(registry_dir, sid, rank, state, ok=lambda d: True, **fields) -> dict:
-    def good(d: dict) -> bool:
-        return d.get("state") == state and all(d.get(k) == v for k, v in fields.items()) and ok(d)
-
-    return until(
-        lambda: read_ranks(registry_dir, sid)[rank].get("debug") or {}, 60, f"rank {rank} {state} {fields}", ok=good
-    )
-
-
 def _step_to(c: DAPClient, thread: int, line: int) -> dict:
     c.request("next", threadId=thread)
     s = c.wait_stopped(60)  # a step that waited for a held peer would never come back
@@ -56,7 +47,7 @@ def _step_to(c: DAPClient, thread: int, line: int) -> dict:
 def _finish(j, registry_dir, sid, c1: DAPClient, thread: int, done) -> None:
     c1.request("setBreakpoints", source={"path": str(SCRIPT)}, breakpoints=[])
     c1.continue_(thread)  # continue in one rank continues all
-    _until_debug(registry_dir, sid, 0, "running")
+    until_debug(registry_dir, sid, 0, "running")
     done.write_text("")
     assert j.wait(120) == 0
     out = j.output()
@@ -71,14 +62,14 @@ def test_a_step_over_the_collective_lets_the_held_rank_with_no_client_come_and_h
     c1.attach({str(SCRIPT): [ONLY1]})
     s1 = c1.wait_stopped(120)
     assert s1["reason"] == "breakpoint"
-    held = _until_debug(registry_dir, sid, 0, "paused", by=1, line=SLEEP)
+    held = until_debug(registry_dir, sid, 0, "paused", by=1, line=SLEEP)
 
     thread = s1["threadId"]
     _step_to(c1, thread, ONLY1 + 1)
     _step_to(c1, thread, COLLECTIVE)
     _step_to(c1, thread, COLLECTIVE + 1)  # over the all-reduce: rank 0 came to it
     # and rank 0 is held again by the step's stop, after that collective (a later hold than the first)
-    _until_debug(registry_dir, sid, 0, "paused", by=1, ok=lambda d: d.get("since", 0) > held["since"])
+    until_debug(registry_dir, sid, 0, "paused", by=1, ok=lambda d: d.get("since", 0) > held["since"])
     assert (read_ranks(registry_dir, sid)[1].get("debug") or {}).get("reason") == "step"
     _finish(j, registry_dir, sid, c1, thread, done)
     c1.close()
@@ -90,7 +81,7 @@ def test_a_step_over_the_collective_resumes_the_paused_debugger_and_step_all_ste
     j, sid, done = _start(job, registry_dir, port_base, tmp_path)
     c0 = DAPClient("127.0.0.1", port_base)
     c0.attach()
-    _until_debug(registry_dir, sid, 0, "running")
+    until_debug(registry_dir, sid, 0, "running")
     c1 = DAPClient("127.0.0.1", port_base + 1)
     c1.attach({str(SCRIPT): [ONLY1]})
     s1 = c1.wait_stopped(120)
@@ -105,7 +96,7 @@ def test_a_step_over_the_collective_resumes_the_paused_debugger_and_step_all_ste
     assert s0["reason"] == "pause"
     f0 = c0.top_frame(s0["threadId"])
     assert c0.evaluate("dist.get_rank()", f0["id"]) == "0"
-    _until_debug(registry_dir, sid, 0, "paused", by=1)
+    until_debug(registry_dir, sid, 0, "paused", by=1)
 
     # Step All Ranks: a step in each at once; each stops where its own step ends, neither paused by the other's
     stops: dict[int, dict] = {}
@@ -149,7 +140,7 @@ def test_a_step_over_ddps_backward_in_a_paused_rank_lets_the_stopped_rank_come_a
     wait_ranks(registry_dir, sid, 2)
     c1 = DAPClient("127.0.0.1", port_base + 1)
     c1.attach()
-    _until_debug(registry_dir, sid, 1, "running")
+    until_debug(registry_dir, sid, 1, "running")
     c0 = DAPClient("127.0.0.1", port_base)
     c0.attach()
     c0.request("setBreakpoints", source={"path": str(DDP)}, breakpoints=[{"line": FORWARD, "condition": "step >= 3"}])
@@ -173,7 +164,7 @@ def test_a_step_over_ddps_backward_in_a_paused_rank_lets_the_stopped_rank_come_a
         ok=lambda d: d.get("state") in ("paused", "pausing") and d.get("by") == 1 and (d.get("line") or 0) >= BACKWARD,
     )
     assert d0["file"] == str(DDP)
-    _until_debug(registry_dir, sid, 1, "stopped", reason="step", line=AFTER)
+    until_debug(registry_dir, sid, 1, "stopped", reason="step", line=AFTER)
 
     c0.request("setBreakpoints", source={"path": str(DDP)}, breakpoints=[])
     _finish(j, registry_dir, sid, c1, thread, done)

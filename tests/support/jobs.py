@@ -12,6 +12,7 @@ from pathlib import Path
 from support.paths import PY, ROOT
 from support.procs import end_group, kill_tree
 from support.sigs import default_dispositions
+from support.wait import until
 
 
 class Job:
@@ -123,3 +124,27 @@ def rtdebug(*args: str, env: dict[str, str] | None = None, timeout: float = 120)
     return subprocess.run(
         [PY, "-m", "rtdebug", *args], cwd=ROOT, env=e, capture_output=True, text=True, timeout=timeout
     )
+
+
+def until_debug(registry_dir: Path, session_id: str, rank: int, state: str, ok=None, **fields) -> dict:
+    """Wait until rank ``rank``'s entry says debug state ``state`` with these ``fields`` (and ``ok(debug)``, if
+    given); its ``debug`` field."""
+
+    def good(d: dict) -> bool:
+        return d.get("state") == state and all(d.get(k) == v for k, v in fields.items()) and (ok is None or ok(d))
+
+    return until(
+        lambda: read_ranks(registry_dir, session_id)[rank].get("debug") or {},
+        60,
+        f"rank {rank} {state} {fields}",
+        ok=good,
+    )
+
+
+def ps_debug(registry_dir: Path) -> tuple[str, dict[int, dict]]:
+    """``rtdebug ps`` as text, and each rank's ``debug`` field from ``ps --json``, for the one session there."""
+    env = {"RTDEBUG_REGISTRY_DIR": str(registry_dir)}
+    text, js = rtdebug("ps", env=env), rtdebug("ps", "--json", env=env)
+    assert text.returncode == 0 and js.returncode == 0, text.stderr + js.stderr
+    (session,) = json.loads(js.stdout)["sessions"]
+    return text.stdout, {r["rank"]: r.get("debug") or {} for r in session["ranks"]}
