@@ -5,6 +5,7 @@ import { RankDebugStates } from './attach/allstop/rankDebugState';
 import { RtdebugAdapterFactory } from './attach/launch/adapterFactory';
 import { adoptRunningJob } from './attach/adopt/adoptCommand';
 import { AllStopController } from './attach/allstop/allStopController';
+import { jobEntries } from './attach/allstop/continuePlan';
 import { AttachCommands } from './attach/rank/attachCommands';
 import { CollectiveCommands } from './collectives/collectiveCommands';
 import { AttachService } from './attach/rank/attachService';
@@ -36,7 +37,11 @@ export function registerAll(context: vscode.ExtensionContext): void {
     registry.sessions.find((s) => s.entry.session_id === session)?.ranks.find((r) => typeof r.all_stop === 'boolean')?.all_stop;
   const entryPausing = (k: { session: string; rank: number }): boolean =>
     registry.sessions.find((s) => s.entry.session_id === k.session)?.ranks.find((r) => r.rank === k.rank)?.debug?.state === 'pausing';
-  const allStop = new AllStopController(attach, states, log, jobSays, entryPausing);
+  const jobNow = (session: string) => {
+    const s = session ? registry.find(session) : undefined; // a fresh read of the files
+    return s ? jobEntries(s.ranks) : undefined;
+  };
+  const allStop = new AllStopController(attach, states, log, jobSays, entryPausing, jobNow);
   const commands = new AttachCommands(attach, registry);
   const provider = new RtdebugConfigurationProvider(attach);
   const ranksView = new RanksView(registry, states, attach, context.workspaceState);

@@ -7,17 +7,15 @@ import { AttachService } from '../attach/rank/attachService';
 import { RankCommands } from '../ranks/rankCommands';
 import { RanksNode } from '../ranks/ranksView';
 import { RegistryWatcher } from '../registry/registryWatcher';
-import { readSettings } from '../common/settings';
 
 /**
- * "Step All Ranks", "Run All Ranks to Next Collective" and the stuck-step rule, bound to this window's rank
- * debug sessions (customRequest) and the Ranks view's listing (each rank's `collective`). The logic is in
+ * "Step All Ranks" and "Run All Ranks to Next Collective", bound to this window's rank debug sessions
+ * (customRequest). The logic is in
  * collectiveStepping.ts; this file only wires it and talks to the user. When ranks stop, their
  * positions are re-read (`ps --json`, debounced) so the Ranks view shows each rank's op and sequence number.
  */
 export class CollectiveCommands implements vscode.Disposable {
   readonly stepping: CollectiveStepping;
-  private timer: NodeJS.Timeout;
   private refreshTimer: NodeJS.Timeout | undefined;
   private stoppedSig = '';
   private sub: vscode.Disposable;
@@ -33,15 +31,8 @@ export class CollectiveCommands implements vscode.Disposable {
     this.stepping = new CollectiveStepping(states, allStop.allStop, {
       attached: (s) => attach.attachedRanks(s),
       request: async (k, command, args) => this.session(k).customRequest(command, args),
-      collective: (k) => registry.sessions.find((s) => s.entry.session_id === k.session)?.ranks.find((r) => r.rank === k.rank)?.collective,
-      allStopOn: () => readSettings().allStop,
-      notify: (m, first) => {
-        vscode.window.setStatusBarMessage(`$(debug-step-over) rtdebug: ${m}`, 10000);
-        if (first) void vscode.window.showInformationMessage(`rtdebug: ${m}`);
-      },
       log: (l) => log.appendLine(l),
     });
-    this.timer = setInterval(() => this.stepping.check(), 500);
     this.sub = states.onDidChange(() => this.positionsLater());
   }
 
@@ -96,7 +87,6 @@ export class CollectiveCommands implements vscode.Disposable {
   }
 
   dispose(): void {
-    clearInterval(this.timer);
     clearTimeout(this.refreshTimer);
     this.sub.dispose();
   }

@@ -80,8 +80,13 @@ export interface RankEntry {
   meshes?: Mesh[];
   /** The job's all-stop, done by its ranks (on unless started with --no-all-stop); read as a boolean only. */
   all_stop?: boolean;
-  /** What the rank's debugger is doing (`running`, `stopped`, `paused`, `pausing`, ...); read as a string only. */
-  debug?: { state?: unknown };
+  /** The job's continue-all (a continue in one rank continues all; off with --no-continue-all); newer harnesses only. */
+  continue_all?: boolean;
+  /**
+   * What the rank's debugger is doing: `state` (`running`, `stopped`, `paused`, `pausing`, ...), `reason` (the DAP stop
+   * reason, `all-stop` when paused by it), `by` (the rank whose stop paused it); read defensively (continuePlan.ts).
+   */
+  debug?: { state?: unknown; reason?: unknown; by?: unknown };
   /** Mode connected: the ssh forward behind host:port (`pid` is then the ssh master's); read by ownPid. */
   tunnel?: TunnelInfo;
 }

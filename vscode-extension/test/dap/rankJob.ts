@@ -4,6 +4,7 @@ import { DebugClient } from '@vscode/debugadapter-testsupport';
 import { DebugProtocol } from '@vscode/debugprotocol';
 import { toRankDebugConfig } from '../../src/attach/rank/attachConfig';
 import { AllStop } from '../../src/attach/allstop/allStop';
+import { jobEntries } from '../../src/attach/allstop/continuePlan';
 import { JobAllStop } from '../../src/attach/allstop/jobAllStop';
 import { CollectiveStepping } from '../../src/collectives/collectiveStepping';
 import { attachInfo } from '../../src/attach/rank/attachCli';
@@ -38,7 +39,8 @@ export function lineOf(file: string, text: string): number {
 export class RankJob {
   readonly states = new RankDebugStates();
   readonly clients = new Map<number, DebugClient>();
-  readonly notes: string[] = [];
+  /** The `continue` requests each rank got from here (DAP), counted. */
+  readonly continues = new Map<number, number>();
   readonly log: string[] = [];
   allStopOn = false;
   readonly allStop: AllStop;
@@ -47,7 +49,6 @@ export class RankJob {
   private stops = new Map<number, DebugProtocol.StoppedEvent[]>();
   private waiters: (() => void)[] = [];
   private group: RankGroup;
-  private timer: NodeJS.Timeout;
   readonly env: NodeJS.ProcessEnv;
   sessionId = '';
 
@@ -66,9 +67,15 @@ export class RankJob {
         await this.dc(k).send('pause', { threadId: await this.mainThread(k) });
       },
       resume: async (k, threadId) => {
+        this.continues.set(k.rank, (this.continues.get(k.rank) ?? 0) + 1);
         await this.dc(k).send('continue', { threadId: threadId ?? (await this.mainThread(k)) });
       },
       attached,
+      // as init.ts reads them for Continue All Ranks: the registry's files, fresh
+      job: (s) => {
+        const found = findSession(readRegistry(registry).sessions, s);
+        return found && s ? jobEntries(found.ranks) : undefined;
+      },
       log: (l) => this.log.push(l),
     });
     this.jobAllStop = new JobAllStop(
@@ -83,12 +90,8 @@ export class RankJob {
     this.stepping = new CollectiveStepping(this.states, this.allStop, {
       attached,
       request: async (k, command, a) => (await this.dc(k).send(command, a)).body,
-      collective: () => undefined,
-      allStopOn: () => this.allStopOn,
-      notify: (m) => this.notes.push(m),
       log: (l) => this.log.push(l),
     });
-    this.timer = setInterval(() => this.stepping.check(), 200);
     this.group = new RankGroup(
       {
         readSession: (id) => findSession(readRegistry(registry).sessions, id),
@@ -118,6 +121,8 @@ export class RankJob {
           const dc = new DebugClient('unused', 'unused', 'debugpy');
           this.clients.set(r.rank, dc);
           this.stops.set(r.rank, []);
+          dc.on('continued', () => this.allStop.continued({ session: sid, rank: r.rank })); // as the tracker does
+          this.continues.set(r.rank, 0);
           dc.on('stopped', (ev: DebugProtocol.StoppedEvent) => {
             this.allStop.stopped({ session: sid, rank: r.rank }, ev.body.reason, ev.body.threadId);
             this.stops.get(r.rank)!.push(ev);
@@ -207,7 +212,6 @@ export class RankJob {
   }
 
   async close(): Promise<void> {
-    clearInterval(this.timer);
     for (const dc of this.clients.values())
       await withTimeout(
         dc.stop().catch(() => {}),

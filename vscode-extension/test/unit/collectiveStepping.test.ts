@@ -1,107 +1,14 @@
 import * as assert from 'assert';
 import { test } from 'node:test';
 import { AllStop } from '../../src/attach/allstop/allStop';
-import { Collective } from '../../src/registry/collectiveRecord';
-import { CollectiveStepping, MAX_AUTO_STEPS, STEP_STUCK_MS, STOP_AT_NEXT_EXPR, stuckStep } from '../../src/collectives/collectiveStepping';
+import { CollectiveStepping, STOP_AT_NEXT_EXPR } from '../../src/collectives/collectiveStepping';
 import { RankDebugStates, RankKey } from '../../src/attach/allstop/rankDebugState';
+import { JobEntries, jobEntries } from '../../src/attach/allstop/continuePlan';
 
-const T = 1_000_000;
-
-test('stuckStep: a step running for STEP_STUCK_MS while a peer is stopped → step the stopped peers', () => {
-  const stopped = { state: 'stopped' as const, threadId: 5 };
-  const stepping = { state: 'stepping' as const, stepStartedAt: T };
-  assert.equal(
-    stuckStep(
-      [
-        { rank: 0, info: stepping },
-        { rank: 1, info: stopped },
-      ],
-      T + STEP_STUCK_MS - 1,
-    ),
-    undefined,
-  );
-  const d = stuckStep(
-    [
-      { rank: 0, info: stepping },
-      { rank: 1, info: stopped },
-      { rank: 2, info: { state: 'running' } },
-    ],
-    T + STEP_STUCK_MS,
-  )!;
-  assert.deepEqual([d.stuck, d.peers], [0, [1]]);
-  assert.equal(
-    d.message,
-    "rank 0's step has not returned after 1.5 s (a collective?) while rank 1 is stopped (all-stop): stepping it too so the collective completes",
-  );
-  assert.equal(
-    stuckStep(
-      [
-        { rank: 0, info: stepping },
-        { rank: 1, info: { state: 'running' } },
-      ],
-      T + 60_000,
-    ),
-    undefined,
-    'no stopped peer: nothing to do',
-  );
-  assert.equal(
-    stuckStep(
-      [
-        { rank: 0, info: stepping },
-        { rank: 1, info: { state: 'stopped' } },
-      ],
-      T + 60_000,
-    ),
-    undefined,
-    'a peer without a thread cannot step',
-  );
-  assert.equal(
-    stuckStep(
-      [
-        { rank: 0, info: stepping },
-        { rank: 1, info: stopped },
-      ],
-      T + STEP_STUCK_MS + 10,
-      T + 100,
-    ),
-    undefined,
-    'peers stepped just now: wait again',
-  );
-});
-
-test('stuckStep: the record says the stepping rank entered a collective during the step → at once, named', () => {
-  const c: Collective = { op: 'ALLREDUCE', seq: 12, state: 'entered', since: (T + 200) / 1000 };
-  const d = stuckStep(
-    [
-      { rank: 0, info: { state: 'stepping', stepStartedAt: T }, collective: c },
-      { rank: 1, info: { state: 'stopped', threadId: 5 } },
-    ],
-    T + 600,
-  )!;
-  assert.equal(
-    d.message,
-    "rank 0's step waits in ALLREDUCE #12 while rank 1 is stopped (all-stop): stepping it too so the collective completes",
-  );
-  const old: Collective = { ...c, since: (T - 60_000) / 1000 };
-  assert.equal(
-    stuckStep(
-      [
-        { rank: 0, info: { state: 'stepping', stepStartedAt: T }, collective: old },
-        { rank: 1, info: { state: 'stopped', threadId: 5 } },
-      ],
-      T + 600,
-    ),
-    undefined,
-    'a collective entered before the step is an old record',
-  );
-});
-
-/** Fake ranks: the DAP requests each one got; stops are fed back as the tracker would. */
-function setup(ranks = [0, 1], allStop = true) {
+/** Fake ranks: the DAP requests each one got; stops are fed back as the tracker would; `job`: their entries. */
+function setup(ranks = [0, 1], job?: () => JobEntries) {
   const states = new RankDebugStates();
-  let t = T;
   const calls: string[] = [];
-  const notes: string[] = [];
   const fail = new Set<number>();
   const stop = new AllStop(
     states,
@@ -113,41 +20,24 @@ function setup(ranks = [0, 1], allStop = true) {
         calls.push(`continue ${k.rank} thread ${th}`);
       },
       attached: (s) => ranks.map((rank) => ({ session: s, rank })),
+      job,
       log: () => {},
     },
-    () => t,
+    undefined,
+    50,
   );
-  const stepping = new CollectiveStepping(
-    states,
-    stop,
-    {
-      attached: (s) => ranks.map((rank) => ({ session: s, rank })),
-      request: async (k: RankKey, command, args) => {
-        calls.push(`${command} ${k.rank} ${JSON.stringify(args)}`);
-        if (command === 'stackTrace') return { stackFrames: [{ id: 100 + k.rank }] };
-        if (command === 'evaluate' && fail.has(k.rank)) throw new Error("No module named 'rtdebug.rank.collectives.recorder'");
-        return {};
-      },
-      collective: () => undefined,
-      allStopOn: () => allStop,
-      notify: (m, first) => notes.push(`${first ? 'first: ' : ''}${m}`),
-      log: () => {},
+  const stepping = new CollectiveStepping(states, stop, {
+    attached: (s) => ranks.map((rank) => ({ session: s, rank })),
+    request: async (k: RankKey, command, args) => {
+      calls.push(`${command} ${k.rank} ${JSON.stringify(args)}`);
+      if (command === 'stackTrace') return { stackFrames: [{ id: 100 + k.rank }] };
+      if (command === 'evaluate' && fail.has(k.rank)) throw new Error("No module named 'rtdebug.rank.collectives.recorder'");
+      return {};
     },
-    () => t,
-  );
+    log: () => {},
+  });
   const k = (rank: number) => ({ session: 's', rank });
-  return {
-    states,
-    stop,
-    stepping,
-    calls,
-    notes,
-    fail,
-    k,
-    tick: (ms: number) => {
-      t += ms;
-    },
-  };
+  return { states, stop, stepping, calls, fail, k };
 }
 const flush = () => new Promise((r) => setImmediate(r));
 
@@ -163,50 +53,6 @@ test('Step All Ranks: `next` on the stopped thread of every stopped rank, at onc
     [0, 1].map((r) => states.get(k(r))?.state),
     ['stepping', 'stepping'],
   );
-});
-
-test('the stuck-step rule steps the stopped peer once per interval, tells the user once, and gives up after MAX_AUTO_STEPS', async () => {
-  const { stop, stepping, calls, notes, k, tick } = setup([0, 1]);
-  stop.stopped(k(0), 'breakpoint', 7);
-  stop.stopped(k(1), 'pause', 8);
-  await flush();
-  stop.stepping(k(0)); // the user's Step Over in rank 0, on an all_reduce line
-  calls.length = 0;
-  tick(STEP_STUCK_MS);
-  stepping.check();
-  await flush();
-  assert.deepEqual(calls, ['next 1 {"threadId":8}']);
-  assert.equal(notes.length, 1);
-  assert.match(notes[0], /^first: rank 0's step has not returned after 1\.5 s/);
-  for (let i = 1; i < MAX_AUTO_STEPS + 5; i++) {
-    stop.stopped(k(1), 'step', 8);
-    tick(STEP_STUCK_MS);
-    stepping.check();
-    await flush();
-  }
-  assert.equal(calls.length, MAX_AUTO_STEPS);
-  assert.equal(notes.length, 2);
-  assert.match(notes[1], /still waits after its peers were stepped 20 times/);
-  stop.stopped(k(0), 'step', 7); // the step finally returns: a new episode may step again, told in the status bar only
-  stepping.check();
-  stop.stepping(k(0));
-  tick(STEP_STUCK_MS);
-  stepping.check();
-  await flush();
-  assert.equal(calls.length, MAX_AUTO_STEPS + 1);
-  assert.doesNotMatch(notes[2], /^first/);
-});
-
-test('all-stop off: a long step is left alone', async () => {
-  const { stop, stepping, calls, k, tick } = setup([0, 1], false);
-  stop.stopped(k(0), 'breakpoint', 7);
-  stop.stopped(k(1), 'breakpoint', 8);
-  stop.stepping(k(0));
-  calls.length = 0;
-  tick(60_000);
-  stepping.check();
-  await flush();
-  assert.deepEqual(calls, []);
 });
 
 test('Run to Next Collective arms every stopped rank in its top frame, then continues them; one unarmed rank continues nothing', async () => {
@@ -243,4 +89,36 @@ test('Run to Next Collective arms every stopped rank in its top frame, then cont
     b.calls.filter((c) => c.startsWith('continue')),
     [],
   );
+});
+
+test('Run to Next Collective where the ranks continue each other: one continue; the stops at the collective set nothing, so the next Continue All sends one to each', async () => {
+  let entries = jobEntries([
+    { rank: 0, all_stop: true, continue_all: true, debug: { state: 'stopped', reason: 'breakpoint' } },
+    { rank: 1, all_stop: true, continue_all: true, debug: { state: 'paused', reason: 'all-stop', by: 0 } },
+  ]);
+  const { stop, stepping, calls, states, k } = setup([0, 1], () => entries);
+  stop.stopped(k(0), 'breakpoint', 7);
+  stop.stopped(k(1), 'pause', 8);
+  const r = await stepping.runToNextCollective('s');
+  stop.continued(k(1)); // the ranks resume rank 1: its `continued` event
+  await stop.continuing;
+  assert.deepEqual(r.continued, [0, 1]);
+  assert.deepEqual(
+    calls.filter((c) => c.startsWith('continue')),
+    ['continue 0 thread 7'],
+  );
+  // each stops at its collective by itself (the one-shot stop, reason breakpoint, as its entry says)
+  stop.stopped(k(1), 'breakpoint', 8);
+  stop.stopped(k(0), 'breakpoint', 7);
+  assert.deepEqual([states.get(k(0))?.quiet, states.get(k(1))?.quiet], [true, true]);
+  entries = jobEntries([
+    { rank: 0, all_stop: true, continue_all: true, debug: { state: 'stopped', reason: 'breakpoint' } },
+    { rank: 1, all_stop: true, continue_all: true, debug: { state: 'stopped', reason: 'breakpoint' } },
+  ]);
+  calls.length = 0;
+  stop.continueAll('s');
+  await stop.continuing;
+  assert.deepEqual(calls, ['continue 0 thread 7', 'continue 1 thread 8']);
+  stop.stopped(k(0), 'breakpoint', 7); // a later stop of its own is no longer taken for the one-shot one
+  assert.equal(states.get(k(0))?.quiet, undefined);
 });

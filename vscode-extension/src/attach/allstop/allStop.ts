@@ -1,4 +1,8 @@
-import { keyOf, RankDebugStates, RankKey } from './rankDebugState';
+import { continuePlan, ContinuePlan, JobEntries } from './continuePlan';
+import { keyOf, RankDebugInfo, RankDebugStates, RankKey } from './rankDebugState';
+
+/** How long Continue All waits for the ranks to continue a rank before it continues it itself (continuePlan.ts). */
+export const CONTINUE_SETTLE_MS = 2000;
 
 /**
  * The extension's side of all-stop, which the ranks do themselves (the harness's `rtdebug.rank.allstop`:
@@ -6,9 +10,11 @@ import { keyOf, RankDebugStates, RankKey } from './rankDebugState';
  * what each attached rank is doing (fed by the tracker: `stopped`, `continued`, the user's `continue` and
  * steps), and the explicit actions, each a DAP request per rank: Pause All Ranks, Continue All Ranks, Run All
  * Ranks to Next Collective, and the brief pause a DAP `evaluate` needs in a running rank. None of these is passed
- * on by the ranks (a pause and the one-shot stop at the next collective pause nobody else). A pause sent to a
- * rank blocked in a collective lands only when the collective returns; if the user continued in between, that
- * late stop is resumed at once. The job's all-stop setting is handed to the ranks by jobAllStop.ts.
+ * on by the ranks (a pause and the one-shot stop at the next collective pause nobody else). Continue All Ranks
+ * leaves the continuing to the ranks when they do it (continuePlan.ts): one `continue`, to a rank whose stop is
+ * the all-stop's. A pause sent to a rank blocked in a collective lands only when the collective returns; if the
+ * user continued in between, that late stop is resumed at once. The job's all-stop setting is handed to the
+ * ranks by jobAllStop.ts.
  */
 export interface RankControl {
   /** Pause the rank's main thread (customRequest('pause') on its debug session). */
@@ -17,6 +23,8 @@ export interface RankControl {
   resume(k: RankKey, threadId: number | undefined): Promise<void>;
   /** Attached ranks of a session (our debug sessions). */
   attached(session: string): RankKey[];
+  /** What the job's rank entries say now (a fresh read), undefined when unknown: Continue All's plan. */
+  job?(session: string): JobEntries | undefined;
   log(line: string): void;
 }
 
@@ -32,17 +40,34 @@ export class AllStop {
   private brief = new Map<string, 'waiting' | 'keep' | 'abandoned'>();
   /** Ranks whose entries say the ranks' all-stop is pausing them (a pause pending: blocked in C++ meanwhile). */
   private byRanks = new Set<string>();
+  /** Ranks run to their next collective: their next stop of their own is the one-shot one (it sets nothing). */
+  private oneShot = new Set<string>();
+  private stops = 0;
+  /** The last Continue All's sending, done (tests wait on it). */
+  continuing: Promise<void> = Promise.resolve();
 
   constructor(
     private states: RankDebugStates,
     private ctl: RankControl,
     private now = () => Date.now(),
+    private settleMs = CONTINUE_SETTLE_MS,
   ) {}
 
   /** A rank reported `stopped`: its state; a pause of ours that is no longer wanted is undone. */
   stopped(k: RankKey, reason: string, threadId: number | undefined, where?: { file: string; line: number }, description?: string): void {
     const ours = this.states.get(k)?.state === 'pausing' && !this.byRanks.delete(keyOf(k));
-    this.states.set(k, { state: 'stopped', reason, threadId, where, stoppedAt: this.now(), description });
+    const quiet = reason !== 'pause' && this.oneShot.delete(keyOf(k));
+    const stop = ++this.stops;
+    this.states.set(k, {
+      state: 'stopped',
+      reason,
+      threadId,
+      where,
+      stoppedAt: this.now(),
+      stop,
+      description,
+      ...(quiet ? { quiet } : {}),
+    });
     if (!ours) return;
     const brief = this.brief.get(keyOf(k));
     const sent = this.pauseEpisode.get(keyOf(k));
@@ -89,18 +114,22 @@ export class AllStop {
   }
 
   /**
-   * A step request (next / stepIn / stepOut) on one rank: it runs again, alone. A step over a collective returns
-   * only once the other ranks reach it: Step All Ranks, or the stuck-step rule (collectives/collectiveStepping.ts)
-   * steps them too.
+   * A step request (next / stepIn / stepOut) on one rank: it runs again. The ranks' all-stop makes a step that
+   * needs its peers (over a collective) a short continue for them, and its stop pauses them again; Step All Ranks
+   * (collectives/collectiveStepping.ts) steps every stopped rank at once.
    */
   stepping(k: RankKey): void {
     const before = this.states.get(k);
     if (before?.state === 'stepping') return;
-    this.states.set(k, { state: 'stepping', stepStartedAt: this.now(), threadId: before?.threadId });
+    this.states.set(k, { state: 'stepping', threadId: before?.threadId });
   }
 
-  /** Continue every stopped rank, each armed (by the caller) to stop at its next collective; returns those asked. */
+  /**
+   * Continue every stopped rank, each armed (by the caller) to stop at its next collective; returns those asked.
+   * That next stop of each is marked `quiet`: it set nothing in the ranks' all-stop (continuePlan.ts).
+   */
   runToCollective(session: string): number[] {
+    for (const r of this.ctl.attached(session)) if (this.states.get(r)?.state === 'stopped') this.oneShot.add(keyOf(r));
     return this.continueAll(session);
   }
 
@@ -164,10 +193,15 @@ export class AllStop {
     return asked;
   }
 
-  /** Continue All Ranks: continue every stopped attached rank of the session except `except`; pending pauses become stale. */
+  /**
+   * Continue All Ranks: every stopped attached rank of the session except `except` goes on (returned); pending
+   * pauses become stale. Where the ranks continue each other, one `continue` does it (continuePlan.ts: which rank,
+   * and the rule); a rank they leave at its stop after `settleMs` is continued from here. `continuing` is done when
+   * every `continue` is sent.
+   */
   continueAll(session: string, except?: number): number[] {
     this.episode.set(session, this.ep(session) + 1);
-    const asked: number[] = [];
+    const at = new Map<number, RankDebugInfo>();
     for (const r of this.ctl.attached(session)) {
       if (r.rank === except) continue;
       const info = this.states.get(r);
@@ -175,12 +209,55 @@ export class AllStop {
         this.states.update(r, { blockedNote: 'continued before it stopped' });
         continue;
       }
-      if (info?.state !== 'stopped') continue;
-      asked.push(r.rank);
-      void this.resumeOne(r, info.threadId);
+      if (info?.state === 'stopped') at.set(r.rank, info);
     }
-    if (asked.length) this.ctl.log(`rtdebug: continuing rank(s) ${asked.join(', ')}`);
+    if (!at.size) return [];
+    const plan = continuePlan(
+      [...at].map(([rank, info]) => ({ rank, quiet: info.quiet })),
+      this.ctl.job?.(session),
+      except,
+    );
+    const asked = [...at.keys()].sort((a, b) => a - b);
+    this.ctl.log(`rtdebug: continuing rank(s) ${asked.join(', ')}: ${plan.why}`);
+    this.continuing = this.send(session, plan, at);
     return asked;
+  }
+
+  private async send(session: string, plan: ContinuePlan, at: Map<number, RankDebugInfo>): Promise<void> {
+    const key = (rank: number): RankKey => ({ session, rank });
+    const own = plan.own.map((r) => this.resumeOne(key(r), at.get(r)?.threadId));
+    if (plan.first === undefined) {
+      await Promise.all(own);
+      return;
+    }
+    const sent = await this.resumeOne(key(plan.first), at.get(plan.first)?.threadId);
+    const left = sent ? await this.stillAt(plan.byRanks.map(key), at) : plan.byRanks.map(key);
+    if (left.length)
+      this.ctl.log(
+        `rtdebug: rank(s) ${left.map((k) => k.rank).join(', ')} not continued by the ranks' all-stop: continuing them from here`,
+      );
+    await Promise.all([...own, ...left.map((k) => this.resumeOne(k, at.get(k.rank)?.threadId))]);
+  }
+
+  /** Those of `ranks` still at the stop they were at (`at`) once all have left it, or after `settleMs`. */
+  private stillAt(ranks: RankKey[], at: Map<number, RankDebugInfo>): Promise<RankKey[]> {
+    const still = () =>
+      ranks.filter((k) => {
+        const i = this.states.get(k);
+        return i?.state === 'stopped' && i.stop === at.get(k.rank)?.stop;
+      });
+    return new Promise((resolve) => {
+      if (!still().length) return resolve([]);
+      const done = () => {
+        clearTimeout(timer);
+        sub.dispose();
+        resolve(still());
+      };
+      const timer = setTimeout(done, this.settleMs);
+      const sub = this.states.onDidChange(() => {
+        if (!still().length) done();
+      });
+    });
   }
 
   /** The session's attached ranks that are still paused-but-not-stopped after `ms`. */
@@ -192,13 +269,16 @@ export class AllStop {
     });
   }
 
-  private async resumeOne(k: RankKey, threadId: number | undefined): Promise<void> {
+  /** Send one `continue`; false when it failed (logged). */
+  private async resumeOne(k: RankKey, threadId: number | undefined): Promise<boolean> {
     this.states.update(k, { state: 'continuing' });
     try {
       await this.ctl.resume(k, threadId);
       if (this.states.get(k)?.state === 'continuing') this.states.set(k, { state: 'running' });
+      return true;
     } catch (e) {
       this.ctl.log(`rtdebug: continue rank ${k.rank} failed: ${(e as Error).message}`);
+      return false;
     }
   }
 

@@ -3,6 +3,7 @@ import { BLOCKED_AFTER_MS, Gated } from '../../common/constants';
 import { RankRef } from '../rank/attachConfig';
 import { AllStop, RankControl } from './allStop';
 import { JobAllStop } from './jobAllStop';
+import { JobEntries } from './continuePlan';
 import { runHarness } from '../../common/harnessCli';
 import { RankDebugStates } from './rankDebugState';
 import { parseStacks } from '../../stacks/stacksReport';
@@ -12,7 +13,8 @@ import { readSettings } from '../../common/settings';
 
 /**
  * Binds the extension's side of all-stop to VS Code debug sessions (DAP `threads` / `pause` / `continue` /
- * `evaluate` through customRequest): the rank states and explicit actions (allStop.ts), the `rtdebug.allStop`
+ * `evaluate` through customRequest): the rank states and explicit actions (allStop.ts; Continue All Ranks reads the
+ * job's entries, continuePlan.ts), the `rtdebug.allStop`
  * setting handed to the jobs (jobAllStop.ts: on a rank's attach, and when the setting changes), and, for a
  * rank whose pause has not landed after BLOCKED_AFTER_MS (blocked in a C++ collective), `rtdebug stacks
  * --session ID --rank N --json` asked where it is, for the Ranks view.
@@ -30,11 +32,14 @@ export class AllStopController implements vscode.Disposable {
     jobSays: (session: string) => boolean | undefined = () => undefined,
     /** Whether the rank's entry says the ranks' all-stop is pausing it (`debug.state` `pausing`). */
     private entryPausing: (k: RankRef) => boolean = () => false,
+    /** What the job's rank entries say now (a fresh read): Continue All Ranks' plan (continuePlan.ts). */
+    job: (session: string) => JobEntries | undefined = () => undefined,
   ) {
     const ctl: RankControl = {
       pause: (k) => this.pause(k),
       resume: (k, threadId) => this.resume(k, threadId),
       attached: (session) => this.attach.attachedRanks(session),
+      job,
       log: (line) => this.log.appendLine(line),
     };
     this.allStop = new AllStop(states, ctl);

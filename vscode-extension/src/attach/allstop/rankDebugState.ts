@@ -24,8 +24,10 @@ export interface RankDebugInfo {
   where?: Location;
   /** When it stopped (ms since the epoch): the pg timeout's clock while paused. */
   stoppedAt?: number;
-  /** When its step was sent (state 'stepping'): a step that does not return waits in a collective. */
-  stepStartedAt?: number;
+  /** Which stop this is (a serial per window): a later stop of the rank is never taken for this one. */
+  stop?: number;
+  /** Its stop is the one-shot stop at the next collective this window armed: it paused nobody (continuePlan.ts). */
+  quiet?: boolean;
   /** When the pending pause was sent (state 'pausing'). */
   pauseSentAt?: number;
   /** Where a rank that does not answer the pause is (from `rtdebug stacks`), or why that is unknown. */
