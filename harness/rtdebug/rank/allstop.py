@@ -343,7 +343,10 @@ class AllStop:
                 return
             self.let_go = True
             try:
-                if self.board.read()[1] == STOPPED and self.board.stop_all:
+                gen, mode, by = self.board.read()
+                # not a peer's own stop that came during the step (a breakpoint): it stays, and pauses this rank
+                ours = gen == self.step_gen or by == self.rank or self.board.step_stop()
+                if mode == STOPPED and self.board.stop_all and ours:
                     self.board.publish(RUNNING, self.rank)
                 self.step_gen = self.board.gen()
             except ValueError:  # the board was closed (``close``)
