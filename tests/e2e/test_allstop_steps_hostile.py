@@ -324,3 +324,37 @@ def test_the_stepping_ranks_client_leaving_mid_step_leaves_every_rank_running(jo
     assert all(s == ("running", "running") for s in seen), seen
     done.write_text("")
     assert j.wait(120) == 0
+
+
+def test_a_peers_breakpoint_after_the_step_let_go_pauses_the_stepping_rank(job, registry_dir, port_base, tmp_path):
+    """Rank 1 stopped at its own line, rank 0 (a client) paused by it; rank 0 steps over its helper call: the
+    helper's all_reduce lets rank 1 go, and rank 0 works 1.5 s. Rank 1 hits a breakpoint at the barrier
+    meanwhile: rank 0, still in its step, is paused by it (not stopped by its step), and rank 1 stays stopped."""
+    j, sid, done = _start(job, registry_dir, port_base, tmp_path, 2)
+    c0 = DAPClient("127.0.0.1", port_base)
+    c0.attach()
+    _until_state(registry_dir, sid, 0, "running")
+    c1 = DAPClient("127.0.0.1", port_base + 1)
+    c1.attach({str(SCRIPT): [ONLY1]})
+    s1 = c1.stopped_for("breakpoint", 120)
+    t0 = c0.stopped_for("pause", 60)["threadId"]
+    line = c0.top_frame(t0)["line"]
+    while line != CALL:
+        c0.request("next", threadId=t0)
+        line = c0.top_frame(c0.stopped_for("step", 60)["threadId"])["line"]
+    c1.request("setBreakpoints", source={"path": str(SCRIPT)}, breakpoints=[{"line": BARRIER}])
+    c0.request("next", threadId=t0)  # over the helper: its all_reduce lets rank 1 go on, to its barrier
+    c1.event("continued", 60)
+    s1 = c1.stopped_for("breakpoint", 60)
+    assert c1.top_frame(s1["threadId"])["line"] == BARRIER
+    s0 = c0.wait_stopped(60)
+    assert s0["reason"] == "pause", s0  # paused by rank 1's breakpoint, mid-step
+    d0 = until(lambda: _debug(registry_dir, sid, 0), 30, "rank 0 paused by 1", ok=lambda d: d.get("state") == "paused")
+    assert d0.get("by") == 1
+    d1 = _debug(registry_dir, sid, 1)
+    assert (d1.get("state"), d1.get("reason"), d1.get("line")) == ("stopped", "breakpoint", BARRIER)
+    c1.request("setBreakpoints", source={"path": str(SCRIPT)}, breakpoints=[])
+    c1.continue_(s1["threadId"])
+    _until_state(registry_dir, sid, 0, "running")
+    done.write_text("")
+    assert j.wait(120) == 0
