@@ -24,6 +24,9 @@ in its own thread. That thread is marked ``pydev_do_not_trace``, so debugpy's
 timeout Ray passes (``TorchConfig.timeout_s``, 1800 s) is raised to
 ``--pg-timeout``, and ``breakpoint()`` goes to our endpoint instead of Ray's
 hook, which would call ``debugpy.listen`` a second time.
+
+All-stop (``rtdebug.rank.ray_allstop``): each worker's board is a private file, armed with the endpoint; the
+workers' boards are joined through the process group's store once the train function is launched.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from rtdebug.common.imports import when_imported
 from rtdebug.common.ports import DEFAULT_PORT_BASE, port_for_rank
 from rtdebug.common.procinfo import machine_id, process_create_time
 from rtdebug.common.rankenv import DEFAULT_PG_TIMEOUT_S
-from rtdebug.rank import postmortem, runtime
+from rtdebug.rank import postmortem, ray_allstop, runtime
 from rtdebug.registry import ray_kv, signing
 from rtdebug.registry.entry import new_session_id, session_entry
 from rtdebug.registry.files import Registry
@@ -63,6 +66,7 @@ class _Worker:
     endpoint: Endpoint | None = None
     pg_timeout_applied: float | None = None
     dumps: Any = None  # rtdebug.rank.stacks.watch.KVWatch: answers job-wide stacks from the KV
+    allstop: Any = None  # rtdebug.rank.ray_allstop.RayAllStop: this worker's part in the job's all-stop
 
 
 def _flag(name: str) -> bool:
@@ -86,6 +90,7 @@ class RtdebugCallback(WorkerCallback, ControllerCallback):
         self.pg_timeout_s = float(env.get("RTDEBUG_PG_TIMEOUT", DEFAULT_PG_TIMEOUT_S))
         self.script = env.get("RTDEBUG_SCRIPT") or (sys.argv[0] if sys.argv else "?")
         self.stop_on = env.get("RTDEBUG_STOP_ON", "")
+        self.all_stop = ray_allstop.setting(env)  # --no-all-stop / --no-continue-all, for the workers
         self.cwd = os.getcwd()
         self.registry_dir = str(Registry().root)
         self.driver_pid = os.getpid()
@@ -141,6 +146,9 @@ class RtdebugCallback(WorkerCallback, ControllerCallback):
         record = _Worker.record
         if _Worker.dumps is not None:
             _Worker.dumps.close()
+        if _Worker.allstop is not None:
+            _Worker.allstop.close()
+            _Worker.allstop = None
         if record is not None and record.state in ("starting", "ready", "attached"):
             record.exited(0)
 
@@ -209,6 +217,8 @@ def _start_worker(cb: RtdebugCallback) -> None:
         raise
     runtime.endpoint = _Worker.endpoint = endpoint
     runtime.record = record
+    # all-stop on a private board: armed before `ready`, so a client that attaches at once is seen
+    _Worker.allstop = ray_allstop.arm(rank, endpoint, record, getattr(cb, "all_stop", {}))
     record.ready(endpoint, debugpy_imported="debugpy" in sys.modules)
     runner = get_train_context().execution_context.training_thread_runner
     runner.run = _wrap_run(runner.run, cb, rank, wait, record, endpoint)
@@ -246,6 +256,8 @@ def _wrap_run(original, cb: RtdebugCallback, rank: int, wait: bool, record, endp
 
         where = {k: record.entry.get(k) for k in ("hostname", "node_ip")}  # job-wide stacks, from the KV
         _Worker.dumps = KVWatch(ray_kv.connected(cb.secret), cb.session_id, rank, cb.secret, where).start()
+        if _Worker.allstop is not None:  # the process group is up now: the workers' boards joined through its store
+            _Worker.allstop.join(cb.session_id, cb.secret, record)
 
         def train():
             if _Worker.dumps is not None:  # job-wide stacks: Ray's training thread is this rank's "main" one
