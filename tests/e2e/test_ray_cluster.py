@@ -26,6 +26,7 @@ from support.ports import port_free
 from support.procs import alive
 from support.raycluster import AUTH_MODE, RayCluster
 from support.wait import stays
+from support.wait import until as wait_until
 
 pytestmark = [pytest.mark.ray_cluster, pytest.mark.e2e]
 full = pytest.mark.skipif(os.environ.get("RTDEBUG_FULL") != "1", reason="RTDEBUG_FULL=1 runs the long Ray tests")
@@ -108,6 +109,8 @@ def test_workers_attach_on_two_nodes_and_a_paused_worker_kills_nothing(cluster, 
     ranks = {r["rank"]: r for r in s["ranks"]}
     assert sorted(ranks) == [0, 1]
     assert ranks[0]["node_id"] != ranks[1]["node_id"]  # one worker per raylet
+    # the job's all-stop setting (off in the tests' environment: conftest) reached the workers in the callback
+    assert all(r.get("all_stop") is False for r in ranks.values())
     # signed with the driver session's secret (0600 in its session dir): verified; no command line in the KV
     assert s["verified"] is True and all(r["verified"] for r in ranks.values()) and s["command"] == []
     assert (registry_dir / sid / "job.secret").stat().st_mode & 0o777 == 0o600
@@ -181,6 +184,68 @@ def test_workers_attach_on_two_nodes_and_a_paused_worker_kills_nothing(cluster, 
     assert not marker.exists() and "an HTTP request ('POST / HTTP/1.1'), not DAP" in out
     for r in ranks.values():
         assert port_free(r["port"])
+    assert not [x for x in _ps(cluster, registry_dir) if x["mode"] == "ray"]
+
+
+def _debug(cluster, registry_dir, rank: int) -> dict:
+    """Worker ``rank``'s debug state, from `rtdebug ps --json --ray-address` (a separate process)."""
+    ray_sessions = [x for x in _ps(cluster, registry_dir) if x["mode"] == "ray"]
+    return next((r.get("debug") or {} for s in ray_sessions for r in s["ranks"] if r["rank"] == rank), {})
+
+
+@pytest.mark.parametrize("client0", [False, pytest.param(True, marks=full)], ids=["no-client", "client"])
+def test_all_stop_a_breakpoint_in_one_worker_holds_the_other(
+    cluster, job, registry_dir, port_base, tmp_path, client0, monkeypatch
+):
+    """All-stop across Ray workers on two nodes (their boards joined through the process group's TCPStore): a
+    breakpoint in worker 1 holds worker 0 (with no client: before its next collective, its entry says so; with
+    a client: pydevd pauses it, reason `pause`); a continue in worker 1 lets both go; the run ends well."""
+    monkeypatch.delenv("RTDEBUG_ALL_STOP")  # on, as a user gets it (the tests' default is off: conftest)
+    until, gate = tmp_path / "finish", tmp_path / "go"
+    j = _start(job, cluster, port_base, tmp_path, "--until-file", str(until), "--gate-file", str(gate),
+               "--step-sleep", "0.2")  # fmt: skip
+    s = _ray_session(cluster, registry_dir, j)
+    ranks = {r["rank"]: r for r in s["ranks"]}
+    assert ranks[0]["node_id"] != ranks[1]["node_id"] and ranks[0]["all_stop"] is True
+    c0 = None
+    if client0:
+        c0 = DAPClient(ranks[0]["host"], ranks[0]["port"])
+        c0.attach()
+    c1 = DAPClient(ranks[1]["host"], ranks[1]["port"])
+    c1.attach({str(SCRIPT): [STEP_LINE]})
+    gate.write_text("go")
+    ev = c1.wait_stopped(120)
+    assert ev["reason"] == "breakpoint" and c1.top_frame(ev["threadId"])["line"] == STEP_LINE
+    flag_line = next(i for i, ln in enumerate(SCRIPT.read_text().splitlines(), 1) if "all_reduce(flag" in ln)
+    if c0 is not None:
+        paused = c0.wait_stopped(60)
+        assert paused["reason"] == "pause"
+        debug0 = wait_until(lambda: _debug(cluster, registry_dir, 0), 60, "worker 0's entry says paused",
+                       ok=lambda d: d.get("state") == "paused")  # fmt: skip
+    else:  # held before its next collective: the all_reduce of the loop's next step
+        debug0 = wait_until(lambda: _debug(cluster, registry_dir, 0), 60, "worker 0's entry says paused",
+                       ok=lambda d: d.get("state") == "paused", context=lambda: j.output()[-3000:])  # fmt: skip
+        assert debug0["line"] == flag_line and debug0["file"].endswith("ray_workers.py")
+        j.wait_output(f"rtdebug: rank 0 paused at ray_workers.py:{flag_line} before its next collective: rank 1 "
+                      "stopped (all-stop); it goes on when rank 1 continues", 30)  # fmt: skip
+    assert (debug0["reason"], debug0["by"]) == ("all-stop", 1)
+    assert _debug(cluster, registry_dir, 1)["state"] == "stopped"
+    c1.request("setBreakpoints", source={"path": str(SCRIPT)}, breakpoints=[])
+    c1.continue_(ev["threadId"])
+    if c0 is not None:
+        c0.event("continued", 30)  # resumed by the ranks: the continue in worker 1 continued it
+    wait_until(
+        lambda: _debug(cluster, registry_dir, 0), 60, "worker 0 runs again", ok=lambda d: d.get("state") == "running"
+    )
+    j.wait_output("worker rank 0 step 2", 120)  # both step on, past the stop
+    j.wait_output("worker rank 1 step 2", 120)
+    for c in (c0, c1):
+        if c is not None:
+            c.disconnect()
+    until.write_text("done")
+    assert j.wait(240) == 0, j.output()[-6000:]
+    out = j.output()
+    assert "ray run finished: error=None" in out and "health check" not in out.lower()
     assert not [x for x in _ps(cluster, registry_dir) if x["mode"] == "ray"]
 
 
