@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import tempfile
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 
 from rtdebug.common.rankenv import DEFAULT_PG_TIMEOUT_S
+from rtdebug.rank import ray_allstop
 
 from support.dap import DAPClient
 from support.hostile import browser_post, send
@@ -230,6 +233,8 @@ def test_all_stop_a_breakpoint_in_one_worker_holds_the_other(
                       "stopped (all-stop); it goes on when rank 1 continues", 30)  # fmt: skip
     assert (debug0["reason"], debug0["by"]) == ("all-stop", 1)
     assert _debug(cluster, registry_dir, 1)["state"] == "stopped"
+    for r in ranks.values():  # each worker's board is mapped, its private directory already gone
+        assert not list(Path(tempfile.gettempdir()).glob(f"{ray_allstop.DIR_PREFIX}{r['pid']}-*"))
     c1.request("setBreakpoints", source={"path": str(SCRIPT)}, breakpoints=[])
     c1.continue_(ev["threadId"])
     if c0 is not None:

@@ -4,13 +4,15 @@ A Ray worker has no session directory and its peers may be on other machines, so
 "node" of all-stop (``rtdebug.rank.allstop``, ``rtdebug.rank.allstop_nodes``):
 
 - **its board** is a private file: ``allstop.bin`` in a 0700 temp directory of the worker's own (``mkdtemp``),
-  removed by ``close`` at the worker's end. It is armed with the endpoint, in ``after_init_train_context``
-  (Ray's actor thread), so a client that attaches at once is seen;
+  removed as soon as the file is mapped (the mapping is all the worker needs: no name is left on disk, even
+  by a worker Ray kills). It is armed with the endpoint, in ``after_init_train_context`` (Ray's actor
+  thread), so a client that attaches at once is seen;
 - **the boards are joined** by the same ``Bridge`` a multi-node torchrun job uses, through a store every
   worker reaches: the TCPStore of the torch process group Ray's ``TorchConfig`` set up (its host and port read
   from ``distributed_c10d._get_default_store()``, else ``MASTER_ADDR`` / ``MASTER_PORT``), signed with the
   driver session's secret the pickled callback carries. ``join`` runs when the train function is launched
-  (``run_train_fn``, after Ray's backend set the group up). Each worker also keeps its entry, with a
+  (``run_train_fn``, after Ray's backend set the group up); the bridge's own file (``allstop-nodes.bin``) is
+  made the same way, in a temp directory removed once it is open. Each worker also keeps its entry, with a
   heartbeat, in that store (``rtdebug.rank.publish.Publisher``, under the run's session id): a stopped
   worker that dies lets its peers go in ~10 s, as across torchrun's nodes.
 
@@ -40,6 +42,7 @@ from rtdebug.rank.collectives import recorder
 from rtdebug.rank.publish import Publisher
 
 SETTING_VARS = (ALL_STOP_VAR, CONTINUE_ALL_VAR)
+DIR_PREFIX = "rtdebug-allstop-"  # + the worker's pid: its temp directories, each gone once its file is open
 
 
 def setting(env: Mapping[str, str]) -> dict[str, str]:
@@ -49,10 +52,9 @@ def setting(env: Mapping[str, str]) -> dict[str, str]:
 
 @dataclass
 class RayAllStop:
-    """One worker's all-stop: its part, its private board's directory, and (once joined) its publisher."""
+    """One worker's all-stop: its part and (once joined) its publisher."""
 
     part: allstop.AllStop
-    board_dir: Path
     publisher: Publisher | None = None
 
     def join(self, run_id: str, secret: str | None, record: Any) -> bool:
@@ -65,23 +67,29 @@ class RayAllStop:
         record.publisher, self.publisher = pub, pub
         pub.update(record.entry)
         node = f"{run_id}-w{self.part.rank}"  # each worker is its own node: its board is its own
-        return allstop_nodes.arm(self.part, pub, self.board_dir, node) is not None
+        try:
+            seen_dir = tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-")
+        except OSError as exc:
+            print(f"rtdebug: rank {self.part.rank}: all-stop reaches this worker only ({exc})", file=sys.stderr)
+            return False
+        try:
+            return allstop_nodes.arm(self.part, pub, seen_dir, node) is not None
+        finally:
+            shutil.rmtree(seen_dir, ignore_errors=True)  # its file stays open in the bridge
 
     def close(self) -> None:
-        """At the worker's end: the part undone (a stop of its own ended for its peers), the bridge closed,
-        the private directory removed."""
+        """At the worker's end: the part undone (a stop of its own ended for its peers), the bridge closed."""
         if runtime.allstop is self.part:
             runtime.allstop = None
         self.part.close(recorder.hold_with)
         allstop_nodes.close()  # after: the end of this worker's own stop reaches the others first
-        shutil.rmtree(self.board_dir, ignore_errors=True)
 
 
 def arm(rank: int, endpoint: Any, record: Any, env: Mapping[str, str]) -> RayAllStop | None:
     """This worker's all-stop on a private board (in the actor's thread, with its endpoint); ``env``: the
     job's setting (``setting``). None where the board cannot be made (the worker keeps its debug state)."""
     try:
-        board_dir = Path(tempfile.mkdtemp(prefix=f"rtdebug-allstop-w{rank}-"))  # 0700, this worker's own
+        board_dir = Path(tempfile.mkdtemp(prefix=f"{DIR_PREFIX}{os.getpid()}-"))  # 0700, this worker's own
     except OSError as exc:
         print(f"rtdebug: rank {rank}: all-stop is off in this worker ({exc})", file=sys.stderr, flush=True)
         return None
@@ -90,15 +98,17 @@ def arm(rank: int, endpoint: Any, record: Any, env: Mapping[str, str]) -> RayAll
             os.environ[name] = env[name]
         else:
             os.environ.pop(name, None)
-    part = allstop.arm(board_dir, rank, endpoint, record, recorder.hold_with)
+    try:
+        part = allstop.arm(board_dir, rank, endpoint, record, recorder.hold_with)
+        if part is not None and part.native is not None:  # its pending call would run in the actor's main
+            part.native.close()  # thread, never the training thread: that one is never held
+            part.native = None
+    finally:
+        shutil.rmtree(board_dir, ignore_errors=True)  # the board stays mapped: no name is needed any more
     if part is None:
-        shutil.rmtree(board_dir, ignore_errors=True)
         return None
-    if part.native is not None:  # its pending call would run in the actor's main thread: never hold that one
-        part.native.close()
-        part.native = None
     runtime.allstop = part  # rtdebug.rank.api.all_stop (the extension's setting) reaches it
-    return RayAllStop(part, board_dir)
+    return RayAllStop(part)
 
 
 def store_address() -> tuple[str, int] | None:
