@@ -31,11 +31,11 @@ one wake-up every ``POLL_S``. On unless the job's environment has ``RTDEBUG_ALL_
 --no-all-stop``; ``--no-continue-all`` sets ``RTDEBUG_CONTINUE_ALL=0``), and a debugger may change it while the
 job runs (``rtdebug.rank.api.all_stop``: the VS Code extension hands its ``rtdebug.allStop`` setting to the
 ranks that way, and does no all-stop of its own). The entry's debug state (``rtdebug.rank.debugstate``) is kept
-either way. The board is one machine's session
-directory; a multi-node job's nodes share theirs through the job's store (``rtdebug.rank.allstop_nodes``, on
-``Board.on_publish`` and ``Board.apply``). A Ray worker (no session directory) keeps its debug state but takes
-no part. An adopted rank (``rtdebug.rank.adopted``) takes
-part from its adoption on; its detach undoes it all (``AllStop.close``) and lets go of a rank held by it.
+either way. The board is one machine's session directory; a multi-node job's nodes share theirs through the
+job's store (``rtdebug.rank.allstop_nodes``, on ``Board.on_publish`` and ``Board.apply``). A Ray Train worker
+on a cluster has a private board of its own, joined to the others' the same way through its process group's
+store (``rtdebug.rank.ray_allstop``). An adopted rank (``rtdebug.rank.adopted``) takes part from its adoption
+on; its detach undoes it all (``AllStop.close``) and lets go of a rank held by it.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -485,11 +485,21 @@ class AllStop:
         self.board.close()
 
 
-def arm(session_dir: Path | str, rank: int, endpoint: Any, record: Any, hold_with: Any) -> AllStop | None:
+def arm(
+    session_dir: Path | str,
+    rank: int,
+    endpoint: Any,
+    record: Any,
+    hold_with: Any,
+    env: Mapping[str, str] | None = None,
+    native: bool = True,
+) -> AllStop | None:
     """This rank's all-stop and debug state (written to ``record``, its ``RankState``), wired to its endpoint
-    and, through ``hold_with`` (the collective record's ``recorder.hold_with``), to its collective wrapper."""
+    and, through ``hold_with`` (the collective record's ``recorder.hold_with``), to its collective wrapper.
+    ``env``: where the job's setting is read (this process's environment by default); ``native``: also hold
+    the main thread when back from C++ (``nativehold``; not where the user's code runs in another thread)."""
+    env = os.environ if env is None else env
     try:
-        env = os.environ
         flags = (0 if switch_on(env, ALL_STOP_VAR) else NO_ALL_STOP) | (
             0 if switch_on(env, CONTINUE_ALL_VAR) else NO_CONTINUE_ALL
         )
@@ -502,7 +512,8 @@ def arm(session_dir: Path | str, rank: int, endpoint: Any, record: Any, hold_wit
     record.set(all_stop=board.stop_all, continue_all=board.continue_all)
     endpoint.on_dap = part.on_dap
     hold_with(board.mm, MODE, part.hold)
-    part.native = nativehold.arm(Path(session_dir), rank, part)  # held when back from C++, with no client
+    if native:  # held when back from C++, with no client
+        part.native = nativehold.arm(Path(session_dir), rank, part)
     return part
 
 

@@ -93,16 +93,10 @@ def arm(rank: int, endpoint: Any, record: Any, env: Mapping[str, str]) -> RayAll
     except OSError as exc:
         print(f"rtdebug: rank {rank}: all-stop is off in this worker ({exc})", file=sys.stderr, flush=True)
         return None
-    for name in SETTING_VARS:  # read by ``allstop.arm`` from this process's environment
-        if name in env:
-            os.environ[name] = env[name]
-        else:
-            os.environ.pop(name, None)
     try:
-        part = allstop.arm(board_dir, rank, endpoint, record, recorder.hold_with)
-        if part is not None and part.native is not None:  # its pending call would run in the actor's main
-            part.native.close()  # thread, never the training thread: that one is never held
-            part.native = None
+        # no hold when back from C++: its pending call would run in the actor's main thread, never in the
+        # training thread
+        part = allstop.arm(board_dir, rank, endpoint, record, recorder.hold_with, env=env, native=False)
     finally:
         shutil.rmtree(board_dir, ignore_errors=True)  # the board stays mapped: no name is needed any more
     if part is None:
