@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from support.adoptjobs import JOB as ADOPT_JOB
+from support.adoptjobs import adopt
 from support.dap import DAPClient, DAPError
 from support.jobs import read_ranks, wait_ranks
 from support.paths import ROOT, marker_line
@@ -404,3 +406,31 @@ def test_a_paused_rank_that_stepped_and_left_does_not_continue_the_ranks_breakpo
     d1 = _debug(registry_dir, sid, 1)
     assert (d1.get("state"), d1.get("reason"), d1.get("line")) == ("stopped", "breakpoint", ONLY1)
     _finish(j, registry_dir, sid, c1, s1["threadId"], done, 2)
+
+
+def test_an_adopted_rank_steps_over_its_all_reduce_and_holds_the_other_again(plain, registry_dir, port_base):
+    """A plain torchrun job adopted by ``rtdebug adopt``: rank 1 (a client) stops at its loop's first line, rank 0
+    (no client) is held; rank 1 steps line by line over the all_reduce: the step comes back (rank 0 was let go
+    to it) and rank 0 is held again by the step's stop, a later hold; a continue lets it go, the job ends."""
+    job = plain()
+    job.wait_running()
+    r = adopt(str(job.agent().pid), "--debug-port-base", str(port_base))
+    assert r.returncode == 0, r.stdout + r.stderr
+    (sid,) = {p.name for p in registry_dir.iterdir() if (p / "session.json").exists()}
+    line = marker_line(ADOPT_JOB, "step")
+    c = DAPClient("127.0.0.1", port_base + 1)
+    c.attach({str(ADOPT_JOB): [line]})
+    thread = c.stopped_for("breakpoint", 60)["threadId"]
+    held = until(
+        lambda: _debug(registry_dir, sid, 0), 60, "rank 0 held", ok=lambda d: d.get("state") in ("paused", "pausing")
+    )
+    c.request("setBreakpoints", source={"path": str(ADOPT_JOB)}, breakpoints=[])
+    lines = [line]
+    while lines[-1] != line + 8:  # the loop's sleep, past the all_reduce in step()
+        lines.append(_step(c, thread))
+        assert len(lines) < 8, lines
+    _held_again_by(registry_dir, sid, 0, 1, held["since"])
+    c.continue_(thread)
+    _until_state(registry_dir, sid, 0, "running")
+    c.disconnect()
+    assert job.finish() == 0, job.output()
