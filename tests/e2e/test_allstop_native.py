@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from support.dap import DAPClient
-from support.jobs import ps_debug, until_debug, wait_ranks
+from support.jobs import continue_and_finish, ps_debug, until_debug, wait_ranks
 from support.paths import ROOT, marker_line
 from support.wait import until
 
@@ -43,16 +43,6 @@ def _step(c1: DAPClient, thread: int, line: int) -> None:
     c1.request("next", threadId=thread)
     s = c1.wait_stopped(60)
     assert c1.top_frame(s["threadId"])["line"] == line
-
-
-def _continue_and_finish(j, registry_dir, sid, c1: DAPClient, thread: int, done) -> None:
-    c1.request("setBreakpoints", source={"path": str(SCRIPT)}, breakpoints=[])
-    c1.continue_(thread)  # continue in one rank continues all
-    until_debug(registry_dir, sid, 0, "running")
-    done.write_text("")
-    assert j.wait(120) == 0
-    out = j.output()
-    assert "rank 0 ended after" in out and "rank 1 ended after" in out
 
 
 def test_a_rank_with_no_client_in_ddps_all_reduce_is_pausing_then_held_when_its_backward_returns(
@@ -90,7 +80,7 @@ def test_a_rank_with_no_client_in_ddps_all_reduce_is_pausing_then_held_when_its_
     until(lambda: j.output().count(held), 60, "rank 0 held again with no client", ok=lambda n: n >= 2)
     until_debug(registry_dir, sid, 0, "paused", by=1, line=BACKWARD)
 
-    _continue_and_finish(j, registry_dir, sid, c1, s1["threadId"], done)
+    continue_and_finish(j, registry_dir, sid, c1, s1["threadId"], done, SCRIPT)
     c1.close()
 
 
@@ -116,7 +106,7 @@ def test_a_rank_with_a_client_in_ddps_all_reduce_is_paused_by_its_debugger_when_
     assert c0.evaluate("model.module.weight.grad is not None", f0["id"]) == "True"
     until_debug(registry_dir, sid, 0, "paused", by=1, line=f0["line"])
 
-    _continue_and_finish(j, registry_dir, sid, c1, s1["threadId"], done)
+    continue_and_finish(j, registry_dir, sid, c1, s1["threadId"], done, SCRIPT)
     c0.event("continued", 60)
     c0.close()
     c1.close()

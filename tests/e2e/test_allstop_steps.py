@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from support.dap import DAPClient
-from support.jobs import read_ranks, until_debug, wait_ranks
+from support.jobs import continue_and_finish, read_ranks, until_debug, wait_ranks
 from support.paths import ROOT, marker_line
 from support.wait import until
 
@@ -44,16 +44,6 @@ def _step_to(c: DAPClient, thread: int, line: int) -> dict:
     return s
 
 
-def _finish(j, registry_dir, sid, c1: DAPClient, thread: int, done) -> None:
-    c1.request("setBreakpoints", source={"path": str(SCRIPT)}, breakpoints=[])
-    c1.continue_(thread)  # continue in one rank continues all
-    until_debug(registry_dir, sid, 0, "running")
-    done.write_text("")
-    assert j.wait(120) == 0
-    out = j.output()
-    assert "rank 0 ended after" in out and "rank 1 ended after" in out
-
-
 def test_a_step_over_the_collective_lets_the_held_rank_with_no_client_come_and_holds_it_again(
     job, registry_dir, port_base, tmp_path
 ):
@@ -71,7 +61,7 @@ def test_a_step_over_the_collective_lets_the_held_rank_with_no_client_come_and_h
     # and rank 0 is held again by the step's stop, after that collective (a later hold than the first)
     until_debug(registry_dir, sid, 0, "paused", by=1, ok=lambda d: d.get("since", 0) > held["since"])
     assert (read_ranks(registry_dir, sid)[1].get("debug") or {}).get("reason") == "step"
-    _finish(j, registry_dir, sid, c1, thread, done)
+    continue_and_finish(j, registry_dir, sid, c1, thread, done, SCRIPT)
     c1.close()
 
 
@@ -114,7 +104,7 @@ def test_a_step_over_the_collective_resumes_the_paused_debugger_and_step_all_ste
     for t in both:
         t.join(90)
     assert sorted(stops) == [0, 1]
-    _finish(j, registry_dir, sid, c1, thread, done)
+    continue_and_finish(j, registry_dir, sid, c1, thread, done, SCRIPT)
     c0.event("continued", 60)
     c0.close()
     c1.close()
@@ -167,6 +157,6 @@ def test_a_step_over_ddps_backward_in_a_paused_rank_lets_the_stopped_rank_come_a
     until_debug(registry_dir, sid, 1, "stopped", reason="step", line=AFTER)
 
     c0.request("setBreakpoints", source={"path": str(DDP)}, breakpoints=[])
-    _finish(j, registry_dir, sid, c1, thread, done)
+    continue_and_finish(j, registry_dir, sid, c1, thread, done, DDP)
     c0.close()
     c1.close()

@@ -148,3 +148,16 @@ def ps_debug(registry_dir: Path) -> tuple[str, dict[int, dict]]:
     assert text.returncode == 0 and js.returncode == 0, text.stderr + js.stderr
     (session,) = json.loads(js.stdout)["sessions"]
     return text.stdout, {r["rank"]: r.get("debug") or {} for r in session["ranks"]}
+
+
+def continue_and_finish(j: Job, registry_dir: Path, session_id: str, client, thread: int, done: Path, script) -> None:
+    """All-stop's tests' end: ``client``'s breakpoints in ``script`` cleared, a continue in its rank (which
+    continues every rank), rank 0 running again, the job told to end (``done``) and ended well, every rank
+    saying so (``rank N ended after``)."""
+    client.request("setBreakpoints", source={"path": str(script)}, breakpoints=[])
+    client.continue_(thread)
+    until_debug(registry_dir, session_id, 0, "running")
+    done.write_text("")
+    assert j.wait(120) == 0
+    out = j.output()
+    assert "rank 0 ended after" in out and "rank 1 ended after" in out
