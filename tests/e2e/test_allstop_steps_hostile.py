@@ -434,3 +434,48 @@ def test_an_adopted_rank_steps_over_its_all_reduce_and_holds_the_other_again(pla
     _until_state(registry_dir, sid, 0, "running")
     c.disconnect()
     assert job.finish() == 0, job.output()
+
+
+@pytest.mark.parametrize("client0", [False, True], ids=["rank0-no-client", "rank0-client"])
+def test_no_continue_all_a_step_over_the_collective_lets_go_only_ranks_with_no_client(
+    job, registry_dir, port_base, tmp_path, client0
+):
+    """``--no-continue-all``: rank 1 stopped at its own line steps over its helper call (an all_reduce). Rank 0
+    held with no client is let go to it (the step comes back, rank 0 is held again); rank 0 paused in its own
+    client stays paused (the step is not back) until continued there, then the step comes back and rank 0 is
+    paused again."""
+    done = tmp_path / "done"
+    args = ["--debug-port-base", str(port_base), "--no-continue-all", "--nproc-per-node", "2"]
+    j = job("torchrun", *args, str(SCRIPT), str(done))
+    sid = j.session_id()
+    wait_ranks(registry_dir, sid, 2)
+    c0 = None
+    if client0:
+        c0 = DAPClient("127.0.0.1", port_base)
+        c0.attach()
+        _until_state(registry_dir, sid, 0, "running")
+    c1 = DAPClient("127.0.0.1", port_base + 1)
+    c1.attach({str(SCRIPT): [ONLY1]})
+    s1 = c1.stopped_for("breakpoint", 120)
+    thread = s1["threadId"]
+    held = until(lambda: _debug(registry_dir, sid, 0), 60, "rank 0 held", ok=lambda d: d.get("by") == 1)
+    c1.request("setBreakpoints", source={"path": str(SCRIPT)}, breakpoints=[])
+    assert _step(c1, thread) == CALL
+    if c0 is not None:
+        t0 = c0.stopped_for("pause", 60)["threadId"]
+        c1.send("next", threadId=thread)
+        seen = _watch(registry_dir, sid, 4 * STEP_ALONE_S)  # rank 0 is not moved: the step waits for it
+        assert all(s0 == "paused" for s0, _ in seen), seen
+        assert not [e for e in c1.pending("event") if e.get("event") == "stopped"]
+        c0.continue_(t0)  # in its own client: it comes to the collective
+        assert c1.top_frame(c1.stopped_for("step", 60)["threadId"])["line"] == BARRIER
+        assert c0.stopped_for("pause", 60)  # paused again by rank 1's step stop
+    else:
+        assert _step(c1, thread) == BARRIER
+    _held_again_by(registry_dir, sid, 0, 1, held["since"])
+    c1.continue_(thread)
+    if c0 is not None:
+        c0.continue_(t0)  # no continue-all: each rank in its own client
+    _until_state(registry_dir, sid, 0, "running")
+    done.write_text("")
+    assert j.wait(120) == 0
