@@ -120,12 +120,6 @@ def _finish(j, registry_dir, sid, c1: DAPClient, thread: int, done, n: int) -> N
     c1.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="nativehold.NativeHold.woken: a rank blocked in C++ across a let-go (RUNNING) and the step's stop"
-    " (STOPPED) keeps its first pending call queued; the second wake-up sees it scheduled and records nothing,"
-    " so the entry says running (not pausing) while the rank will be held as soon as its collective returns",
-)
 def test_a_step_over_a_sub_group_collective_shows_the_rank_outside_it_pausing_again(
     job, registry_dir, port_base, tmp_path
 ):
@@ -373,12 +367,6 @@ def test_a_peers_breakpoint_after_the_step_let_go_pauses_the_stepping_rank(job, 
     assert j.wait(120) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a paused rank's step stop takes the board over (STOPPED, by it) from the rank still stopped at its"
-    " breakpoint; its client leaving then publishes running (AllStop.on_dap 'detached': by == self.rank), which"
-    " continues that breakpoint: the board keeps one stopper, not each rank stopped by itself",
-)
 def test_a_paused_rank_that_stepped_and_left_does_not_continue_the_ranks_breakpoint(
     job, registry_dir, port_base, tmp_path
 ):

@@ -175,3 +175,18 @@ def test_all_stops_pause_that_lands_while_the_stop_holds_is_a_pause_by_that_rank
     assert r0.part.state == "paused" and r0.debugger.resumes == 0
     r1.part.on_dap("continue", {})
     until(lambda: r0.debugger.resumes, 10, "rank 0 continued with rank 1", ok=lambda n: n == 1)
+
+
+def test_a_paused_ranks_step_that_ran_it_alone_leaves_the_board_to_the_stopped_rank(ranks):
+    """Rank 0, paused by rank 1's breakpoint, steps a line (quick: no one moves): rank 1's stop still holds the
+    job. Rank 0's client leaving then continues no one: rank 1 is still at its breakpoint."""
+    r0, r1 = ranks(0), ranks(1)
+    r1.part.on_dap("stopped", {"reason": "breakpoint"})
+    r0.part.on_dap("step", {})
+    r0.part.on_dap("stopped", {"reason": "step"})
+    r0.part.on_dap("detached", {})
+    assert r0.published == [] and r0.part.board.read()[1:] == (STOPPED, 1)
+    r0.part.on_dap("step", {})
+    r0.part.hold(None)  # a step into a collective: it lets go, and its stop is then the job's
+    r0.part.on_dap("stopped", {"reason": "step"})
+    assert r0.published == [(RUNNING, 0), (STOPPED, 0)]

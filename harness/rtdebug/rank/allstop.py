@@ -237,6 +237,7 @@ class AllStop:
 
     def _stopped_locked(self, body: dict) -> None:
         reason = str(body.get("reason") or "")
+        alone = reason == "step" and self.stepping and not self.let_go  # a step that moved no other rank
         self.stepping = False
         if reason != "pause":  # a pause asked for before a continue and landing after it is resumed as before
             try:
@@ -263,6 +264,8 @@ class AllStop:
         if quiet or reason == "pause" or description.startswith("rtdebug --stop-on") or not self.board.stop_all:
             return  # --stop-on stops every rank by itself; a pause (a user's, or to evaluate) is that rank's own
         self.in_episode = True
+        if alone and self._stop_holding() is not None:
+            return  # a paused rank's step that ran it alone: the peer's stop still holds the job, and stays its
         self.board.publish(STOPPED, self.rank, step=reason == "step")
 
     def _stop_holding(self) -> int | None:

@@ -151,9 +151,11 @@ class NativeHold:
                 if part.state == "pausing" and part.endpoint.clients == 0:
                     part.not_pausing()
                 return
-            if part.state != "running" or part.endpoint.clients > 0 or self.pending.scheduled:
+            if part.state != "running" or part.endpoint.clients > 0:
                 return  # paused, or held, already; a client's rank is paused by pydevd (``AllStop._watch``)
             part.native_pausing(by, main_site())
+            if self.pending.scheduled:  # still queued from an earlier stop (let go meanwhile, still in C++):
+                return  # it holds the rank when back; the entry says pausing again meanwhile
             self.pending.scheduled = True
             if self._add(self._is_true, id(self.pending)) != 0:  # the queue is full: the next collective holds
                 self.pending.scheduled = False
