@@ -4,6 +4,7 @@ that lands while a step is under way. A plain DAP client per rank, real torchrun
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -25,6 +26,8 @@ COLLECTIVE = marker_line(SCRIPT, "collective")
 STOP_AT_NEXT = "__import__('rtdebug.rank.api', fromlist=['_']).stop_at_next_collective()"
 STEP_ALONE_S = 0.5  # rtdebug.rank.allstop.STEP_ALONE_S
 WORK_S = 1.5  # the job script's WORK_S: rank 0's work after its helper's all_reduce
+
+FULL = pytest.mark.skipif(os.environ.get("RTDEBUG_FULL") != "1", reason="RTDEBUG_FULL=1: the longer variants")
 
 
 @pytest.fixture(autouse=True)
@@ -201,7 +204,7 @@ def _dap_events(c: DAPClient) -> list[str]:
     return [str(e.get("event")) for e in c.pending("event") if e.get("event") in ("stopped", "continued")]
 
 
-@pytest.mark.parametrize("nproc", [2, 3])
+@pytest.mark.parametrize("nproc", [2, pytest.param(3, marks=FULL)])
 def test_step_all_ranks_twenty_times_over_an_all_reduce_loop_never_hangs_and_ps_says_what_the_debugger_does(
     job, registry_dir, port_base, tmp_path, nproc
 ):
@@ -424,7 +427,7 @@ def test_an_adopted_rank_steps_over_its_all_reduce_and_holds_the_other_again(pla
     assert job.finish() == 0, job.output()
 
 
-@pytest.mark.parametrize("client0", [False, True], ids=["rank0-no-client", "rank0-client"])
+@pytest.mark.parametrize("client0", [False, pytest.param(True, marks=FULL)], ids=["rank0-no-client", "rank0-client"])
 def test_no_continue_all_a_step_over_the_collective_lets_go_only_ranks_with_no_client(
     job, registry_dir, port_base, tmp_path, client0
 ):
