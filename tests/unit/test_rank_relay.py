@@ -84,3 +84,25 @@ def test_pydevds_stops_and_the_clients_continue_reach_the_hook():
     assert seen == [("stopped", {"reason": "breakpoint", "threadId": 1}), ("continue", {"threadId": 1})]
     relay.client.close()
     assert _read(client) == [stopped]  # pydevd's message reaches the client unchanged
+
+
+def test_steps_reach_the_hook_and_an_attach_keeps_rtdebugs_frames_out_unless_it_says_otherwise():
+    seen: list = []
+    relay, client, _ = _relay(seen)
+    for n, command in enumerate(("next", "stepIn", "stepOut", "goto")):
+        step = {"seq": 10 + n, "type": "request", "command": command, "arguments": {"threadId": 1}}
+        assert relay._from_client(frame(step), step) == frame(step)
+    assert seen == [("step", {"threadId": 1})] * 3  # a goto runs nothing: not a step
+
+    def sent(arguments) -> dict:
+        attach = {"seq": 1, "type": "request", "command": "attach", "arguments": arguments}
+        return json.loads(relay._from_client(frame(attach), attach).partition(b"\r\n\r\n")[2])["arguments"]
+
+    hide = {"module": "rtdebug", "include": False}
+    assert sent({"justMyCode": False})["rules"] == [hide]
+    assert sent({"rules": [{"path": "/x", "include": False}]})["rules"] == [{"path": "/x", "include": False}, hide]
+    assert sent({"rules": "junk"})["rules"] == [hide]
+    shown = {"module": "rtdebug", "include": True}  # a user debugging rtdebug itself
+    assert sent({"rules": [shown]})["rules"] == [shown]
+    relay.client.close()
+    client.close()

@@ -11,16 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from rtdebug.common.config import HIDE_HARNESS
 from rtdebug.common.ports import DEFAULT_PORT_BASE, ports_for_ranks
 
 PREFIX = "rtdebug: "
 BEGIN_PATTERN = r"^rtdebug: session \S+ starting"
 END_PATTERN = r"^rtdebug: all \d+ local ranks ready"
-
-
-# Keep rtdebug's own frames (bootstrap, runpy glue) out of call stacks and stepping, even when it is
-# installed inside the workspace (editable install), where justMyCode alone would show them.
-HIDE_HARNESS = [{"module": "rtdebug", "include": False}]
 
 
 def attach_config(

@@ -19,6 +19,10 @@ from rtdebug.common.ports import DEFAULT_PORT_BASE, MAX_PORT, parse_rank_list
 from rtdebug.common.rankenv import DEFAULT_PG_TIMEOUT_S
 
 DEFAULT_POST_MORTEM_WAIT_S = 600.0
+# Keep rtdebug's own frames (bootstrap, runpy glue, the collective wrapper) out of call stacks and stepping, even
+# when it is installed inside the workspace (editable install), where justMyCode alone would show them: in the
+# configurations rtdebug writes, and added by each rank's relay to an attach that names no rule for rtdebug
+HIDE_HARNESS = [{"module": "rtdebug", "include": False}]
 RAY_LOCAL_MODES = ("cluster", "ray")  # --ray-local-mode
 RAY_LOCAL_MODE_VAR = "RTDEBUG_RAY_LOCAL_MODE"
 WORKER_PORT_BASE_VAR = "RTDEBUG_WORKER_PORT_BASE"  # Ray Train workers' port base (rtdebug run)

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rtdebug.common import log
+from rtdebug.common.config import HIDE_HARNESS
 from rtdebug.rank.endpoint.dapgate import DapFramer, NotDAP, message_end
 from rtdebug.rank.endpoint.pydevd_socket import close_both
 
@@ -97,6 +98,8 @@ class Relay:
             self._tell("continue", {"threadId": args.get("threadId")})
         elif command in STEPS:
             self._tell("step", {"threadId": args.get("threadId")})
+        elif command in ("attach", "launch"):
+            return self._hide_harness(raw, msg, args)
         elif command == "terminate":  # whatever else the message holds: it never reaches pydevd as a terminate
             self._say_keeps_running()
             if isinstance(msg.get("seq"), int):
@@ -106,6 +109,16 @@ class Relay:
             self._say_keeps_running()
             return frame(dict(msg, arguments=dict(args, terminateDebuggee=False)))
         return raw
+
+    @staticmethod
+    def _hide_harness(raw: bytes, msg: dict[str, Any], args: dict[str, Any]) -> bytes:
+        """The attach with rtdebug's frames kept out of stepping and call stacks (``HIDE_HARNESS``: a Step Into on
+        a ``dist.all_reduce`` line never lands in the collective wrapper), unless it names a rule for rtdebug."""
+        rules = args.get("rules")
+        rules = list(rules) if isinstance(rules, list) else []
+        if any(isinstance(r, dict) and r.get("module") == "rtdebug" for r in rules):
+            return raw
+        return frame(dict(msg, arguments=dict(args, rules=[*rules, *HIDE_HARNESS])))
 
     def _say_keeps_running(self) -> None:
         text = KEEPS_RUNNING.format(label=self.label) + "\n"
