@@ -27,4 +27,4 @@ def train_func():
 
 
 result = TorchTrainer(train_func, scaling_config=ScalingConfig(num_workers=0)).fit()
-print("metrics", result.metrics, flush=True)
+print(f"metrics {result.metrics}", flush=True)  # one write: ranks share the output

@@ -38,4 +38,4 @@ trainer = TorchTrainer(
     train_func, datasets={"train": ds}, scaling_config=ScalingConfig(num_workers=0), run_config=run_config
 )
 result = trainer.fit()
-print("ray data done", result.error, flush=True)
+print(f"ray data done {result.error}", flush=True)  # one write: two ranks share the output
