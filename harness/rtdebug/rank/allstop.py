@@ -247,7 +247,7 @@ class AllStop:
         by = self.pausing_by
         if reason == "pause" and self.asked_pause:
             self.asked_pause = False
-            holder = self._stop_holding()
+            holder = self.peer_stopped()
             if holder is None:  # all-stop's pause landing after the board let go (it cannot be taken back):
                 self._resume()  # the rank runs on, or it would wait for a continue nobody will send
                 return
@@ -264,17 +264,9 @@ class AllStop:
         if quiet or reason == "pause" or description.startswith("rtdebug --stop-on") or not self.board.stop_all:
             return  # --stop-on stops every rank by itself; a pause (a user's, or to evaluate) is that rank's own
         self.in_episode = True
-        if alone and self._stop_holding() is not None:
+        if alone and self.peer_stopped() is not None:
             return  # a paused rank's step that ran it alone: the peer's stop still holds the job, and stays its
         self.board.publish(STOPPED, self.rank, step=reason == "step")
-
-    def _stop_holding(self) -> int | None:
-        """The peer whose stop the board says holds this rank now, or None."""
-        try:
-            _, mode, by = self.board.read()
-            return by if mode == STOPPED and by != self.rank and self.board.stop_all else None
-        except ValueError:  # the board was closed (``close``)
-            return None
 
     def _running(self) -> None:
         self.pausing_by, self.in_episode = None, False
@@ -347,9 +339,7 @@ class AllStop:
             self.let_go = True
             try:
                 gen, mode, by = self.board.read()
-                # not a peer's own stop that came during the step (a breakpoint): it stays, and pauses this rank
-                ours = gen == self.step_gen or by == self.rank or self.board.step_stop()
-                if mode == STOPPED and self.board.stop_all and ours:
+                if mode == STOPPED and self.board.stop_all and self._step_lets_go(gen, by):
                     self.board.publish(RUNNING, self.rank)
                 self.step_gen = self.board.gen()
             except ValueError:  # the board was closed (``close``)
@@ -357,9 +347,12 @@ class AllStop:
 
     # -- a rank with no client: woken by the board (``rtdebug.rank.nativehold``) ---------------------------
     def peer_stopped(self) -> int | None:
-        """The rank whose stop holds this one (all-stop on), or None."""
-        _, mode, by = self.board.read()
-        return by if mode == STOPPED and by != self.rank and self.board.stop_all else None
+        """The rank whose stop holds this one (all-stop on), or None (also once the board is closed)."""
+        try:
+            _, mode, by = self.board.read()
+            return by if mode == STOPPED and by != self.rank and self.board.stop_all else None
+        except ValueError:  # the board was closed (``close``)
+            return None
 
     def native_pausing(self, by: int, where: tuple[str, int] | None) -> None:
         """A peer stopped; this rank (no client) is held as soon as its main thread runs Python (``where``)."""
@@ -381,12 +374,18 @@ class AllStop:
             if self.state != "running" and self.endpoint.clients == 0:
                 self._running()  # let go (or Ctrl-C): the entry says running again
 
+    def _step_lets_go(self, gen: int, by: int) -> bool:
+        """Whether this rank's step may let go the board's stop: the one it began under (or let go), its own
+        rank's, or a peer's step's; not a peer's own stop that came during the step (a breakpoint): that one
+        stays, and holds this rank as any other."""
+        return gen == self.step_gen or by == self.rank or self.board.step_stop()
+
     def _holder(self) -> int | None:
         """The peer whose stop holds this rank at a collective, or None."""
         gen, mode, by = self.board.read()
         if mode != STOPPED or not self.board.stop_all:
             return None
-        if self.stepping and (gen == self.step_gen or by == self.rank or self.board.step_stop()):
+        if self.stepping and self._step_lets_go(gen, by):
             self._let_go()  # stepping over (or into) a collective: the held peers must come to it
             return None  # (a peer that stopped by itself during the step holds it, as it would any rank)
         return None if by == self.rank else by
